@@ -1,0 +1,283 @@
+//! Bounded JSON decoding of untrusted input.
+//!
+//! Order of checks, cheapest first: byte size before anything is parsed, then
+//! nesting depth (a linear scan, no allocation), then the parse itself.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::io;
+
+/// Caps applied to one piece of untrusted JSON text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JsonLimits {
+    pub max_bytes: usize,
+    pub max_depth: usize,
+}
+
+impl JsonLimits {
+    pub const fn new(max_bytes: usize, max_depth: usize) -> Self {
+        Self {
+            max_bytes,
+            max_depth,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JsonError {
+    #[error("input is {size} bytes; the limit is {limit} bytes")]
+    TooLarge { size: usize, limit: usize },
+    #[error("input is nested deeper than {limit} levels")]
+    TooDeep { limit: usize },
+    #[error("input is not valid JSON: {message}")]
+    Invalid { message: String },
+}
+
+/// The maximum nesting depth of JSON text (arrays and objects), scanning
+/// past strings. Stops early once `stop_above` is exceeded.
+pub fn nesting_depth(text: &[u8], stop_above: usize) -> usize {
+    let mut depth = 0usize;
+    let mut max = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in text {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    max = depth;
+                    if max > stop_above {
+                        return max;
+                    }
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+fn precheck(text: &[u8], limits: JsonLimits) -> Result<(), JsonError> {
+    if text.len() > limits.max_bytes {
+        return Err(JsonError::TooLarge {
+            size: text.len(),
+            limit: limits.max_bytes,
+        });
+    }
+    if nesting_depth(text, limits.max_depth) > limits.max_depth {
+        return Err(JsonError::TooDeep {
+            limit: limits.max_depth,
+        });
+    }
+    Ok(())
+}
+
+/// Parses `text` into `T` (which may borrow from `text`, e.g. `&RawValue`)
+/// after the size and depth checks.
+pub fn from_str_bounded<'a, T: Deserialize<'a>>(
+    text: &'a str,
+    limits: JsonLimits,
+) -> Result<T, JsonError> {
+    precheck(text.as_bytes(), limits)?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    // serde_json's own recursion limit (128) stays on as a second guard.
+    let value = T::deserialize(&mut de).map_err(invalid)?;
+    de.end().map_err(invalid)?;
+    Ok(value)
+}
+
+/// Like [`from_str_bounded`] for bytes that may not be UTF-8.
+pub fn from_slice_bounded<'a, T: Deserialize<'a>>(
+    bytes: &'a [u8],
+    limits: JsonLimits,
+) -> Result<T, JsonError> {
+    precheck(bytes, limits)?;
+    let text = std::str::from_utf8(bytes).map_err(|e| JsonError::Invalid {
+        message: format!("not UTF-8 at byte {}", e.valid_up_to()),
+    })?;
+    from_str_bounded(text, limits)
+}
+
+fn invalid(e: serde_json::Error) -> JsonError {
+    JsonError::Invalid {
+        message: e.to_string(),
+    }
+}
+
+struct CountingWriter(usize);
+
+impl io::Write for CountingWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The UTF-8 byte size of the compact serialization of `value`, counted
+/// without building the string.
+pub fn json_size(value: &Value) -> usize {
+    let mut w = CountingWriter(0);
+    // Writing a Value into a counter cannot fail.
+    let _ = serde_json::to_writer(&mut w, value);
+    w.0
+}
+
+/// The byte size of raw JSON text without the whitespace between tokens:
+/// the compact size of a value as received, measured without re-serializing.
+pub fn compact_len(raw: &RawValue) -> usize {
+    let mut n = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in raw.get().as_bytes() {
+        if in_string {
+            n += 1;
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+            n += 1;
+            if b == b'"' {
+                in_string = true;
+            }
+        }
+    }
+    n
+}
+
+/// "Is this value JSON, and is it within `max_bytes`?" for a raw value:
+/// raw values from a successful parse are JSON by construction, so only the
+/// size is left to check. Returns the size, or the size that was too large.
+pub fn raw_within(raw: &RawValue, max_bytes: usize) -> Result<usize, usize> {
+    // Fast path: the text as received is an upper bound of its compact size.
+    let upper = raw.get().len();
+    let size = if upper <= max_bytes {
+        upper.min(compact_len(raw))
+    } else {
+        compact_len(raw)
+    };
+    if size > max_bytes {
+        Err(size)
+    } else {
+        Ok(size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const L: JsonLimits = JsonLimits::new(1024, 8);
+
+    #[test]
+    fn rejects_oversized_input_before_parsing() {
+        let text = format!("\"{}\"", "a".repeat(2000));
+        assert_eq!(
+            from_str_bounded::<Value>(&text, L),
+            Err(JsonError::TooLarge {
+                size: 2002,
+                limit: 1024
+            })
+        );
+        // Even invalid JSON is reported as too large first.
+        assert!(matches!(
+            from_str_bounded::<Value>(&"{".repeat(2000), L),
+            Err(JsonError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn bounds_depth_and_ignores_brackets_in_strings() {
+        let deep = format!("{}{}", "[".repeat(9), "]".repeat(9));
+        assert_eq!(
+            from_str_bounded::<Value>(&deep, L),
+            Err(JsonError::TooDeep { limit: 8 })
+        );
+        let ok = format!("{}{}", "[".repeat(8), "]".repeat(8));
+        assert!(from_str_bounded::<Value>(&ok, L).is_ok());
+        let in_string = r#"["[[[[[[[[[[[[[[[[\"[[[["]"#;
+        assert_eq!(nesting_depth(in_string.as_bytes(), 100), 1);
+        assert!(from_str_bounded::<Value>(in_string, L).is_ok());
+    }
+
+    #[test]
+    fn deep_input_under_a_high_bound_does_not_overflow_the_stack() {
+        let n = 5_000;
+        let deep = format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let limits = JsonLimits::new(1 << 20, 64);
+        assert_eq!(
+            from_str_bounded::<Value>(&deep, limits),
+            Err(JsonError::TooDeep { limit: 64 })
+        );
+    }
+
+    #[test]
+    fn invalid_json_and_trailing_data_are_errors() {
+        for bad in ["", "{", "[1,]", "NaN", "1 2", "{\"a\":1}x", "'a'"] {
+            assert!(
+                matches!(from_str_bounded::<Value>(bad, L), Err(JsonError::Invalid { .. })),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            from_slice_bounded::<Value>(b"\"\xff\"", L),
+            Err(JsonError::Invalid { .. })
+        ));
+    }
+
+    #[test]
+    fn sizes_match_compact_serialization() {
+        let v: Value = serde_json::from_str(r#"{ "a" : [1, 2, "x y"], "b": null }"#).unwrap();
+        assert_eq!(json_size(&v), serde_json::to_string(&v).unwrap().len());
+        let raw: Box<RawValue> =
+            serde_json::from_str(r#"{ "a" : [1, 2, "x y"], "b": null }"#).unwrap();
+        assert_eq!(compact_len(&raw), r#"{"a":[1,2,"x y"],"b":null}"#.len());
+        assert_eq!(raw_within(&raw, 26), Ok(26));
+        assert_eq!(raw_within(&raw, 25), Err(26));
+    }
+
+    proptest! {
+        #[test]
+        fn compact_len_equals_serde_size_for_any_value(v in arb_json()) {
+            let pretty = serde_json::to_string_pretty(&v).unwrap();
+            let raw: Box<RawValue> = serde_json::from_str(&pretty).unwrap();
+            prop_assert_eq!(compact_len(&raw), json_size(&v));
+        }
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i32>().prop_map(|n| Value::from(n)),
+            ".{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map(".{0,6}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+}

@@ -1,0 +1,16 @@
+//! hostwire-core: what every hostwire protocol needs.
+//!
+//! Nothing here does I/O or reads the wall clock directly: time comes in
+//! through [`clock::Clock`], so every rule is testable with [`clock::ManualClock`].
+
+pub mod clock;
+pub mod json;
+pub mod rate;
+pub mod token;
+pub mod version;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use json::{JsonError, JsonLimits};
+pub use rate::{Coalescer, TokenBucket};
+pub use token::Token;
+pub use version::Version;
