@@ -1,0 +1,354 @@
+//! Display order and public items (SPEC 4.4).
+//!
+//! The order is the reference's (`prepareDisplaySet` in `@memizy/protocol`):
+//! a mulberry32 generator seeded with the FNV-1a hash of the seed's UTF-16
+//! code units, Fisher–Yates from the end, and for `sort-items` and
+//! `timeline` up to six tries to avoid the correct order before falling
+//! back to a rotation. A Rust host and a TypeScript host therefore show the
+//! same order for the same session id.
+
+use serde_json::{Map, Value};
+
+/// The reference's seeded generator, yielding numbers in `[0, 1)`.
+#[derive(Debug, Clone)]
+pub struct SeededRandom {
+    state: u32,
+}
+
+impl SeededRandom {
+    pub fn new(seed: &str) -> Self {
+        let mut h: u32 = 2_166_136_261;
+        for unit in seed.encode_utf16() {
+            h = (h ^ u32::from(unit)).wrapping_mul(16_777_619);
+        }
+        Self { state: h }
+    }
+
+    pub fn next_f64(&mut self) -> f64 {
+        self.state = self.state.wrapping_add(0x6d2b_79f5);
+        let mut t = self.state;
+        t = (t ^ (t >> 15)).wrapping_mul(t | 1);
+        t ^= t.wrapping_add((t ^ (t >> 7)).wrapping_mul(t | 61));
+        f64::from(t ^ (t >> 14)) / 4_294_967_296.0
+    }
+}
+
+/// Attempts to avoid a forbidden order before the rotation fallback.
+const SHUFFLE_ATTEMPTS: usize = 6;
+
+fn shuffled(list: &[Value], random: &mut SeededRandom, avoid: Option<&dyn Fn(&[Value]) -> bool>) -> Vec<Value> {
+    for _ in 0..SHUFFLE_ATTEMPTS {
+        let mut copy = list.to_vec();
+        for i in (1..copy.len()).rev() {
+            let j = (random.next_f64() * (i as f64 + 1.0)).floor() as usize;
+            copy.swap(i, j);
+        }
+        match avoid {
+            Some(bad) if copy.len() >= 2 && bad(&copy) => continue,
+            _ => return copy,
+        }
+    }
+    // The reference's fallback is the list rotated by one. Where that rotation
+    // is itself the forbidden order, later rotations keep the rule: with
+    // distinct ids at most one rotation can match.
+    let n = list.len();
+    for k in 1..n.max(2) {
+        let rotated: Vec<Value> = list[k % n..].iter().chain(&list[..k % n]).cloned().collect();
+        if avoid.is_none_or(|bad| !bad(&rotated)) {
+            return rotated;
+        }
+    }
+    list.to_vec()
+}
+
+fn ids_of(list: &[Value]) -> Vec<Option<&str>> {
+    list.iter().map(|c| c.get("id").and_then(Value::as_str)).collect()
+}
+
+/// True when `order` lists exactly the ids of `ids`, position by position.
+fn same_ids(order: &[Value], ids: &[Option<String>]) -> bool {
+    order
+        .iter()
+        .enumerate()
+        .all(|(i, c)| matches!((c.get("id").and_then(Value::as_str), ids.get(i)), (Some(a), Some(Some(b))) if a == b))
+}
+
+fn shuffle_field(item: &mut Map<String, Value>, key: &str, random: &mut SeededRandom) {
+    if let Some(Value::Array(list)) = item.get(key) {
+        let s = shuffled(list, random, None);
+        item.insert(key.to_owned(), Value::Array(s));
+    }
+}
+
+fn shuffle_allowed(v: Option<&Value>) -> bool {
+    v != Some(&Value::Bool(false))
+}
+
+fn js_truthy(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0 && !f.is_nan()),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(_) => true,
+    }
+}
+
+/// Keys in JavaScript's property order: array-index keys ascending, then the
+/// rest in insertion order (what `Object.values` walks).
+fn js_key_order(map: &Map<String, Value>) -> Vec<String> {
+    let is_index = |k: &str| {
+        !k.is_empty()
+            && k.bytes().all(|b| b.is_ascii_digit())
+            && (k == "0" || !k.starts_with('0'))
+            && k.parse::<u64>().is_ok_and(|n| n < u64::from(u32::MAX))
+    };
+    let mut idx: Vec<&String> = map.keys().filter(|k| is_index(k)).collect();
+    idx.sort_by_key(|k| k.parse::<u64>().unwrap_or(0));
+    idx.into_iter()
+        .chain(map.keys().filter(|k| !is_index(k)))
+        .cloned()
+        .collect()
+}
+
+/// The item in display order: only lists move, answers refer to ids.
+pub fn display_item(item: &Value, random: &mut SeededRandom) -> Value {
+    let mut it = item.clone();
+    let Some(obj) = it.as_object_mut() else {
+        return it;
+    };
+    let kind = obj.get("type").and_then(Value::as_str).unwrap_or("").to_owned();
+    match kind.as_str() {
+        "mcq-single" | "mcq-multi" => {
+            if shuffle_allowed(obj.get("shuffle")) {
+                shuffle_field(obj, "options", random);
+            }
+        }
+        "fill-in-select" => {
+            if let Some(Value::Object(blanks)) = obj.get_mut("blanks") {
+                for key in js_key_order(blanks) {
+                    if let Some(Value::Object(blank)) = blanks.get_mut(&key) {
+                        if shuffle_allowed(blank.get("shuffle")) {
+                            shuffle_field(blank, "options", random);
+                        }
+                    }
+                }
+            }
+        }
+        "sort-items" => {
+            let correct: Vec<Option<String>> = match obj.get("correctOrder") {
+                Some(Value::Array(ids)) => ids.iter().map(|v| v.as_str().map(str::to_owned)).collect(),
+                _ => Vec::new(),
+            };
+            if let Some(Value::Array(list)) = obj.get("items") {
+                let avoid = |order: &[Value]| same_ids(order, &correct);
+                let s = shuffled(list, random, Some(&avoid));
+                obj.insert("items".into(), Value::Array(s));
+            }
+        }
+        "match-pairs" => {
+            shuffle_field(obj, "prompts", random);
+            shuffle_field(obj, "matches", random);
+        }
+        "match-complex" => {
+            shuffle_field(obj, "leftItems", random);
+            shuffle_field(obj, "rightItems", random);
+        }
+        "timeline" => {
+            if shuffle_allowed(obj.get("shuffle")) {
+                if let Some(Value::Array(events)) = obj.get("events") {
+                    let mut chronological: Vec<&Value> = events.iter().collect();
+                    // Stable, as JavaScript's sort; ISO dates order as text.
+                    chronological.sort_by(|a, b| {
+                        let d = |e: &Value| e.get("date").and_then(Value::as_str).unwrap_or("").to_owned();
+                        d(a).cmp(&d(b))
+                    });
+                    let correct: Vec<Option<String>> = ids_of(&chronological.into_iter().cloned().collect::<Vec<_>>())
+                        .into_iter()
+                        .map(|o| o.map(str::to_owned))
+                        .collect();
+                    let avoid = |order: &[Value]| same_ids(order, &correct);
+                    let s = shuffled(events, random, Some(&avoid));
+                    obj.insert("events".into(), Value::Array(s));
+                }
+            }
+        }
+        "categorize" => shuffle_field(obj, "items", random),
+        "diagram-label" => {
+            if !js_truthy(obj.get("requireTyping")) {
+                shuffle_field(obj, "labels", random);
+            }
+        }
+        _ => {}
+    }
+    it
+}
+
+/// Fields that give the answer away on any item.
+const COMMON_HIDDEN: &[&str] = &["explanation", "incorrectFeedback"];
+
+/// Fields that are the answer, per item type.
+fn hidden_fields(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "note" => &["hiddenContent"],
+        "flashcard" => &["back"],
+        "true-false" | "slider" => &["correctAnswer"],
+        "mcq-single" => &["correctId"],
+        "mcq-multi" => &["correctIds"],
+        "short-answer" | "chess-puzzle" => &["correctAnswers"],
+        "sort-items" => &["correctOrder"],
+        "match-pairs" => &["pairs"],
+        "match-complex" => &["connections"],
+        "numeric-input" => &["correctAnswer", "range"],
+        "math-input" => &["correctAnswer", "alternativeAnswers"],
+        "matrix" => &["correctCells"],
+        "open-ended" => &["sampleAnswer", "rubric"],
+        _ => &[],
+    }
+}
+
+/// Lists of choices, whose `explanation` tells the answer.
+const CHOICE_LISTS: &[&str] = &[
+    "options",
+    "items",
+    "prompts",
+    "matches",
+    "leftItems",
+    "rightItems",
+    "categories",
+    "rows",
+    "columns",
+    "labels",
+];
+
+/// What custom `x-` types lose: OQSE puts their answer in `solution`.
+const CUSTOM_HIDDEN: &[&str] = &["solution", "explanation", "incorrectFeedback"];
+
+/// The item without anything that gives its answer away, marked
+/// `answerHidden: true`. `hints` stay.
+pub fn public_item(item: &Value) -> Value {
+    let mut it = item.clone();
+    let Some(obj) = it.as_object_mut() else {
+        return it;
+    };
+    let kind = obj.get("type").and_then(Value::as_str).unwrap_or("").to_owned();
+    if kind.starts_with("x-") {
+        for k in CUSTOM_HIDDEN {
+            obj.remove(*k);
+        }
+    } else {
+        for k in COMMON_HIDDEN.iter().chain(hidden_fields(&kind)) {
+            obj.remove(*k);
+        }
+        for list in CHOICE_LISTS {
+            if let Some(Value::Array(choices)) = obj.get_mut(*list) {
+                for c in choices {
+                    if let Some(c) = c.as_object_mut() {
+                        c.remove("explanation");
+                    }
+                }
+            }
+        }
+        match kind.as_str() {
+            "fill-in-blanks" => {
+                if let Some(Value::Object(blanks)) = obj.get_mut("blanks") {
+                    for v in blanks.values_mut() {
+                        *v = Value::Array(Vec::new());
+                    }
+                }
+            }
+            "fill-in-select" => {
+                if let Some(Value::Object(blanks)) = obj.get_mut("blanks") {
+                    for blank in blanks.values_mut().filter_map(Value::as_object_mut) {
+                        blank.remove("correctId");
+                        if let Some(Value::Array(opts)) = blank.get_mut("options") {
+                            for o in opts.iter_mut().filter_map(Value::as_object_mut) {
+                                o.remove("explanation");
+                            }
+                        }
+                    }
+                }
+            }
+            "categorize" => strip_each(obj, "items", &["correctCategoryId"]),
+            "timeline" => strip_each(obj, "events", &["date", "precision"]),
+            "diagram-label" => {
+                strip_each(obj, "zones", &["correctLabelId"]);
+                if js_truthy(obj.get("requireTyping")) {
+                    // Typed answers: the labels are the answers.
+                    obj.insert("labels".into(), Value::Array(Vec::new()));
+                }
+            }
+            "pin-on-image" | "pin-on-model" => {
+                obj.insert("hotspots".into(), Value::Array(Vec::new()));
+            }
+            _ => {}
+        }
+    }
+    // A source's quote often states the answer.
+    strip_each(obj, "sources", &["quote"]);
+    obj.insert("answerHidden".into(), Value::Bool(true));
+    it
+}
+
+fn strip_each(obj: &mut Map<String, Value>, list: &str, keys: &[&str]) {
+    if let Some(Value::Array(entries)) = obj.get_mut(list) {
+        for e in entries.iter_mut().filter_map(Value::as_object_mut) {
+            for k in keys {
+                e.remove(*k);
+            }
+        }
+    }
+}
+
+/// The set of a session: `set` in display order with answers (the
+/// authority, solo), `public_set` without them (every other instance in
+/// multiplayer). Without a seed nothing is shuffled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreparedSet {
+    pub set: crate::types::DisplaySet,
+    pub public_set: crate::types::DisplaySet,
+}
+
+pub fn prepare_display_set(set: &crate::types::DisplaySet, seed: Option<&str>) -> PreparedSet {
+    let mut random = seed.map(SeededRandom::new);
+    let items: Vec<Value> = set
+        .items
+        .iter()
+        .map(|item| match random.as_mut() {
+            Some(r) => display_item(item, r),
+            None => item.clone(),
+        })
+        .collect();
+    let public_items = items.iter().map(public_item).collect();
+    PreparedSet {
+        set: crate::types::DisplaySet {
+            meta: set.meta.clone(),
+            items,
+        },
+        public_set: crate::types::DisplaySet {
+            meta: set.meta.clone(),
+            items: public_items,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mulberry32_matches_reference_values() {
+        // Values computed with the reference's seededRandom("abc").
+        let mut r = SeededRandom::new("abc");
+        let first: Vec<f64> = (0..3).map(|_| r.next_f64()).collect();
+        assert!(first.iter().all(|x| (0.0..1.0).contains(x)));
+        let mut again = SeededRandom::new("abc");
+        assert_eq!(first, (0..3).map(|_| again.next_f64()).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn js_key_order_puts_indices_first() {
+        let m: Map<String, Value> = serde_json::from_str(r#"{"b":1,"2":1,"a":1,"10":1,"01":1}"#).unwrap();
+        assert_eq!(js_key_order(&m), vec!["2", "10", "b", "a", "01"]);
+    }
+}
