@@ -410,7 +410,7 @@ impl<'a> Args<'a> {
             let field = if path == "." || path.is_empty() {
                 param.to_owned()
             } else {
-                format!("{param}.{path}")
+                format!("{param}.{path}").replace(".[", "[")
             };
             ProtocolError::invalid_argument(format!(
                 "{}: {field}: {}",
@@ -515,7 +515,11 @@ fn validate_answer(args: &Args<'_>, a: &AnswerRecord<'_>, limits: &Limits) -> Re
         let mut de = serde_json::Deserializer::from_str(item.get());
         let head: ItemHead = serde_path_to_error::deserialize(&mut de).map_err(|e| {
             let path = e.path().to_string();
-            let field = if path == "." { "answer.item".to_owned() } else { format!("answer.item.{path}") };
+            let field = if path == "." {
+                "answer.item".to_owned()
+            } else {
+                format!("answer.item.{path}").replace(".[", "[")
+            };
             args.invalid(&field, &format!(": {}", strip_location(&e.inner().to_string())))
         })?;
         check_text(args, "answer.item.id", &head.id, 1, 128)?;

@@ -180,23 +180,28 @@ impl Serialize for Recipients {
 
 impl<'de> Deserialize<'de> for Recipients {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Wire {
-            Name(String),
-            List(Vec<String>),
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Recipients;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"authority\", \"all\" or a list of addresses")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Recipients, E> {
+                match v {
+                    "authority" => Ok(Recipients::Authority),
+                    "all" => Ok(Recipients::All),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Recipients, A::Error> {
+                let mut list = Vec::new();
+                while let Some(a) = seq.next_element::<String>()? {
+                    list.push(a);
+                }
+                Ok(Recipients::Addresses(list))
+            }
         }
-        match Wire::deserialize(d).map_err(|_| {
-            serde::de::Error::custom("expected \"authority\", \"all\" or a list of addresses")
-        })? {
-            Wire::Name(n) if n == "authority" => Ok(Recipients::Authority),
-            Wire::Name(n) if n == "all" => Ok(Recipients::All),
-            Wire::Name(n) => Err(serde::de::Error::custom(format!(
-                "expected \"authority\", \"all\" or a list of addresses, got {:?}",
-                n.chars().take(40).collect::<String>()
-            ))),
-            Wire::List(l) => Ok(Recipients::Addresses(l)),
-        }
+        d.deserialize_any(V)
     }
 }
 
