@@ -1,0 +1,100 @@
+//! `hostwire check` as a user runs it: the real binary on real files.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn run(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hostwire"))
+        .arg("check")
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    (out.status.code().unwrap(), String::from_utf8(out.stdout).unwrap())
+}
+
+fn temp(name: &str, content: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hostwire-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, content).unwrap();
+    p
+}
+
+#[test]
+fn valid_plugin_prints_a_summary_and_exits_0() {
+    let (code, out) = run(&["examples/quiz-race.html", "--set", "examples/quiz.oqse.json"]);
+    assert_eq!(code, 0, "{out}");
+    for needle in ["Quiz Race 1.2.0", "protocol:    1.0", "views:       solo, board, controller, settings", "questionTime (number)", "= 20", "connect-src", "wss://live.example.org:8443", "allow:       microphone *", "5 of 5 items playable", "✓ valid"] {
+        assert!(out.contains(needle), "{needle:?} missing:\n{out}");
+    }
+}
+
+#[test]
+fn json_output_is_one_document() {
+    let (code, out) = run(&["examples/quiz-race.html", "--json", "--mode", "solo", "--host-origin", "https://play.example.org"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["valid"], true);
+    assert_eq!(v["manifest"]["appName"], "Quiz Race");
+    assert_eq!(v["resolvedSettings"]["questionTime"], 20);
+    // Only the settings that apply to solo are listed.
+    assert_eq!(v["manifest"]["settings"].as_array().unwrap().len(), 2);
+    assert!(v["policy"]["contentSecurityPolicy"].as_str().unwrap().contains("https://play.example.org"));
+}
+
+#[test]
+fn incompatible_set_exits_1_with_every_problem() {
+    let (code, out) = run(&["examples/quiz-race.html", "--set", "examples/every-type.oqse.json", "--json"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["compatibility"]["compatible"], false);
+    assert_eq!(v["compatibility"]["unsupportedTypes"]["timeline"], 2);
+    assert!(v["problems"].as_array().unwrap().len() > 10);
+}
+
+#[test]
+fn invalid_manifest_exits_1_and_names_paths() {
+    let html = r#"<script type="application/oqse-manifest+json">{"version":"1.0","id":"x","appName":"A","appSpecific":{"memizy":{"protocol":"1","modes":{}}}}</script>"#;
+    let p = temp("bad.html", html);
+    let (code, out) = run(&[p.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    for needle in ["id: must be a URL", "appSpecific.memizy.protocol:", "appSpecific.memizy.modes:", "capabilities.types:"] {
+        assert!(out.contains(needle), "{needle:?} missing:\n{out}");
+    }
+    let (code, out) = run(&[p.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["problems"].as_array().unwrap().iter().any(|p| p["path"] == "appSpecific.memizy.protocol"));
+}
+
+#[test]
+fn unsupported_mode_is_invalid() {
+    let html = r#"<script type="application/oqse-manifest+json">{"version":"1.0","id":"https://a.org/p","appName":"A","capabilities":{"types":["*"]},"appSpecific":{"memizy":{"protocol":"1.0","modes":{"solo":{}}}}}</script>"#;
+    let p = temp("solo.html", html);
+    assert_eq!(run(&[p.to_str().unwrap(), "--mode", "solo"]).0, 0);
+    let (code, out) = run(&[p.to_str().unwrap(), "--mode", "multiplayer"]);
+    assert_eq!(code, 1);
+    assert!(out.contains("does not declare multiplayer"));
+    let newer = html.replace(r#""protocol":"1.0""#, r#""protocol":"1.7""#);
+    let p = temp("newer.html", &newer);
+    let (code, out) = run(&[p.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(out.contains("needs a newer host"), "{out}");
+}
+
+#[test]
+fn unreadable_input_exits_2() {
+    assert_eq!(run(&["does/not/exist.html"]).0, 2);
+    let bin = temp("bin.html", "");
+    std::fs::write(&bin, [0xff, 0xfe, 0x00]).unwrap();
+    assert_eq!(run(&[bin.to_str().unwrap()]).0, 2);
+    let bad_set = temp("set.json", "{ not json");
+    let (code, out) = run(&["examples/quiz-race.html", "--set", bad_set.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(out.contains("not valid JSON"), "{out}");
+}
