@@ -235,7 +235,10 @@ mod tests {
     fn invalid_json_and_trailing_data_are_errors() {
         for bad in ["", "{", "[1,]", "NaN", "1 2", "{\"a\":1}x", "'a'"] {
             assert!(
-                matches!(from_str_bounded::<Value>(bad, L), Err(JsonError::Invalid { .. })),
+                matches!(
+                    from_str_bounded::<Value>(bad, L),
+                    Err(JsonError::Invalid { .. })
+                ),
                 "{bad:?}"
             );
         }
@@ -269,7 +272,7 @@ mod tests {
         let leaf = prop_oneof![
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),
-            any::<i32>().prop_map(|n| Value::from(n)),
+            any::<i32>().prop_map(Value::from),
             ".{0,8}".prop_map(Value::String),
         ];
         leaf.prop_recursive(4, 32, 6, |inner| {

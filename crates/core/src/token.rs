@@ -72,7 +72,10 @@ mod tests {
         let a = Token::generate();
         let b = Token::generate();
         assert_eq!(a.as_str().len(), TOKEN_TEXT_LEN);
-        assert_eq!(URL_SAFE_NO_PAD.decode(a.as_str()).unwrap().len(), TOKEN_BYTES);
+        assert_eq!(
+            URL_SAFE_NO_PAD.decode(a.as_str()).unwrap().len(),
+            TOKEN_BYTES
+        );
         assert!(!a.as_str().contains('='));
         assert_ne!(a, b);
         assert!(Token::parse(a.as_str()).is_some());

@@ -93,7 +93,9 @@ mod tests {
     fn parses_major_minor_only() {
         assert_eq!(v("1.0"), Version::new(1, 0));
         assert_eq!(v("12.345"), Version::new(12, 345));
-        for bad in ["1", "1.", ".1", "1.0.0", "v1.0", "+1.0", "1.-1", " 1.0", "1.0 ", "a.b", ""] {
+        for bad in [
+            "1", "1.", ".1", "1.0.0", "v1.0", "+1.0", "1.-1", " 1.0", "1.0 ", "a.b", "",
+        ] {
             assert!(bad.parse::<Version>().is_err(), "{bad:?} must be rejected");
         }
     }

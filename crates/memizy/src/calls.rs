@@ -154,7 +154,12 @@ pub fn decode_host_call_with<'a>(
                 }
             }
             args.json_only(m.data, "message.data")?;
-            args.size(m.data, "message.data", limits.message_bytes, Code::MessageTooLarge)?;
+            args.size(
+                m.data,
+                "message.data",
+                limits.message_bytes,
+                Code::MessageTooLarge,
+            )?;
             HostCall::Send(m)
         }
         "saveSnapshot" => {
@@ -206,7 +211,9 @@ pub fn decode_host_call_with<'a>(
                 for (k, v) in scores {
                     check_text(&args, "result.scores", k, 1, 128)?;
                     if !v.is_finite() {
-                        return Err(args.invalid(&format!("result.scores.{k}"), "must be a finite number"));
+                        return Err(
+                            args.invalid(&format!("result.scores.{k}"), "must be a finite number")
+                        );
                     }
                 }
             }
@@ -226,11 +233,19 @@ pub fn decode_host_call_with<'a>(
             args.arity(2, 2)?;
             let name: String = args.typed(0, "name")?;
             if !is_service_name(&name) {
-                return Err(args.invalid("name", "must be lowercase segments joined by dots (e.g. \"chess.puzzles\")"));
+                return Err(args.invalid(
+                    "name",
+                    "must be lowercase segments joined by dots (e.g. \"chess.puzzles\")",
+                ));
             }
             let payload = args.raw(1);
             args.json_only(payload, "payload")?;
-            args.size(payload, "payload", limits.service_request_bytes, Code::MessageTooLarge)?;
+            args.size(
+                payload,
+                "payload",
+                limits.service_request_bytes,
+                Code::MessageTooLarge,
+            )?;
             HostCall::Service { name, payload }
         }
         _ => return Err(unknown_method(method)),
@@ -239,7 +254,10 @@ pub fn decode_host_call_with<'a>(
 }
 
 /// Decodes a Plugin API call (host → plugin), as a Rust plugin side would.
-pub fn decode_plugin_call<'a>(method: &str, args: &'a str) -> Result<PluginCall<'a>, ProtocolError> {
+pub fn decode_plugin_call<'a>(
+    method: &str,
+    args: &'a str,
+) -> Result<PluginCall<'a>, ProtocolError> {
     if !PLUGIN_METHODS.contains(&method) {
         return Err(unknown_method(method));
     }
@@ -432,11 +450,20 @@ impl<'a> Args<'a> {
         Ok(())
     }
 
-    fn size(&self, raw: &RawValue, field: &str, max: usize, code: Code) -> Result<usize, ProtocolError> {
+    fn size(
+        &self,
+        raw: &RawValue,
+        field: &str,
+        max: usize,
+        code: Code,
+    ) -> Result<usize, ProtocolError> {
         raw_within(raw, max).map_err(|size| {
             ProtocolError::new(
                 code,
-                format!("{}: {field} is {size} bytes; the limit is {max} bytes", self.method),
+                format!(
+                    "{}: {field} is {size} bytes; the limit is {max} bytes",
+                    self.method
+                ),
             )
         })
     }
@@ -451,7 +478,13 @@ fn js_len(s: &str) -> usize {
     s.encode_utf16().count()
 }
 
-fn check_text(args: &Args<'_>, field: &str, s: &str, min: usize, max: usize) -> Result<(), ProtocolError> {
+fn check_text(
+    args: &Args<'_>,
+    field: &str,
+    s: &str,
+    min: usize,
+    max: usize,
+) -> Result<(), ProtocolError> {
     let n = js_len(s);
     if n < min {
         return Err(args.invalid(field, "must not be empty"));
@@ -468,7 +501,10 @@ fn validate_handshake(h: &Handshake) -> Result<(), ProtocolError> {
         list: Vec::new(),
     };
     if h.protocol.parse::<hostwire_core::Version>().is_err() {
-        return Err(args.invalid("handshake.protocol", "must be in MAJOR.MINOR format (e.g. \"1.0\")"));
+        return Err(args.invalid(
+            "handshake.protocol",
+            "must be in MAJOR.MINOR format (e.g. \"1.0\")",
+        ));
     }
     check_text(&args, "handshake.sdk.name", &h.sdk.name, 1, 200)?;
     check_text(&args, "handshake.sdk.version", &h.sdk.version, 1, 100)?;
@@ -483,7 +519,11 @@ fn validate_handshake(h: &Handshake) -> Result<(), ProtocolError> {
     Ok(())
 }
 
-fn validate_answer(args: &Args<'_>, a: &AnswerRecord<'_>, limits: &Limits) -> Result<(), ProtocolError> {
+fn validate_answer(
+    args: &Args<'_>,
+    a: &AnswerRecord<'_>,
+    limits: &Limits,
+) -> Result<(), ProtocolError> {
     if let Some(p) = &a.player_id {
         check_text(args, "answer.playerId", p, 1, 128)?;
     }
@@ -493,7 +533,10 @@ fn validate_answer(args: &Args<'_>, a: &AnswerRecord<'_>, limits: &Limits) -> Re
             return Err(args.invalid("answer.confidence", "must be 1, 2, 3 or 4"));
         }
     }
-    for (field, v) in [("answer.timeSpentMs", a.time_spent_ms), ("answer.hintsUsed", a.hints_used)] {
+    for (field, v) in [
+        ("answer.timeSpentMs", a.time_spent_ms),
+        ("answer.hintsUsed", a.hints_used),
+    ] {
         if let Some(v) = v {
             if !(v.is_finite() && v >= 0.0 && v.fract() == 0.0) {
                 return Err(args.invalid(field, "must be a non-negative integer"));
@@ -502,7 +545,12 @@ fn validate_answer(args: &Args<'_>, a: &AnswerRecord<'_>, limits: &Limits) -> Re
     }
     if let Some(answer) = a.answer {
         args.json_only(answer, "answer.answer")?;
-        args.size(answer, "answer.answer", limits.answer_bytes, Code::DataTooLarge)?;
+        args.size(
+            answer,
+            "answer.answer",
+            limits.answer_bytes,
+            Code::DataTooLarge,
+        )?;
     }
     if let Some(item) = a.item {
         #[derive(Deserialize)]
@@ -520,14 +568,22 @@ fn validate_answer(args: &Args<'_>, a: &AnswerRecord<'_>, limits: &Limits) -> Re
             } else {
                 format!("answer.item.{path}").replace(".[", "[")
             };
-            args.invalid(&field, &format!(": {}", strip_location(&e.inner().to_string())))
+            args.invalid(
+                &field,
+                &format!(": {}", strip_location(&e.inner().to_string())),
+            )
         })?;
         check_text(args, "answer.item.id", &head.id, 1, 128)?;
         check_text(args, "answer.item.type", &head.kind, 1, 64)?;
         if head.id != a.item_id {
             return Err(args.invalid("answer.item.id", "must equal itemId"));
         }
-        args.size(item, "answer.item", limits.generated_item_bytes, Code::DataTooLarge)?;
+        args.size(
+            item,
+            "answer.item",
+            limits.generated_item_bytes,
+            Code::DataTooLarge,
+        )?;
     }
     Ok(())
 }
@@ -586,5 +642,6 @@ impl<'de> Visitor<'de> for JsonOnlyVisitor {
 
 /// Decodes owned arguments, for callers that keep a call past its input.
 pub fn decode_owned<T: DeserializeOwned>(text: &str) -> Result<T, ProtocolError> {
-    serde_json::from_str(text).map_err(|e| ProtocolError::invalid_argument(strip_location(&e.to_string())))
+    serde_json::from_str(text)
+        .map_err(|e| ProtocolError::invalid_argument(strip_location(&e.to_string())))
 }

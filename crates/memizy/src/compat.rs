@@ -36,11 +36,21 @@ pub fn check_compatibility(manifest: &PluginManifest, set: &Value) -> Compatibil
         out.not_checked = true;
         return out;
     }
-    match set.get("version").and_then(Value::as_str).map(str::parse::<Version>) {
+    match set
+        .get("version")
+        .and_then(Value::as_str)
+        .map(str::parse::<Version>)
+    {
         Some(Ok(v)) if v.major == OQSE_MAJOR => {}
-        Some(Ok(v)) => out.problems.push(format!("version: OQSE {v} is not supported (reads OQSE {OQSE_MAJOR}.x)")),
-        Some(Err(_)) => out.problems.push("version: must be MAJOR.MINOR (e.g. \"1.0\")".into()),
-        None => out.problems.push("version: is required (the OQSE version, e.g. \"1.0\")".into()),
+        Some(Ok(v)) => out.problems.push(format!(
+            "version: OQSE {v} is not supported (reads OQSE {OQSE_MAJOR}.x)"
+        )),
+        Some(Err(_)) => out
+            .problems
+            .push("version: must be MAJOR.MINOR (e.g. \"1.0\")".into()),
+        None => out
+            .problems
+            .push("version: is required (the OQSE version, e.g. \"1.0\")".into()),
     }
     let Some(items) = set.get("items").and_then(Value::as_array) else {
         out.problems.push("items: must be an array of items".into());

@@ -95,8 +95,8 @@ impl ProtocolError {
         }
         match strip_code_prefix(message) {
             Some((code, rest)) => {
-                let code = ProtocolErrorCode::from_wire(code)
-                    .unwrap_or(ProtocolErrorCode::InternalError);
+                let code =
+                    ProtocolErrorCode::from_wire(code).unwrap_or(ProtocolErrorCode::InternalError);
                 Self::new(code, rest)
             }
             None => Self::new(ProtocolErrorCode::InternalError, message),
@@ -153,7 +153,10 @@ mod tests {
         let e = ProtocolError::from_foreign("[SOMETHING_NEW] x", None);
         assert_eq!((e.code, e.detail()), (C::InternalError, "x"));
         let e = ProtocolError::from_foreign("boom", None);
-        assert_eq!((e.code, e.message.as_str()), (C::InternalError, "[INTERNAL_ERROR] boom"));
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (C::InternalError, "[INTERNAL_ERROR] boom")
+        );
         let e = ProtocolError::from_foreign("[lower] x", None);
         assert_eq!((e.code, e.detail()), (C::InternalError, "[lower] x"));
         let e = ProtocolError::from_foreign("no such method", Some("METHOD_NOT_FOUND"));

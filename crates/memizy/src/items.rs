@@ -36,7 +36,10 @@ impl SeededRandom {
 /// Attempts to avoid a forbidden order before the rotation fallback.
 const SHUFFLE_ATTEMPTS: usize = 6;
 
-fn shuffled(list: &[Value], random: &mut SeededRandom, avoid: Option<&dyn Fn(&[Value]) -> bool>) -> Vec<Value> {
+/// An order that must not be shown (the correct one).
+type Forbidden<'f> = Option<&'f dyn Fn(&[Value]) -> bool>;
+
+fn shuffled(list: &[Value], random: &mut SeededRandom, avoid: Forbidden<'_>) -> Vec<Value> {
     for _ in 0..SHUFFLE_ATTEMPTS {
         let mut copy = list.to_vec();
         for i in (1..copy.len()).rev() {
@@ -53,16 +56,16 @@ fn shuffled(list: &[Value], random: &mut SeededRandom, avoid: Option<&dyn Fn(&[V
     // distinct ids at most one rotation can match.
     let n = list.len();
     for k in 1..n.max(2) {
-        let rotated: Vec<Value> = list[k % n..].iter().chain(&list[..k % n]).cloned().collect();
+        let rotated: Vec<Value> = list[k % n..]
+            .iter()
+            .chain(&list[..k % n])
+            .cloned()
+            .collect();
         if avoid.is_none_or(|bad| !bad(&rotated)) {
             return rotated;
         }
     }
     list.to_vec()
-}
-
-fn ids_of(list: &[Value]) -> Vec<Option<&str>> {
-    list.iter().map(|c| c.get("id").and_then(Value::as_str)).collect()
 }
 
 /// True when `order` lists exactly the ids of `ids`, position by position.
@@ -117,12 +120,14 @@ pub fn display_item(item: &Value, random: &mut SeededRandom) -> Value {
     let Some(obj) = it.as_object_mut() else {
         return it;
     };
-    let kind = obj.get("type").and_then(Value::as_str).unwrap_or("").to_owned();
+    let kind = obj
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
     match kind.as_str() {
-        "mcq-single" | "mcq-multi" => {
-            if shuffle_allowed(obj.get("shuffle")) {
-                shuffle_field(obj, "options", random);
-            }
+        "mcq-single" | "mcq-multi" if shuffle_allowed(obj.get("shuffle")) => {
+            shuffle_field(obj, "options", random);
         }
         "fill-in-select" => {
             if let Some(Value::Object(blanks)) = obj.get_mut("blanks") {
@@ -137,7 +142,9 @@ pub fn display_item(item: &Value, random: &mut SeededRandom) -> Value {
         }
         "sort-items" => {
             let correct: Vec<Option<String>> = match obj.get("correctOrder") {
-                Some(Value::Array(ids)) => ids.iter().map(|v| v.as_str().map(str::to_owned)).collect(),
+                Some(Value::Array(ids)) => {
+                    ids.iter().map(|v| v.as_str().map(str::to_owned)).collect()
+                }
                 _ => Vec::new(),
             };
             if let Some(Value::Array(list)) = obj.get("items") {
@@ -154,30 +161,29 @@ pub fn display_item(item: &Value, random: &mut SeededRandom) -> Value {
             shuffle_field(obj, "leftItems", random);
             shuffle_field(obj, "rightItems", random);
         }
-        "timeline" => {
-            if shuffle_allowed(obj.get("shuffle")) {
-                if let Some(Value::Array(events)) = obj.get("events") {
-                    let mut chronological: Vec<&Value> = events.iter().collect();
-                    // Stable, as JavaScript's sort; ISO dates order as text.
-                    chronological.sort_by(|a, b| {
-                        let d = |e: &Value| e.get("date").and_then(Value::as_str).unwrap_or("").to_owned();
-                        d(a).cmp(&d(b))
-                    });
-                    let correct: Vec<Option<String>> = ids_of(&chronological.into_iter().cloned().collect::<Vec<_>>())
-                        .into_iter()
-                        .map(|o| o.map(str::to_owned))
-                        .collect();
-                    let avoid = |order: &[Value]| same_ids(order, &correct);
-                    let s = shuffled(events, random, Some(&avoid));
-                    obj.insert("events".into(), Value::Array(s));
-                }
+        "timeline" if shuffle_allowed(obj.get("shuffle")) => {
+            if let Some(Value::Array(events)) = obj.get("events") {
+                let date = |e: &Value| {
+                    e.get("date")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned()
+                };
+                let mut chronological: Vec<&Value> = events.iter().collect();
+                // Stable, as JavaScript's sort; ISO dates order as text.
+                chronological.sort_by_key(|e| date(e));
+                let correct: Vec<Option<String>> = chronological
+                    .iter()
+                    .map(|e| e.get("id").and_then(Value::as_str).map(str::to_owned))
+                    .collect();
+                let avoid = |order: &[Value]| same_ids(order, &correct);
+                let s = shuffled(events, random, Some(&avoid));
+                obj.insert("events".into(), Value::Array(s));
             }
         }
         "categorize" => shuffle_field(obj, "items", random),
-        "diagram-label" => {
-            if !js_truthy(obj.get("requireTyping")) {
-                shuffle_field(obj, "labels", random);
-            }
+        "diagram-label" if !js_truthy(obj.get("requireTyping")) => {
+            shuffle_field(obj, "labels", random);
         }
         _ => {}
     }
@@ -231,7 +237,11 @@ pub fn public_item(item: &Value) -> Value {
     let Some(obj) = it.as_object_mut() else {
         return it;
     };
-    let kind = obj.get("type").and_then(Value::as_str).unwrap_or("").to_owned();
+    let kind = obj
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
     if kind.starts_with("x-") {
         for k in CUSTOM_HIDDEN {
             obj.remove(*k);
@@ -338,7 +348,8 @@ mod tests {
 
     #[test]
     fn js_key_order_puts_indices_first() {
-        let m: Map<String, Value> = serde_json::from_str(r#"{"b":1,"2":1,"a":1,"10":1,"01":1}"#).unwrap();
+        let m: Map<String, Value> =
+            serde_json::from_str(r#"{"b":1,"2":1,"a":1,"10":1,"01":1}"#).unwrap();
         assert_eq!(js_key_order(&m), vec!["2", "10", "b", "a", "01"]);
     }
 }

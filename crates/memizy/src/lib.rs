@@ -12,7 +12,9 @@ pub mod policy;
 pub mod settings;
 pub mod types;
 
-pub use calls::{decode_host_call, decode_host_call_with, decode_plugin_call, HostCall, PluginCall};
+pub use calls::{
+    decode_host_call, decode_host_call_with, decode_plugin_call, HostCall, PluginCall,
+};
 pub use compat::{check_compatibility, Compatibility};
 pub use errors::{ProtocolError, ProtocolErrorCode};
 pub use items::{prepare_display_set, public_item, PreparedSet};

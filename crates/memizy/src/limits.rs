@@ -78,11 +78,15 @@ impl Limits {
             assets_per_second: self.assets_per_second.max(m.assets_per_second),
             asset_burst: self.asset_burst.max(m.asset_burst),
             asset_bytes: self.asset_bytes.max(m.asset_bytes),
-            error_reports_per_second: self.error_reports_per_second.max(m.error_reports_per_second),
+            error_reports_per_second: self
+                .error_reports_per_second
+                .max(m.error_reports_per_second),
             error_report_burst: self.error_report_burst.max(m.error_report_burst),
             service_request_bytes: self.service_request_bytes.max(m.service_request_bytes),
             service_result_bytes: self.service_result_bytes.max(m.service_result_bytes),
-            service_calls_per_minute: self.service_calls_per_minute.max(m.service_calls_per_minute),
+            service_calls_per_minute: self
+                .service_calls_per_minute
+                .max(m.service_calls_per_minute),
         }
     }
 

@@ -2,7 +2,9 @@
 //! HTML without running anything, validated as OQSEM 1.0 plus every rule of
 //! `appSpecific.memizy`. Every problem is reported with its JSON path.
 
-use crate::settings::{mode_name, same_json, LocalizedText, SelectOption, SettingDefinition, SettingKind};
+use crate::settings::{
+    mode_name, same_json, LocalizedText, SelectOption, SettingDefinition, SettingKind,
+};
 use crate::types::{HostAs, Mode, View};
 use hostwire_core::json::{from_str_bounded, JsonLimits};
 use hostwire_core::Version;
@@ -201,10 +203,13 @@ pub fn extract_manifest_text(html: &str) -> Result<String, ManifestError> {
 /// Reads and validates the manifest of a plugin HTML file.
 pub fn read_plugin_manifest(html: &str) -> Result<PluginManifest, ManifestError> {
     let text = extract_manifest_text(html)?;
-    let value: Value = from_str_bounded(&text, JsonLimits::new(MANIFEST_MAX_BYTES, MANIFEST_MAX_DEPTH))
-        .map_err(|e| ManifestError::InvalidJson {
-            message: e.to_string(),
-        })?;
+    let value: Value = from_str_bounded(
+        &text,
+        JsonLimits::new(MANIFEST_MAX_BYTES, MANIFEST_MAX_DEPTH),
+    )
+    .map_err(|e| ManifestError::InvalidJson {
+        message: e.to_string(),
+    })?;
     parse_plugin_manifest(value)
 }
 
@@ -341,7 +346,9 @@ impl Check {
     }
 
     fn one_of<'a>(&mut self, v: &Value, path: &str, allowed: &[&'a str]) -> Option<&'a str> {
-        let found = v.as_str().and_then(|s| allowed.iter().find(|a| **a == s).copied());
+        let found = v
+            .as_str()
+            .and_then(|s| allowed.iter().find(|a| **a == s).copied());
         if found.is_none() {
             self.bad(path, format!("must be one of {}", quoted(allowed)));
         }
@@ -383,7 +390,10 @@ impl Check {
             other => {
                 self.bad(
                     path,
-                    format!("must be a string or a map of language to string, not {}", kind(other)),
+                    format!(
+                        "must be a string or a map of language to string, not {}",
+                        kind(other)
+                    ),
                 );
                 None
             }
@@ -446,13 +456,21 @@ impl Check {
         let mut features = Vec::new();
         if let Some(caps) = root.get("capabilities") {
             if let Some(caps) = self.object(caps, "capabilities") {
-                if let Some(actions) = caps.get("actions").and_then(|a| self.array(a, "capabilities.actions")) {
+                if let Some(actions) = caps
+                    .get("actions")
+                    .and_then(|a| self.array(a, "capabilities.actions"))
+                {
                     for (i, a) in actions.iter().enumerate() {
-                        let ok = a.as_str().is_some_and(|s| OQSEM_ACTIONS.contains(&s) || s.starts_with("x-"));
+                        let ok = a
+                            .as_str()
+                            .is_some_and(|s| OQSEM_ACTIONS.contains(&s) || s.starts_with("x-"));
                         if !ok {
                             self.bad(
                                 &format!("capabilities.actions[{i}]"),
-                                format!("must be one of {} or start with \"x-\"", quoted(OQSEM_ACTIONS)),
+                                format!(
+                                    "must be one of {} or start with \"x-\"",
+                                    quoted(OQSEM_ACTIONS)
+                                ),
                             );
                         }
                     }
@@ -461,22 +479,32 @@ impl Check {
                     types = self.string_list(t, "capabilities.types");
                 }
                 if let Some(f) = caps.get("features") {
-                    features = self.string_list(f, "capabilities.features").unwrap_or_default();
+                    features = self
+                        .string_list(f, "capabilities.features")
+                        .unwrap_or_default();
                 }
             }
         }
         let runtime = match root.get("appSpecific") {
             None => {
-                self.bad("appSpecific.memizy", "is required (the Memizy runtime block: protocol, modes, …)");
+                self.bad(
+                    "appSpecific.memizy",
+                    "is required (the Memizy runtime block: protocol, modes, …)",
+                );
                 None
             }
-            Some(app) => self.object(app, "appSpecific").and_then(|app| match app.get("memizy") {
-                None => {
-                    self.bad("appSpecific.memizy", "is required (the Memizy runtime block: protocol, modes, …)");
-                    None
-                }
-                Some(m) => self.runtime(m, "appSpecific.memizy", types.as_deref()),
-            }),
+            Some(app) => self
+                .object(app, "appSpecific")
+                .and_then(|app| match app.get("memizy") {
+                    None => {
+                        self.bad(
+                            "appSpecific.memizy",
+                            "is required (the Memizy runtime block: protocol, modes, …)",
+                        );
+                        None
+                    }
+                    Some(m) => self.runtime(m, "appSpecific.memizy", types.as_deref()),
+                }),
         };
         Some(PluginManifest {
             document: Value::Null,
@@ -501,20 +529,34 @@ impl Check {
         (out.len() == list.len()).then_some(out)
     }
 
-    fn runtime(&mut self, v: &Value, path: &str, types: Option<&[String]>) -> Option<PluginRuntime> {
+    fn runtime(
+        &mut self,
+        v: &Value,
+        path: &str,
+        types: Option<&[String]>,
+    ) -> Option<PluginRuntime> {
         let m = self.object(v, path)?;
         let protocol = match m.get("protocol") {
             None => {
-                self.bad(&join(path, "protocol"), "is required (MAJOR.MINOR, e.g. \"1.0\")");
+                self.bad(
+                    &join(path, "protocol"),
+                    "is required (MAJOR.MINOR, e.g. \"1.0\")",
+                );
                 None
             }
-            Some(p) => self.string(p, &join(path, "protocol")).and_then(|s| match s.parse::<Version>() {
-                Ok(v) => Some(v),
-                Err(_) => {
-                    self.bad(&join(path, "protocol"), "must be in MAJOR.MINOR format (e.g. \"1.0\")");
-                    None
-                }
-            }),
+            Some(p) => {
+                self.string(p, &join(path, "protocol"))
+                    .and_then(|s| match s.parse::<Version>() {
+                        Ok(v) => Some(v),
+                        Err(_) => {
+                            self.bad(
+                                &join(path, "protocol"),
+                                "must be in MAJOR.MINOR format (e.g. \"1.0\")",
+                            );
+                            None
+                        }
+                    })
+            }
         };
         let set = match m.get("set") {
             None => Some(SetUsage::Required),
@@ -544,7 +586,10 @@ impl Check {
         let mut multiplayer = None;
         let mut modes_ok = false;
         match m.get("modes") {
-            None => self.bad(&modes_path, "is required: declare \"solo\" and/or \"multiplayer\""),
+            None => self.bad(
+                &modes_path,
+                "is required: declare \"solo\" and/or \"multiplayer\"",
+            ),
             Some(modes) => {
                 if let Some(modes) = self.object(modes, &modes_path) {
                     modes_ok = true;
@@ -573,7 +618,13 @@ impl Check {
                     let p = format!("{sp}[{i}]");
                     if let Some(def) = self.setting(s, &p) {
                         if settings.iter().any(|d: &SettingDefinition| d.id == def.id) {
-                            self.bad(&join(&p, "id"), format!("{:?} is used by another setting; ids must be unique", def.id));
+                            self.bad(
+                                &join(&p, "id"),
+                                format!(
+                                    "{:?} is used by another setting; ids must be unique",
+                                    def.id
+                                ),
+                            );
                         } else {
                             settings.push(def);
                         }
@@ -591,17 +642,22 @@ impl Check {
                         self.bad(&join(&p, "size"), "is required (\"compact\" or \"large\")");
                         None
                     }
-                    Some(s) => self.one_of(s, &join(&p, "size"), &["compact", "large"]).map(|s| {
-                        if s == "large" {
-                            SettingsScreenSize::Large
-                        } else {
-                            SettingsScreenSize::Compact
-                        }
-                    }),
+                    Some(s) => self
+                        .one_of(s, &join(&p, "size"), &["compact", "large"])
+                        .map(|s| {
+                            if s == "large" {
+                                SettingsScreenSize::Large
+                            } else {
+                                SettingsScreenSize::Compact
+                            }
+                        }),
                 };
             }
             if modes_ok && multiplayer.is_none() {
-                self.bad(&p, "is only used in the multiplayer lobby; declare modes.multiplayer or remove it");
+                self.bad(
+                    &p,
+                    "is only used in the multiplayer lobby; declare modes.multiplayer or remove it",
+                );
             }
         }
 
@@ -610,7 +666,11 @@ impl Check {
             let p = join(path, "display");
             if let Some(o) = self.object(d, &p) {
                 if let Some(or) = o.get("orientation") {
-                    orientation = match self.one_of(or, &join(&p, "orientation"), &["any", "portrait", "landscape"]) {
+                    orientation = match self.one_of(
+                        or,
+                        &join(&p, "orientation"),
+                        &["any", "portrait", "landscape"],
+                    ) {
                         Some("portrait") => Orientation::Portrait,
                         Some("landscape") => Orientation::Landscape,
                         _ => Orientation::Any,
@@ -627,7 +687,13 @@ impl Check {
                     let np = join(&p, "network");
                     if let Some(list) = self.array(net, &np) {
                         if list.len() > MAX_NETWORK_ORIGINS {
-                            self.bad(&np, format!("lists {} origins; at most {MAX_NETWORK_ORIGINS} are allowed", list.len()));
+                            self.bad(
+                                &np,
+                                format!(
+                                    "lists {} origins; at most {MAX_NETWORK_ORIGINS} are allowed",
+                                    list.len()
+                                ),
+                            );
                         }
                         for (i, origin) in list.iter().enumerate() {
                             let ip = format!("{np}[{i}]");
@@ -642,7 +708,9 @@ impl Check {
                     }
                 }
                 if let Some(dev) = o.get("devices") {
-                    permissions.devices = self.enum_list(dev, &join(&p, "devices"), PLUGIN_DEVICES).unwrap_or_default();
+                    permissions.devices = self
+                        .enum_list(dev, &join(&p, "devices"), PLUGIN_DEVICES)
+                        .unwrap_or_default();
                 }
             }
         }
@@ -717,7 +785,9 @@ impl Check {
                     }
                     Some(v) => self.integer(v, &join(&pp, "max")),
                 };
-                let recommended = p.get("recommended").map(|v| self.integer(v, &join(&pp, "recommended")));
+                let recommended = p
+                    .get("recommended")
+                    .map(|v| self.integer(v, &join(&pp, "recommended")));
                 let (min, max) = (min?, max?);
                 let mut ok = true;
                 if min < 1 {
@@ -755,20 +825,31 @@ impl Check {
         let hp = join(path, "hostAs");
         let host_as = match o.get("hostAs") {
             None => {
-                self.bad(&hp, "is required in multiplayer: [\"presenter\"] and/or [\"player\"]");
+                self.bad(
+                    &hp,
+                    "is required in multiplayer: [\"presenter\"] and/or [\"player\"]",
+                );
                 None
             }
-            Some(h) => self.enum_list(h, &hp, &["presenter", "player"]).and_then(|l| {
-                if l.is_empty() {
-                    self.bad(&hp, "must contain \"presenter\" and/or \"player\"");
-                    return None;
-                }
-                Some(
-                    l.iter()
-                        .map(|s| if s == "presenter" { HostAs::Presenter } else { HostAs::Player })
-                        .collect(),
-                )
-            }),
+            Some(h) => self
+                .enum_list(h, &hp, &["presenter", "player"])
+                .and_then(|l| {
+                    if l.is_empty() {
+                        self.bad(&hp, "must contain \"presenter\" and/or \"player\"");
+                        return None;
+                    }
+                    Some(
+                        l.iter()
+                            .map(|s| {
+                                if s == "presenter" {
+                                    HostAs::Presenter
+                                } else {
+                                    HostAs::Player
+                                }
+                            })
+                            .collect(),
+                    )
+                }),
         };
         let late_join = match o.get("lateJoin") {
             None => Some(true),
@@ -808,17 +889,27 @@ impl Check {
             }
             Some(l) => self.localized(l, &join(path, "label")),
         };
-        let description = o.get("description").and_then(|d| self.localized(d, &join(path, "description")));
+        let description = o
+            .get("description")
+            .and_then(|d| self.localized(d, &join(path, "description")));
         let modes = match o.get("modes") {
             None => vec![Mode::Solo, Mode::Multiplayer],
             Some(m) => {
                 let mp = join(path, "modes");
-                let list = self.enum_list(m, &mp, &["solo", "multiplayer"]).unwrap_or_default();
+                let list = self
+                    .enum_list(m, &mp, &["solo", "multiplayer"])
+                    .unwrap_or_default();
                 if list.is_empty() && m.as_array().is_some_and(|a| a.is_empty()) {
                     self.bad(&mp, "must list \"solo\" and/or \"multiplayer\"");
                 }
                 list.iter()
-                    .map(|s| if s == "solo" { Mode::Solo } else { Mode::Multiplayer })
+                    .map(|s| {
+                        if s == "solo" {
+                            Mode::Solo
+                        } else {
+                            Mode::Multiplayer
+                        }
+                    })
                     .collect()
             }
         };
@@ -826,7 +917,10 @@ impl Check {
         let dp = join(path, "default");
         let kind = match o.get("type") {
             None => {
-                self.bad(&tp, "is required: \"number\", \"boolean\", \"select\" or \"text\"");
+                self.bad(
+                    &tp,
+                    "is required: \"number\", \"boolean\", \"select\" or \"text\"",
+                );
                 None
             }
             Some(t) => match self.one_of(t, &tp, &["number", "boolean", "select", "text"]) {
@@ -837,7 +931,9 @@ impl Check {
                         self.bad(&dp, "is required");
                         None
                     }
-                    Some(d) => self.boolean(d, &dp).map(|default| SettingKind::Boolean { default }),
+                    Some(d) => self
+                        .boolean(d, &dp)
+                        .map(|default| SettingKind::Boolean { default }),
                 },
                 Some("select") => self.select_setting(o, path),
                 Some(_) => self.text_setting(o, path),
@@ -882,14 +978,22 @@ impl Check {
         if min.is_some_and(|m| default < m) || max.is_some_and(|m| default > m) {
             self.bad(&dp, "is outside min/max");
         }
-        Some(SettingKind::Number { default, min, max, step })
+        Some(SettingKind::Number {
+            default,
+            min,
+            max,
+            step,
+        })
     }
 
     fn select_setting(&mut self, o: &Map<String, Value>, path: &str) -> Option<SettingKind> {
         let op = join(path, "options");
         let mut options: Vec<SelectOption> = Vec::new();
         match o.get("options") {
-            None => self.bad(&op, "is required: a select setting needs at least one option"),
+            None => self.bad(
+                &op,
+                "is required: a select setting needs at least one option",
+            ),
             Some(list) => {
                 if let Some(list) = self.array(list, &op) {
                     if list.is_empty() {
@@ -897,9 +1001,13 @@ impl Check {
                     }
                     for (i, opt) in list.iter().enumerate() {
                         let p = format!("{op}[{i}]");
-                        let Some(opt) = self.object(opt, &p) else { continue };
+                        let Some(opt) = self.object(opt, &p) else {
+                            continue;
+                        };
                         let value = match opt.get("value") {
-                            Some(v @ (Value::String(_) | Value::Bool(_) | Value::Number(_))) => Some(v.clone()),
+                            Some(v @ (Value::String(_) | Value::Bool(_) | Value::Number(_))) => {
+                                Some(v.clone())
+                            }
                             _ => {
                                 self.bad(&join(&p, "value"), "must be a string, number or boolean");
                                 None
@@ -962,7 +1070,10 @@ impl Check {
                 self.bad(&dp, "is longer than maxLength");
             }
         }
-        Some(SettingKind::Text { default, max_length })
+        Some(SettingKind::Text {
+            default,
+            max_length,
+        })
     }
 }
 
@@ -978,7 +1089,10 @@ fn kind(v: &Value) -> &'static str {
 }
 
 fn quoted(list: &[&str]) -> String {
-    list.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ")
+    list.iter()
+        .map(|s| format!("{s:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn is_setting_id(s: &str) -> bool {
@@ -994,7 +1108,8 @@ fn is_bcp47(tag: &str) -> bool {
     let first_ok = parts
         .next()
         .is_some_and(|p| (2..=8).contains(&p.len()) && p.bytes().all(|c| c.is_ascii_alphabetic()));
-    first_ok && parts.all(|p| (1..=8).contains(&p.len()) && p.bytes().all(|c| c.is_ascii_alphanumeric()))
+    first_ok
+        && parts.all(|p| (1..=8).contains(&p.len()) && p.bytes().all(|c| c.is_ascii_alphanumeric()))
 }
 
 fn is_url(s: &str) -> bool {
@@ -1027,9 +1142,9 @@ fn is_semver(s: &str) -> bool {
     let nums: Vec<&str> = core.split('.').collect();
     let ident_ok = |part: &str| {
         !part.is_empty()
-            && part
-                .split('.')
-                .all(|id| !id.is_empty() && id.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-'))
+            && part.split('.').all(|id| {
+                !id.is_empty() && id.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
+            })
     };
     let rest_ok = if rest.is_empty() {
         true
@@ -1044,15 +1159,20 @@ fn is_semver(s: &str) -> bool {
         false
     };
     nums.len() == 3
-        && nums
-            .iter()
-            .all(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) && (n.len() == 1 || !n.starts_with('0')))
+        && nums.iter().all(|n| {
+            !n.is_empty()
+                && n.bytes().all(|c| c.is_ascii_digit())
+                && (n.len() == 1 || !n.starts_with('0'))
+        })
         && rest_ok
 }
 
 /// `https://host[:port]` or `wss://host[:port]`, no path, query or user.
 pub fn is_network_origin(s: &str) -> bool {
-    let Some(rest) = s.strip_prefix("https://").or_else(|| s.strip_prefix("wss://")) else {
+    let Some(rest) = s
+        .strip_prefix("https://")
+        .or_else(|| s.strip_prefix("wss://"))
+    else {
         return false;
     };
     let (host, port) = match rest.rsplit_once(':') {
@@ -1064,12 +1184,17 @@ pub fn is_network_origin(s: &str) -> bool {
         && host.split('.').all(|label| {
             !label.is_empty()
                 && label.len() <= 63
-                && label.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
+                && label
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'-')
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         });
     let port_ok = port.is_none_or(|p| {
-        !p.is_empty() && p.len() <= 5 && p.bytes().all(|c| c.is_ascii_digit()) && p.parse::<u32>().is_ok_and(|n| (1..=65535).contains(&n))
+        !p.is_empty()
+            && p.len() <= 5
+            && p.bytes().all(|c| c.is_ascii_digit())
+            && p.parse::<u32>().is_ok_and(|n| (1..=65535).contains(&n))
     });
     host_ok && port_ok
 }
@@ -1084,9 +1209,19 @@ pub fn modes_summary(runtime: &PluginRuntime) -> String {
         let host_as: Vec<&str> = mp
             .host_as
             .iter()
-            .map(|h| if *h == HostAs::Presenter { "presenter" } else { "player" })
+            .map(|h| {
+                if *h == HostAs::Presenter {
+                    "presenter"
+                } else {
+                    "player"
+                }
+            })
             .collect();
-        let rec = mp.players.recommended.map(|r| format!(", recommended {r}")).unwrap_or_default();
+        let rec = mp
+            .players
+            .recommended
+            .map(|r| format!(", recommended {r}"))
+            .unwrap_or_default();
         m.push(format!(
             "multiplayer ({}–{} players{rec}; host as {}; late join {})",
             mp.players.min,

@@ -48,7 +48,11 @@ fn list(parts: &[&[&str]]) -> String {
 /// them). `host_origin` is used only when it is an http(s) origin.
 pub fn content_policy(runtime: Option<&PluginRuntime>, host_origin: Option<&str>) -> String {
     let host: Vec<&str> = host_origin
-        .filter(|h| (h.starts_with("https://") || h.starts_with("http://")) && !h.contains(char::is_whitespace) && !h.contains(';'))
+        .filter(|h| {
+            (h.starts_with("https://") || h.starts_with("http://"))
+                && !h.contains(char::is_whitespace)
+                && !h.contains(';')
+        })
         .into_iter()
         .collect();
     let network: Vec<&str> = runtime
@@ -56,12 +60,24 @@ pub fn content_policy(runtime: Option<&PluginRuntime>, host_origin: Option<&str>
         .unwrap_or_default();
     [
         "default-src 'none'".to_owned(),
-        format!("script-src 'unsafe-inline' 'wasm-unsafe-eval' blob: {}", list(&[LIBRARY_ORIGINS, &host])),
-        format!("style-src 'unsafe-inline' {}", list(&[LIBRARY_ORIGINS, FONT_ORIGINS, &host])),
-        format!("font-src data: {}", list(&[LIBRARY_ORIGINS, FONT_ORIGINS, &host])),
+        format!(
+            "script-src 'unsafe-inline' 'wasm-unsafe-eval' blob: {}",
+            list(&[LIBRARY_ORIGINS, &host])
+        ),
+        format!(
+            "style-src 'unsafe-inline' {}",
+            list(&[LIBRARY_ORIGINS, FONT_ORIGINS, &host])
+        ),
+        format!(
+            "font-src data: {}",
+            list(&[LIBRARY_ORIGINS, FONT_ORIGINS, &host])
+        ),
         "img-src data: blob: https:".to_owned(),
         "media-src data: blob: https:".to_owned(),
-        format!("connect-src data: blob: {}", list(&[LIBRARY_ORIGINS, &host, &network])),
+        format!(
+            "connect-src data: blob: {}",
+            list(&[LIBRARY_ORIGINS, &host, &network])
+        ),
         format!("worker-src blob: {}", list(&[LIBRARY_ORIGINS, &host])),
         "frame-src 'none'".to_owned(),
         "form-action 'none'".to_owned(),

@@ -97,7 +97,9 @@ impl SettingDefinition {
     /// Why `value` is not valid for this setting, or `None`.
     pub fn check_value(&self, value: &Value) -> Option<String> {
         match &self.kind {
-            SettingKind::Number { min, max, step: _, .. } => {
+            SettingKind::Number {
+                min, max, step: _, ..
+            } => {
                 let Some(n) = value.as_f64().filter(|n| n.is_finite()) else {
                     return Some("must be a number".into());
                 };
@@ -109,9 +111,13 @@ impl SettingDefinition {
                 }
                 None
             }
-            SettingKind::Boolean { .. } => (!value.is_boolean()).then(|| "must be true or false".into()),
-            SettingKind::Select { options, .. } => (!options.iter().any(|o| same_json(&o.value, value)))
-                .then(|| "must be one of the options".into()),
+            SettingKind::Boolean { .. } => {
+                (!value.is_boolean()).then(|| "must be true or false".into())
+            }
+            SettingKind::Select { options, .. } => {
+                (!options.iter().any(|o| same_json(&o.value, value)))
+                    .then(|| "must be one of the options".into())
+            }
             SettingKind::Text { max_length, .. } => match value.as_str() {
                 None => Some("must be text".into()),
                 Some(s) => max_length

@@ -193,7 +193,10 @@ impl<'de> Deserialize<'de> for Recipients {
                     _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
                 }
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Recipients, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Recipients, A::Error> {
                 let mut list = Vec::new();
                 while let Some(a) = seq.next_element::<String>()? {
                     list.push(a);
@@ -373,7 +376,9 @@ mod tests {
             serde_json::to_value(c).unwrap(),
             json!({"offsetMs": 5.0, "pausedMs": 0.0, "pausedAt": null})
         );
-        assert!(serde_json::from_value::<SessionClock>(json!({"offsetMs": 1, "pausedMs": 0})).is_err());
+        assert!(
+            serde_json::from_value::<SessionClock>(json!({"offsetMs": 1, "pausedMs": 0})).is_err()
+        );
         let paused = SessionClock {
             offset_ms: 0.0,
             paused_ms: 100.0,
@@ -388,7 +393,10 @@ mod tests {
         for (text, expect) in [
             (r#""authority""#, Recipients::Authority),
             (r#""all""#, Recipients::All),
-            (r#"["p1","board"]"#, Recipients::Addresses(vec!["p1".into(), "board".into()])),
+            (
+                r#"["p1","board"]"#,
+                Recipients::Addresses(vec!["p1".into(), "board".into()]),
+            ),
         ] {
             let r: Recipients = serde_json::from_str(text).unwrap();
             assert_eq!(r, expect);
@@ -408,7 +416,8 @@ mod tests {
 
     #[test]
     fn answer_null_is_present() {
-        let a: AnswerRecord = serde_json::from_str(r#"{"itemId":"i","isCorrect":true,"answer":null}"#).unwrap();
+        let a: AnswerRecord =
+            serde_json::from_str(r#"{"itemId":"i","isCorrect":true,"answer":null}"#).unwrap();
         assert_eq!(a.answer.map(|r| r.get()), Some("null"));
         let a: AnswerRecord = serde_json::from_str(r#"{"itemId":"i","isCorrect":true}"#).unwrap();
         assert!(a.answer.is_none());

@@ -52,7 +52,12 @@ fn retry_and_fallback_paths_equal_the_reference() {
     let small = json!({"id": "s", "type": "sort-items", "items": [{"id":"a"},{"id":"b"},{"id":"c"}], "correctOrder": ["a","b","c"]});
     let two = json!({"id": "t", "type": "sort-items", "items": [{"id":"a"},{"id":"b"}], "correctOrder": ["a","b"]});
     let ids = |v: &Value| -> Vec<String> {
-        v["items"].as_array().unwrap().iter().map(|i| i["id"].as_str().unwrap().to_owned()).collect()
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["id"].as_str().unwrap().to_owned())
+            .collect()
     };
     for case in golden()["small"].as_array().unwrap() {
         let mut r = SeededRandom::new(case["seed"].as_str().unwrap());
@@ -84,11 +89,17 @@ fn shuffle_false_and_require_typing_keep_their_order() {
 }
 
 fn choice_list(n: usize) -> Vec<Value> {
-    (0..n).map(|i| json!({"id": format!("c{i}"), "text": format!("{i}")})).collect()
+    (0..n)
+        .map(|i| json!({"id": format!("c{i}"), "text": format!("{i}")}))
+        .collect()
 }
 
 fn ids(list: &Value) -> Vec<String> {
-    list.as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap().to_owned()).collect()
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 proptest! {
@@ -174,12 +185,27 @@ fn assert_public(item: &Value) {
     for k in hidden {
         assert!(!o.contains_key(*k), "{t} keeps {k}");
     }
-    for list in ["options", "items", "prompts", "matches", "leftItems", "rightItems", "categories", "rows", "columns", "labels", "sources"] {
+    for list in [
+        "options",
+        "items",
+        "prompts",
+        "matches",
+        "leftItems",
+        "rightItems",
+        "categories",
+        "rows",
+        "columns",
+        "labels",
+        "sources",
+    ] {
         if let Some(Value::Array(a)) = o.get(list) {
             for c in a {
                 assert!(c.get("explanation").is_none(), "{t}.{list}[].explanation");
                 assert!(c.get("quote").is_none(), "{t}.{list}[].quote");
-                assert!(c.get("correctCategoryId").is_none(), "{t}.{list}[].correctCategoryId");
+                assert!(
+                    c.get("correctCategoryId").is_none(),
+                    "{t}.{list}[].correctCategoryId"
+                );
             }
         }
     }
@@ -192,7 +218,10 @@ fn assert_public(item: &Value) {
         "fill-in-select" => {
             for b in o["blanks"].as_object().unwrap().values() {
                 assert!(b.get("correctId").is_none());
-                assert!(!b["options"].as_array().unwrap().is_empty(), "select options stay");
+                assert!(
+                    !b["options"].as_array().unwrap().is_empty(),
+                    "select options stay"
+                );
             }
         }
         "timeline" => {
@@ -216,11 +245,33 @@ fn assert_public(item: &Value) {
 #[test]
 fn hints_stay_public_and_every_official_type_is_covered() {
     let set = display_set(&example_set());
-    let types: std::collections::BTreeSet<&str> = set.items.iter().map(|i| i["type"].as_str().unwrap()).collect();
+    let types: std::collections::BTreeSet<&str> = set
+        .items
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
     for t in [
-        "note", "flashcard", "true-false", "mcq-single", "mcq-multi", "short-answer", "fill-in-blanks",
-        "fill-in-select", "match-pairs", "match-complex", "sort-items", "slider", "pin-on-image", "categorize",
-        "timeline", "matrix", "math-input", "diagram-label", "open-ended", "numeric-input", "pin-on-model",
+        "note",
+        "flashcard",
+        "true-false",
+        "mcq-single",
+        "mcq-multi",
+        "short-answer",
+        "fill-in-blanks",
+        "fill-in-select",
+        "match-pairs",
+        "match-complex",
+        "sort-items",
+        "slider",
+        "pin-on-image",
+        "categorize",
+        "timeline",
+        "matrix",
+        "math-input",
+        "diagram-label",
+        "open-ended",
+        "numeric-input",
+        "pin-on-model",
         "chess-puzzle",
     ] {
         assert!(types.contains(t), "the example set lacks {t}");

@@ -3,8 +3,8 @@
 
 use hostwire_core::Version;
 use hostwire_memizy::manifest::{
-    extract_manifest_text, parse_plugin_manifest, read_plugin_manifest, ManifestError, Orientation, SetUsage,
-    SettingsScreenSize,
+    extract_manifest_text, parse_plugin_manifest, read_plugin_manifest, ManifestError, Orientation,
+    SetUsage, SettingsScreenSize,
 };
 use hostwire_memizy::negotiate::check_manifest_protocol;
 use hostwire_memizy::policy::{allow_attribute, content_policy, SANDBOX};
@@ -30,9 +30,15 @@ fn with(path: &[&str], value: Value) -> Value {
     let mut doc = base();
     let mut cur = &mut doc;
     for key in &path[..path.len() - 1] {
-        cur = cur.as_object_mut().unwrap().entry(key.to_string()).or_insert(json!({}));
+        cur = cur
+            .as_object_mut()
+            .unwrap()
+            .entry(key.to_string())
+            .or_insert(json!({}));
     }
-    cur.as_object_mut().unwrap().insert(path[path.len() - 1].to_string(), value);
+    cur.as_object_mut()
+        .unwrap()
+        .insert(path[path.len() - 1].to_string(), value);
     doc
 }
 
@@ -49,7 +55,10 @@ fn problems(doc: Value) -> Vec<String> {
 
 fn assert_problem(doc: Value, needle: &str) {
     let p = problems(doc);
-    assert!(p.iter().any(|m| m.contains(needle)), "expected {needle:?} in {p:#?}");
+    assert!(
+        p.iter().any(|m| m.contains(needle)),
+        "expected {needle:?} in {p:#?}"
+    );
 }
 
 fn mp() -> Value {
@@ -66,10 +75,20 @@ fn reads_the_example_plugin() {
     assert_eq!(r.set, SetUsage::Required);
     assert!(r.solo);
     let multi = r.multiplayer.as_ref().unwrap();
-    assert_eq!((multi.players.min, multi.players.max, multi.players.recommended), (2, 40, Some(20)));
+    assert_eq!(
+        (
+            multi.players.min,
+            multi.players.max,
+            multi.players.recommended
+        ),
+        (2, 40, Some(20))
+    );
     assert_eq!(multi.host_as, vec![HostAs::Presenter, HostAs::Player]);
     assert!(multi.late_join);
-    assert_eq!(r.views, vec![View::Solo, View::Board, View::Controller, View::Settings]);
+    assert_eq!(
+        r.views,
+        vec![View::Solo, View::Board, View::Controller, View::Settings]
+    );
     assert_eq!(r.settings.len(), 4);
     assert_eq!(r.settings_screen, Some(SettingsScreenSize::Compact));
     assert_eq!(r.orientation, Orientation::Portrait);
@@ -89,22 +108,35 @@ fn data_island_is_found_by_a_real_html_parser() {
         format!("<!-- <script type=\"application/oqse-manifest+json\">{{}}</script> --><body><script\n type=\"application/oqse-manifest+json\"\n>\n{island}\n</script>"),
     ];
     for html in variants {
-        assert_eq!(extract_manifest_text(&html).unwrap().trim(), island, "{html}");
+        assert_eq!(
+            extract_manifest_text(&html).unwrap().trim(),
+            island,
+            "{html}"
+        );
     }
 }
 
 #[test]
 fn missing_empty_or_second_island_is_an_error() {
-    assert_eq!(extract_manifest_text("<html><script>1</script></html>"), Err(ManifestError::NoDataIsland));
+    assert_eq!(
+        extract_manifest_text("<html><script>1</script></html>"),
+        Err(ManifestError::NoDataIsland)
+    );
     assert_eq!(extract_manifest_text(""), Err(ManifestError::NoDataIsland));
     assert_eq!(
         extract_manifest_text(r#"<script type="application/oqse-manifest+json">  </script>"#),
         Err(ManifestError::EmptyDataIsland)
     );
     let two = r#"<script type="application/oqse-manifest+json">{}</script><script type="application/oqse-manifest+json">{}</script>"#;
-    assert_eq!(extract_manifest_text(two), Err(ManifestError::SeveralDataIslands { count: 2 }));
+    assert_eq!(
+        extract_manifest_text(two),
+        Err(ManifestError::SeveralDataIslands { count: 2 })
+    );
     let bad_json = r#"<script type="application/oqse-manifest+json">{"version": </script>"#;
-    assert!(matches!(read_plugin_manifest(bad_json), Err(ManifestError::InvalidJson { .. })));
+    assert!(matches!(
+        read_plugin_manifest(bad_json),
+        Err(ManifestError::InvalidJson { .. })
+    ));
 }
 
 #[test]
@@ -114,21 +146,47 @@ fn base_manifest_is_valid() {
 
 #[test]
 fn oqsem_rules() {
-    assert_problem(with(&["version"], json!("2.0")), "version: OQSEM 2.0 is not supported");
-    assert_problem(with(&["version"], json!("1")), "version: must be MAJOR.MINOR");
+    assert_problem(
+        with(&["version"], json!("2.0")),
+        "version: OQSEM 2.0 is not supported",
+    );
+    assert_problem(
+        with(&["version"], json!("1")),
+        "version: must be MAJOR.MINOR",
+    );
     assert!(problems(with(&["version"], json!("1.3"))).is_empty());
     let mut doc = base();
     doc.as_object_mut().unwrap().remove("version");
     assert_problem(doc, "version: is required");
-    assert_problem(with(&["id"], json!("quiz")), "id: must be a URL or a urn:uuid");
-    assert!(problems(with(&["id"], json!("urn:uuid:7b1c2f4e-8a1d-4c3e-9f2a-5d6e7f8a9b0c"))).is_empty());
+    assert_problem(
+        with(&["id"], json!("quiz")),
+        "id: must be a URL or a urn:uuid",
+    );
+    assert!(problems(with(
+        &["id"],
+        json!("urn:uuid:7b1c2f4e-8a1d-4c3e-9f2a-5d6e7f8a9b0c")
+    ))
+    .is_empty());
     assert_problem(with(&["id"], json!("urn:uuid:nope")), "id:");
     assert_problem(with(&["appName"], json!("")), "appName: must not be empty");
-    assert_problem(with(&["appName"], json!("a".repeat(201))), "appName: must be at most 200");
-    assert_problem(with(&["pluginVersion"], json!("1.0")), "pluginVersion: must be a SemVer");
+    assert_problem(
+        with(&["appName"], json!("a".repeat(201))),
+        "appName: must be at most 200",
+    );
+    assert_problem(
+        with(&["pluginVersion"], json!("1.0")),
+        "pluginVersion: must be a SemVer",
+    );
     assert!(problems(with(&["pluginVersion"], json!("1.0.0-rc.1+build.5"))).is_empty());
-    assert_problem(with(&["capabilities", "actions"], json!(["render", "fly"])), "capabilities.actions[1]");
-    assert!(problems(with(&["capabilities", "actions"], json!(["render", "x-play"]))).is_empty());
+    assert_problem(
+        with(&["capabilities", "actions"], json!(["render", "fly"])),
+        "capabilities.actions[1]",
+    );
+    assert!(problems(with(
+        &["capabilities", "actions"],
+        json!(["render", "x-play"])
+    ))
+    .is_empty());
     assert_problem(json!([1]), "must be an object");
 }
 
@@ -136,7 +194,10 @@ fn oqsem_rules() {
 fn set_usage_and_types() {
     let mut doc = base();
     doc["capabilities"].as_object_mut().unwrap().remove("types");
-    assert_problem(doc.clone(), "capabilities.types: is required when appSpecific.memizy.set is \"required\"");
+    assert_problem(
+        doc.clone(),
+        "capabilities.types: is required when appSpecific.memizy.set is \"required\"",
+    );
     doc["appSpecific"]["memizy"]["set"] = json!("optional");
     assert_problem(doc.clone(), "is \"optional\"");
     doc["appSpecific"]["memizy"]["set"] = json!("none");
@@ -145,15 +206,27 @@ fn set_usage_and_types() {
     doc.as_object_mut().unwrap().remove("capabilities");
     let m = parse_plugin_manifest(doc).unwrap();
     assert_eq!(m.runtime.set, SetUsage::None);
-    assert_problem(memizy("set", json!("sometimes")), "appSpecific.memizy.set: must be one of");
+    assert_problem(
+        memizy("set", json!("sometimes")),
+        "appSpecific.memizy.set: must be one of",
+    );
 }
 
 #[test]
 fn protocol_rules() {
-    assert_problem(memizy("protocol", json!("1")), "appSpecific.memizy.protocol: must be in MAJOR.MINOR");
-    assert_problem(memizy("protocol", json!(1.0)), "appSpecific.memizy.protocol: must be a string");
+    assert_problem(
+        memizy("protocol", json!("1")),
+        "appSpecific.memizy.protocol: must be in MAJOR.MINOR",
+    );
+    assert_problem(
+        memizy("protocol", json!(1.0)),
+        "appSpecific.memizy.protocol: must be a string",
+    );
     let mut doc = base();
-    doc["appSpecific"]["memizy"].as_object_mut().unwrap().remove("protocol");
+    doc["appSpecific"]["memizy"]
+        .as_object_mut()
+        .unwrap()
+        .remove("protocol");
     assert_problem(doc, "appSpecific.memizy.protocol: is required");
     let mut doc = base();
     doc["appSpecific"].as_object_mut().unwrap().remove("memizy");
@@ -162,30 +235,96 @@ fn protocol_rules() {
 
 #[test]
 fn mode_rules() {
-    assert_problem(memizy("modes", json!({})), "appSpecific.memizy.modes: must declare \"solo\" and/or \"multiplayer\"");
+    assert_problem(
+        memizy("modes", json!({})),
+        "appSpecific.memizy.modes: must declare \"solo\" and/or \"multiplayer\"",
+    );
     let p = "appSpecific.memizy.modes.multiplayer";
-    assert_problem(memizy("modes", json!({"multiplayer": {"hostAs": ["player"]}})), &format!("{p}.players: is required"));
-    assert_problem(memizy("modes", json!({"multiplayer": {"players": {"min": 0, "max": 4}, "hostAs": ["player"]}})), &format!("{p}.players.min: must be at least 1"));
-    assert_problem(memizy("modes", json!({"multiplayer": {"players": {"min": 1, "max": 201}, "hostAs": ["player"]}})), &format!("{p}.players.max: must be at most 200"));
-    assert_problem(memizy("modes", json!({"multiplayer": {"players": {"min": 5, "max": 4}, "hostAs": ["player"]}})), &format!("{p}.players.min: must not be greater"));
-    assert_problem(memizy("modes", json!({"multiplayer": {"players": {"min": 2, "max": 4, "recommended": 5}, "hostAs": ["player"]}})), &format!("{p}.players.recommended"));
-    assert_problem(memizy("modes", json!({"multiplayer": {"players": {"min": 1.5, "max": 4}, "hostAs": ["player"]}})), &format!("{p}.players.min: must be a whole number"));
-    assert_problem(memizy("modes", json!({"multiplayer": {"players": {"min": 1, "max": 4}, "hostAs": []}})), &format!("{p}.hostAs: must contain"));
-    assert_problem(memizy("modes", json!({"multiplayer": {"players": {"min": 1, "max": 4}, "hostAs": ["judge"]}})), &format!("{p}.hostAs[0]"));
-    assert_problem(memizy("modes", json!({"multiplayer": {"players": {"min": 1, "max": 4}, "hostAs": ["player", "player"]}})), "listed twice");
-    assert_problem(memizy("modes", json!({"multiplayer": {"players": {"min": 1, "max": 4}, "hostAs": ["player"], "lateJoin": "yes"}})), &format!("{p}.lateJoin"));
+    assert_problem(
+        memizy("modes", json!({"multiplayer": {"hostAs": ["player"]}})),
+        &format!("{p}.players: is required"),
+    );
+    assert_problem(
+        memizy(
+            "modes",
+            json!({"multiplayer": {"players": {"min": 0, "max": 4}, "hostAs": ["player"]}}),
+        ),
+        &format!("{p}.players.min: must be at least 1"),
+    );
+    assert_problem(
+        memizy(
+            "modes",
+            json!({"multiplayer": {"players": {"min": 1, "max": 201}, "hostAs": ["player"]}}),
+        ),
+        &format!("{p}.players.max: must be at most 200"),
+    );
+    assert_problem(
+        memizy(
+            "modes",
+            json!({"multiplayer": {"players": {"min": 5, "max": 4}, "hostAs": ["player"]}}),
+        ),
+        &format!("{p}.players.min: must not be greater"),
+    );
+    assert_problem(
+        memizy(
+            "modes",
+            json!({"multiplayer": {"players": {"min": 2, "max": 4, "recommended": 5}, "hostAs": ["player"]}}),
+        ),
+        &format!("{p}.players.recommended"),
+    );
+    assert_problem(
+        memizy(
+            "modes",
+            json!({"multiplayer": {"players": {"min": 1.5, "max": 4}, "hostAs": ["player"]}}),
+        ),
+        &format!("{p}.players.min: must be a whole number"),
+    );
+    assert_problem(
+        memizy(
+            "modes",
+            json!({"multiplayer": {"players": {"min": 1, "max": 4}, "hostAs": []}}),
+        ),
+        &format!("{p}.hostAs: must contain"),
+    );
+    assert_problem(
+        memizy(
+            "modes",
+            json!({"multiplayer": {"players": {"min": 1, "max": 4}, "hostAs": ["judge"]}}),
+        ),
+        &format!("{p}.hostAs[0]"),
+    );
+    assert_problem(
+        memizy(
+            "modes",
+            json!({"multiplayer": {"players": {"min": 1, "max": 4}, "hostAs": ["player", "player"]}}),
+        ),
+        "listed twice",
+    );
+    assert_problem(
+        memizy(
+            "modes",
+            json!({"multiplayer": {"players": {"min": 1, "max": 4}, "hostAs": ["player"], "lateJoin": "yes"}}),
+        ),
+        &format!("{p}.lateJoin"),
+    );
     let m = parse_plugin_manifest(memizy("modes", json!({"multiplayer": {"players": {"min": 1, "max": 200}, "hostAs": ["player"], "lateJoin": false}}))).unwrap();
     let multi = m.runtime.multiplayer.unwrap();
     assert!(!multi.late_join);
     assert_eq!(m.runtime.views, vec![View::Controller]);
     let m = parse_plugin_manifest(memizy("modes", json!({"multiplayer": mp()}))).unwrap();
-    assert!(m.runtime.multiplayer.unwrap().late_join, "lateJoin defaults to true");
+    assert!(
+        m.runtime.multiplayer.unwrap().late_join,
+        "lateJoin defaults to true"
+    );
     assert_eq!(m.runtime.views, vec![View::Board, View::Controller]);
 }
 
 #[test]
 fn settings_screen_display_permissions_services() {
-    assert_problem(memizy("settingsScreen", json!({"size": "compact"})), "settingsScreen: is only used in the multiplayer lobby");
+    assert_problem(
+        memizy("settingsScreen", json!({"size": "compact"})),
+        "settingsScreen: is only used in the multiplayer lobby",
+    );
     let mut doc = memizy("modes", json!({"multiplayer": mp()}));
     doc["appSpecific"]["memizy"]["settingsScreen"] = json!({"size": "huge"});
     assert_problem(doc.clone(), "settingsScreen.size: must be one of");
@@ -194,46 +333,148 @@ fn settings_screen_display_permissions_services() {
     assert_eq!(m.runtime.settings_screen, Some(SettingsScreenSize::Large));
     assert!(m.runtime.views.contains(&View::Settings));
 
-    assert_problem(memizy("display", json!({"orientation": "diagonal"})), "display.orientation: must be one of");
-    let ok = ["https://api.example.org", "wss://live.example.org:8443", "https://a-b.example.org:1"];
+    assert_problem(
+        memizy("display", json!({"orientation": "diagonal"})),
+        "display.orientation: must be one of",
+    );
+    let ok = [
+        "https://api.example.org",
+        "wss://live.example.org:8443",
+        "https://a-b.example.org:1",
+    ];
     assert!(problems(memizy("permissions", json!({"network": ok}))).is_empty());
-    for bad in ["http://a.org", "https://a.org/", "https://a.org/x", "https://a.org:0", "https://a.org:99999", "https://", "ftp://a.org", "https://user@a.org", "https://a.org?x", "https://-a.org"] {
-        assert_problem(memizy("permissions", json!({"network": [bad]})), "permissions.network[0]");
+    for bad in [
+        "http://a.org",
+        "https://a.org/",
+        "https://a.org/x",
+        "https://a.org:0",
+        "https://a.org:99999",
+        "https://",
+        "ftp://a.org",
+        "https://user@a.org",
+        "https://a.org?x",
+        "https://-a.org",
+    ] {
+        assert_problem(
+            memizy("permissions", json!({"network": [bad]})),
+            "permissions.network[0]",
+        );
     }
-    let many: Vec<String> = (0..21).map(|i| format!("https://h{i}.example.org")).collect();
-    assert_problem(memizy("permissions", json!({"network": many})), "at most 20");
-    assert!(problems(memizy("permissions", json!({"devices": ["camera", "microphone", "geolocation", "serial", "bluetooth"]}))).is_empty());
-    assert_problem(memizy("permissions", json!({"devices": ["usb"]})), "permissions.devices[0]");
-    assert_problem(memizy("services", json!(["chess.puzzles", "Chess.Puzzles"])), "services[1]");
-    assert_problem(memizy("services", json!("chess")), "services: must be an array");
+    let many: Vec<String> = (0..21)
+        .map(|i| format!("https://h{i}.example.org"))
+        .collect();
+    assert_problem(
+        memizy("permissions", json!({"network": many})),
+        "at most 20",
+    );
+    assert!(problems(memizy(
+        "permissions",
+        json!({"devices": ["camera", "microphone", "geolocation", "serial", "bluetooth"]})
+    ))
+    .is_empty());
+    assert_problem(
+        memizy("permissions", json!({"devices": ["usb"]})),
+        "permissions.devices[0]",
+    );
+    assert_problem(
+        memizy("services", json!(["chess.puzzles", "Chess.Puzzles"])),
+        "services[1]",
+    );
+    assert_problem(
+        memizy("services", json!("chess")),
+        "services: must be an array",
+    );
 }
 
 #[test]
 fn setting_rules() {
     let s = |v: Value| memizy("settings", json!([v]));
     let p = "appSpecific.memizy.settings[0]";
-    assert_problem(s(json!({"id": "1x", "type": "boolean", "label": "L", "default": true})), &format!("{p}.id: must start with a letter"));
-    assert_problem(s(json!({"id": "a", "type": "color", "label": "L", "default": 1})), &format!("{p}.type: must be one of"));
-    assert_problem(s(json!({"id": "a", "type": "boolean", "label": "", "default": true})), &format!("{p}.label: must not be empty"));
-    assert_problem(s(json!({"id": "a", "type": "boolean", "label": {}, "default": true})), &format!("{p}.label: needs at least one language"));
-    assert_problem(s(json!({"id": "a", "type": "boolean", "label": {"english!": "x"}, "default": true})), "is not a BCP 47 language tag");
-    assert_problem(s(json!({"id": "a", "type": "boolean", "label": "L", "description": 5, "default": true})), &format!("{p}.description"));
-    assert_problem(s(json!({"id": "a", "type": "boolean", "label": "L", "default": "yes"})), &format!("{p}.default: must be true or false"));
-    assert_problem(s(json!({"id": "a", "type": "number", "label": "L", "default": 200, "min": 5, "max": 120})), &format!("{p}.default: is outside min/max"));
-    assert_problem(s(json!({"id": "a", "type": "number", "label": "L", "default": 5, "min": 10, "max": 1})), &format!("{p}.min: must not be greater than max"));
-    assert_problem(s(json!({"id": "a", "type": "number", "label": "L", "default": 5, "step": 0})), &format!("{p}.step"));
-    assert_problem(s(json!({"id": "a", "type": "select", "label": "L", "default": "x", "options": []})), &format!("{p}.options: needs at least one option"));
-    assert_problem(s(json!({"id": "a", "type": "select", "label": "L", "default": "z", "options": [{"value": "x", "label": "X"}]})), &format!("{p}.default: must be one of the option values"));
-    assert_problem(s(json!({"id": "a", "type": "select", "label": "L", "default": "x", "options": [{"value": "x", "label": "X"}, {"value": "x", "label": "Y"}]})), "option values must be unique");
-    assert_problem(s(json!({"id": "a", "type": "select", "label": "L", "default": "x", "options": [{"value": {"o": 1}, "label": "X"}]})), &format!("{p}.options[0].value"));
-    assert_problem(s(json!({"id": "a", "type": "text", "label": "L", "default": "toolong", "maxLength": 3})), &format!("{p}.default: is longer than maxLength"));
-    assert_problem(s(json!({"id": "a", "type": "text", "label": "L", "default": "", "maxLength": 0})), &format!("{p}.maxLength"));
-    assert_problem(s(json!({"id": "a", "type": "text", "label": "L", "default": "", "modes": ["coop"]})), &format!("{p}.modes[0]"));
-    assert_problem(s(json!({"id": "a", "type": "text", "label": "L", "default": "", "modes": []})), &format!("{p}.modes"));
-    let dup = memizy("settings", json!([
-        {"id": "a", "type": "boolean", "label": "L", "default": true},
-        {"id": "a", "type": "boolean", "label": "L", "default": false}
-    ]));
+    assert_problem(
+        s(json!({"id": "1x", "type": "boolean", "label": "L", "default": true})),
+        &format!("{p}.id: must start with a letter"),
+    );
+    assert_problem(
+        s(json!({"id": "a", "type": "color", "label": "L", "default": 1})),
+        &format!("{p}.type: must be one of"),
+    );
+    assert_problem(
+        s(json!({"id": "a", "type": "boolean", "label": "", "default": true})),
+        &format!("{p}.label: must not be empty"),
+    );
+    assert_problem(
+        s(json!({"id": "a", "type": "boolean", "label": {}, "default": true})),
+        &format!("{p}.label: needs at least one language"),
+    );
+    assert_problem(
+        s(json!({"id": "a", "type": "boolean", "label": {"english!": "x"}, "default": true})),
+        "is not a BCP 47 language tag",
+    );
+    assert_problem(
+        s(json!({"id": "a", "type": "boolean", "label": "L", "description": 5, "default": true})),
+        &format!("{p}.description"),
+    );
+    assert_problem(
+        s(json!({"id": "a", "type": "boolean", "label": "L", "default": "yes"})),
+        &format!("{p}.default: must be true or false"),
+    );
+    assert_problem(
+        s(json!({"id": "a", "type": "number", "label": "L", "default": 200, "min": 5, "max": 120})),
+        &format!("{p}.default: is outside min/max"),
+    );
+    assert_problem(
+        s(json!({"id": "a", "type": "number", "label": "L", "default": 5, "min": 10, "max": 1})),
+        &format!("{p}.min: must not be greater than max"),
+    );
+    assert_problem(
+        s(json!({"id": "a", "type": "number", "label": "L", "default": 5, "step": 0})),
+        &format!("{p}.step"),
+    );
+    assert_problem(
+        s(json!({"id": "a", "type": "select", "label": "L", "default": "x", "options": []})),
+        &format!("{p}.options: needs at least one option"),
+    );
+    assert_problem(
+        s(
+            json!({"id": "a", "type": "select", "label": "L", "default": "z", "options": [{"value": "x", "label": "X"}]}),
+        ),
+        &format!("{p}.default: must be one of the option values"),
+    );
+    assert_problem(
+        s(
+            json!({"id": "a", "type": "select", "label": "L", "default": "x", "options": [{"value": "x", "label": "X"}, {"value": "x", "label": "Y"}]}),
+        ),
+        "option values must be unique",
+    );
+    assert_problem(
+        s(
+            json!({"id": "a", "type": "select", "label": "L", "default": "x", "options": [{"value": {"o": 1}, "label": "X"}]}),
+        ),
+        &format!("{p}.options[0].value"),
+    );
+    assert_problem(
+        s(json!({"id": "a", "type": "text", "label": "L", "default": "toolong", "maxLength": 3})),
+        &format!("{p}.default: is longer than maxLength"),
+    );
+    assert_problem(
+        s(json!({"id": "a", "type": "text", "label": "L", "default": "", "maxLength": 0})),
+        &format!("{p}.maxLength"),
+    );
+    assert_problem(
+        s(json!({"id": "a", "type": "text", "label": "L", "default": "", "modes": ["coop"]})),
+        &format!("{p}.modes[0]"),
+    );
+    assert_problem(
+        s(json!({"id": "a", "type": "text", "label": "L", "default": "", "modes": []})),
+        &format!("{p}.modes"),
+    );
+    let dup = memizy(
+        "settings",
+        json!([
+            {"id": "a", "type": "boolean", "label": "L", "default": true},
+            {"id": "a", "type": "boolean", "label": "L", "default": false}
+        ]),
+    );
     assert_problem(dup, "settings[1].id: \"a\" is used by another setting");
 }
 
@@ -244,8 +485,20 @@ fn every_problem_is_reported_not_only_the_first() {
         "appSpecific": {"memizy": {"protocol": "x", "modes": {}, "display": {"orientation": 1}}}
     });
     let p = problems(doc);
-    for needle in ["version:", "id:", "appName:", "appSpecific.memizy.protocol:", "appSpecific.memizy.modes:", "display.orientation:", "capabilities.types:"] {
-        assert!(p.iter().any(|m| m.starts_with(needle) || m.contains(needle)), "{needle} missing from {p:#?}");
+    for needle in [
+        "version:",
+        "id:",
+        "appName:",
+        "appSpecific.memizy.protocol:",
+        "appSpecific.memizy.modes:",
+        "display.orientation:",
+        "capabilities.types:",
+    ] {
+        assert!(
+            p.iter()
+                .any(|m| m.starts_with(needle) || m.contains(needle)),
+            "{needle} missing from {p:#?}"
+        );
     }
     assert!(p.len() >= 7);
 }
@@ -256,8 +509,13 @@ fn settings_resolve_for_a_mode() {
     let defs = &m.runtime.settings;
     let empty = Map::new();
     let solo = resolve_settings(defs, &empty, Mode::Solo).unwrap();
-    assert_eq!(Value::Object(solo), json!({"questionTime": 20, "rounds": 10, "showLeaderboard": true, "teamName": ""}));
-    let input: Map<String, Value> = serde_json::from_value(json!({"questionTime": 30, "rounds": 5, "teamName": "Owls"})).unwrap();
+    assert_eq!(
+        Value::Object(solo),
+        json!({"questionTime": 20, "rounds": 10, "showLeaderboard": true, "teamName": ""})
+    );
+    let input: Map<String, Value> =
+        serde_json::from_value(json!({"questionTime": 30, "rounds": 5, "teamName": "Owls"}))
+            .unwrap();
     let multi = resolve_settings(defs, &input, Mode::Multiplayer).unwrap();
     assert_eq!(multi["questionTime"], 30);
     assert_eq!(multi["showLeaderboard"], true);
@@ -266,10 +524,20 @@ fn settings_resolve_for_a_mode() {
     })).unwrap();
     let problems = resolve_settings(defs, &bad, Mode::Multiplayer).unwrap_err();
     let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
-    for needle in ["questionTime: must be at most 120", "rounds: must be one of the options", "teamName: must be at most 24 characters", "nope: unknown setting", "showLeaderboard: must be true or false"] {
-        assert!(text.contains(&needle.to_owned()), "{needle} not in {text:?}");
+    for needle in [
+        "questionTime: must be at most 120",
+        "rounds: must be one of the options",
+        "teamName: must be at most 24 characters",
+        "nope: unknown setting",
+        "showLeaderboard: must be true or false",
+    ] {
+        assert!(
+            text.contains(&needle.to_owned()),
+            "{needle} not in {text:?}"
+        );
     }
-    let wrong_mode: Map<String, Value> = serde_json::from_value(json!({"showLeaderboard": false})).unwrap();
+    let wrong_mode: Map<String, Value> =
+        serde_json::from_value(json!({"showLeaderboard": false})).unwrap();
     let e = resolve_settings(defs, &wrong_mode, Mode::Solo).unwrap_err();
     assert!(e[0].to_string().contains("does not apply to solo"));
     // 5.0 and 5 are the same select value, as in JavaScript.
@@ -282,7 +550,8 @@ fn localized_text_fallbacks() {
     let t: LocalizedText = serde_json::from_value(json!({"cs": "Čas", "de": "Zeit"})).unwrap();
     assert_eq!(t.localize("cs"), "Čas");
     assert_eq!(t.localize("fr"), "Čas", "first when no English");
-    let t: LocalizedText = serde_json::from_value(json!({"cs": "Čas", "en": "Time", "en-GB": "Time (UK)"})).unwrap();
+    let t: LocalizedText =
+        serde_json::from_value(json!({"cs": "Čas", "en": "Time", "en-GB": "Time (UK)"})).unwrap();
     assert_eq!(t.localize("en-GB"), "Time (UK)");
     assert_eq!(t.localize("fr"), "Time");
 }
@@ -292,16 +561,34 @@ fn content_policy_and_attributes() {
     let m = read_plugin_manifest(QUIZ).unwrap();
     let csp = content_policy(Some(&m.runtime), Some("https://host.example"));
     let directive = |name: &str| -> String {
-        csp.split("; ").find(|d| d.starts_with(name)).unwrap_or_else(|| panic!("{name} missing: {csp}")).to_owned()
+        csp.split("; ")
+            .find(|d| d.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} missing: {csp}"))
+            .to_owned()
     };
     assert_eq!(directive("default-src"), "default-src 'none'");
     let script = directive("script-src");
-    for o in ["'unsafe-inline'", "https://cdn.jsdelivr.net", "https://unpkg.com", "https://cdnjs.cloudflare.com", "https://esm.sh", "https://host.example"] {
+    for o in [
+        "'unsafe-inline'",
+        "https://cdn.jsdelivr.net",
+        "https://unpkg.com",
+        "https://cdnjs.cloudflare.com",
+        "https://esm.sh",
+        "https://host.example",
+    ] {
         assert!(script.contains(o), "{script}");
     }
-    assert!(!script.contains("api.example.org"), "declared network origins may not serve scripts");
+    assert!(
+        !script.contains("api.example.org"),
+        "declared network origins may not serve scripts"
+    );
     let connect = directive("connect-src");
-    for o in ["https://api.example.org", "wss://live.example.org:8443", "https://esm.sh", "https://host.example"] {
+    for o in [
+        "https://api.example.org",
+        "wss://live.example.org:8443",
+        "https://esm.sh",
+        "https://host.example",
+    ] {
         assert!(connect.contains(o), "{connect}");
     }
     assert_eq!(directive("img-src"), "img-src data: blob: https:");
@@ -312,21 +599,32 @@ fn content_policy_and_attributes() {
     assert!(!bare.contains("api.example.org"));
     assert_eq!(allow_attribute(Some(&m.runtime)), "microphone *");
     assert_eq!(allow_attribute(None), "");
-    assert!(SANDBOX.contains("allow-scripts") && SANDBOX.contains("allow-popups-to-escape-sandbox"));
+    assert!(
+        SANDBOX.contains("allow-scripts") && SANDBOX.contains("allow-popups-to-escape-sandbox")
+    );
     assert!(!SANDBOX.contains("allow-same-origin") && !SANDBOX.contains("allow-top-navigation"));
 }
 
 #[test]
 fn version_negotiation() {
     let host = [Version::new(1, 4), Version::new(2, 1)];
-    assert_eq!(negotiate_protocol_version(&host, "1.2").unwrap(), Version::new(1, 2));
-    assert_eq!(negotiate_protocol_version(&host, "1.9").unwrap(), Version::new(1, 4));
+    assert_eq!(
+        negotiate_protocol_version(&host, "1.2").unwrap(),
+        Version::new(1, 2)
+    );
+    assert_eq!(
+        negotiate_protocol_version(&host, "1.9").unwrap(),
+        Version::new(1, 4)
+    );
     let e = negotiate_protocol_version(&host, "3.0").unwrap_err();
     assert_eq!(e.code, ProtocolErrorCode::UnsupportedProtocol);
     assert!(e.message.contains("needs a newer host"), "{}", e.message);
     let e = negotiate_protocol_version(&[Version::new(2, 0)], "1.0").unwrap_err();
     assert!(e.message.contains("too old"), "{}", e.message);
-    assert_eq!(negotiate_protocol_version(&host, "one").unwrap_err().code, ProtocolErrorCode::InvalidArgument);
+    assert_eq!(
+        negotiate_protocol_version(&host, "one").unwrap_err().code,
+        ProtocolErrorCode::InvalidArgument
+    );
     // The manifest's protocol is a minimum: a 1.0 host refuses a plugin needing 1.1.
     let e = check_manifest_protocol(&[Version::new(1, 0)], Version::new(1, 1)).unwrap_err();
     assert!(e.message.contains("needs a newer host"));
@@ -336,7 +634,8 @@ fn version_negotiation() {
 #[test]
 fn compatibility_with_a_set() {
     let m = read_plugin_manifest(QUIZ).unwrap();
-    let set: Value = serde_json::from_str(include_str!("../../../examples/every-type.oqse.json")).unwrap();
+    let set: Value =
+        serde_json::from_str(include_str!("../../../examples/every-type.oqse.json")).unwrap();
     let c = check_compatibility(&m, &set);
     assert!(!c.is_compatible());
     assert_eq!(c.unsupported_types.get("timeline"), Some(&2));

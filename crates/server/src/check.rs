@@ -6,7 +6,9 @@ use hostwire_memizy::manifest::{modes_summary, ManifestError, PluginManifest, Se
 use hostwire_memizy::negotiate::check_manifest_protocol;
 use hostwire_memizy::policy::{allow_attribute, content_policy, SANDBOX};
 use hostwire_memizy::settings::{resolve_settings, SettingDefinition, SettingKind};
-use hostwire_memizy::{check_compatibility, read_plugin_manifest, Compatibility, Mode, HOST_SUPPORTED_VERSIONS};
+use hostwire_memizy::{
+    check_compatibility, read_plugin_manifest, Compatibility, Mode, HOST_SUPPORTED_VERSIONS,
+};
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -61,9 +63,14 @@ pub fn run(args: &CheckArgs) -> ExitCode {
 }
 
 fn read_text(path: &PathBuf, what: &str) -> Result<String, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {what} {}: {e}", path.display()))?;
+    let bytes =
+        std::fs::read(path).map_err(|e| format!("cannot read {what} {}: {e}", path.display()))?;
     String::from_utf8(bytes).map_err(|e| {
-        format!("{what} {} is not UTF-8 text (invalid byte at {})", path.display(), e.utf8_error().valid_up_to())
+        format!(
+            "{what} {} is not UTF-8 text (invalid byte at {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
     })
 }
 
@@ -71,7 +78,10 @@ fn read_text(path: &PathBuf, what: &str) -> Result<String, String> {
 fn check(args: &CheckArgs) -> (u8, String) {
     let unreadable = |message: String| {
         let out = if args.json {
-            format!("{}\n", json!({"valid": false, "unreadable": true, "problems": [{"path": "", "message": message}]}))
+            format!(
+                "{}\n",
+                json!({"valid": false, "unreadable": true, "problems": [{"path": "", "message": message}]})
+            )
         } else {
             format!("error: {message}\n")
         };
@@ -110,8 +120,12 @@ fn check(args: &CheckArgs) -> (u8, String) {
             ));
         }
     }
-    let settings = resolve_settings(&manifest.runtime.settings, &Map::new(), mode.unwrap_or(Mode::Solo))
-        .unwrap_or_default();
+    let settings = resolve_settings(
+        &manifest.runtime.settings,
+        &Map::new(),
+        mode.unwrap_or(Mode::Solo),
+    )
+    .unwrap_or_default();
     let compat = set.as_ref().map(|s| check_compatibility(&manifest, s));
     if let Some(c) = &compat {
         for p in &c.problems {
@@ -119,12 +133,23 @@ fn check(args: &CheckArgs) -> (u8, String) {
         }
     }
     let csp = content_policy(Some(&manifest.runtime), args.host_origin.as_deref());
-    let code = if problems.is_empty() { EXIT_VALID } else { EXIT_INVALID };
+    let code = if problems.is_empty() {
+        EXIT_VALID
+    } else {
+        EXIT_INVALID
+    };
     let out = if args.json {
         format!(
             "{}\n",
-            serde_json::to_string_pretty(&summary_json(&manifest, mode, &settings, &csp, compat.as_ref(), &problems))
-                .unwrap_or_default()
+            serde_json::to_string_pretty(&summary_json(
+                &manifest,
+                mode,
+                &settings,
+                &csp,
+                compat.as_ref(),
+                &problems
+            ))
+            .unwrap_or_default()
         )
     } else {
         summary_text(&manifest, mode, &csp, compat.as_ref(), &problems)
@@ -135,10 +160,21 @@ fn check(args: &CheckArgs) -> (u8, String) {
 fn invalid_manifest(args: &CheckArgs, e: &ManifestError) -> (u8, String) {
     let problems = e.problems();
     let out = if args.json {
-        let list: Vec<Value> = problems.iter().map(|p| json!({"path": p.path, "message": p.message})).collect();
-        format!("{}\n", serde_json::to_string_pretty(&json!({"valid": false, "problems": list})).unwrap_or_default())
+        let list: Vec<Value> = problems
+            .iter()
+            .map(|p| json!({"path": p.path, "message": p.message}))
+            .collect();
+        format!(
+            "{}\n",
+            serde_json::to_string_pretty(&json!({"valid": false, "problems": list}))
+                .unwrap_or_default()
+        )
     } else {
-        let mut s = format!("{}: invalid plugin manifest ({} problem(s))\n", args.plugin.display(), problems.len());
+        let mut s = format!(
+            "{}: invalid plugin manifest ({} problem(s))\n",
+            args.plugin.display(),
+            problems.len()
+        );
         for p in &problems {
             let _ = writeln!(s, "  ✗ {p}");
         }
@@ -171,13 +207,29 @@ fn setting_line(d: &SettingDefinition) -> String {
         }
         SettingKind::Select { options, .. } => format!(
             "options {}",
-            options.iter().map(|o| o.value.to_string()).collect::<Vec<_>>().join(" | ")
+            options
+                .iter()
+                .map(|o| o.value.to_string())
+                .collect::<Vec<_>>()
+                .join(" | ")
         ),
-        SettingKind::Text { max_length: Some(m), .. } => format!("max {m} characters"),
+        SettingKind::Text {
+            max_length: Some(m),
+            ..
+        } => format!("max {m} characters"),
         _ => String::new(),
     };
-    let modes = d.modes.iter().map(|m| mode_str(*m)).collect::<Vec<_>>().join(", ");
-    let extra = if extra.is_empty() { String::new() } else { format!("; {extra}") };
+    let modes = d
+        .modes
+        .iter()
+        .map(|m| mode_str(*m))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let extra = if extra.is_empty() {
+        String::new()
+    } else {
+        format!("; {extra}")
+    };
     format!(
         "{} ({}) \"{}\" = {}{extra}; in {modes}",
         d.id,
@@ -196,7 +248,12 @@ fn summary_text(
 ) -> String {
     let r = &m.runtime;
     let mut s = String::new();
-    let _ = writeln!(s, "{} {}", m.app_name, m.plugin_version.as_deref().unwrap_or("(no pluginVersion)"));
+    let _ = writeln!(
+        s,
+        "{} {}",
+        m.app_name,
+        m.plugin_version.as_deref().unwrap_or("(no pluginVersion)")
+    );
     let _ = writeln!(s, "  id:          {}", m.id);
     let _ = writeln!(s, "  OQSEM:       {}", m.version);
     let _ = writeln!(s, "  protocol:    {}", r.protocol);
@@ -220,25 +277,44 @@ fn summary_text(
     let _ = writeln!(
         s,
         "  network:     {}",
-        if r.permissions.network.is_empty() { "none".to_owned() } else { r.permissions.network.join(", ") }
+        if r.permissions.network.is_empty() {
+            "none".to_owned()
+        } else {
+            r.permissions.network.join(", ")
+        }
     );
     let _ = writeln!(
         s,
         "  devices:     {}",
-        if r.permissions.devices.is_empty() { "none".to_owned() } else { r.permissions.devices.join(", ") }
+        if r.permissions.devices.is_empty() {
+            "none".to_owned()
+        } else {
+            r.permissions.devices.join(", ")
+        }
     );
     if !r.services.is_empty() {
         let _ = writeln!(s, "  services:    {}", r.services.join(", "));
     }
     let _ = writeln!(s, "  sandbox:     {SANDBOX}");
     let allow = allow_attribute(Some(r));
-    let _ = writeln!(s, "  allow:       {}", if allow.is_empty() { "(none)" } else { &allow });
+    let _ = writeln!(
+        s,
+        "  allow:       {}",
+        if allow.is_empty() { "(none)" } else { &allow }
+    );
     let _ = writeln!(s, "  CSP:         {csp}");
     if let Some(c) = compat {
         if c.not_checked {
-            let _ = writeln!(s, "  set check:   not checked (the plugin plays without a set)");
+            let _ = writeln!(
+                s,
+                "  set check:   not checked (the plugin plays without a set)"
+            );
         } else {
-            let _ = writeln!(s, "  set check:   {} of {} items playable", c.playable_items, c.total_items);
+            let _ = writeln!(
+                s,
+                "  set check:   {} of {} items playable",
+                c.playable_items, c.total_items
+            );
         }
     }
     if problems.is_empty() {

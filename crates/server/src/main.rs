@@ -6,7 +6,11 @@ use std::process::ExitCode;
 mod check;
 
 #[derive(Parser)]
-#[command(name = "hostwire", version, about = "Server and tools for host ↔ guest wire protocols")]
+#[command(
+    name = "hostwire",
+    version,
+    about = "Server and tools for host ↔ guest wire protocols"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -14,7 +14,10 @@ fn run(args: &[&str]) -> (i32, String) {
         .current_dir(root())
         .output()
         .unwrap();
-    (out.status.code().unwrap(), String::from_utf8(out.stdout).unwrap())
+    (
+        out.status.code().unwrap(),
+        String::from_utf8(out.stdout).unwrap(),
+    )
 }
 
 fn temp(name: &str, content: &str) -> PathBuf {
@@ -27,16 +30,38 @@ fn temp(name: &str, content: &str) -> PathBuf {
 
 #[test]
 fn valid_plugin_prints_a_summary_and_exits_0() {
-    let (code, out) = run(&["examples/quiz-race.html", "--set", "examples/quiz.oqse.json"]);
+    let (code, out) = run(&[
+        "examples/quiz-race.html",
+        "--set",
+        "examples/quiz.oqse.json",
+    ]);
     assert_eq!(code, 0, "{out}");
-    for needle in ["Quiz Race 1.2.0", "protocol:    1.0", "views:       solo, board, controller, settings", "questionTime (number)", "= 20", "connect-src", "wss://live.example.org:8443", "allow:       microphone *", "5 of 5 items playable", "✓ valid"] {
+    for needle in [
+        "Quiz Race 1.2.0",
+        "protocol:    1.0",
+        "views:       solo, board, controller, settings",
+        "questionTime (number)",
+        "= 20",
+        "connect-src",
+        "wss://live.example.org:8443",
+        "allow:       microphone *",
+        "5 of 5 items playable",
+        "✓ valid",
+    ] {
         assert!(out.contains(needle), "{needle:?} missing:\n{out}");
     }
 }
 
 #[test]
 fn json_output_is_one_document() {
-    let (code, out) = run(&["examples/quiz-race.html", "--json", "--mode", "solo", "--host-origin", "https://play.example.org"]);
+    let (code, out) = run(&[
+        "examples/quiz-race.html",
+        "--json",
+        "--mode",
+        "solo",
+        "--host-origin",
+        "https://play.example.org",
+    ]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["valid"], true);
@@ -44,12 +69,20 @@ fn json_output_is_one_document() {
     assert_eq!(v["resolvedSettings"]["questionTime"], 20);
     // Only the settings that apply to solo are listed.
     assert_eq!(v["manifest"]["settings"].as_array().unwrap().len(), 2);
-    assert!(v["policy"]["contentSecurityPolicy"].as_str().unwrap().contains("https://play.example.org"));
+    assert!(v["policy"]["contentSecurityPolicy"]
+        .as_str()
+        .unwrap()
+        .contains("https://play.example.org"));
 }
 
 #[test]
 fn incompatible_set_exits_1_with_every_problem() {
-    let (code, out) = run(&["examples/quiz-race.html", "--set", "examples/every-type.oqse.json", "--json"]);
+    let (code, out) = run(&[
+        "examples/quiz-race.html",
+        "--set",
+        "examples/every-type.oqse.json",
+        "--json",
+    ]);
     assert_eq!(code, 1);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["compatibility"]["compatible"], false);
@@ -63,13 +96,22 @@ fn invalid_manifest_exits_1_and_names_paths() {
     let p = temp("bad.html", html);
     let (code, out) = run(&[p.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
-    for needle in ["id: must be a URL", "appSpecific.memizy.protocol:", "appSpecific.memizy.modes:", "capabilities.types:"] {
+    for needle in [
+        "id: must be a URL",
+        "appSpecific.memizy.protocol:",
+        "appSpecific.memizy.modes:",
+        "capabilities.types:",
+    ] {
         assert!(out.contains(needle), "{needle:?} missing:\n{out}");
     }
     let (code, out) = run(&[p.to_str().unwrap(), "--json"]);
     assert_eq!(code, 1);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert!(v["problems"].as_array().unwrap().iter().any(|p| p["path"] == "appSpecific.memizy.protocol"));
+    assert!(v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["path"] == "appSpecific.memizy.protocol"));
 }
 
 #[test]
@@ -94,7 +136,11 @@ fn unreadable_input_exits_2() {
     std::fs::write(&bin, [0xff, 0xfe, 0x00]).unwrap();
     assert_eq!(run(&[bin.to_str().unwrap()]).0, 2);
     let bad_set = temp("set.json", "{ not json");
-    let (code, out) = run(&["examples/quiz-race.html", "--set", bad_set.to_str().unwrap()]);
+    let (code, out) = run(&[
+        "examples/quiz-race.html",
+        "--set",
+        bad_set.to_str().unwrap(),
+    ]);
     assert_eq!(code, 2);
     assert!(out.contains("not valid JSON"), "{out}");
 }
