@@ -23,3 +23,4 @@ pub use manifest::{read_plugin_manifest, ManifestError, PluginManifest, PluginRu
 pub use negotiate::{negotiate_protocol_version, HOST_SUPPORTED_VERSIONS};
 pub use settings::{resolve_settings, SettingDefinition};
 pub use types::*;
+pub mod relay;
