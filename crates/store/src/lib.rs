@@ -1,0 +1,271 @@
+//! hostwire-store: what must survive a restart.
+//!
+//! [`RelayStore`] is the small interface the relay needs; [`SqliteStore`]
+//! is the embedded default (one file, WAL). A networked database can
+//! implement the same trait to serve several nodes.
+
+use bytes::Bytes;
+use hostwire_memizy::relay::{BundleMeta, PlayerRecord, RoomChange, RoomRecord};
+use rusqlite::{params, Connection, OptionalExtension};
+use std::path::Path;
+use std::sync::Mutex;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("the store's lock was poisoned by a panic")]
+    Poisoned,
+}
+
+/// A room as loaded at start-up, with its bundle text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRoom {
+    pub record: RoomRecord,
+    pub bundle_text: Option<Bytes>,
+}
+
+/// The relay's durable state.
+pub trait RelayStore: Send + Sync + 'static {
+    /// Every room that was live when the server stopped.
+    fn load_rooms(&self) -> Result<Vec<StoredRoom>, StoreError>;
+    /// Applies changes in order, all or nothing.
+    fn apply(&self, changes: &[RoomChange]) -> Result<(), StoreError>;
+}
+
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS relay_rooms (
+    pin TEXT PRIMARY KEY,
+    host_token TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    host_away_since_ms INTEGER,
+    open INTEGER NOT NULL,
+    bundle_version INTEGER,
+    bundle_app_name TEXT,
+    bundle_text BLOB
+);
+CREATE TABLE IF NOT EXISTS relay_players (
+    pin TEXT NOT NULL REFERENCES relay_rooms(pin) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    token TEXT NOT NULL,
+    PRIMARY KEY (pin, id)
+);
+CREATE TABLE IF NOT EXISTS relay_kicked (
+    pin TEXT NOT NULL REFERENCES relay_rooms(pin) ON DELETE CASCADE,
+    token TEXT NOT NULL,
+    PRIMARY KEY (pin, token)
+);
+";
+
+impl SqliteStore {
+    /// Opens (or creates) the database file.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = Connection::open(path)?;
+        // WAL with synchronous=NORMAL survives a killed process; FULL would
+        // also survive power loss at the cost of an fsync per commit.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Self { conn: Mutex::new(conn) })
+    }
+
+    /// An in-memory database, for tests of code that needs a store.
+    pub fn in_memory() -> Result<Self, StoreError> {
+        let conn = Connection::open_in_memory()?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Self { conn: Mutex::new(conn) })
+    }
+}
+
+impl RelayStore for SqliteStore {
+    fn load_rooms(&self) -> Result<Vec<StoredRoom>, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let mut rooms = Vec::new();
+        let mut stmt = conn.prepare(
+            "SELECT pin, host_token, created_at_ms, host_away_since_ms, open, bundle_version, bundle_app_name, bundle_text
+             FROM relay_rooms ORDER BY created_at_ms",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            let version: Option<i64> = r.get(5)?;
+            let text: Option<Vec<u8>> = r.get(7)?;
+            Ok(StoredRoom {
+                record: RoomRecord {
+                    pin: r.get(0)?,
+                    host_token: r.get(1)?,
+                    created_at_ms: r.get::<_, i64>(2)? as u64,
+                    host_away_since_ms: r.get::<_, Option<i64>>(3)?.map(|t| t as u64),
+                    open: r.get(4)?,
+                    players: Vec::new(),
+                    kicked_tokens: Vec::new(),
+                    bundle: version.map(|v| BundleMeta {
+                        version: v as u64,
+                        app_name: r.get(6).ok().flatten(),
+                    }),
+                },
+                bundle_text: text.map(Bytes::from),
+            })
+        })?;
+        for room in rows {
+            rooms.push(room?);
+        }
+        let mut players = conn.prepare("SELECT id, name, token FROM relay_players WHERE pin = ?1 ORDER BY seq")?;
+        let mut kicked = conn.prepare("SELECT token FROM relay_kicked WHERE pin = ?1")?;
+        for room in &mut rooms {
+            let pin = room.record.pin.clone();
+            room.record.players = players
+                .query_map([&pin], |r| {
+                    Ok(PlayerRecord {
+                        id: r.get(0)?,
+                        name: r.get(1)?,
+                        token: r.get(2)?,
+                    })
+                })?
+                .collect::<Result<_, _>>()?;
+            room.record.kicked_tokens = kicked.query_map([&pin], |r| r.get(0))?.collect::<Result<_, _>>()?;
+        }
+        Ok(rooms)
+    }
+
+    fn apply(&self, changes: &[RoomChange]) -> Result<(), StoreError> {
+        let mut conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let tx = conn.transaction()?;
+        for change in changes {
+            match change {
+                RoomChange::Created(r) => {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO relay_rooms (pin, host_token, created_at_ms, host_away_since_ms, open)
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                        params![r.pin, r.host_token, r.created_at_ms as i64, r.host_away_since_ms.map(|t| t as i64), r.open],
+                    )?;
+                }
+                RoomChange::HostAway { pin, since_ms } => {
+                    tx.execute(
+                        "UPDATE relay_rooms SET host_away_since_ms = ?2 WHERE pin = ?1",
+                        params![pin, since_ms.map(|t| t as i64)],
+                    )?;
+                }
+                RoomChange::Open { pin, open } => {
+                    tx.execute("UPDATE relay_rooms SET open = ?2 WHERE pin = ?1", params![pin, open])?;
+                }
+                RoomChange::Player { pin, player } => {
+                    tx.execute(
+                        "INSERT INTO relay_players (pin, seq, id, name, token)
+                         VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM relay_players WHERE pin = ?1), ?2, ?3, ?4)
+                         ON CONFLICT (pin, id) DO UPDATE SET name = excluded.name, token = excluded.token",
+                        params![pin, player.id, player.name, player.token],
+                    )?;
+                }
+                RoomChange::Kicked { pin, player_id, token } => {
+                    tx.execute("DELETE FROM relay_players WHERE pin = ?1 AND id = ?2", params![pin, player_id])?;
+                    tx.execute("INSERT OR IGNORE INTO relay_kicked (pin, token) VALUES (?1, ?2)", params![pin, token])?;
+                }
+                RoomChange::Bundle { pin, meta, text } => {
+                    tx.execute(
+                        "UPDATE relay_rooms SET bundle_version = ?2, bundle_app_name = ?3, bundle_text = ?4 WHERE pin = ?1",
+                        params![pin, meta.version as i64, meta.app_name, &text[..]],
+                    )?;
+                }
+                RoomChange::Deleted { pin } => {
+                    tx.execute("DELETE FROM relay_rooms WHERE pin = ?1", params![pin])?;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+impl SqliteStore {
+    /// The number of stored rooms (for tests and health checks).
+    pub fn room_count(&self) -> Result<usize, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let n: Option<i64> = conn.query_row("SELECT COUNT(*) FROM relay_rooms", [], |r| r.get(0)).optional()?;
+        Ok(n.unwrap_or(0) as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn room(pin: &str) -> RoomRecord {
+        RoomRecord {
+            pin: pin.into(),
+            host_token: "h".repeat(32),
+            created_at_ms: 1_000,
+            host_away_since_ms: Some(1_000),
+            open: true,
+            players: vec![],
+            kicked_tokens: vec![],
+            bundle: None,
+        }
+    }
+
+    fn player(id: &str, name: &str) -> PlayerRecord {
+        PlayerRecord { id: id.into(), name: name.into(), token: format!("{id:_<32}") }
+    }
+
+    #[test]
+    fn every_change_survives_reopening_the_file() {
+        let dir = std::env::temp_dir().join(format!("hostwire-store-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("relay.db");
+        let _ = std::fs::remove_file(&path);
+        {
+            let s = SqliteStore::open(&path).unwrap();
+            s.apply(&[RoomChange::Created(room("111111")), RoomChange::Created(room("222222"))]).unwrap();
+            s.apply(&[
+                RoomChange::Player { pin: "111111".into(), player: player("p-a", "Ann") },
+                RoomChange::Player { pin: "111111".into(), player: player("p-b", "Bob") },
+                RoomChange::Player { pin: "111111".into(), player: player("p-c", "Cyd") },
+                RoomChange::Player { pin: "111111".into(), player: player("p-a", "Anna") },
+                RoomChange::Kicked { pin: "111111".into(), player_id: "p-b".into(), token: player("p-b", "").token },
+                RoomChange::Open { pin: "111111".into(), open: false },
+                RoomChange::HostAway { pin: "111111".into(), since_ms: None },
+                RoomChange::Bundle {
+                    pin: "111111".into(),
+                    meta: BundleMeta { version: 2, app_name: Some("Quiz".into()) },
+                    text: Bytes::from_static(b"{\"pluginHtml\":\"x\",\"set\":{}}"),
+                },
+                RoomChange::Deleted { pin: "222222".into() },
+            ])
+            .unwrap();
+        }
+        let s = SqliteStore::open(&path).unwrap();
+        let rooms = s.load_rooms().unwrap();
+        assert_eq!(rooms.len(), 1);
+        let r = &rooms[0].record;
+        assert_eq!(r.pin, "111111");
+        assert!(!r.open);
+        assert_eq!(r.host_away_since_ms, None);
+        let names: Vec<&str> = r.players.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, vec!["Anna", "Cyd"], "join order kept, renames applied, kicked removed");
+        assert_eq!(r.kicked_tokens, vec![player("p-b", "").token]);
+        assert_eq!(r.bundle, Some(BundleMeta { version: 2, app_name: Some("Quiz".into()) }));
+        assert_eq!(rooms[0].bundle_text.as_deref(), Some(&b"{\"pluginHtml\":\"x\",\"set\":{}}"[..]));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_failed_batch_changes_nothing() {
+        let s = SqliteStore::in_memory().unwrap();
+        s.apply(&[RoomChange::Created(room("333333"))]).unwrap();
+        // A player of a room that does not exist violates the foreign key.
+        let bad = s.apply(&[
+            RoomChange::Open { pin: "333333".into(), open: false },
+            RoomChange::Player { pin: "999999".into(), player: player("p-x", "X") },
+        ]);
+        assert!(bad.is_err());
+        assert!(s.load_rooms().unwrap()[0].record.open, "the batch was rolled back");
+        assert_eq!(s.room_count().unwrap(), 1);
+    }
+}
