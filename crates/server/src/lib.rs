@@ -1,0 +1,7 @@
+//! The hostwire server: HTTP + WebSocket around the sans-IO protocol crates.
+
+pub mod check;
+pub mod metrics;
+pub mod relay;
+pub mod server;
+pub mod store_writer;

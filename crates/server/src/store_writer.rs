@@ -1,0 +1,96 @@
+//! Durable changes are written behind the rooms by one thread: rooms never
+//! wait for the disk, and everything queued is written before shutdown.
+
+use crate::metrics::Metrics;
+use hostwire_memizy::relay::RoomChange;
+use hostwire_store::RelayStore;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+enum Msg {
+    Changes(Vec<RoomChange>, Option<oneshot::Sender<bool>>),
+    Flush(oneshot::Sender<()>),
+}
+
+/// A handle to the writer thread.
+#[derive(Clone)]
+pub struct StoreWriter {
+    tx: mpsc::Sender<Msg>,
+}
+
+/// The most changes written in one transaction.
+const MAX_BATCH: usize = 4096;
+
+impl StoreWriter {
+    pub fn start(store: Arc<dyn RelayStore>, metrics: Arc<Metrics>) -> StoreWriter {
+        let (tx, rx) = mpsc::channel::<Msg>();
+        std::thread::Builder::new()
+            .name("hostwire-store".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut batch = Vec::new();
+                    let mut acks = Vec::new();
+                    let mut flushes = Vec::new();
+                    let mut next = Some(first);
+                    while let Some(msg) = next.take() {
+                        match msg {
+                            Msg::Changes(c, ack) => {
+                                batch.extend(c);
+                                acks.extend(ack);
+                            }
+                            Msg::Flush(done) => flushes.push(done),
+                        }
+                        if batch.len() < MAX_BATCH {
+                            next = rx.try_recv().ok();
+                        }
+                    }
+                    let ok = if batch.is_empty() {
+                        true
+                    } else {
+                        let t = Instant::now();
+                        let r = store.apply(&batch);
+                        metrics.store_write(t.elapsed().as_micros() as u64);
+                        if let Err(e) = &r {
+                            metrics.store_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            tracing::error!(error = %e, changes = batch.len(), "store write failed");
+                        }
+                        r.is_ok()
+                    };
+                    for a in acks {
+                        let _ = a.send(ok);
+                    }
+                    for f in flushes {
+                        let _ = f.send(());
+                    }
+                }
+            })
+            .expect("spawn the store writer thread");
+        StoreWriter { tx }
+    }
+
+    /// Queues changes; returns at once.
+    pub fn write_behind(&self, changes: Vec<RoomChange>) {
+        if !changes.is_empty() {
+            let _ = self.tx.send(Msg::Changes(changes, None));
+        }
+    }
+
+    /// Queues changes and resolves once they are durable (`true`) or failed.
+    pub async fn write_durable(&self, changes: Vec<RoomChange>) -> bool {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Msg::Changes(changes, Some(tx))).is_err() {
+            return false;
+        }
+        rx.await.unwrap_or(false)
+    }
+
+    /// Resolves once everything queued before it is written.
+    pub async fn flush(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Msg::Flush(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
