@@ -67,6 +67,8 @@ pub struct RelayConfig {
     pub trust_proxy: bool,
     pub rooms_per_ip_per_hour: u32,
     pub limits: RelayLimits,
+    /// Frames queued for one connection before it counts as too slow.
+    pub outbound_queue: usize,
 }
 
 /// One queued outbound item.
@@ -90,12 +92,18 @@ struct Kill {
 }
 
 impl Kill {
-    fn fire(&self, code: u16, reason: &'static str) {
-        if let Ok(mut c) = self.code.lock() {
-            c.get_or_insert((code, reason));
-        }
+    /// Returns whether this call fired it (the first one).
+    fn fire(&self, code: u16, reason: &'static str) -> bool {
+        let first = match self.code.lock() {
+            Ok(mut c) if c.is_none() => {
+                *c = Some((code, reason));
+                true
+            }
+            _ => false,
+        };
         self.notify.notify_waiters();
         self.notify.notify_one();
+        first
     }
     fn fired(&self) -> Option<(u16, &'static str)> {
         self.code.lock().ok().and_then(|c| *c)
@@ -108,8 +116,9 @@ impl Outbound {
         match self.tx.try_send(Out::Frame(frame)) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
-                metrics.slow_consumers_closed.fetch_add(1, Relaxed);
-                self.kill.fire(CLOSE_TOO_SLOW, "too slow: outbound queue full");
+                if self.kill.fire(CLOSE_TOO_SLOW, "too slow: outbound queue full") {
+                    metrics.slow_consumers_closed.fetch_add(1, Relaxed);
+                }
                 false
             }
             Err(mpsc::error::TrySendError::Closed(_)) => false,
@@ -117,7 +126,7 @@ impl Outbound {
     }
     fn close(&self, code: u16, reason: &'static str) {
         if self.tx.try_send(Out::Close(code, reason)).is_err() {
-            self.kill.fire(code, reason);
+            let _ = self.kill.fire(code, reason);
         }
     }
 }
@@ -668,7 +677,7 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
     let conn: ConnId = relay.next_conn.fetch_add(1, Relaxed);
     relay.metrics.connections.fetch_add(1, Relaxed);
     let (mut sink, mut stream) = socket.split();
-    let (tx, mut rx) = mpsc::channel::<Out>(OUTBOUND_QUEUE);
+    let (tx, mut rx) = mpsc::channel::<Out>(relay.config.outbound_queue.max(1));
     let kill = Arc::new(Kill::default());
     let out = Outbound { tx, kill: Arc::clone(&kill) };
 
@@ -715,7 +724,7 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
             }
         }
         let _ = sink.close().await;
-        writer_kill.fire(CLOSE_NORMAL, "closed");
+        let _ = writer_kill.fire(CLOSE_NORMAL, "closed");
     });
 
     let limits = relay.config.limits;
@@ -735,7 +744,15 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
                 out.close(CLOSE_GOING_AWAY, "idle timeout");
                 break;
             }
-            Ok(None) | Ok(Some(Err(_))) => break,
+            Ok(Some(Err(e))) => {
+                // tungstenite's capacity error: a frame over twice the cap.
+                if e.to_string().contains("Space limit exceeded") {
+                    send_now(&out, &relay.metrics, frames::error(RelayErrorCode::TooLarge, "Frame too large.", true));
+                    out.close(CLOSE_TOO_BIG, "frame too large");
+                }
+                break;
+            }
+            Ok(None) => break,
             Ok(Some(Ok(Message::Text(t)))) => t,
             Ok(Some(Ok(Message::Binary(b)))) => match Utf8Bytes::try_from(b) {
                 Ok(t) => t,
@@ -817,9 +834,11 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
         let _ = r.tx.send(RoomCmd::Detach { conn }).await;
     }
     drop(out);
-    // A writer stuck on a socket that does not read is dropped, socket and all.
     let mut writer = writer;
-    if tokio::time::timeout(WRITER_GRACE, &mut writer).await.is_err() {
+    if kill.fired().is_some_and(|(code, _)| code == CLOSE_TOO_SLOW) {
+        // A reader that does not read gets its socket dropped at once.
+        writer.abort();
+    } else if tokio::time::timeout(WRITER_GRACE, &mut writer).await.is_err() {
         writer.abort();
     }
     relay.metrics.connections.fetch_sub(1, Relaxed);

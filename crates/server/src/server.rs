@@ -123,6 +123,7 @@ pub fn relay_config(args: &ServeArgs) -> RelayConfig {
         trust_proxy: args.trust_proxy,
         rooms_per_ip_per_hour: args.rooms_per_ip_per_hour,
         limits: RELAY_LIMITS,
+        outbound_queue: crate::relay::OUTBOUND_QUEUE,
     }
 }
 
