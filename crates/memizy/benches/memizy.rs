@@ -8,9 +8,15 @@ use hostwire_memizy::{decode_host_call, prepare_display_set, DisplaySet};
 use serde_json::{json, Value};
 
 fn fixture(name: &str) -> (String, String) {
-    let path = format!("{}/../../bench/fixtures/memizy/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../../bench/fixtures/memizy/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    (v["method"].as_str().unwrap().to_owned(), v["args"].as_str().unwrap().to_owned())
+    (
+        v["method"].as_str().unwrap().to_owned(),
+        v["args"].as_str().unwrap().to_owned(),
+    )
 }
 
 fn decode(c: &mut Criterion) {
@@ -45,7 +51,10 @@ fn set_of_200() -> DisplaySet {
             item
         })
         .collect();
-    DisplaySet { meta: example["meta"].clone(), items }
+    DisplaySet {
+        meta: example["meta"].clone(),
+        items,
+    }
 }
 
 fn display(c: &mut Criterion) {

@@ -5,7 +5,11 @@ use hostwire::{check, server};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "hostwire", version, about = "Server and tools for host ↔ guest wire protocols")]
+#[command(
+    name = "hostwire",
+    version,
+    about = "Server and tools for host ↔ guest wire protocols"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

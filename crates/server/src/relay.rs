@@ -49,7 +49,12 @@ impl AllowedOrigins {
         if s.trim() == "*" {
             AllowedOrigins::Any
         } else {
-            AllowedOrigins::List(s.split(',').map(|o| o.trim().to_owned()).filter(|o| !o.is_empty()).collect())
+            AllowedOrigins::List(
+                s.split(',')
+                    .map(|o| o.trim().to_owned())
+                    .filter(|o| !o.is_empty())
+                    .collect(),
+            )
         }
     }
 
@@ -116,7 +121,10 @@ impl Outbound {
         match self.tx.try_send(Out::Frame(frame)) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
-                if self.kill.fire(CLOSE_TOO_SLOW, "too slow: outbound queue full") {
+                if self
+                    .kill
+                    .fire(CLOSE_TOO_SLOW, "too slow: outbound queue full")
+                {
                     metrics.slow_consumers_closed.fetch_add(1, Relaxed);
                 }
                 false
@@ -201,7 +209,10 @@ impl Relay {
             let room = Room::restore(s.record, now, relay.config.limits);
             if away_missing {
                 // The host was attached when the server stopped: away from now.
-                relay.writer.write_behind(vec![RoomChange::HostAway { pin: pin.clone(), since_ms: Some(now) }]);
+                relay.writer.write_behind(vec![RoomChange::HostAway {
+                    pin: pin.clone(),
+                    since_ms: Some(now),
+                }]);
             }
             relay.spawn_room(room, s.bundle_text);
         }
@@ -270,7 +281,11 @@ impl Relay {
 
     /// Runs one sweep over every room now (the timer calls it every 30 s).
     pub async fn sweep(&self) {
-        let handles: Vec<RoomHandle> = self.rooms.lock().map(|r| r.values().cloned().collect()).unwrap_or_default();
+        let handles: Vec<RoomHandle> = self
+            .rooms
+            .lock()
+            .map(|r| r.values().cloned().collect())
+            .unwrap_or_default();
         for h in handles {
             let _ = h.tx.send(RoomCmd::Sweep).await;
         }
@@ -284,7 +299,11 @@ impl Relay {
             });
         }
         // Let the rooms act on the sweep before returning.
-        let handles: Vec<RoomHandle> = self.rooms.lock().map(|r| r.values().cloned().collect()).unwrap_or_default();
+        let handles: Vec<RoomHandle> = self
+            .rooms
+            .lock()
+            .map(|r| r.values().cloned().collect())
+            .unwrap_or_default();
         for h in handles {
             let (tx, rx) = oneshot::channel();
             if h.tx.send(RoomCmd::Info(tx)).await.is_ok() {
@@ -296,7 +315,11 @@ impl Relay {
     /// Closes every connection with 1001 (rooms stay stored) and flushes
     /// the store.
     pub async fn shutdown(&self) {
-        let handles: Vec<RoomHandle> = self.rooms.lock().map(|r| r.values().cloned().collect()).unwrap_or_default();
+        let handles: Vec<RoomHandle> = self
+            .rooms
+            .lock()
+            .map(|r| r.values().cloned().collect())
+            .unwrap_or_default();
         for h in handles {
             let (tx, rx) = oneshot::channel();
             if h.tx.send(RoomCmd::Shutdown(tx)).await.is_ok() {
@@ -306,7 +329,12 @@ impl Relay {
         self.writer.flush().await;
     }
 
-    async fn run_room(self: Arc<Self>, mut room: Room, mut bundle: Option<Bytes>, mut rx: mpsc::Receiver<RoomCmd>) {
+    async fn run_room(
+        self: Arc<Self>,
+        mut room: Room,
+        mut bundle: Option<Bytes>,
+        mut rx: mpsc::Receiver<RoomCmd>,
+    ) {
         let pin = room.pin().to_owned();
         let mut conns: HashMap<ConnId, Outbound> = HashMap::new();
         let mut out: Vec<RoomOutput> = Vec::new();
@@ -318,11 +346,18 @@ impl Relay {
             let mut durable_ack: Option<oneshot::Sender<Option<u64>>> = None;
             let mut bundle_version = None;
             match cmd {
-                RoomCmd::Attach { conn, out: o, msg, reply } => {
+                RoomCmd::Attach {
+                    conn,
+                    out: o,
+                    msg,
+                    reply,
+                } => {
                     conns.insert(conn, o);
                     pending_attach = Some((conn, reply));
                     match &msg {
-                        RelayClientMessage::Host { host_token, .. } => room.attach_host(conn, host_token.as_deref(), &mut out),
+                        RelayClientMessage::Host { host_token, .. } => {
+                            room.attach_host(conn, host_token.as_deref(), &mut out)
+                        }
                         RelayClientMessage::Join { name, token, .. } => {
                             room.attach_player(conn, name.as_deref(), token.as_deref(), &mut out)
                         }
@@ -346,7 +381,12 @@ impl Relay {
                 RoomCmd::GetBundle(reply) => {
                     let _ = reply.send(room.bundle().map(|m| m.version).zip(bundle.clone()));
                 }
-                RoomCmd::PutBundle { token, text, app_name, reply } => {
+                RoomCmd::PutBundle {
+                    token,
+                    text,
+                    app_name,
+                    reply,
+                } => {
                     if room.host_token().matches(&token) {
                         bundle = Some(text.clone());
                         bundle_version = Some(room.set_bundle(text, app_name, &mut out));
@@ -369,10 +409,16 @@ impl Relay {
             for o in out.drain(..) {
                 match o {
                     RoomOutput::Send { conn, frame } => {
-                        let Some(target) = conns.get(&conn) else { continue };
+                        let Some(target) = conns.get(&conn) else {
+                            continue;
+                        };
                         // A frame shared by many connections is converted once.
                         let text = match &last {
-                            Some((b, u)) if b.as_ptr() == frame.as_ptr() && b.len() == frame.len() => u.clone(),
+                            Some((b, u))
+                                if b.as_ptr() == frame.as_ptr() && b.len() == frame.len() =>
+                            {
+                                u.clone()
+                            }
                             _ => match Utf8Bytes::try_from(frame.clone()) {
                                 Ok(u) => {
                                     last = Some((frame.clone(), u.clone()));
@@ -417,9 +463,11 @@ impl Relay {
             let players_now = room.player_count();
             if players_now != players_before {
                 if players_now > players_before {
-                    self.players.fetch_add((players_now - players_before) as u64, Relaxed);
+                    self.players
+                        .fetch_add((players_now - players_before) as u64, Relaxed);
                 } else {
-                    self.players.fetch_sub((players_before - players_now) as u64, Relaxed);
+                    self.players
+                        .fetch_sub((players_before - players_now) as u64, Relaxed);
                 }
                 players_before = players_now;
             }
@@ -455,10 +503,22 @@ impl Relay {
         };
         vec![
             (header::ACCESS_CONTROL_ALLOW_ORIGIN, o),
-            (header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, PUT, OPTIONS")),
-            (header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("Authorization, Content-Type")),
-            (header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static("X-Bundle-Version")),
-            (header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600")),
+            (
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                HeaderValue::from_static("GET, POST, PUT, OPTIONS"),
+            ),
+            (
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                HeaderValue::from_static("Authorization, Content-Type"),
+            ),
+            (
+                header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static("X-Bundle-Version"),
+            ),
+            (
+                header::ACCESS_CONTROL_MAX_AGE,
+                HeaderValue::from_static("600"),
+            ),
             (header::VARY, HeaderValue::from_static("Origin")),
         ]
     }
@@ -477,13 +537,20 @@ impl Relay {
 fn count_out(metrics: &Metrics, text: &str) {
     if text.starts_with("{\"t\":\"data\"") {
         metrics.frame_out("data");
-        metrics.bytes_forwarded.fetch_add(text.len() as u64, Relaxed);
+        metrics
+            .bytes_forwarded
+            .fetch_add(text.len() as u64, Relaxed);
     } else if text.starts_with("{\"t\":\"from\"") {
         metrics.frame_out("from");
-        metrics.bytes_forwarded.fetch_add(text.len() as u64, Relaxed);
+        metrics
+            .bytes_forwarded
+            .fetch_add(text.len() as u64, Relaxed);
     } else {
         if text.starts_with("{\"t\":\"error\"") {
-            if let Some(code) = serde_json::from_str::<Value>(text).ok().and_then(|v| v["code"].as_str().map(str::to_owned)) {
+            if let Some(code) = serde_json::from_str::<Value>(text)
+                .ok()
+                .and_then(|v| v["code"].as_str().map(str::to_owned))
+            {
                 metrics.error(&code);
             }
         }
@@ -491,17 +558,27 @@ fn count_out(metrics: &Metrics, text: &str) {
     }
 }
 
-fn json_response(status: StatusCode, body: Value, headers: Vec<(header::HeaderName, HeaderValue)>) -> Response {
+fn json_response(
+    status: StatusCode,
+    body: Value,
+    headers: Vec<(header::HeaderName, HeaderValue)>,
+) -> Response {
     let mut r = (status, body.to_string()).into_response();
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json; charset=utf-8"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=utf-8"),
+    );
     for (k, v) in headers {
         r.headers_mut().insert(k, v);
     }
     r
 }
 
-fn error(status: StatusCode, message: &str, headers: Vec<(header::HeaderName, HeaderValue)>) -> Response {
+fn error(
+    status: StatusCode,
+    message: &str,
+    headers: Vec<(header::HeaderName, HeaderValue)>,
+) -> Response {
     json_response(status, json!({"error": message}), headers)
 }
 
@@ -516,17 +593,27 @@ pub fn router(relay: Arc<Relay>) -> Router {
 
 async fn metrics_handler(State(relay): State<Arc<Relay>>) -> Response {
     let mut r = relay.metrics.render().into_response();
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
     r
 }
 
-async fn api(State(relay): State<Arc<Relay>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, req: Request<Body>) -> Response {
+async fn api(
+    State(relay): State<Arc<Relay>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request<Body>,
+) -> Response {
     let path = req.uri().path().to_owned();
     if !path.starts_with("/api/") {
         return (StatusCode::NOT_FOUND, "hostwire relay").into_response();
     }
-    let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let cors = relay.cors(origin.as_deref());
     if req.method() == Method::OPTIONS {
         let mut r = StatusCode::NO_CONTENT.into_response();
@@ -544,11 +631,23 @@ async fn api(State(relay): State<Arc<Relay>>, ConnectInfo(peer): ConnectInfo<Soc
     if path == "/api/rooms" && req.method() == Method::POST {
         let ip = relay.client_ip(req.headers(), peer);
         if !relay.allow_room_creation(&ip) {
-            return error(StatusCode::TOO_MANY_REQUESTS, "Too many rooms from this network, try again later.", cors);
+            return error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too many rooms from this network, try again later.",
+                cors,
+            );
         }
         return match relay.create_room().await {
-            Some((pin, token)) => json_response(StatusCode::CREATED, json!({"pin": pin, "hostToken": token}), cors),
-            None => error(StatusCode::SERVICE_UNAVAILABLE, "The room could not be stored; try again.", cors),
+            Some((pin, token)) => json_response(
+                StatusCode::CREATED,
+                json!({"pin": pin, "hostToken": token}),
+                cors,
+            ),
+            None => error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The room could not be stored; try again.",
+                cors,
+            ),
         };
     }
     let Some(rest) = path.strip_prefix("/api/rooms/") else {
@@ -568,7 +667,11 @@ async fn api(State(relay): State<Arc<Relay>>, ConnectInfo(peer): ConnectInfo<Soc
             let (tx, rx) = oneshot::channel();
             let _ = room.tx.send(RoomCmd::Info(tx)).await;
             match rx.await {
-                Ok(info) => json_response(StatusCode::OK, serde_json::to_value(info).unwrap_or_default(), cors),
+                Ok(info) => json_response(
+                    StatusCode::OK,
+                    serde_json::to_value(info).unwrap_or_default(),
+                    cors,
+                ),
                 Err(_) => error(StatusCode::NOT_FOUND, "Room not found", cors),
             }
         }
@@ -579,7 +682,10 @@ async fn api(State(relay): State<Arc<Relay>>, ConnectInfo(peer): ConnectInfo<Soc
                 Ok(Some((version, text))) => {
                     let mut r = Response::new(Body::from(text));
                     let h = r.headers_mut();
-                    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json; charset=utf-8"));
+                    h.insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json; charset=utf-8"),
+                    );
                     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
                     h.insert("x-bundle-version", HeaderValue::from(version));
                     for (k, v) in cors {
@@ -587,7 +693,11 @@ async fn api(State(relay): State<Arc<Relay>>, ConnectInfo(peer): ConnectInfo<Soc
                     }
                     r
                 }
-                Ok(None) => error(StatusCode::NOT_FOUND, "The host has not chosen a game yet", cors),
+                Ok(None) => error(
+                    StatusCode::NOT_FOUND,
+                    "The host has not chosen a game yet",
+                    cors,
+                ),
                 Err(_) => error(StatusCode::NOT_FOUND, "Room not found", cors),
             }
         }
@@ -635,8 +745,14 @@ async fn put_bundle(
         Ok(v) => v,
         Err(_) => return error(StatusCode::BAD_REQUEST, "Invalid JSON", cors),
     };
-    if !parsed.get("pluginHtml").is_some_and(Value::is_string) || !parsed.get("set").is_some_and(Value::is_object) {
-        return error(StatusCode::BAD_REQUEST, "Expected { pluginHtml: string, set: object }", cors);
+    if !parsed.get("pluginHtml").is_some_and(Value::is_string)
+        || !parsed.get("set").is_some_and(Value::is_object)
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Expected { pluginHtml: string, set: object }",
+            cors,
+        );
     }
     let html = parsed["pluginHtml"].as_str().unwrap_or("");
     // appName is read from the manifest data island, without validating the rest.
@@ -650,7 +766,15 @@ async fn put_bundle(
             _ => None,
         });
     let (tx, rx) = oneshot::channel();
-    let _ = room.tx.send(RoomCmd::PutBundle { token, text: body, app_name, reply: tx }).await;
+    let _ = room
+        .tx
+        .send(RoomCmd::PutBundle {
+            token,
+            text: body,
+            app_name,
+            reply: tx,
+        })
+        .await;
     match rx.await {
         Ok(Some(version)) => json_response(StatusCode::OK, json!({"version": version}), cors),
         Ok(None) => error(StatusCode::FORBIDDEN, "Not the host", cors),
@@ -658,7 +782,11 @@ async fn put_bundle(
     }
 }
 
-async fn ws_upgrade(State(relay): State<Arc<Relay>>, headers: HeaderMap, ws: WebSocketUpgrade) -> Response {
+async fn ws_upgrade(
+    State(relay): State<Arc<Relay>>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
     let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
     if !relay.config.allowed_origins.allows(origin) {
         return (StatusCode::FORBIDDEN, "Origin not allowed").into_response();
@@ -679,14 +807,20 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
     let (tx, mut rx) = mpsc::channel::<Out>(relay.config.outbound_queue.max(1));
     let kill = Arc::new(Kill::default());
-    let out = Outbound { tx, kill: Arc::clone(&kill) };
+    let out = Outbound {
+        tx,
+        kill: Arc::clone(&kill),
+    };
 
     let writer_kill = Arc::clone(&kill);
     let writer = tokio::spawn(async move {
         let mut ping = tokio::time::interval(PING_INTERVAL);
         ping.tick().await;
         let close_with = |code: u16, reason: &'static str| {
-            Message::Close(Some(CloseFrame { code, reason: Utf8Bytes::from_static(reason) }))
+            Message::Close(Some(CloseFrame {
+                code,
+                reason: Utf8Bytes::from_static(reason),
+            }))
         };
         loop {
             tokio::select! {
@@ -747,7 +881,11 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
             Ok(Some(Err(e))) => {
                 // tungstenite's capacity error: a frame over twice the cap.
                 if e.to_string().contains("Space limit exceeded") {
-                    send_now(&out, &relay.metrics, frames::error(RelayErrorCode::TooLarge, "Frame too large.", true));
+                    send_now(
+                        &out,
+                        &relay.metrics,
+                        frames::error(RelayErrorCode::TooLarge, "Frame too large.", true),
+                    );
                     out.close(CLOSE_TOO_BIG, "frame too large");
                 }
                 break;
@@ -758,7 +896,11 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
                 Ok(t) => t,
                 Err(_) => {
                     relay.metrics.frame_in("invalid");
-                    send_now(&out, &relay.metrics, frames::error(RelayErrorCode::BadMessage, "Invalid JSON.", false));
+                    send_now(
+                        &out,
+                        &relay.metrics,
+                        frames::error(RelayErrorCode::BadMessage, "Invalid JSON.", false),
+                    );
                     continue;
                 }
             },
@@ -768,7 +910,13 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
         let now = relay.clock.now_ms();
         match state.on_frame(&text, now) {
             ConnStep::Reply(f) => {
-                relay.metrics.frame_in(if f.starts_with(b"{\"t\":\"pong\"") { "ping" } else { "invalid" });
+                relay
+                    .metrics
+                    .frame_in(if f.starts_with(b"{\"t\":\"pong\"") {
+                        "ping"
+                    } else {
+                        "invalid"
+                    });
                 send_now(&out, &relay.metrics, f);
             }
             ConnStep::RateLimited(f) => {
@@ -789,7 +937,11 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
                     } else {
                         "No game with this PIN."
                     };
-                    send_now(&out, &relay.metrics, frames::error(RelayErrorCode::RoomNotFound, m, true));
+                    send_now(
+                        &out,
+                        &relay.metrics,
+                        frames::error(RelayErrorCode::RoomNotFound, m, true),
+                    );
                     out.close(CLOSE_POLICY, RelayErrorCode::RoomNotFound.as_str());
                     break;
                 };
@@ -797,14 +949,27 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
                     send_now(
                         &out,
                         &relay.metrics,
-                        frames::error(RelayErrorCode::NotAllowed, "This connection is already attached.", false),
+                        frames::error(
+                            RelayErrorCode::NotAllowed,
+                            "This connection is already attached.",
+                            false,
+                        ),
                     );
                     continue;
                 }
                 let (reply, answer) = oneshot::channel();
-                let cmd = RoomCmd::Attach { conn, out: out.clone(), msg, reply };
+                let cmd = RoomCmd::Attach {
+                    conn,
+                    out: out.clone(),
+                    msg,
+                    reply,
+                };
                 if target.tx.send(cmd).await.is_err() {
-                    send_now(&out, &relay.metrics, frames::error(RelayErrorCode::RoomNotFound, "No game with this PIN.", true));
+                    send_now(
+                        &out,
+                        &relay.metrics,
+                        frames::error(RelayErrorCode::RoomNotFound, "No game with this PIN.", true),
+                    );
                     out.close(CLOSE_POLICY, RelayErrorCode::RoomNotFound.as_str());
                     break;
                 }
@@ -838,7 +1003,10 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
     if kill.fired().is_some_and(|(code, _)| code == CLOSE_TOO_SLOW) {
         // A reader that does not read gets its socket dropped at once.
         writer.abort();
-    } else if tokio::time::timeout(WRITER_GRACE, &mut writer).await.is_err() {
+    } else if tokio::time::timeout(WRITER_GRACE, &mut writer)
+        .await
+        .is_err()
+    {
         writer.abort();
     }
     relay.metrics.connections.fetch_sub(1, Relaxed);

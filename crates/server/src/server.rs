@@ -86,7 +86,8 @@ impl RelayServer {
         let sweeper = Arc::clone(&relay);
         let mut sweep_stop = stop.subscribe();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(RELAY_LIMITS.sweep_interval_ms));
+            let mut tick =
+                tokio::time::interval(Duration::from_millis(RELAY_LIMITS.sweep_interval_ms));
             loop {
                 tokio::select! {
                     _ = tick.tick() => sweeper.sweep().await,
@@ -101,12 +102,20 @@ impl RelayServer {
                 // Sockets first (1001), then the store is flushed.
                 shutdown_relay.shutdown().await;
             };
-            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(graceful).await {
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(graceful)
+                .await
+            {
                 tracing::error!(error = %e, "server error");
             }
         });
         tracing::info!(%addr, rooms = loaded, "relay listening");
-        Ok(RelayServer { addr, relay, stop, task })
+        Ok(RelayServer {
+            addr,
+            relay,
+            stop,
+            task,
+        })
     }
 
     /// Stops accepting, closes every socket with 1001, flushes the store.
@@ -128,8 +137,11 @@ pub fn relay_config(args: &ServeArgs) -> RelayConfig {
 }
 
 fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
@@ -140,7 +152,8 @@ async fn stop_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
         tokio::select! {
             _ = ctrl_c => {},
             _ = term.recv() => {},
@@ -153,7 +166,9 @@ async fn stop_signal() {
 /// `hostwire serve`.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_logs(args.log_format);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         std::fs::create_dir_all(&args.data_dir)?;
         let db = args.data_dir.join("hostwire.db");

@@ -12,27 +12,44 @@ async fn forwarding_both_ways_in_order() {
     let (mut host, pin, _) = t.host().await;
     let (mut a, a_id, _) = t.player(&pin, "Ann").await;
     let v = host.recv().await;
-    assert_eq!(v, json!({"t": "presence", "player": {"id": a_id, "name": "Ann", "connected": true}, "event": "join"}));
+    assert_eq!(
+        v,
+        json!({"t": "presence", "player": {"id": a_id, "name": "Ann", "connected": true}, "event": "join"})
+    );
     let (mut b, b_id, _) = t.player(&pin, "Bob").await;
     assert_eq!(host.recv().await["event"], "join");
 
     // Within the player's burst of 120 (the join took one).
     for i in 0..110 {
-        host.send(json!({"t": "to", "to": a_id, "data": {"n": i, "k": "state"}})).await;
+        host.send(json!({"t": "to", "to": a_id, "data": {"n": i, "k": "state"}}))
+            .await;
         b.send(json!({"t": "up", "data": {"n": i}})).await;
     }
     for i in 0..110 {
-        assert_eq!(a.recv().await, json!({"t": "data", "data": {"n": i, "k": "state"}}));
-        assert_eq!(host.recv().await, json!({"t": "from", "from": b_id, "data": {"n": i}}));
+        assert_eq!(
+            a.recv().await,
+            json!({"t": "data", "data": {"n": i, "k": "state"}})
+        );
+        assert_eq!(
+            host.recv().await,
+            json!({"t": "from", "from": b_id, "data": {"n": i}})
+        );
     }
     // Data is forwarded as sent, whatever JSON it is.
-    host.send_text(&format!(r#"{{"t":"to","to":"{a_id}","data":[1, "two", null, {{"x": 1.5e3}}]}}"#)).await;
-    assert_eq!(a.recv().await["data"], json!([1, "two", null, {"x": 1500.0}]));
+    host.send_text(&format!(
+        r#"{{"t":"to","to":"{a_id}","data":[1, "two", null, {{"x": 1.5e3}}]}}"#
+    ))
+    .await;
+    assert_eq!(
+        a.recv().await["data"],
+        json!([1, "two", null, {"x": 1500.0}])
+    );
     // No data at all is forwarded without a data field.
     a.send(json!({"t": "up"})).await;
     assert_eq!(host.recv().await, json!({"t": "from", "from": a_id}));
     // `to` an unknown player is dropped silently; nothing else arrives.
-    host.send(json!({"t": "to", "to": "p-nobody", "data": 1})).await;
+    host.send(json!({"t": "to", "to": "p-nobody", "data": 1}))
+        .await;
     host.send(json!({"t": "to", "to": 5, "data": 1})).await;
     assert!(host.until_pong().await.is_empty());
     assert!(a.until_pong().await.is_empty());
@@ -45,26 +62,45 @@ async fn presence_and_host_presence() {
     // A player may join before the host attaches.
     let (mut a, a_id, _) = t.player(&pin, "Ann").await;
     let mut host = t.client().await;
-    host.send(json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token})).await;
-    assert_eq!(host.recv().await, json!({"t": "hosting", "pin": pin, "players": [{"id": a_id, "name": "Ann", "connected": true}]}));
-    assert_eq!(a.recv().await, json!({"t": "host-presence", "connected": true}));
+    host.send(json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token}))
+        .await;
+    assert_eq!(
+        host.recv().await,
+        json!({"t": "hosting", "pin": pin, "players": [{"id": a_id, "name": "Ann", "connected": true}]})
+    );
+    assert_eq!(
+        a.recv().await,
+        json!({"t": "host-presence", "connected": true})
+    );
     let (mut b, _, _) = t.player(&pin, "Bob").await;
     drop(b.ws.close(None).await);
     let _join = host.recv().await;
     let v = host.recv().await;
-    assert_eq!((v["event"].as_str(), v["player"]["connected"].as_bool()), (Some("disconnect"), Some(false)));
+    assert_eq!(
+        (v["event"].as_str(), v["player"]["connected"].as_bool()),
+        (Some("disconnect"), Some(false))
+    );
     // The host leaving is announced to players.
     host.ws.close(None).await.unwrap();
-    assert_eq!(a.recv().await, json!({"t": "host-presence", "connected": false}));
+    assert_eq!(
+        a.recv().await,
+        json!({"t": "host-presence", "connected": false})
+    );
     let mut c = t.client().await;
-    c.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "Cyd"})).await;
+    c.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "Cyd"}))
+        .await;
     assert_eq!(c.recv().await["hostConnected"], false);
     // Rename: normalized, announced; empty is ignored.
     let mut host = t.client().await;
-    host.send(json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token})).await;
+    host.send(json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token}))
+        .await;
     assert_eq!(host.recv().await["players"].as_array().unwrap().len(), 3);
-    a.send(json!({"t": "rename", "name": "  Ann \n  Marie  "})).await;
-    assert_eq!(host.recv().await, json!({"t": "presence", "player": {"id": a_id, "name": "Ann Marie", "connected": true}, "event": "rename"}));
+    a.send(json!({"t": "rename", "name": "  Ann \n  Marie  "}))
+        .await;
+    assert_eq!(
+        host.recv().await,
+        json!({"t": "presence", "player": {"id": a_id, "name": "Ann Marie", "connected": true}, "event": "rename"})
+    );
     a.send(json!({"t": "rename", "name": "   "})).await;
     a.send(json!({"t": "rename", "name": 42})).await;
     assert!(host.until_pong().await.is_empty());
@@ -77,12 +113,17 @@ async fn names_are_normalized_at_join() {
     let mut p = t.client().await;
     p.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": format!("  a  b {}", "c".repeat(40))})).await;
     let v = p.recv().await;
-    assert_eq!(v["name"].as_str().unwrap(), format!("a b {}", "c".repeat(28)));
+    assert_eq!(
+        v["name"].as_str().unwrap(),
+        format!("a b {}", "c".repeat(28))
+    );
     let mut q = t.client().await;
-    q.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": " \t "})).await;
+    q.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": " \t "}))
+        .await;
     assert_eq!(q.recv().await["name"], "Player");
     let mut r = t.client().await;
-    r.send(json!({"t": "join", "protocol": 1, "pin": pin})).await;
+    r.send(json!({"t": "join", "protocol": 1, "pin": pin}))
+        .await;
     assert_eq!(r.recv().await["name"], "Player");
 }
 
@@ -100,23 +141,35 @@ async fn rejoin_by_token_and_connection_replacement() {
         json!({"t": "joined", "pin": pin, "playerId": a_id, "token": a_token, "name": "Ann", "hostConnected": true}),
         "a rejoin keeps id, token and name"
     );
-    assert_eq!(a.ended().await, Ended::Closed(4000), "the older connection is replaced");
+    assert_eq!(
+        a.ended().await,
+        Ended::Closed(4000),
+        "the older connection is replaced"
+    );
     let v = host.recv().await;
     assert_eq!(v["event"], "connect");
     // The new connection carries the player's traffic.
-    host.send(json!({"t": "to", "to": a_id, "data": "hi"})).await;
+    host.send(json!({"t": "to", "to": a_id, "data": "hi"}))
+        .await;
     assert_eq!(again.recv().await["data"], "hi");
     // An unknown token joins as a new player.
     let mut stranger = t.client().await;
-    stranger.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "X", "token": "x".repeat(32)})).await;
+    stranger
+        .send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "X", "token": "x".repeat(32)}))
+        .await;
     assert_ne!(stranger.recv().await["playerId"], a_id);
 
     // A second host connection replaces the first.
     let mut host2 = t.client().await;
-    host2.send(json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token})).await;
+    host2
+        .send(json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token}))
+        .await;
     assert_eq!(host2.recv().await["t"], "hosting");
     assert_eq!(host.ended().await, Ended::Closed(4000));
-    assert_eq!(again.recv().await, json!({"t": "host-presence", "connected": true}));
+    assert_eq!(
+        again.recv().await,
+        json!({"t": "host-presence", "connected": true})
+    );
 }
 
 #[tokio::test]
@@ -124,13 +177,34 @@ async fn attach_failures_are_fatal() {
     let t = TestRelay::start(config()).await;
     let (pin, token) = t.create_room().await;
     let cases = [
-        (json!({"t": "join", "protocol": 1, "pin": "999999", "name": "A"}), "ROOM_NOT_FOUND"),
-        (json!({"t": "join", "protocol": 1, "pin": "12", "name": "A"}), "ROOM_NOT_FOUND"),
-        (json!({"t": "host", "protocol": 1, "pin": "999999", "hostToken": token}), "ROOM_NOT_FOUND"),
-        (json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": "wrong"}), "NOT_ALLOWED"),
-        (json!({"t": "host", "protocol": 1, "pin": pin}), "NOT_ALLOWED"),
-        (json!({"t": "join", "protocol": 2, "pin": pin, "name": "A"}), "UNSUPPORTED_PROTOCOL"),
-        (json!({"t": "host", "pin": pin, "hostToken": token}), "UNSUPPORTED_PROTOCOL"),
+        (
+            json!({"t": "join", "protocol": 1, "pin": "999999", "name": "A"}),
+            "ROOM_NOT_FOUND",
+        ),
+        (
+            json!({"t": "join", "protocol": 1, "pin": "12", "name": "A"}),
+            "ROOM_NOT_FOUND",
+        ),
+        (
+            json!({"t": "host", "protocol": 1, "pin": "999999", "hostToken": token}),
+            "ROOM_NOT_FOUND",
+        ),
+        (
+            json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": "wrong"}),
+            "NOT_ALLOWED",
+        ),
+        (
+            json!({"t": "host", "protocol": 1, "pin": pin}),
+            "NOT_ALLOWED",
+        ),
+        (
+            json!({"t": "join", "protocol": 2, "pin": pin, "name": "A"}),
+            "UNSUPPORTED_PROTOCOL",
+        ),
+        (
+            json!({"t": "host", "pin": pin, "hostToken": token}),
+            "UNSUPPORTED_PROTOCOL",
+        ),
     ];
     for (frame, code) in cases {
         let mut c = t.client().await;
@@ -149,15 +223,22 @@ async fn closed_and_full_rooms() {
     let (_a, _, a_token) = t.player(&pin, "A").await;
     host.send(json!({"t": "open", "open": false})).await;
     host.until_pong().await;
-    let info: Value = reqwest::get(format!("{}/api/rooms/{pin}", t.http)).await.unwrap().json().await.unwrap();
+    let info: Value = reqwest::get(format!("{}/api/rooms/{pin}", t.http))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(info["open"], false);
     let mut c = t.client().await;
-    c.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "New"})).await;
+    c.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "New"}))
+        .await;
     c.expect_error("ROOM_CLOSED", true).await;
     assert_eq!(c.ended().await, Ended::Closed(4000));
     // A known token still rejoins a closed room.
     let mut back = t.client().await;
-    back.send(json!({"t": "join", "protocol": 1, "pin": pin, "token": a_token})).await;
+    back.send(json!({"t": "join", "protocol": 1, "pin": pin, "token": a_token}))
+        .await;
     assert_eq!(back.recv().await["t"], "joined");
     // `open` is true only for `true`.
     host.send(json!({"t": "open", "open": "yes"})).await;
@@ -165,7 +246,8 @@ async fn closed_and_full_rooms() {
     host.until_pong().await;
     let (_b, _, _) = t.player(&pin, "B").await;
     let mut full = t.client().await;
-    full.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "C"})).await;
+    full.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "C"}))
+        .await;
     full.expect_error("ROOM_FULL", true).await;
     assert_eq!(full.ended().await, Ended::Closed(4000));
 }
@@ -179,15 +261,24 @@ async fn kick_and_a_kicked_tokens_rejoin() {
     host.send(json!({"t": "kick", "playerId": a_id})).await;
     assert_eq!(a.recv().await, json!({"t": "closed", "reason": "kicked"}));
     assert_eq!(a.ended().await, Ended::Closed(1000));
-    assert_eq!(host.recv().await, json!({"t": "presence", "player": {"id": a_id, "name": "Ann", "connected": false}, "event": "leave"}));
+    assert_eq!(
+        host.recv().await,
+        json!({"t": "presence", "player": {"id": a_id, "name": "Ann", "connected": false}, "event": "leave"})
+    );
     let mut back = t.client().await;
-    back.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "Ann", "token": a_token})).await;
+    back.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "Ann", "token": a_token}))
+        .await;
     back.expect_error("KICKED", true).await;
     assert_eq!(back.ended().await, Ended::Closed(4000));
     // Kicking an unknown id does nothing.
     host.send(json!({"t": "kick", "playerId": "p-none"})).await;
     assert!(host.until_pong().await.is_empty());
-    let info: Value = reqwest::get(format!("{}/api/rooms/{pin}", t.http)).await.unwrap().json().await.unwrap();
+    let info: Value = reqwest::get(format!("{}/api/rooms/{pin}", t.http))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(info["players"], 0);
 }
 
@@ -197,30 +288,52 @@ async fn wrong_role_and_unattached_frames() {
     let (mut host, pin, token) = t.host().await;
     let (mut a, a_id, _) = t.player(&pin, "Ann").await;
     host.recv().await;
-    for frame in [json!({"t": "to", "to": a_id, "data": 1}), json!({"t": "kick", "playerId": a_id}), json!({"t": "open", "open": false}), json!({"t": "close"}), json!({"t": "dance"})] {
+    for frame in [
+        json!({"t": "to", "to": a_id, "data": 1}),
+        json!({"t": "kick", "playerId": a_id}),
+        json!({"t": "open", "open": false}),
+        json!({"t": "close"}),
+        json!({"t": "dance"}),
+    ] {
         a.send(frame.clone()).await;
         let v = a.expect_error("NOT_ALLOWED", false).await;
-        assert!(v["message"].as_str().unwrap().contains("is not allowed here"), "{frame}: {v}");
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap()
+                .contains("is not allowed here"),
+            "{frame}: {v}"
+        );
     }
-    for frame in [json!({"t": "up", "data": 1}), json!({"t": "rename", "name": "H"})] {
+    for frame in [
+        json!({"t": "up", "data": 1}),
+        json!({"t": "rename", "name": "H"}),
+    ] {
         host.send(frame).await;
         host.expect_error("NOT_ALLOWED", false).await;
     }
     // A second attach on one connection is refused, not fatal.
-    host.send(json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token})).await;
+    host.send(json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token}))
+        .await;
     host.expect_error("NOT_ALLOWED", false).await;
-    a.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "Again"})).await;
+    a.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "Again"}))
+        .await;
     a.expect_error("NOT_ALLOWED", false).await;
     // Before attaching, only ping works.
     let mut c = t.client().await;
-    for frame in [json!({"t": "up", "data": 1}), json!({"t": "to", "to": a_id, "data": 1}), json!({"t": "close"})] {
+    for frame in [
+        json!({"t": "up", "data": 1}),
+        json!({"t": "to", "to": a_id, "data": 1}),
+        json!({"t": "close"}),
+    ] {
         c.send(frame).await;
         let v = c.expect_error("NOT_ALLOWED", false).await;
         assert!(v["message"].as_str().unwrap().contains("first"));
     }
     assert!(c.until_pong().await.is_empty());
     // Everyone is still connected and working.
-    host.send(json!({"t": "to", "to": a_id, "data": "still here"})).await;
+    host.send(json!({"t": "to", "to": a_id, "data": "still here"}))
+        .await;
     assert_eq!(a.recv().await["data"], "still here");
 }
 
@@ -230,7 +343,14 @@ async fn bad_frames() {
     limits.frame_bytes = 1024;
     let t = TestRelay::start(RelayConfig { limits, ..config() }).await;
     let mut c = t.client().await;
-    for bad in ["{", "not json", "[1,2]", "42", r#"{"no":"t"}"#, r#"{"t":7}"#] {
+    for bad in [
+        "{",
+        "not json",
+        "[1,2]",
+        "42",
+        r#"{"no":"t"}"#,
+        r#"{"t":7}"#,
+    ] {
         c.send_text(bad).await;
         c.expect_error("BAD_MESSAGE", false).await;
     }
@@ -241,8 +361,12 @@ async fn bad_frames() {
     host.send(big).await;
     let v = host.expect_error("TOO_LARGE", false).await;
     assert!(v["message"].as_str().unwrap().contains("1024"));
-    assert!(a.until_pong().await.is_empty(), "the oversized frame was not forwarded");
-    host.send(json!({"t": "to", "to": a_id, "data": "x".repeat(900)})).await;
+    assert!(
+        a.until_pong().await.is_empty(),
+        "the oversized frame was not forwarded"
+    );
+    host.send(json!({"t": "to", "to": a_id, "data": "x".repeat(900)}))
+        .await;
     assert_eq!(a.recv().await["t"], "data");
     // Far beyond the cap, the WebSocket layer closes the connection.
     c.send_text(&"x".repeat(4096)).await;
@@ -273,7 +397,10 @@ async fn rate_limits() {
     for _ in 0..6 {
         a.expect_error("RATE_LIMITED", false).await;
     }
-    assert!(host.until_pong().await.is_empty(), "limited frames are dropped");
+    assert!(
+        host.until_pong().await.is_empty(),
+        "limited frames are dropped"
+    );
     // One second later, 60 more.
     t.clock.advance_ms(1_000);
     for i in 0..61 {
@@ -290,7 +417,12 @@ async fn rate_limits() {
     for i in 0..1000 {
         assert_eq!(a.recv().await["data"], i);
     }
-    let m = reqwest::get(format!("{}/metrics", t.http)).await.unwrap().text().await.unwrap();
+    let m = reqwest::get(format!("{}/metrics", t.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(m.contains("hostwire_relay_rate_limited_total 7"), "{m}");
     assert!(m.contains("hostwire_relay_errors_total{code=\"RATE_LIMITED\"} 7"));
     assert!(m.contains("hostwire_relay_frames_out_total{type=\"data\"} 1000"));
@@ -311,7 +443,13 @@ async fn host_close_and_expiry() {
         assert_eq!(got, json!({"t": "closed", "reason": "host"}));
         assert_eq!(c.ended().await, Ended::Closed(1000));
     }
-    assert_eq!(reqwest::get(format!("{}/api/rooms/{pin}", t.http)).await.unwrap().status(), 404);
+    assert_eq!(
+        reqwest::get(format!("{}/api/rooms/{pin}", t.http))
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
 
     // The host away for 10 minutes: expired.
     let (mut host, pin, _) = t.host().await;
@@ -320,38 +458,69 @@ async fn host_close_and_expiry() {
     assert_eq!(a.recv().await["t"], "host-presence");
     t.clock.advance_ms(RELAY_LIMITS.host_away_ms);
     t.relay().sweep().await;
-    assert!(a.until_pong().await.is_empty(), "exactly 10 minutes is not yet expired");
+    assert!(
+        a.until_pong().await.is_empty(),
+        "exactly 10 minutes is not yet expired"
+    );
     t.clock.advance_ms(1);
     t.relay().sweep().await;
     assert_eq!(a.recv().await, json!({"t": "closed", "reason": "expired"}));
     assert_eq!(a.ended().await, Ended::Closed(1000));
-    assert_eq!(reqwest::get(format!("{}/api/rooms/{pin}", t.http)).await.unwrap().status(), 404);
+    assert_eq!(
+        reqwest::get(format!("{}/api/rooms/{pin}", t.http))
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
 
     // A room without its host from the start expires the same way.
     let (idle_pin, _) = t.create_room().await;
     // A room older than 6 hours expires even with its host attached.
-    let (mut host, pin, token) = t.host().await;
+    let (mut host, pin, _) = t.host().await;
     for _ in 0..36 {
         t.clock.advance_ms(RELAY_LIMITS.room_max_age_ms / 36);
         t.relay().sweep().await;
-        // The host re-attaching does not reset the room's age.
         if host.until_pong().await.iter().any(|v| v["t"] == "closed") {
             panic!("expired too early");
         }
     }
-    let _ = token;
     t.clock.advance_ms(1);
     t.relay().sweep().await;
-    assert_eq!(host.recv().await, json!({"t": "closed", "reason": "expired"}));
-    assert_eq!(reqwest::get(format!("{}/api/rooms/{pin}", t.http)).await.unwrap().status(), 404);
-    assert_eq!(reqwest::get(format!("{}/api/rooms/{idle_pin}", t.http)).await.unwrap().status(), 404);
-    let m = reqwest::get(format!("{}/metrics", t.http)).await.unwrap().text().await.unwrap();
+    assert_eq!(
+        host.recv().await,
+        json!({"t": "closed", "reason": "expired"})
+    );
+    assert_eq!(
+        reqwest::get(format!("{}/api/rooms/{pin}", t.http))
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert_eq!(
+        reqwest::get(format!("{}/api/rooms/{idle_pin}", t.http))
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    let m = reqwest::get(format!("{}/metrics", t.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(m.contains("hostwire_relay_rooms_expired_total 3"), "{m}");
 }
 
 #[tokio::test]
 async fn a_reader_that_cannot_keep_up_is_closed() {
-    let t = TestRelay::start(RelayConfig { outbound_queue: 4, ..config() }).await;
+    let t = TestRelay::start(RelayConfig {
+        outbound_queue: 4,
+        ..config()
+    })
+    .await;
     let (mut host, pin, _) = t.host().await;
     let (mut slow, slow_id, _) = t.player(&pin, "Slow").await;
     let (mut fast, fast_id, _) = t.player(&pin, "Fast").await;
@@ -362,10 +531,13 @@ async fn a_reader_that_cannot_keep_up_is_closed() {
     let chunk = "y".repeat(256 * 1024);
     let mut closed = false;
     for i in 0..400 {
-        host.send(json!({"t": "to", "to": slow_id, "data": chunk})).await;
+        host.send(json!({"t": "to", "to": slow_id, "data": chunk}))
+            .await;
         if i % 20 == 19 {
             let v = host.until_pong().await;
-            if v.iter().any(|p| p["event"] == "disconnect" && p["player"]["id"] == slow_id) {
+            if v.iter()
+                .any(|p| p["event"] == "disconnect" && p["player"]["id"] == slow_id)
+            {
                 closed = true;
                 break;
             }
@@ -373,10 +545,22 @@ async fn a_reader_that_cannot_keep_up_is_closed() {
     }
     assert!(closed, "the slow reader was never closed");
     // Everyone else goes on.
-    host.send(json!({"t": "to", "to": fast_id, "data": "ok"})).await;
+    host.send(json!({"t": "to", "to": fast_id, "data": "ok"}))
+        .await;
     assert_eq!(fast.recv().await["data"], "ok");
-    let m = reqwest::get(format!("{}/metrics", t.http)).await.unwrap().text().await.unwrap();
-    assert!(m.contains("hostwire_relay_slow_consumers_closed_total 1"), "{m}");
+    let m = reqwest::get(format!("{}/metrics", t.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        m.contains("hostwire_relay_slow_consumers_closed_total 1"),
+        "{m}"
+    );
     // The slow socket ends.
-    assert!(matches!(slow.ended().await, Ended::Dropped | Ended::Closed(_)));
+    assert!(matches!(
+        slow.ended().await,
+        Ended::Dropped | Ended::Closed(_)
+    ));
 }

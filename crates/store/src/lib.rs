@@ -74,7 +74,9 @@ impl SqliteStore {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
-        Ok(Self { conn: Mutex::new(conn) })
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
     }
 
     /// An in-memory database, for tests of code that needs a store.
@@ -82,7 +84,9 @@ impl SqliteStore {
         let conn = Connection::open_in_memory()?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
-        Ok(Self { conn: Mutex::new(conn) })
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
     }
 }
 
@@ -117,7 +121,8 @@ impl RelayStore for SqliteStore {
         for room in rows {
             rooms.push(room?);
         }
-        let mut players = conn.prepare("SELECT id, name, token FROM relay_players WHERE pin = ?1 ORDER BY seq")?;
+        let mut players =
+            conn.prepare("SELECT id, name, token FROM relay_players WHERE pin = ?1 ORDER BY seq")?;
         let mut kicked = conn.prepare("SELECT token FROM relay_kicked WHERE pin = ?1")?;
         for room in &mut rooms {
             let pin = room.record.pin.clone();
@@ -130,7 +135,9 @@ impl RelayStore for SqliteStore {
                     })
                 })?
                 .collect::<Result<_, _>>()?;
-            room.record.kicked_tokens = kicked.query_map([&pin], |r| r.get(0))?.collect::<Result<_, _>>()?;
+            room.record.kicked_tokens = kicked
+                .query_map([&pin], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
         }
         Ok(rooms)
     }
@@ -154,7 +161,10 @@ impl RelayStore for SqliteStore {
                     )?;
                 }
                 RoomChange::Open { pin, open } => {
-                    tx.execute("UPDATE relay_rooms SET open = ?2 WHERE pin = ?1", params![pin, open])?;
+                    tx.execute(
+                        "UPDATE relay_rooms SET open = ?2 WHERE pin = ?1",
+                        params![pin, open],
+                    )?;
                 }
                 RoomChange::Player { pin, player } => {
                     tx.execute(
@@ -164,9 +174,19 @@ impl RelayStore for SqliteStore {
                         params![pin, player.id, player.name, player.token],
                     )?;
                 }
-                RoomChange::Kicked { pin, player_id, token } => {
-                    tx.execute("DELETE FROM relay_players WHERE pin = ?1 AND id = ?2", params![pin, player_id])?;
-                    tx.execute("INSERT OR IGNORE INTO relay_kicked (pin, token) VALUES (?1, ?2)", params![pin, token])?;
+                RoomChange::Kicked {
+                    pin,
+                    player_id,
+                    token,
+                } => {
+                    tx.execute(
+                        "DELETE FROM relay_players WHERE pin = ?1 AND id = ?2",
+                        params![pin, player_id],
+                    )?;
+                    tx.execute(
+                        "INSERT OR IGNORE INTO relay_kicked (pin, token) VALUES (?1, ?2)",
+                        params![pin, token],
+                    )?;
                 }
                 RoomChange::Bundle { pin, meta, text } => {
                     tx.execute(
@@ -188,7 +208,9 @@ impl SqliteStore {
     /// The number of stored rooms (for tests and health checks).
     pub fn room_count(&self) -> Result<usize, StoreError> {
         let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
-        let n: Option<i64> = conn.query_row("SELECT COUNT(*) FROM relay_rooms", [], |r| r.get(0)).optional()?;
+        let n: Option<i64> = conn
+            .query_row("SELECT COUNT(*) FROM relay_rooms", [], |r| r.get(0))
+            .optional()?;
         Ok(n.unwrap_or(0) as usize)
     }
 }
@@ -211,7 +233,11 @@ mod tests {
     }
 
     fn player(id: &str, name: &str) -> PlayerRecord {
-        PlayerRecord { id: id.into(), name: name.into(), token: format!("{id:_<32}") }
+        PlayerRecord {
+            id: id.into(),
+            name: name.into(),
+            token: format!("{id:_<32}"),
+        }
     }
 
     #[test]
@@ -222,21 +248,52 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         {
             let s = SqliteStore::open(&path).unwrap();
-            s.apply(&[RoomChange::Created(room("111111")), RoomChange::Created(room("222222"))]).unwrap();
             s.apply(&[
-                RoomChange::Player { pin: "111111".into(), player: player("p-a", "Ann") },
-                RoomChange::Player { pin: "111111".into(), player: player("p-b", "Bob") },
-                RoomChange::Player { pin: "111111".into(), player: player("p-c", "Cyd") },
-                RoomChange::Player { pin: "111111".into(), player: player("p-a", "Anna") },
-                RoomChange::Kicked { pin: "111111".into(), player_id: "p-b".into(), token: player("p-b", "").token },
-                RoomChange::Open { pin: "111111".into(), open: false },
-                RoomChange::HostAway { pin: "111111".into(), since_ms: None },
+                RoomChange::Created(room("111111")),
+                RoomChange::Created(room("222222")),
+            ])
+            .unwrap();
+            s.apply(&[
+                RoomChange::Player {
+                    pin: "111111".into(),
+                    player: player("p-a", "Ann"),
+                },
+                RoomChange::Player {
+                    pin: "111111".into(),
+                    player: player("p-b", "Bob"),
+                },
+                RoomChange::Player {
+                    pin: "111111".into(),
+                    player: player("p-c", "Cyd"),
+                },
+                RoomChange::Player {
+                    pin: "111111".into(),
+                    player: player("p-a", "Anna"),
+                },
+                RoomChange::Kicked {
+                    pin: "111111".into(),
+                    player_id: "p-b".into(),
+                    token: player("p-b", "").token,
+                },
+                RoomChange::Open {
+                    pin: "111111".into(),
+                    open: false,
+                },
+                RoomChange::HostAway {
+                    pin: "111111".into(),
+                    since_ms: None,
+                },
                 RoomChange::Bundle {
                     pin: "111111".into(),
-                    meta: BundleMeta { version: 2, app_name: Some("Quiz".into()) },
+                    meta: BundleMeta {
+                        version: 2,
+                        app_name: Some("Quiz".into()),
+                    },
                     text: Bytes::from_static(b"{\"pluginHtml\":\"x\",\"set\":{}}"),
                 },
-                RoomChange::Deleted { pin: "222222".into() },
+                RoomChange::Deleted {
+                    pin: "222222".into(),
+                },
             ])
             .unwrap();
         }
@@ -248,10 +305,23 @@ mod tests {
         assert!(!r.open);
         assert_eq!(r.host_away_since_ms, None);
         let names: Vec<&str> = r.players.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, vec!["Anna", "Cyd"], "join order kept, renames applied, kicked removed");
+        assert_eq!(
+            names,
+            vec!["Anna", "Cyd"],
+            "join order kept, renames applied, kicked removed"
+        );
         assert_eq!(r.kicked_tokens, vec![player("p-b", "").token]);
-        assert_eq!(r.bundle, Some(BundleMeta { version: 2, app_name: Some("Quiz".into()) }));
-        assert_eq!(rooms[0].bundle_text.as_deref(), Some(&b"{\"pluginHtml\":\"x\",\"set\":{}}"[..]));
+        assert_eq!(
+            r.bundle,
+            Some(BundleMeta {
+                version: 2,
+                app_name: Some("Quiz".into())
+            })
+        );
+        assert_eq!(
+            rooms[0].bundle_text.as_deref(),
+            Some(&b"{\"pluginHtml\":\"x\",\"set\":{}}"[..])
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -261,11 +331,20 @@ mod tests {
         s.apply(&[RoomChange::Created(room("333333"))]).unwrap();
         // A player of a room that does not exist violates the foreign key.
         let bad = s.apply(&[
-            RoomChange::Open { pin: "333333".into(), open: false },
-            RoomChange::Player { pin: "999999".into(), player: player("p-x", "X") },
+            RoomChange::Open {
+                pin: "333333".into(),
+                open: false,
+            },
+            RoomChange::Player {
+                pin: "999999".into(),
+                player: player("p-x", "X"),
+            },
         ]);
         assert!(bad.is_err());
-        assert!(s.load_rooms().unwrap()[0].record.open, "the batch was rolled back");
+        assert!(
+            s.load_rooms().unwrap()[0].record.open,
+            "the batch was rolled back"
+        );
         assert_eq!(s.room_count().unwrap(), 1);
     }
 }

@@ -17,7 +17,10 @@ pub enum ConnStep {
     /// Answer with this frame, then close the connection (4000).
     Fatal(Bytes, RelayErrorCode),
     /// `host` / `join`: find the room by PIN and attach there.
-    Attach { pin: String, msg: RelayClientMessage },
+    Attach {
+        pin: String,
+        msg: RelayClientMessage,
+    },
     /// Hand the frame to the room the connection is attached to.
     Forward(RelayClientMessage),
     /// Dropped by the rate limit (the reply says so).
@@ -38,7 +41,11 @@ fn fatal(code: RelayErrorCode, message: &str) -> ConnStep {
 impl ConnectionState {
     pub fn new(now_ms: u64, limits: RelayLimits) -> Self {
         Self {
-            limiter: TokenBucket::new(f64::from(limits.player_frames_per_second), limits.player_frame_burst, now_ms),
+            limiter: TokenBucket::new(
+                f64::from(limits.player_frames_per_second),
+                limits.player_frame_burst,
+                now_ms,
+            ),
             attached_pin: None,
             limits,
         }
@@ -52,7 +59,11 @@ impl ConnectionState {
     pub fn on_attached(&mut self, pin: &str, host: bool, now_ms: u64) {
         self.attached_pin = Some(pin.to_owned());
         if host {
-            self.limiter = TokenBucket::new(f64::from(self.limits.host_frames_per_second), self.limits.host_frame_burst, now_ms);
+            self.limiter = TokenBucket::new(
+                f64::from(self.limits.host_frames_per_second),
+                self.limits.host_frame_burst,
+                now_ms,
+            );
         }
     }
 
@@ -65,7 +76,11 @@ impl ConnectionState {
             ));
         }
         if !self.limiter.try_take(now_ms) {
-            return ConnStep::RateLimited(frames::error(RelayErrorCode::RateLimited, "Too many messages.", false));
+            return ConnStep::RateLimited(frames::error(
+                RelayErrorCode::RateLimited,
+                "Too many messages.",
+                false,
+            ));
         }
         let msg = match decode_client_frame(text) {
             Ok(m) => m,
@@ -73,7 +88,12 @@ impl ConnectionState {
         };
         match &msg {
             RelayClientMessage::Ping => ConnStep::Reply(frames::pong(now_ms)),
-            RelayClientMessage::Host { protocol_ok, pin, .. } | RelayClientMessage::Join { protocol_ok, pin, .. } => {
+            RelayClientMessage::Host {
+                protocol_ok, pin, ..
+            }
+            | RelayClientMessage::Join {
+                protocol_ok, pin, ..
+            } => {
                 if !protocol_ok {
                     return fatal(
                         RelayErrorCode::UnsupportedProtocol,
@@ -81,7 +101,10 @@ impl ConnectionState {
                     );
                 }
                 match pin.as_deref().filter(|p| is_pin(p)) {
-                    Some(p) => ConnStep::Attach { pin: p.to_owned(), msg: msg.clone() },
+                    Some(p) => ConnStep::Attach {
+                        pin: p.to_owned(),
+                        msg: msg.clone(),
+                    },
                     None => fatal(RelayErrorCode::RoomNotFound, "No game with this PIN."),
                 }
             }

@@ -313,8 +313,16 @@ pub mod frames {
     pub fn hosting(pin: &str, players: &[RelayPlayer]) -> Bytes {
         to_bytes(json!({"t": "hosting", "pin": pin, "players": players}))
     }
-    pub fn joined(pin: &str, player_id: &str, token: &str, name: &str, host_connected: bool) -> Bytes {
-        to_bytes(json!({"t": "joined", "pin": pin, "playerId": player_id, "token": token, "name": name, "hostConnected": host_connected}))
+    pub fn joined(
+        pin: &str,
+        player_id: &str,
+        token: &str,
+        name: &str,
+        host_connected: bool,
+    ) -> Bytes {
+        to_bytes(
+            json!({"t": "joined", "pin": pin, "playerId": player_id, "token": token, "name": name, "hostConnected": host_connected}),
+        )
     }
     pub fn presence(player: &RelayPlayer, event: PresenceEvent) -> Bytes {
         to_bytes(json!({"t": "presence", "player": player, "event": event.as_str()}))
@@ -362,32 +370,87 @@ mod tests {
         let f = r#"{"t":"host","protocol":1,"pin":"123456","hostToken":"abc"}"#;
         assert_eq!(
             decode_client_frame(f).unwrap(),
-            RelayClientMessage::Host { protocol_ok: true, pin: Some("123456".into()), host_token: Some("abc".into()) }
+            RelayClientMessage::Host {
+                protocol_ok: true,
+                pin: Some("123456".into()),
+                host_token: Some("abc".into())
+            }
         );
         let f = r#"{"t":"join","protocol":2,"pin":"123456","name":"Ann"}"#;
-        assert!(matches!(decode_client_frame(f).unwrap(), RelayClientMessage::Join { protocol_ok: false, token: None, .. }));
+        assert!(matches!(
+            decode_client_frame(f).unwrap(),
+            RelayClientMessage::Join {
+                protocol_ok: false,
+                token: None,
+                ..
+            }
+        ));
         let f = r#"{"t":"to","to":"p-1","data":{"x":[1, 2]}}"#;
-        let RelayClientMessage::To { to, data } = decode_client_frame(f).unwrap() else { panic!() };
+        let RelayClientMessage::To { to, data } = decode_client_frame(f).unwrap() else {
+            panic!()
+        };
         assert_eq!(to.as_deref(), Some("p-1"));
         assert_eq!(&f[data.unwrap()], r#"{"x":[1, 2]}"#);
-        assert_eq!(decode_client_frame(r#"{"t":"open","open":1}"#).unwrap(), RelayClientMessage::Open { open: false });
-        assert_eq!(decode_client_frame(r#"{"t":"open","open":true}"#).unwrap(), RelayClientMessage::Open { open: true });
-        assert_eq!(decode_client_frame(r#"{"t":"kick","playerId":5}"#).unwrap(), RelayClientMessage::Kick { player_id: "5".into() });
-        assert_eq!(decode_client_frame(r#"{"t":"close"}"#).unwrap(), RelayClientMessage::Close);
-        assert_eq!(decode_client_frame(r#"{"t":"up"}"#).unwrap(), RelayClientMessage::Up { data: None });
-        assert_eq!(decode_client_frame(r#"{"t":"rename","name":7}"#).unwrap(), RelayClientMessage::Rename { name: None });
-        assert_eq!(decode_client_frame(r#"{"t":"ping"}"#).unwrap(), RelayClientMessage::Ping);
-        assert_eq!(decode_client_frame(r#"{"t":"fly"}"#).unwrap(), RelayClientMessage::Other { t: "fly".into() });
+        assert_eq!(
+            decode_client_frame(r#"{"t":"open","open":1}"#).unwrap(),
+            RelayClientMessage::Open { open: false }
+        );
+        assert_eq!(
+            decode_client_frame(r#"{"t":"open","open":true}"#).unwrap(),
+            RelayClientMessage::Open { open: true }
+        );
+        assert_eq!(
+            decode_client_frame(r#"{"t":"kick","playerId":5}"#).unwrap(),
+            RelayClientMessage::Kick {
+                player_id: "5".into()
+            }
+        );
+        assert_eq!(
+            decode_client_frame(r#"{"t":"close"}"#).unwrap(),
+            RelayClientMessage::Close
+        );
+        assert_eq!(
+            decode_client_frame(r#"{"t":"up"}"#).unwrap(),
+            RelayClientMessage::Up { data: None }
+        );
+        assert_eq!(
+            decode_client_frame(r#"{"t":"rename","name":7}"#).unwrap(),
+            RelayClientMessage::Rename { name: None }
+        );
+        assert_eq!(
+            decode_client_frame(r#"{"t":"ping"}"#).unwrap(),
+            RelayClientMessage::Ping
+        );
+        assert_eq!(
+            decode_client_frame(r#"{"t":"fly"}"#).unwrap(),
+            RelayClientMessage::Other { t: "fly".into() }
+        );
     }
 
     #[test]
     fn bad_frames_are_bad_message() {
-        for f in ["", "{", "nope", "[1]", "1", "null", r#"{"x":1}"#, r#"{"t":5}"#] {
+        for f in [
+            "",
+            "{",
+            "nope",
+            "[1]",
+            "1",
+            "null",
+            r#"{"x":1}"#,
+            r#"{"t":5}"#,
+        ] {
             let e = decode_client_frame(f).unwrap_err();
             assert_eq!(e.code, RelayErrorCode::BadMessage, "{f}");
         }
-        let deep = format!("{{\"t\":\"up\",\"data\":{}{}}}", "[".repeat(200), "]".repeat(200));
-        assert_eq!(decode_client_frame(&deep).unwrap_err().code, RelayErrorCode::BadMessage);
+        let deep = format!(
+            "{{\"t\":\"up\",\"data\":{}{}}}",
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        assert_eq!(
+            decode_client_frame(&deep).unwrap_err().code,
+            RelayErrorCode::BadMessage
+        );
     }
 
     #[test]
@@ -401,7 +464,10 @@ mod tests {
 
     #[test]
     fn forwarded_frames_copy_data_verbatim() {
-        assert_eq!(&frames::from("p-1", Some(r#"{"a": 1}"#))[..], br#"{"t":"from","from":"p-1","data":{"a": 1}}"#);
+        assert_eq!(
+            &frames::from("p-1", Some(r#"{"a": 1}"#))[..],
+            br#"{"t":"from","from":"p-1","data":{"a": 1}}"#
+        );
         assert_eq!(&frames::data(None)[..], br#"{"t":"data"}"#);
         let v: serde_json::Value = serde_json::from_slice(&frames::data(Some("[1,2]"))).unwrap();
         assert_eq!(v["data"], serde_json::json!([1, 2]));

@@ -43,21 +43,50 @@ pub struct RoomRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RoomChange {
     Created(RoomRecord),
-    HostAway { pin: String, since_ms: Option<u64> },
-    Open { pin: String, open: bool },
-    Player { pin: String, player: PlayerRecord },
-    Kicked { pin: String, player_id: String, token: String },
-    Bundle { pin: String, meta: BundleMeta, text: Bytes },
-    Deleted { pin: String },
+    HostAway {
+        pin: String,
+        since_ms: Option<u64>,
+    },
+    Open {
+        pin: String,
+        open: bool,
+    },
+    Player {
+        pin: String,
+        player: PlayerRecord,
+    },
+    Kicked {
+        pin: String,
+        player_id: String,
+        token: String,
+    },
+    Bundle {
+        pin: String,
+        meta: BundleMeta,
+        text: Bytes,
+    },
+    Deleted {
+        pin: String,
+    },
 }
 
 /// What the driver does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RoomOutput {
-    Send { conn: ConnId, frame: Bytes },
-    Close { conn: ConnId, code: u16, reason: &'static str },
+    Send {
+        conn: ConnId,
+        frame: Bytes,
+    },
+    Close {
+        conn: ConnId,
+        code: u16,
+        reason: &'static str,
+    },
     /// The connection is now attached (the driver switches its rate limit).
-    Attached { conn: ConnId, host: bool },
+    Attached {
+        conn: ConnId,
+        host: bool,
+    },
     Persist(RoomChange),
     /// The room is gone; the driver forgets it.
     RoomClosed,
@@ -134,7 +163,10 @@ impl Room {
             kicked_tokens: Vec::new(),
             bundle: None,
         };
-        (Room::restore(record.clone(), now_ms, limits), RoomChange::Created(record))
+        (
+            Room::restore(record.clone(), now_ms, limits),
+            RoomChange::Created(record),
+        )
     }
 
     /// A room as it was stored. Nobody is connected after a restart: a host
@@ -152,7 +184,11 @@ impl Room {
                 })
             })
             .collect();
-        let by_id = players.iter().enumerate().map(|(i, p)| (p.id.clone(), i)).collect();
+        let by_id = players
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.id.clone(), i))
+            .collect();
         Room {
             host_token: Token::parse(&r.host_token).unwrap_or_else(Token::generate),
             pin: r.pin,
@@ -213,7 +249,12 @@ impl Room {
     }
 
     /// Records an uploaded bundle; returns its version.
-    pub fn set_bundle(&mut self, text: Bytes, app_name: Option<String>, out: &mut Vec<RoomOutput>) -> u64 {
+    pub fn set_bundle(
+        &mut self,
+        text: Bytes,
+        app_name: Option<String>,
+        out: &mut Vec<RoomOutput>,
+    ) -> u64 {
         let version = self.bundle.as_ref().map_or(0, |b| b.version) + 1;
         let meta = BundleMeta { version, app_name };
         self.bundle = Some(meta.clone());
@@ -229,7 +270,13 @@ impl Room {
         out.push(RoomOutput::Send { conn, frame });
     }
 
-    fn fail(out: &mut Vec<RoomOutput>, conn: ConnId, code: RelayErrorCode, message: &str, fatal: bool) {
+    fn fail(
+        out: &mut Vec<RoomOutput>,
+        conn: ConnId,
+        code: RelayErrorCode,
+        message: &str,
+        fatal: bool,
+    ) {
         Self::send(out, conn, frames::error(code, message, fatal));
         if fatal {
             out.push(RoomOutput::Close {
@@ -265,12 +312,29 @@ impl Room {
     }
 
     /// `{t:'host'}` with the room's PIN.
-    pub fn attach_host(&mut self, conn: ConnId, host_token: Option<&str>, out: &mut Vec<RoomOutput>) {
+    pub fn attach_host(
+        &mut self,
+        conn: ConnId,
+        host_token: Option<&str>,
+        out: &mut Vec<RoomOutput>,
+    ) {
         if !host_token.is_some_and(|t| self.host_token.matches(t)) {
-            return Self::fail(out, conn, RelayErrorCode::NotAllowed, "Wrong host token.", true);
+            return Self::fail(
+                out,
+                conn,
+                RelayErrorCode::NotAllowed,
+                "Wrong host token.",
+                true,
+            );
         }
         if self.conns.contains_key(&conn) {
-            return Self::fail(out, conn, RelayErrorCode::NotAllowed, "This connection is already attached.", false);
+            return Self::fail(
+                out,
+                conn,
+                RelayErrorCode::NotAllowed,
+                "This connection is already attached.",
+                false,
+            );
         }
         if let Some(old) = self.host.take() {
             self.conns.remove(&old);
@@ -294,13 +358,31 @@ impl Room {
     }
 
     /// `{t:'join'}` with the room's PIN.
-    pub fn attach_player(&mut self, conn: ConnId, name: Option<&str>, token: Option<&str>, out: &mut Vec<RoomOutput>) {
+    pub fn attach_player(
+        &mut self,
+        conn: ConnId,
+        name: Option<&str>,
+        token: Option<&str>,
+        out: &mut Vec<RoomOutput>,
+    ) {
         if self.conns.contains_key(&conn) {
-            return Self::fail(out, conn, RelayErrorCode::NotAllowed, "This connection is already attached.", false);
+            return Self::fail(
+                out,
+                conn,
+                RelayErrorCode::NotAllowed,
+                "This connection is already attached.",
+                false,
+            );
         }
         if let Some(t) = token {
             if self.kicked.contains(t) {
-                return Self::fail(out, conn, RelayErrorCode::Kicked, "You were removed from this game.", true);
+                return Self::fail(
+                    out,
+                    conn,
+                    RelayErrorCode::Kicked,
+                    "You were removed from this game.",
+                    true,
+                );
             }
         }
         let known = token.and_then(|t| self.players.iter().position(|p| p.token.matches(t)));
@@ -318,10 +400,22 @@ impl Room {
             }
             None => {
                 if !self.open {
-                    return Self::fail(out, conn, RelayErrorCode::RoomClosed, "The game is not accepting new players.", true);
+                    return Self::fail(
+                        out,
+                        conn,
+                        RelayErrorCode::RoomClosed,
+                        "The game is not accepting new players.",
+                        true,
+                    );
                 }
                 if self.players.len() >= self.limits.players_per_room {
-                    return Self::fail(out, conn, RelayErrorCode::RoomFull, "The game is full.", true);
+                    return Self::fail(
+                        out,
+                        conn,
+                        RelayErrorCode::RoomFull,
+                        "The game is full.",
+                        true,
+                    );
                 }
                 let id = loop {
                     let id = format!("p-{}", random_base64url(6));
@@ -332,7 +426,11 @@ impl Room {
                 let name = normalize_player_name(name.unwrap_or(""), self.limits.name_length);
                 let player = Player {
                     id: id.clone(),
-                    name: if name.is_empty() { "Player".into() } else { name },
+                    name: if name.is_empty() {
+                        "Player".into()
+                    } else {
+                        name
+                    },
                     token: Token::generate(),
                     conn: None,
                 };
@@ -352,20 +450,43 @@ impl Room {
         Self::send(
             out,
             conn,
-            frames::joined(&self.pin, &p.id, p.token.as_str(), &p.name, self.host.is_some()),
+            frames::joined(
+                &self.pin,
+                &p.id,
+                p.token.as_str(),
+                &p.name,
+                self.host.is_some(),
+            ),
         );
         self.to_host(out, frames::presence(&p.public(), event));
     }
 
     /// A frame from an attached connection; `text` is the frame, `msg` its
     /// decoded form (whose data ranges point into `text`).
-    pub fn frame(&mut self, conn: ConnId, msg: &RelayClientMessage, text: &str, now_ms: u64, out: &mut Vec<RoomOutput>) {
+    pub fn frame(
+        &mut self,
+        conn: ConnId,
+        msg: &RelayClientMessage,
+        text: &str,
+        now_ms: u64,
+        out: &mut Vec<RoomOutput>,
+    ) {
         let slice = |r: &Option<Range<usize>>| r.as_ref().and_then(|r| text.get(r.clone()));
         match (self.conns.get(&conn).copied(), msg) {
-            (None, _) => Self::fail(out, conn, RelayErrorCode::NotAllowed, "Send \"host\" or \"join\" first.", false),
+            (None, _) => Self::fail(
+                out,
+                conn,
+                RelayErrorCode::NotAllowed,
+                "Send \"host\" or \"join\" first.",
+                false,
+            ),
             (Some(Role::Host), RelayClientMessage::To { to, data }) => {
                 // Unknown or disconnected players: dropped silently.
-                if let Some(c) = to.as_ref().and_then(|id| self.by_id.get(id)).and_then(|&i| self.players[i].conn) {
+                if let Some(c) = to
+                    .as_ref()
+                    .and_then(|id| self.by_id.get(id))
+                    .and_then(|&i| self.players[i].conn)
+                {
                     Self::send(out, c, frames::data(slice(data)));
                 }
             }
@@ -385,7 +506,8 @@ impl Room {
                 self.to_host(out, frame);
             }
             (Some(Role::Player(i)), RelayClientMessage::Rename { name }) => {
-                let name = normalize_player_name(name.as_deref().unwrap_or(""), self.limits.name_length);
+                let name =
+                    normalize_player_name(name.as_deref().unwrap_or(""), self.limits.name_length);
                 if name.is_empty() {
                     return;
                 }
@@ -486,13 +608,17 @@ impl Room {
         for p in &mut self.players {
             p.conn = None;
         }
-        out.push(RoomOutput::Persist(RoomChange::Deleted { pin: self.pin.clone() }));
+        out.push(RoomOutput::Persist(RoomChange::Deleted {
+            pin: self.pin.clone(),
+        }));
         out.push(RoomOutput::RoomClosed);
     }
 
     /// When this room expires if nothing changes.
     pub fn expires_at_ms(&self) -> u64 {
-        let by_age = self.created_at_ms.saturating_add(self.limits.room_max_age_ms);
+        let by_age = self
+            .created_at_ms
+            .saturating_add(self.limits.room_max_age_ms);
         match self.host_away_since_ms {
             Some(t) => by_age.min(t.saturating_add(self.limits.host_away_ms)),
             None => by_age,

@@ -34,7 +34,11 @@ pub fn config() -> RelayConfig {
 }
 
 pub fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hostwire-test-{name}-{}-{}", std::process::id(), rand_suffix()));
+    let d = std::env::temp_dir().join(format!(
+        "hostwire-test-{name}-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -84,10 +88,17 @@ impl TestRelay {
     }
 
     pub async fn create_room(&self) -> (String, String) {
-        let r = reqwest::Client::new().post(format!("{}/api/rooms", self.http)).send().await.unwrap();
+        let r = reqwest::Client::new()
+            .post(format!("{}/api/rooms", self.http))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 201);
         let v: Value = r.json().await.unwrap();
-        (v["pin"].as_str().unwrap().to_owned(), v["hostToken"].as_str().unwrap().to_owned())
+        (
+            v["pin"].as_str().unwrap().to_owned(),
+            v["hostToken"].as_str().unwrap().to_owned(),
+        )
     }
 
     pub async fn client(&self) -> Client {
@@ -98,7 +109,8 @@ impl TestRelay {
     pub async fn host(&self) -> (Client, String, String) {
         let (pin, token) = self.create_room().await;
         let mut h = self.client().await;
-        h.send(json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token})).await;
+        h.send(json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token}))
+            .await;
         let v = h.recv().await;
         assert_eq!(v["t"], "hosting", "{v}");
         (h, pin, token)
@@ -107,10 +119,15 @@ impl TestRelay {
     /// A player joined to `pin`; returns (client, playerId, token).
     pub async fn player(&self, pin: &str, name: &str) -> (Client, String, String) {
         let mut p = self.client().await;
-        p.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": name})).await;
+        p.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": name}))
+            .await;
         let v = p.recv().await;
         assert_eq!(v["t"], "joined", "{v}");
-        (p, v["playerId"].as_str().unwrap().to_owned(), v["token"].as_str().unwrap().to_owned())
+        (
+            p,
+            v["playerId"].as_str().unwrap().to_owned(),
+            v["token"].as_str().unwrap().to_owned(),
+        )
     }
 }
 
@@ -126,7 +143,10 @@ pub enum Ended {
 }
 
 impl Client {
-    pub async fn connect(url: &str, origin: Option<&str>) -> Result<Client, tokio_tungstenite::tungstenite::Error> {
+    pub async fn connect(
+        url: &str,
+        origin: Option<&str>,
+    ) -> Result<Client, tokio_tungstenite::tungstenite::Error> {
         let mut req = url.into_client_request().unwrap();
         if let Some(o) = origin {
             req.headers_mut().insert("Origin", o.parse().unwrap());
@@ -136,17 +156,27 @@ impl Client {
     }
 
     pub async fn send(&mut self, v: Value) {
-        self.ws.send(Message::Text(v.to_string().into())).await.unwrap();
+        self.ws
+            .send(Message::Text(v.to_string().into()))
+            .await
+            .unwrap();
     }
 
     pub async fn send_text(&mut self, t: &str) {
-        self.ws.send(Message::Text(t.to_owned().into())).await.unwrap();
+        self.ws
+            .send(Message::Text(t.to_owned().into()))
+            .await
+            .unwrap();
     }
 
     /// The next JSON frame (pings and pongs skipped).
     pub async fn recv(&mut self) -> Value {
         loop {
-            let m = tokio::time::timeout(GUARD, self.ws.next()).await.expect("no frame arrived").expect("stream ended").unwrap();
+            let m = tokio::time::timeout(GUARD, self.ws.next())
+                .await
+                .expect("no frame arrived")
+                .expect("stream ended")
+                .unwrap();
             match m {
                 Message::Text(t) => return serde_json::from_str(&t).unwrap(),
                 Message::Close(c) => panic!("closed: {c:?}"),
@@ -158,10 +188,15 @@ impl Client {
     /// Reads until the connection ends; returns the close code.
     pub async fn ended(&mut self) -> Ended {
         loop {
-            match tokio::time::timeout(GUARD, self.ws.next()).await.expect("connection did not end") {
+            match tokio::time::timeout(GUARD, self.ws.next())
+                .await
+                .expect("connection did not end")
+            {
                 None | Some(Err(_)) => return Ended::Dropped,
                 Some(Ok(Message::Close(Some(f)))) => return Ended::Closed(u16::from(f.code)),
-                Some(Ok(Message::Close(None))) => return Ended::Closed(u16::from(CloseCode::Status)),
+                Some(Ok(Message::Close(None))) => {
+                    return Ended::Closed(u16::from(CloseCode::Status))
+                }
                 Some(Ok(_)) => continue,
             }
         }
@@ -183,7 +218,11 @@ impl Client {
 
     pub async fn expect_error(&mut self, code: &str, fatal: bool) -> Value {
         let v = self.recv().await;
-        assert_eq!((v["t"].as_str(), v["code"].as_str(), v["fatal"].as_bool()), (Some("error"), Some(code), Some(fatal)), "{v}");
+        assert_eq!(
+            (v["t"].as_str(), v["code"].as_str(), v["fatal"].as_bool()),
+            (Some("error"), Some(code), Some(fatal)),
+            "{v}"
+        );
         v
     }
 }
