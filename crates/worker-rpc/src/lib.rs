@@ -1,0 +1,14 @@
+//! hostwire-worker-rpc: worker RPC frames 1.0.0 between a host and an
+//! isolated plugin worker: the codec (`parse_frame`), error envelopes with
+//! bounded cause chains, and an async [`Peer`] with cancel, progress,
+//! credit-based streams, hello and goodbye over any transport.
+
+pub mod error;
+pub mod frame;
+pub mod peer;
+pub mod transport;
+
+pub use error::{codes, RpcError};
+pub use frame::{parse_frame, ErrorEnvelope, Frame, Outcome, PROTOCOL_VERSION};
+pub use peer::{Call, CancelToken, Context, Peer, PeerConfig, PeerStats, Side, StreamReceiver, StreamSender};
+pub use transport::Transport;
