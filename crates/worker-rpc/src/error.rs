@@ -125,13 +125,16 @@ impl RpcError {
     /// An envelope from any Rust error and its `source()` chain, bounded by
     /// `max_depth` and safe against a chain that loops back on itself.
     pub fn from_std(err: &(dyn std::error::Error + 'static), code: &str, max_depth: usize) -> RpcError {
-        let mut seen: Vec<*const ()> = Vec::new();
+        // Fat pointers: a struct and its first field share an address but
+        // not a type, so the vtable takes part in the comparison.
+        let mut seen: Vec<*const dyn std::error::Error> = Vec::new();
         let mut links: Vec<String> = Vec::new();
         let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
         let mut end: Option<RpcError> = None;
         while let Some(e) = cur {
-            let ptr = e as *const dyn std::error::Error as *const ();
-            if seen.contains(&ptr) {
+            let ptr = e as *const dyn std::error::Error;
+            #[allow(ambiguous_wide_pointer_comparisons)]
+            if seen.iter().any(|p| std::ptr::eq(*p, ptr)) {
                 end = Some(RpcError::new(codes::CAUSE_CYCLE, "the cause chain loops back here"));
                 break;
             }

@@ -599,7 +599,12 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
         Frame::Response { id, outcome, .. } => {
             let mut s = lock(&shared.state);
             if let Some(call) = s.calls.remove(&id) {
-                s.out_streams.remove(&id);
+                // A stream's receiver answered: a sender waiting for credit
+                // wakes up and finds the stream gone.
+                if let Some(o) = s.out_streams.remove(&id) {
+                    o.notify.notify_waiters();
+                    o.notify.notify_one();
+                }
                 drop(s);
                 let result = match outcome {
                     Outcome::Ok(v) => Ok(v),
