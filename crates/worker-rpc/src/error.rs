@@ -41,7 +41,8 @@ pub const DEFAULT_MAX_CAUSE_DEPTH: usize = 8;
 pub struct RpcError {
     pub code: String,
     pub message: String,
-    pub data: Option<Value>,
+    /// Boxed: errors travel in every `Result` of the API and stay small.
+    pub data: Option<Box<Value>>,
     pub cause: Option<Box<RpcError>>,
     /// Causes beyond the depth bound were dropped; the last kept cause says
     /// how many.
@@ -60,7 +61,7 @@ impl RpcError {
     }
 
     pub fn with_data(mut self, data: Value) -> Self {
-        self.data = Some(data);
+        self.data = Some(Box::new(data));
         self
     }
 
@@ -86,7 +87,10 @@ impl RpcError {
             cur = e.cause.as_deref();
         }
         let mut out: Option<RpcError> = if dropped > 0 {
-            Some(RpcError::new(codes::CAUSE_TRUNCATED, format!("{dropped} more cause(s) cut at depth {max_depth}")))
+            Some(RpcError::new(
+                codes::CAUSE_TRUNCATED,
+                format!("{dropped} more cause(s) cut at depth {max_depth}"),
+            ))
         } else {
             None
         };
@@ -94,7 +98,7 @@ impl RpcError {
             out = Some(RpcError {
                 code: e.code.clone(),
                 message: e.message.clone(),
-                data: e.data.clone(),
+                data: e.data.clone().map(Box::new),
                 cause: out.map(Box::new),
                 truncated: dropped > 0,
             });
@@ -115,7 +119,7 @@ impl RpcError {
             out = Some(ErrorEnvelope {
                 code: e.code.clone(),
                 message: e.message.clone(),
-                data: e.data.clone(),
+                data: e.data.as_deref().cloned(),
                 cause: out.map(Box::new),
             });
         }
@@ -124,7 +128,11 @@ impl RpcError {
 
     /// An envelope from any Rust error and its `source()` chain, bounded by
     /// `max_depth` and safe against a chain that loops back on itself.
-    pub fn from_std(err: &(dyn std::error::Error + 'static), code: &str, max_depth: usize) -> RpcError {
+    pub fn from_std(
+        err: &(dyn std::error::Error + 'static),
+        code: &str,
+        max_depth: usize,
+    ) -> RpcError {
         // Fat pointers: a struct and its first field share an address but
         // not a type, so the vtable takes part in the comparison.
         let mut seen: Vec<*const dyn std::error::Error> = Vec::new();
@@ -135,11 +143,17 @@ impl RpcError {
             let ptr = e as *const dyn std::error::Error;
             #[allow(ambiguous_wide_pointer_comparisons)]
             if seen.iter().any(|p| std::ptr::eq(*p, ptr)) {
-                end = Some(RpcError::new(codes::CAUSE_CYCLE, "the cause chain loops back here"));
+                end = Some(RpcError::new(
+                    codes::CAUSE_CYCLE,
+                    "the cause chain loops back here",
+                ));
                 break;
             }
             if links.len() >= max_depth.max(1) {
-                end = Some(RpcError::new(codes::CAUSE_TRUNCATED, format!("causes cut at depth {max_depth}")));
+                end = Some(RpcError::new(
+                    codes::CAUSE_TRUNCATED,
+                    format!("causes cut at depth {max_depth}"),
+                ));
                 break;
             }
             seen.push(ptr);
@@ -149,7 +163,11 @@ impl RpcError {
         let truncated = end.is_some();
         let mut out = end;
         for (i, message) in links.into_iter().enumerate().rev() {
-            let c = if i == 0 { code.to_owned() } else { codes::INTERNAL_ERROR.to_owned() };
+            let c = if i == 0 {
+                code.to_owned()
+            } else {
+                codes::INTERNAL_ERROR.to_owned()
+            };
             out = Some(RpcError {
                 code: c,
                 message,

@@ -78,16 +78,60 @@ pub enum Outcome {
 /// A decoded frame, for an exhaustive `match`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
-    Request { v: String, id: Id, method: String, params: Option<Value> },
-    Response { v: String, id: Id, outcome: Outcome },
-    Cancel { v: String, id: Id, reason: Option<String> },
-    Progress { v: String, id: Id, progress: Value },
-    StreamOpen { v: String, id: Id, method: String, params: Option<Value> },
-    StreamChunk { v: String, id: Id, seq: u64, data: Value },
-    StreamEnd { v: String, id: Id, outcome: Outcome },
-    StreamAck { v: String, id: Id, ack: u64, credit: u64 },
-    Hello { v: String, features: Vec<String>, agent: Option<String> },
-    Goodbye { v: String, reason: Option<String>, error: Option<ErrorEnvelope> },
+    Request {
+        v: String,
+        id: Id,
+        method: String,
+        params: Option<Value>,
+    },
+    Response {
+        v: String,
+        id: Id,
+        outcome: Outcome,
+    },
+    Cancel {
+        v: String,
+        id: Id,
+        reason: Option<String>,
+    },
+    Progress {
+        v: String,
+        id: Id,
+        progress: Value,
+    },
+    StreamOpen {
+        v: String,
+        id: Id,
+        method: String,
+        params: Option<Value>,
+    },
+    StreamChunk {
+        v: String,
+        id: Id,
+        seq: u64,
+        data: Value,
+    },
+    StreamEnd {
+        v: String,
+        id: Id,
+        outcome: Outcome,
+    },
+    StreamAck {
+        v: String,
+        id: Id,
+        ack: u64,
+        credit: u64,
+    },
+    Hello {
+        v: String,
+        features: Vec<String>,
+        agent: Option<String>,
+    },
+    Goodbye {
+        v: String,
+        reason: Option<String>,
+        error: Option<ErrorEnvelope>,
+    },
 }
 
 /// The kinds, as written on the wire.
@@ -179,7 +223,9 @@ impl Frame {
                     m.insert("params".into(), p.clone());
                 }
             }
-            Frame::Response { outcome: o, .. } | Frame::StreamEnd { outcome: o, .. } => outcome(&mut m, o),
+            Frame::Response { outcome: o, .. } | Frame::StreamEnd { outcome: o, .. } => {
+                outcome(&mut m, o)
+            }
             Frame::Cancel { reason, .. } => {
                 if let Some(r) = reason {
                     m.insert("reason".into(), Value::String(r.clone()));
@@ -196,7 +242,9 @@ impl Frame {
                 m.insert("ack".into(), json!(ack));
                 m.insert("credit".into(), json!(credit));
             }
-            Frame::Hello { features, agent, .. } => {
+            Frame::Hello {
+                features, agent, ..
+            } => {
                 m.insert("features".into(), json!(features));
                 if let Some(a) = agent {
                     m.insert("agent".into(), Value::String(a.clone()));
@@ -304,10 +352,14 @@ impl<'a> Reader<'a> {
 
     fn outcome(&self) -> Result<Outcome, FrameError> {
         match self.m.get("ok") {
-            Some(Value::Bool(true)) => Ok(Outcome::Ok(self.m.get("result").cloned().unwrap_or(Value::Null))),
+            Some(Value::Bool(true)) => Ok(Outcome::Ok(
+                self.m.get("result").cloned().unwrap_or(Value::Null),
+            )),
             Some(Value::Bool(false)) => match self.m.get("error") {
                 None => Err(self.err("error", "is required when ok is false")),
-                Some(e) => Ok(Outcome::Err(envelope(e, "error").map_err(|(f, msg)| self.err(&f, msg))?)),
+                Some(e) => Ok(Outcome::Err(
+                    envelope(e, "error").map_err(|(f, msg)| self.err(&f, msg))?,
+                )),
             },
             Some(_) => Err(self.err("ok", "must be true or false")),
             None => Err(self.err("ok", "is required")),
@@ -358,10 +410,11 @@ pub fn parse_frame(text: &str) -> Result<Frame, FrameError> {
         id: None,
         kind: None,
     };
-    let value: Value = from_str_bounded(text, JsonLimits::new(MAX_FRAME_BYTES, MAX_FRAME_DEPTH)).map_err(|e| match e {
-        JsonError::TooLarge { .. } | JsonError::TooDeep { .. } => bare("", e.to_string()),
-        JsonError::Invalid { message } => bare("", format!("not JSON: {message}")),
-    })?;
+    let value: Value = from_str_bounded(text, JsonLimits::new(MAX_FRAME_BYTES, MAX_FRAME_DEPTH))
+        .map_err(|e| match e {
+            JsonError::TooLarge { .. } | JsonError::TooDeep { .. } => bare("", e.to_string()),
+            JsonError::Invalid { message } => bare("", format!("not JSON: {message}")),
+        })?;
     parse_frame_value(&value)
 }
 
@@ -375,7 +428,11 @@ pub fn parse_frame_value(value: &Value) -> Result<Frame, FrameError> {
             kind: None,
         });
     };
-    let mut r = Reader { m, id: None, kind: None };
+    let mut r = Reader {
+        m,
+        id: None,
+        kind: None,
+    };
     let kind = r.string("kind")?;
     if !KINDS.contains(&kind.as_str()) {
         return Err(r.err("kind", format!("must be one of {}", KINDS.join(", "))));
@@ -386,15 +443,36 @@ pub fn parse_frame_value(value: &Value) -> Result<Frame, FrameError> {
     }
     let v = r.string("v")?;
     let frame = match kind.as_str() {
-        "request" => Frame::Request { id: r.uint("id", MAX_ID)?, method: r.method()?, params: m.get("params").cloned(), v },
-        "response" => Frame::Response { id: r.uint("id", MAX_ID)?, outcome: r.outcome()?, v },
-        "cancel" => Frame::Cancel { id: r.uint("id", MAX_ID)?, reason: r.opt_string("reason")?, v },
-        "progress" => Frame::Progress {
+        "request" => Frame::Request {
             id: r.uint("id", MAX_ID)?,
-            progress: m.get("progress").cloned().ok_or_else(|| r.err("progress", "is required"))?,
+            method: r.method()?,
+            params: m.get("params").cloned(),
             v,
         },
-        "stream-open" => Frame::StreamOpen { id: r.uint("id", MAX_ID)?, method: r.method()?, params: m.get("params").cloned(), v },
+        "response" => Frame::Response {
+            id: r.uint("id", MAX_ID)?,
+            outcome: r.outcome()?,
+            v,
+        },
+        "cancel" => Frame::Cancel {
+            id: r.uint("id", MAX_ID)?,
+            reason: r.opt_string("reason")?,
+            v,
+        },
+        "progress" => Frame::Progress {
+            id: r.uint("id", MAX_ID)?,
+            progress: m
+                .get("progress")
+                .cloned()
+                .ok_or_else(|| r.err("progress", "is required"))?,
+            v,
+        },
+        "stream-open" => Frame::StreamOpen {
+            id: r.uint("id", MAX_ID)?,
+            method: r.method()?,
+            params: m.get("params").cloned(),
+            v,
+        },
         "stream-chunk" => {
             let seq = r.uint("seq", MAX_ID)?;
             if seq == 0 {
@@ -403,11 +481,18 @@ pub fn parse_frame_value(value: &Value) -> Result<Frame, FrameError> {
             Frame::StreamChunk {
                 id: r.uint("id", MAX_ID)?,
                 seq,
-                data: m.get("data").cloned().ok_or_else(|| r.err("data", "is required"))?,
+                data: m
+                    .get("data")
+                    .cloned()
+                    .ok_or_else(|| r.err("data", "is required"))?,
                 v,
             }
         }
-        "stream-end" => Frame::StreamEnd { id: r.uint("id", MAX_ID)?, outcome: r.outcome()?, v },
+        "stream-end" => Frame::StreamEnd {
+            id: r.uint("id", MAX_ID)?,
+            outcome: r.outcome()?,
+            v,
+        },
         "stream-ack" => Frame::StreamAck {
             id: r.uint("id", MAX_ID)?,
             ack: r.uint("ack", MAX_ID)?,
@@ -420,11 +505,19 @@ pub fn parse_frame_value(value: &Value) -> Result<Frame, FrameError> {
                 Some(Value::Array(a)) => a
                     .iter()
                     .enumerate()
-                    .map(|(i, f)| f.as_str().map(str::to_owned).ok_or_else(|| r.err(&format!("features[{i}]"), "must be a string")))
+                    .map(|(i, f)| {
+                        f.as_str()
+                            .map(str::to_owned)
+                            .ok_or_else(|| r.err(&format!("features[{i}]"), "must be a string"))
+                    })
                     .collect::<Result<_, _>>()?,
                 Some(_) => return Err(r.err("features", "must be an array of strings")),
             };
-            Frame::Hello { features, agent: r.opt_string("agent")?, v }
+            Frame::Hello {
+                features,
+                agent: r.opt_string("agent")?,
+                v,
+            }
         }
         _ => Frame::Goodbye {
             reason: r.opt_string("reason")?,

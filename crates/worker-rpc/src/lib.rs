@@ -10,5 +10,7 @@ pub mod transport;
 
 pub use error::{codes, RpcError};
 pub use frame::{parse_frame, ErrorEnvelope, Frame, Outcome, PROTOCOL_VERSION};
-pub use peer::{Call, CancelToken, Context, Peer, PeerConfig, PeerStats, Side, StreamReceiver, StreamSender};
+pub use peer::{
+    Call, CancelToken, Context, Peer, PeerConfig, PeerStats, Side, StreamReceiver, StreamSender,
+};
 pub use transport::Transport;

@@ -101,13 +101,22 @@ impl Context {
     /// Sends a `progress` frame for this call.
     pub fn progress(&self, progress: Value) {
         if !self.cancel.is_cancelled() {
-            self.peer.shared.send(Frame::Progress { v: PROTOCOL_VERSION.into(), id: self.id, progress });
+            self.peer.shared.send(Frame::Progress {
+                v: PROTOCOL_VERSION.into(),
+                id: self.id,
+                progress,
+            });
         }
     }
 }
 
-type CallHandler = Arc<dyn Fn(Value, Context) -> BoxFuture<'static, Result<Value, RpcError>> + Send + Sync>;
-type StreamHandler = Arc<dyn Fn(Value, StreamReceiver, Context) -> BoxFuture<'static, Result<Value, RpcError>> + Send + Sync>;
+type CallHandler =
+    Arc<dyn Fn(Value, Context) -> BoxFuture<'static, Result<Value, RpcError>> + Send + Sync>;
+type StreamHandler = Arc<
+    dyn Fn(Value, StreamReceiver, Context) -> BoxFuture<'static, Result<Value, RpcError>>
+        + Send
+        + Sync,
+>;
 
 #[derive(Clone)]
 enum Handler {
@@ -227,7 +236,11 @@ impl Shared {
             Ok(v) => Outcome::Ok(v),
             Err(e) => Outcome::Err(e.to_envelope()),
         };
-        self.send(Frame::Response { v: version(), id, outcome });
+        self.send(Frame::Response {
+            v: version(),
+            id,
+            outcome,
+        });
     }
 
     /// Fails everything open with `err`; nothing more is accepted.
@@ -283,7 +296,12 @@ impl Peer {
         });
         let peer = Peer { shared };
         let Transport { reader, writer } = transport;
-        tokio::spawn(write_loop(Arc::clone(&peer.shared), writer, out_rx, hello_rx));
+        tokio::spawn(write_loop(
+            Arc::clone(&peer.shared),
+            writer,
+            out_rx,
+            hello_rx,
+        ));
         tokio::spawn(read_loop(peer.clone(), reader));
         peer
     }
@@ -325,10 +343,22 @@ impl Peer {
             } else {
                 s.calls.insert(id, PendingCall { reply, progress });
                 drop(s);
-                self.shared.send(Frame::Request { v: version(), id, method: method.to_owned(), params: Some(params) });
+                self.shared.send(Frame::Request {
+                    v: version(),
+                    id,
+                    method: method.to_owned(),
+                    params: Some(params),
+                });
             }
         }
-        Call { id, rx, peer: self.clone(), done: false, deadline: None, progress: progress_rx }
+        Call {
+            id,
+            rx,
+            peer: self.clone(),
+            done: false,
+            deadline: None,
+            progress: progress_rx,
+        }
     }
 
     /// Opens a stream to the other side's stream handler for `method`.
@@ -343,15 +373,35 @@ impl Peer {
                 let _ = reply.send(Err(err.clone()));
             } else {
                 s.calls.insert(id, PendingCall { reply, progress });
-                s.out_streams.insert(id, OutStream { granted: 0, sent: 0, notify: Arc::clone(&notify), failed: None });
+                s.out_streams.insert(
+                    id,
+                    OutStream {
+                        granted: 0,
+                        sent: 0,
+                        notify: Arc::clone(&notify),
+                        failed: None,
+                    },
+                );
                 drop(s);
-                self.shared.send(Frame::StreamOpen { v: version(), id, method: method.to_owned(), params: Some(params) });
+                self.shared.send(Frame::StreamOpen {
+                    v: version(),
+                    id,
+                    method: method.to_owned(),
+                    params: Some(params),
+                });
             }
         }
         StreamSender {
             id,
             notify,
-            result: Some(Call { id, rx, peer: self.clone(), done: false, deadline: None, progress: progress_rx }),
+            result: Some(Call {
+                id,
+                rx,
+                peer: self.clone(),
+                done: false,
+                deadline: None,
+                progress: progress_rx,
+            }),
             peer: self.clone(),
             ended: false,
         }
@@ -360,19 +410,32 @@ impl Peer {
     /// Resolves once the peer's `hello` has arrived (or the connection failed).
     pub async fn ready(&self) -> Result<(), RpcError> {
         let mut rx = self.shared.hello.subscribe();
-        let state = rx.wait_for(|h| *h != HelloState::Waiting).await.map(|h| h.clone());
+        let state = rx
+            .wait_for(|h| *h != HelloState::Waiting)
+            .await
+            .map(|h| h.clone());
         match state {
             Ok(HelloState::Done) => Ok(()),
             Ok(HelloState::Failed(e)) => Err(e),
-            _ => Err(RpcError::new(codes::TRANSPORT_CLOSED, "the connection closed")),
+            _ => Err(RpcError::new(
+                codes::TRANSPORT_CLOSED,
+                "the connection closed",
+            )),
         }
     }
 
     /// Says goodbye: every pending call and stream fails with `GOODBYE`,
     /// the peer's fail with `PEER_GOODBYE`, and nothing more is sent.
     pub async fn goodbye(&self, reason: &str) {
-        self.shared.send(Frame::Goodbye { v: version(), reason: Some(reason.to_owned()), error: None });
-        self.shared.close_all(RpcError::new(codes::GOODBYE, format!("this side said goodbye: {reason}")));
+        self.shared.send(Frame::Goodbye {
+            v: version(),
+            reason: Some(reason.to_owned()),
+            error: None,
+        });
+        self.shared.close_all(RpcError::new(
+            codes::GOODBYE,
+            format!("this side said goodbye: {reason}"),
+        ));
         // Let the writer flush the goodbye.
         tokio::task::yield_now().await;
     }
@@ -380,7 +443,12 @@ impl Peer {
     /// Resolves when the connection closes, with the reason.
     pub async fn wait_closed(&self) -> RpcError {
         let mut rx = self.shared.closed_tx.subscribe();
-        let seen = rx.wait_for(Option::is_some).await.map(|e| e.clone()).ok().flatten();
+        let seen = rx
+            .wait_for(Option::is_some)
+            .await
+            .map(|e| e.clone())
+            .ok()
+            .flatten();
         seen.unwrap_or_else(|| RpcError::new(codes::TRANSPORT_CLOSED, "closed"))
     }
 
@@ -402,7 +470,12 @@ impl Peer {
     }
 
     pub fn last_protocol_error(&self) -> Option<String> {
-        self.shared.stats.last_error.lock().ok().and_then(|l| l.clone())
+        self.shared
+            .stats
+            .last_error
+            .lock()
+            .ok()
+            .and_then(|l| l.clone())
     }
 
     /// Calls and streams still waiting for an answer (for leak checks).
@@ -418,7 +491,11 @@ impl Peer {
         if was_pending && s.closed.is_none() {
             s.cancelled.insert(id);
             drop(s);
-            self.shared.send(Frame::Cancel { v: version(), id, reason: Some(reason.to_owned()) });
+            self.shared.send(Frame::Cancel {
+                v: version(),
+                id,
+                reason: Some(reason.to_owned()),
+            });
         }
     }
 }
@@ -429,9 +506,16 @@ async fn write_loop(
     mut rx: mpsc::UnboundedReceiver<Frame>,
     mut hello: watch::Receiver<HelloState>,
 ) {
-    let hi = Frame::Hello { v: version(), features: Vec::new(), agent: shared.config.agent.clone() };
+    let hi = Frame::Hello {
+        v: version(),
+        features: Vec::new(),
+        agent: shared.config.agent.clone(),
+    };
     if writer.send(hi.to_text()).await.is_err() {
-        shared.close_all(RpcError::new(codes::TRANSPORT_CLOSED, "the transport closed before hello"));
+        shared.close_all(RpcError::new(
+            codes::TRANSPORT_CLOSED,
+            "the transport closed before hello",
+        ));
         return;
     }
     drop(shared);
@@ -443,7 +527,10 @@ async fn write_loop(
             HelloState::Done => break,
             HelloState::Failed(_) => {
                 // Only a goodbye may still go out.
-                for f in held.drain(..).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+                for f in held
+                    .drain(..)
+                    .chain(std::iter::from_fn(|| rx.try_recv().ok()))
+                {
                     if matches!(f, Frame::Goodbye { .. }) {
                         let _ = writer.send(f.to_text()).await;
                     }
@@ -479,21 +566,18 @@ async fn write_loop(
         if writer.feed(f.to_text()).await.is_err() {
             return;
         }
-        // Batch what is already queued into one flush.
-        while !bye {
-            match rx.try_recv() {
-                Ok(f) => {
-                    let bye = matches!(f, Frame::Goodbye { .. });
-                    if writer.feed(f.to_text()).await.is_err() {
-                        return;
-                    }
-                    if bye {
-                        let _ = writer.flush().await;
-                        let _ = writer.close().await;
-                        return;
-                    }
+        // Batch what is already queued into one flush (not past a goodbye).
+        if !bye {
+            while let Ok(f) = rx.try_recv() {
+                let last = matches!(f, Frame::Goodbye { .. });
+                if writer.feed(f.to_text()).await.is_err() {
+                    return;
                 }
-                Err(_) => break,
+                if last {
+                    let _ = writer.flush().await;
+                    let _ = writer.close().await;
+                    return;
+                }
             }
         }
         if writer.flush().await.is_err() {
@@ -512,11 +596,17 @@ async fn read_loop(peer: Peer, mut reader: crate::transport::FrameStream) {
         let text = match reader.next().await {
             Some(Ok(t)) => t,
             Some(Err(e)) => {
-                shared.close_all(RpcError::new(codes::TRANSPORT_CLOSED, format!("the transport failed: {e}")));
+                shared.close_all(RpcError::new(
+                    codes::TRANSPORT_CLOSED,
+                    format!("the transport failed: {e}"),
+                ));
                 return;
             }
             None => {
-                shared.close_all(RpcError::new(codes::TRANSPORT_CLOSED, "the transport closed without goodbye"));
+                shared.close_all(RpcError::new(
+                    codes::TRANSPORT_CLOSED,
+                    "the transport closed without goodbye",
+                ));
                 return;
             }
         };
@@ -551,15 +641,24 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
         shared.stats.version_mismatches.fetch_add(1, SeqCst);
         let err = RpcError::new(
             codes::VERSION_MISMATCH,
-            format!("the peer speaks {}; this side speaks {PROTOCOL_VERSION}", frame.version()),
+            format!(
+                "the peer speaks {}; this side speaks {PROTOCOL_VERSION}",
+                frame.version()
+            ),
         );
         match frame {
             Frame::Hello { .. } => {
-                shared.send(Frame::Goodbye { v: version(), reason: Some("version mismatch".into()), error: Some(err.to_envelope()) });
+                shared.send(Frame::Goodbye {
+                    v: version(),
+                    reason: Some("version mismatch".into()),
+                    error: Some(err.to_envelope()),
+                });
                 shared.close_all(err);
                 return false;
             }
-            Frame::Request { id, .. } | Frame::StreamOpen { id, .. } => shared.respond(id, Err(err)),
+            Frame::Request { id, .. } | Frame::StreamOpen { id, .. } => {
+                shared.respond(id, Err(err))
+            }
             _ => {}
         }
         return true;
@@ -578,7 +677,10 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
         Frame::Goodbye { reason, error, .. } => {
             let mut err = RpcError::new(
                 codes::PEER_GOODBYE,
-                format!("the peer said goodbye: {}", reason.as_deref().unwrap_or("no reason given")),
+                format!(
+                    "the peer said goodbye: {}",
+                    reason.as_deref().unwrap_or("no reason given")
+                ),
             );
             if let Some(e) = error {
                 err = err.with_cause(RpcError::from_envelope(&e, shared.config.max_cause_depth));
@@ -586,12 +688,16 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
             shared.close_all(err);
             return false;
         }
-        Frame::Request { id, method, params, .. } => {
+        Frame::Request {
+            id, method, params, ..
+        } => {
             if let Some(token) = accept_peer_id(shared, id) {
                 serve_call(peer, id, method, params.unwrap_or(Value::Null), token);
             }
         }
-        Frame::StreamOpen { id, method, params, .. } => {
+        Frame::StreamOpen {
+            id, method, params, ..
+        } => {
             if let Some(token) = accept_peer_id(shared, id) {
                 serve_stream(peer, id, method, params.unwrap_or(Value::Null), token);
             }
@@ -608,17 +714,25 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
                 drop(s);
                 let result = match outcome {
                     Outcome::Ok(v) => Ok(v),
-                    Outcome::Err(e) => Err(RpcError::from_envelope(&e, shared.config.max_cause_depth)),
+                    Outcome::Err(e) => {
+                        Err(RpcError::from_envelope(&e, shared.config.max_cause_depth))
+                    }
                 };
                 let _ = call.reply.send(result);
             } else if s.cancelled.remove(&id) {
                 shared.stats.responses_after_cancel.fetch_add(1, SeqCst);
             } else if shared.side.owns(id) && id < shared.next_id.load(SeqCst) {
                 drop(s);
-                shared.protocol_error(&shared.stats.duplicate_responses, format!("a second response to {id}"));
+                shared.protocol_error(
+                    &shared.stats.duplicate_responses,
+                    format!("a second response to {id}"),
+                );
             } else {
                 drop(s);
-                shared.protocol_error(&shared.stats.unknown_ids, format!("a response to unknown id {id}"));
+                shared.protocol_error(
+                    &shared.stats.unknown_ids,
+                    format!("a response to unknown id {id}"),
+                );
             }
         }
         Frame::Cancel { id, .. } => {
@@ -628,7 +742,10 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
             }
             if let Some(i) = s.in_streams.get(&id) {
                 i.cancel.cancel();
-                let _ = i.tx.send(StreamItem::End(Err(RpcError::new(codes::CANCELLED, "the sender cancelled the stream"))));
+                let _ = i.tx.send(StreamItem::End(Err(RpcError::new(
+                    codes::CANCELLED,
+                    "the sender cancelled the stream",
+                ))));
             }
         }
         Frame::Progress { id, progress, .. } => {
@@ -640,7 +757,10 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
                 None if s.cancelled.contains(&id) => {}
                 None => {
                     drop(s);
-                    shared.protocol_error(&shared.stats.unknown_ids, format!("progress for unknown id {id}"));
+                    shared.protocol_error(
+                        &shared.stats.unknown_ids,
+                        format!("progress for unknown id {id}"),
+                    );
                 }
             }
         }
@@ -650,14 +770,25 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
                 drop(s);
                 // Chunks after the receiver finished are late, not wrong.
                 if shared.side.owns(id) || id > lock(&shared.state).last_peer_id {
-                    shared.protocol_error(&shared.stats.unknown_ids, format!("a chunk for unknown stream {id}"));
+                    shared.protocol_error(
+                        &shared.stats.unknown_ids,
+                        format!("a chunk for unknown stream {id}"),
+                    );
                 }
                 return true;
             };
             let violation = if seq != st.received + 1 {
-                Some((codes::PROTOCOL_ERROR, format!("chunk {seq} out of order (expected {})", st.received + 1), false))
+                Some((
+                    codes::PROTOCOL_ERROR,
+                    format!("chunk {seq} out of order (expected {})", st.received + 1),
+                    false,
+                ))
             } else if seq > st.granted {
-                Some((codes::STREAM_CREDIT_EXCEEDED, format!("chunk {seq} is beyond the {} granted", st.granted), true))
+                Some((
+                    codes::STREAM_CREDIT_EXCEEDED,
+                    format!("chunk {seq} is beyond the {} granted", st.granted),
+                    true,
+                ))
             } else {
                 None
             };
@@ -675,7 +806,11 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
                         st.cancel.cancel();
                         let _ = st.tx.send(StreamItem::End(Err(err.clone())));
                     }
-                    let counter = if credit { &shared.stats.credit_violations } else { &shared.stats.protocol_errors };
+                    let counter = if credit {
+                        &shared.stats.credit_violations
+                    } else {
+                        &shared.stats.protocol_errors
+                    };
                     shared.protocol_error(counter, message);
                     if !credit {
                         shared.stats.protocol_errors.fetch_sub(1, SeqCst);
@@ -689,7 +824,9 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
             if let Some(st) = s.in_streams.remove(&id) {
                 let end = match outcome {
                     Outcome::Ok(_) => Ok(()),
-                    Outcome::Err(e) => Err(RpcError::from_envelope(&e, shared.config.max_cause_depth)),
+                    Outcome::Err(e) => {
+                        Err(RpcError::from_envelope(&e, shared.config.max_cause_depth))
+                    }
                 };
                 let _ = st.tx.send(StreamItem::End(end));
             }
@@ -711,9 +848,19 @@ fn accept_peer_id(shared: &Shared, id: Id) -> Option<CancelToken> {
     let mut s = lock(&shared.state);
     if shared.side.owns(id) || id <= s.last_peer_id {
         drop(s);
-        let why = if shared.side.owns(id) { "has this side's parity" } else { "was already used" };
+        let why = if shared.side.owns(id) {
+            "has this side's parity"
+        } else {
+            "was already used"
+        };
         shared.protocol_error(&shared.stats.unknown_ids, format!("id {id} {why}"));
-        shared.respond(id, Err(RpcError::new(codes::PROTOCOL_ERROR, format!("id {id} {why}"))));
+        shared.respond(
+            id,
+            Err(RpcError::new(
+                codes::PROTOCOL_ERROR,
+                format!("id {id} {why}"),
+            )),
+        );
         return None;
     }
     s.last_peer_id = id;
@@ -736,7 +883,11 @@ fn finish_serving(shared: &Shared, id: Id, result: Result<Value, RpcError>, canc
         return;
     }
     // A cancelled call is answered CANCELLED, so both sides forget it.
-    let result = if cancel.is_cancelled() { Err(RpcError::new(codes::CANCELLED, "cancelled by the caller")) } else { result };
+    let result = if cancel.is_cancelled() {
+        Err(RpcError::new(codes::CANCELLED, "cancelled by the caller"))
+    } else {
+        result
+    };
     shared.respond(id, result);
 }
 
@@ -745,15 +896,36 @@ fn serve_call(peer: &Peer, id: Id, method: String, params: Value, cancel: Cancel
     let handler = match lookup(&shared, &method) {
         Some(Handler::Call(h)) => h,
         Some(Handler::Stream(_)) => {
-            finish_serving(&shared, id, Err(RpcError::new(codes::UNKNOWN_METHOD, format!("{method:?} takes a stream, not a call"))), &cancel);
+            finish_serving(
+                &shared,
+                id,
+                Err(RpcError::new(
+                    codes::UNKNOWN_METHOD,
+                    format!("{method:?} takes a stream, not a call"),
+                )),
+                &cancel,
+            );
             return;
         }
         None => {
-            finish_serving(&shared, id, Err(RpcError::new(codes::UNKNOWN_METHOD, format!("no method {method:?}"))), &cancel);
+            finish_serving(
+                &shared,
+                id,
+                Err(RpcError::new(
+                    codes::UNKNOWN_METHOD,
+                    format!("no method {method:?}"),
+                )),
+                &cancel,
+            );
             return;
         }
     };
-    let ctx = Context { id, method, cancel: cancel.clone(), peer: peer.clone() };
+    let ctx = Context {
+        id,
+        method,
+        cancel: cancel.clone(),
+        peer: peer.clone(),
+    };
     tokio::spawn(async move {
         let result = handler(params, ctx).await;
         finish_serving(&shared, id, result, &cancel);
@@ -765,16 +937,50 @@ fn serve_stream(peer: &Peer, id: Id, method: String, params: Value, cancel: Canc
     let handler = match lookup(&shared, &method) {
         Some(Handler::Stream(h)) => h,
         _ => {
-            finish_serving(&shared, id, Err(RpcError::new(codes::UNKNOWN_METHOD, format!("no stream method {method:?}"))), &cancel);
+            finish_serving(
+                &shared,
+                id,
+                Err(RpcError::new(
+                    codes::UNKNOWN_METHOD,
+                    format!("no stream method {method:?}"),
+                )),
+                &cancel,
+            );
             return;
         }
     };
     let window = shared.config.stream_window.max(1);
     let (tx, rx) = mpsc::unbounded_channel();
-    lock(&shared.state).in_streams.insert(id, InStream { tx, granted: window, received: 0, cancel: cancel.clone() });
-    shared.send(Frame::StreamAck { v: version(), id, ack: 0, credit: window });
-    let receiver = StreamReceiver { id, rx, peer: peer.clone(), unacked: 0, last_seq: 0, window, done: false };
-    let ctx = Context { id, method, cancel: cancel.clone(), peer: peer.clone() };
+    lock(&shared.state).in_streams.insert(
+        id,
+        InStream {
+            tx,
+            granted: window,
+            received: 0,
+            cancel: cancel.clone(),
+        },
+    );
+    shared.send(Frame::StreamAck {
+        v: version(),
+        id,
+        ack: 0,
+        credit: window,
+    });
+    let receiver = StreamReceiver {
+        id,
+        rx,
+        peer: peer.clone(),
+        unacked: 0,
+        last_seq: 0,
+        window,
+        done: false,
+    };
+    let ctx = Context {
+        id,
+        method,
+        cancel: cancel.clone(),
+        peer: peer.clone(),
+    };
     tokio::spawn(async move {
         let result = handler(params, receiver, ctx).await;
         finish_serving(&shared, id, result, &cancel);
@@ -827,18 +1033,26 @@ impl Future for Call {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         if self.done {
-            return Poll::Ready(Err(RpcError::new(codes::CANCELLED, "the call was already resolved or cancelled")));
+            return Poll::Ready(Err(RpcError::new(
+                codes::CANCELLED,
+                "the call was already resolved or cancelled",
+            )));
         }
         if let Poll::Ready(r) = Pin::new(&mut self.rx).poll(cx) {
             self.done = true;
-            return Poll::Ready(r.unwrap_or_else(|_| Err(RpcError::new(codes::TRANSPORT_CLOSED, "the peer went away"))));
+            return Poll::Ready(r.unwrap_or_else(|_| {
+                Err(RpcError::new(codes::TRANSPORT_CLOSED, "the peer went away"))
+            }));
         }
         if let Some(d) = self.deadline.as_mut() {
             if d.as_mut().poll(cx).is_ready() {
                 self.done = true;
                 let id = self.id;
                 self.peer.cancel_call(id, "timeout");
-                return Poll::Ready(Err(RpcError::new(codes::TIMEOUT, "no answer before the deadline")));
+                return Poll::Ready(Err(RpcError::new(
+                    codes::TIMEOUT,
+                    "no answer before the deadline",
+                )));
             }
         }
         Poll::Pending
@@ -848,7 +1062,8 @@ impl Future for Call {
 impl Drop for Call {
     fn drop(&mut self) {
         if !self.done {
-            self.peer.cancel_call(self.id, "the caller dropped the call");
+            self.peer
+                .cancel_call(self.id, "the caller dropped the call");
         }
     }
 }
@@ -879,7 +1094,10 @@ impl StreamSender {
                     return Err(err);
                 }
                 let Some(o) = s.out_streams.get_mut(&self.id) else {
-                    return Err(RpcError::new(codes::CANCELLED, "the receiver ended the stream"));
+                    return Err(RpcError::new(
+                        codes::CANCELLED,
+                        "the receiver ended the stream",
+                    ));
                 };
                 if let Some(err) = o.failed.clone() {
                     return Err(err);
@@ -888,7 +1106,12 @@ impl StreamSender {
                     o.sent += 1;
                     let seq = o.sent;
                     drop(s);
-                    self.peer.shared.send(Frame::StreamChunk { v: version(), id: self.id, seq, data });
+                    self.peer.shared.send(Frame::StreamChunk {
+                        v: version(),
+                        id: self.id,
+                        seq,
+                        data,
+                    });
                     return Ok(());
                 }
             }
@@ -899,13 +1122,19 @@ impl StreamSender {
     /// Chunks that may still be sent without waiting.
     pub fn credit(&self) -> u64 {
         let s = lock(&self.peer.shared.state);
-        s.out_streams.get(&self.id).map_or(0, |o| o.granted.saturating_sub(o.sent))
+        s.out_streams
+            .get(&self.id)
+            .map_or(0, |o| o.granted.saturating_sub(o.sent))
     }
 
     /// Ends the stream and waits for the receiver's result.
     pub async fn finish(mut self) -> Result<Value, RpcError> {
         self.ended = true;
-        self.peer.shared.send(Frame::StreamEnd { v: version(), id: self.id, outcome: Outcome::Ok(Value::Null) });
+        self.peer.shared.send(Frame::StreamEnd {
+            v: version(),
+            id: self.id,
+            outcome: Outcome::Ok(Value::Null),
+        });
         match self.result.take() {
             Some(call) => call.await,
             None => Err(RpcError::new(codes::CANCELLED, "already finished")),
@@ -915,7 +1144,11 @@ impl StreamSender {
     /// Ends the stream with an error.
     pub fn abort(mut self, err: RpcError) {
         self.ended = true;
-        self.peer.shared.send(Frame::StreamEnd { v: version(), id: self.id, outcome: Outcome::Err(err.to_envelope()) });
+        self.peer.shared.send(Frame::StreamEnd {
+            v: version(),
+            id: self.id,
+            outcome: Outcome::Err(err.to_envelope()),
+        });
         if let Some(mut call) = self.result.take() {
             call.done = true;
             let mut s = lock(&self.peer.shared.state);
@@ -964,7 +1197,12 @@ impl StreamReceiver {
                     if let Some(st) = s.in_streams.get_mut(&self.id) {
                         st.granted += credit;
                         drop(s);
-                        self.peer.shared.send(Frame::StreamAck { v: version(), id: self.id, ack: seq, credit });
+                        self.peer.shared.send(Frame::StreamAck {
+                            v: version(),
+                            id: self.id,
+                            ack: seq,
+                            credit,
+                        });
                     }
                 }
                 Some(Ok(data))

@@ -20,7 +20,8 @@ pub struct Transport {
 pub fn memory_pair() -> (Transport, Transport) {
     let (a_tx, a_rx) = futures_channel::mpsc::unbounded::<String>();
     let (b_tx, b_rx) = futures_channel::mpsc::unbounded::<String>();
-    let side = |tx: futures_channel::mpsc::UnboundedSender<String>, rx: futures_channel::mpsc::UnboundedReceiver<String>| Transport {
+    let side = |tx: futures_channel::mpsc::UnboundedSender<String>,
+                rx: futures_channel::mpsc::UnboundedReceiver<String>| Transport {
         reader: Box::pin(rx.map(Ok)),
         writer: Box::pin(tx.sink_map_err(|e| io::Error::new(io::ErrorKind::BrokenPipe, e))),
     };
@@ -33,9 +34,10 @@ fn codec() -> LinesCodec {
 
 fn lines_error(e: tokio_util::codec::LinesCodecError) -> io::Error {
     match e {
-        tokio_util::codec::LinesCodecError::MaxLineLengthExceeded => {
-            io::Error::new(io::ErrorKind::InvalidData, format!("a frame line is over {MAX_FRAME_BYTES} bytes"))
-        }
+        tokio_util::codec::LinesCodecError::MaxLineLengthExceeded => io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a frame line is over {MAX_FRAME_BYTES} bytes"),
+        ),
         tokio_util::codec::LinesCodecError::Io(e) => e,
     }
 }
@@ -48,7 +50,10 @@ where
 {
     Transport {
         reader: Box::pin(FramedRead::new(read, codec()).map(|r| r.map_err(lines_error))),
-        writer: Box::pin(futures_util::SinkExt::<String>::sink_map_err(FramedWrite::new(write, codec()), lines_error)),
+        writer: Box::pin(futures_util::SinkExt::<String>::sink_map_err(
+            FramedWrite::new(write, codec()),
+            lines_error,
+        )),
     }
 }
 
@@ -60,8 +65,14 @@ pub fn spawn_worker(mut command: Command) -> io::Result<(Transport, Child)> {
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true);
     let mut child = command.spawn()?;
-    let stdin = child.stdin.take().ok_or_else(|| io::Error::other("no stdin"))?;
-    let stdout = child.stdout.take().ok_or_else(|| io::Error::other("no stdout"))?;
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| io::Error::other("no stdin"))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| io::Error::other("no stdout"))?;
     Ok((ndjson(stdout, stdin), child))
 }
 
@@ -80,16 +91,21 @@ where
     let reader = stream.filter_map(|m| async move {
         match m {
             Ok(Message::Text(t)) => Some(Ok(t.to_string())),
-            Ok(Message::Binary(b)) => Some(
-                String::from_utf8(b.to_vec()).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a binary frame is not UTF-8")),
-            ),
+            Ok(Message::Binary(b)) => Some(String::from_utf8(b.to_vec()).map_err(|_| {
+                io::Error::new(io::ErrorKind::InvalidData, "a binary frame is not UTF-8")
+            })),
             // Pings, pongs and the close frame carry no RPC frame.
             Ok(_) => None,
             Err(e) => Some(Err(io::Error::other(e))),
         }
     });
     let writer = sink
-        .with(|t: String| async move { Ok::<_, tokio_tungstenite::tungstenite::Error>(Message::Text(t.into())) })
+        .with(|t: String| async move {
+            Ok::<_, tokio_tungstenite::tungstenite::Error>(Message::Text(t.into()))
+        })
         .sink_map_err(io::Error::other);
-    Transport { reader: Box::pin(reader), writer: Box::pin(writer) }
+    Transport {
+        reader: Box::pin(reader),
+        writer: Box::pin(writer),
+    }
 }

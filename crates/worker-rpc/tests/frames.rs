@@ -5,27 +5,97 @@ use hostwire_worker_rpc::frame::*;
 use serde_json::{json, Value};
 
 fn env(code: &str) -> ErrorEnvelope {
-    ErrorEnvelope { code: code.into(), message: "m".into(), data: Some(json!({"k": 1})), cause: Some(Box::new(ErrorEnvelope::new("INNER", "i"))) }
+    ErrorEnvelope {
+        code: code.into(),
+        message: "m".into(),
+        data: Some(json!({"k": 1})),
+        cause: Some(Box::new(ErrorEnvelope::new("INNER", "i"))),
+    }
 }
 
 fn all_frames() -> Vec<Frame> {
     let v = || PROTOCOL_VERSION.to_owned();
     vec![
-        Frame::Request { v: v(), id: 1, method: "echo".into(), params: Some(json!({"a": [1, 2]})) },
-        Frame::Request { v: v(), id: 3, method: "noParams".into(), params: None },
-        Frame::Response { v: v(), id: 1, outcome: Outcome::Ok(json!("ok")) },
-        Frame::Response { v: v(), id: 1, outcome: Outcome::Err(env("BAD")) },
-        Frame::Cancel { v: v(), id: 5, reason: Some("timeout".into()) },
-        Frame::Cancel { v: v(), id: 5, reason: None },
-        Frame::Progress { v: v(), id: 7, progress: json!({"done": 3, "total": 10}) },
-        Frame::StreamOpen { v: v(), id: 9, method: "upload".into(), params: Some(json!(null)) },
-        Frame::StreamChunk { v: v(), id: 9, seq: 1, data: json!("chunk") },
-        Frame::StreamEnd { v: v(), id: 9, outcome: Outcome::Ok(Value::Null) },
-        Frame::StreamEnd { v: v(), id: 9, outcome: Outcome::Err(env("ABORT")) },
-        Frame::StreamAck { v: v(), id: 9, ack: 4, credit: 8 },
-        Frame::Hello { v: v(), features: vec!["x".into()], agent: Some("test/1".into()) },
-        Frame::Goodbye { v: v(), reason: Some("bye".into()), error: Some(env("SHUTDOWN")) },
-        Frame::Goodbye { v: v(), reason: None, error: None },
+        Frame::Request {
+            v: v(),
+            id: 1,
+            method: "echo".into(),
+            params: Some(json!({"a": [1, 2]})),
+        },
+        Frame::Request {
+            v: v(),
+            id: 3,
+            method: "noParams".into(),
+            params: None,
+        },
+        Frame::Response {
+            v: v(),
+            id: 1,
+            outcome: Outcome::Ok(json!("ok")),
+        },
+        Frame::Response {
+            v: v(),
+            id: 1,
+            outcome: Outcome::Err(env("BAD")),
+        },
+        Frame::Cancel {
+            v: v(),
+            id: 5,
+            reason: Some("timeout".into()),
+        },
+        Frame::Cancel {
+            v: v(),
+            id: 5,
+            reason: None,
+        },
+        Frame::Progress {
+            v: v(),
+            id: 7,
+            progress: json!({"done": 3, "total": 10}),
+        },
+        Frame::StreamOpen {
+            v: v(),
+            id: 9,
+            method: "upload".into(),
+            params: Some(json!(null)),
+        },
+        Frame::StreamChunk {
+            v: v(),
+            id: 9,
+            seq: 1,
+            data: json!("chunk"),
+        },
+        Frame::StreamEnd {
+            v: v(),
+            id: 9,
+            outcome: Outcome::Ok(Value::Null),
+        },
+        Frame::StreamEnd {
+            v: v(),
+            id: 9,
+            outcome: Outcome::Err(env("ABORT")),
+        },
+        Frame::StreamAck {
+            v: v(),
+            id: 9,
+            ack: 4,
+            credit: 8,
+        },
+        Frame::Hello {
+            v: v(),
+            features: vec!["x".into()],
+            agent: Some("test/1".into()),
+        },
+        Frame::Goodbye {
+            v: v(),
+            reason: Some("bye".into()),
+            error: Some(env("SHUTDOWN")),
+        },
+        Frame::Goodbye {
+            v: v(),
+            reason: None,
+            error: None,
+        },
     ]
 }
 
@@ -46,8 +116,18 @@ fn every_frame_round_trips() {
 #[test]
 fn response_and_stream_end_are_discriminated_by_ok() {
     let ok = parse_frame(r#"{"v":"1.0.0","kind":"response","id":1,"ok":true}"#).unwrap();
-    assert_eq!(ok, Frame::Response { v: "1.0.0".into(), id: 1, outcome: Outcome::Ok(Value::Null) });
-    let err = parse_frame(r#"{"v":"1.0.0","kind":"stream-end","id":2,"ok":false,"error":{"code":"E","message":"m"}}"#).unwrap();
+    assert_eq!(
+        ok,
+        Frame::Response {
+            v: "1.0.0".into(),
+            id: 1,
+            outcome: Outcome::Ok(Value::Null)
+        }
+    );
+    let err = parse_frame(
+        r#"{"v":"1.0.0","kind":"stream-end","id":2,"ok":false,"error":{"code":"E","message":"m"}}"#,
+    )
+    .unwrap();
     assert!(matches!(err, Frame::StreamEnd { outcome: Outcome::Err(ref e), .. } if e.code == "E"));
 }
 
@@ -68,25 +148,70 @@ fn malformed_frames_name_the_field() {
         (r#"{"kind":"request","id":1,"method":"m"}"#, "v"),
         (r#"{"v":1,"kind":"request","id":1,"method":"m"}"#, "v"),
         (r#"{"v":"1.0.0","kind":"request","method":"m"}"#, "id"),
-        (r#"{"v":"1.0.0","kind":"request","id":-1,"method":"m"}"#, "id"),
-        (r#"{"v":"1.0.0","kind":"request","id":1.5,"method":"m"}"#, "id"),
-        (r#"{"v":"1.0.0","kind":"request","id":9007199254740992,"method":"m"}"#, "id"),
-        (r#"{"v":"1.0.0","kind":"request","id":"1","method":"m"}"#, "id"),
+        (
+            r#"{"v":"1.0.0","kind":"request","id":-1,"method":"m"}"#,
+            "id",
+        ),
+        (
+            r#"{"v":"1.0.0","kind":"request","id":1.5,"method":"m"}"#,
+            "id",
+        ),
+        (
+            r#"{"v":"1.0.0","kind":"request","id":9007199254740992,"method":"m"}"#,
+            "id",
+        ),
+        (
+            r#"{"v":"1.0.0","kind":"request","id":"1","method":"m"}"#,
+            "id",
+        ),
         (r#"{"v":"1.0.0","kind":"request","id":1}"#, "method"),
-        (r#"{"v":"1.0.0","kind":"request","id":1,"method":""}"#, "method"),
+        (
+            r#"{"v":"1.0.0","kind":"request","id":1,"method":""}"#,
+            "method",
+        ),
         (r#"{"v":"1.0.0","kind":"response","id":1}"#, "ok"),
         (r#"{"v":"1.0.0","kind":"response","id":1,"ok":"yes"}"#, "ok"),
-        (r#"{"v":"1.0.0","kind":"response","id":1,"ok":false}"#, "error"),
-        (r#"{"v":"1.0.0","kind":"response","id":1,"ok":false,"error":"boom"}"#, "error"),
-        (r#"{"v":"1.0.0","kind":"response","id":1,"ok":false,"error":{"message":"m"}}"#, "error.code"),
-        (r#"{"v":"1.0.0","kind":"response","id":1,"ok":false,"error":{"code":"E","message":"m","cause":{"code":"C"}}}"#, "error.cause.message"),
-        (r#"{"v":"1.0.0","kind":"cancel","id":1,"reason":5}"#, "reason"),
+        (
+            r#"{"v":"1.0.0","kind":"response","id":1,"ok":false}"#,
+            "error",
+        ),
+        (
+            r#"{"v":"1.0.0","kind":"response","id":1,"ok":false,"error":"boom"}"#,
+            "error",
+        ),
+        (
+            r#"{"v":"1.0.0","kind":"response","id":1,"ok":false,"error":{"message":"m"}}"#,
+            "error.code",
+        ),
+        (
+            r#"{"v":"1.0.0","kind":"response","id":1,"ok":false,"error":{"code":"E","message":"m","cause":{"code":"C"}}}"#,
+            "error.cause.message",
+        ),
+        (
+            r#"{"v":"1.0.0","kind":"cancel","id":1,"reason":5}"#,
+            "reason",
+        ),
         (r#"{"v":"1.0.0","kind":"progress","id":1}"#, "progress"),
-        (r#"{"v":"1.0.0","kind":"stream-chunk","id":1,"seq":0,"data":1}"#, "seq"),
-        (r#"{"v":"1.0.0","kind":"stream-chunk","id":1,"seq":1}"#, "data"),
-        (r#"{"v":"1.0.0","kind":"stream-ack","id":1,"ack":0}"#, "credit"),
-        (r#"{"v":"1.0.0","kind":"hello","features":[1]}"#, "features[0]"),
-        (r#"{"v":"1.0.0","kind":"goodbye","error":{"code":""}}"#, "error.code"),
+        (
+            r#"{"v":"1.0.0","kind":"stream-chunk","id":1,"seq":0,"data":1}"#,
+            "seq",
+        ),
+        (
+            r#"{"v":"1.0.0","kind":"stream-chunk","id":1,"seq":1}"#,
+            "data",
+        ),
+        (
+            r#"{"v":"1.0.0","kind":"stream-ack","id":1,"ack":0}"#,
+            "credit",
+        ),
+        (
+            r#"{"v":"1.0.0","kind":"hello","features":[1]}"#,
+            "features[0]",
+        ),
+        (
+            r#"{"v":"1.0.0","kind":"goodbye","error":{"code":""}}"#,
+            "error.code",
+        ),
     ];
     for (text, field) in cases {
         assert_eq!(field_of(text), field, "{text}");
@@ -100,15 +225,24 @@ fn malformed_frames_name_the_field() {
 fn another_major_still_parses_but_is_not_compatible() {
     let f = parse_frame(r#"{"v":"2.0.0","kind":"request","id":1,"method":"m"}"#).unwrap();
     assert!(!f.is_compatible());
-    assert!(parse_frame(r#"{"v":"1.9.3","kind":"hello"}"#).unwrap().is_compatible());
-    assert!(!parse_frame(r#"{"v":"banana","kind":"hello"}"#).unwrap().is_compatible());
+    assert!(parse_frame(r#"{"v":"1.9.3","kind":"hello"}"#)
+        .unwrap()
+        .is_compatible());
+    assert!(!parse_frame(r#"{"v":"banana","kind":"hello"}"#)
+        .unwrap()
+        .is_compatible());
     assert_eq!(major_of("10.1.0"), Some(10));
 }
 
 fn chain(depth: usize) -> ErrorEnvelope {
     let mut e = ErrorEnvelope::new("L0", "bottom");
     for i in 1..depth {
-        e = ErrorEnvelope { code: format!("L{i}"), message: format!("level {i}"), data: None, cause: Some(Box::new(e)) };
+        e = ErrorEnvelope {
+            code: format!("L{i}"),
+            message: format!("level {i}"),
+            data: None,
+            cause: Some(Box::new(e)),
+        };
     }
     e
 }
@@ -117,9 +251,19 @@ fn chain(depth: usize) -> ErrorEnvelope {
 fn cause_chains_of_any_depth_on_the_wire_are_bounded_when_rebuilt() {
     // Deep on the wire (within the JSON nesting bound): parses whole.
     let deep = chain(60);
-    let f = Frame::Response { v: PROTOCOL_VERSION.into(), id: 1, outcome: Outcome::Err(deep.clone()) };
+    let f = Frame::Response {
+        v: PROTOCOL_VERSION.into(),
+        id: 1,
+        outcome: Outcome::Err(deep.clone()),
+    };
     let back = parse_frame(&f.to_text()).unwrap();
-    let Frame::Response { outcome: Outcome::Err(env), .. } = back else { panic!() };
+    let Frame::Response {
+        outcome: Outcome::Err(env),
+        ..
+    } = back
+    else {
+        panic!()
+    };
     assert_eq!(env, deep);
     let e = RpcError::from_envelope(&env, 8);
     assert_eq!(e.depth(), 9, "8 links and one marker");
@@ -183,6 +327,13 @@ fn a_cyclic_cause_chain_is_cut_and_marked() {
 
 #[test]
 fn huge_and_deep_frames_are_refused_before_parsing() {
-    let deep = format!(r#"{{"v":"1.0.0","kind":"progress","id":1,"progress":{}{}}}"#, "[".repeat(200), "]".repeat(200));
-    assert!(parse_frame(&deep).unwrap_err().message.contains("nested deeper"));
+    let deep = format!(
+        r#"{{"v":"1.0.0","kind":"progress","id":1,"progress":{}{}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    assert!(parse_frame(&deep)
+        .unwrap_err()
+        .message
+        .contains("nested deeper"));
 }

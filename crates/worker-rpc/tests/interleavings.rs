@@ -112,7 +112,11 @@ async fn run(n: usize, ops: Vec<Op>) {
     }
     // Answer everything still open, then await the rest.
     for _ in 0..200 {
-        let all_started = (0..n).all(|i| responded[i] || gates.lock().unwrap().contains_key(&(i as i64)) || finished.lock().unwrap().contains(&(i as i64)));
+        let all_started = (0..n).all(|i| {
+            responded[i]
+                || gates.lock().unwrap().contains_key(&(i as i64))
+                || finished.lock().unwrap().contains(&(i as i64))
+        });
         if all_started {
             break;
         }
@@ -155,7 +159,11 @@ async fn run(n: usize, ops: Vec<Op>) {
     assert_eq!(host.pending() + worker.pending(), 0);
     drop(held);
     let s = host.stats();
-    assert_eq!((s.duplicate_responses, s.unknown_ids, s.protocol_errors), (0, 0, 0), "{s:?}");
+    assert_eq!(
+        (s.duplicate_responses, s.unknown_ids, s.protocol_errors),
+        (0, 0, 0),
+        "{s:?}"
+    );
 }
 
 proptest! {

@@ -12,7 +12,10 @@ use std::time::Duration;
 
 fn pair() -> (Peer, Peer) {
     let (a, b) = memory_pair();
-    (Peer::new(Side::Host, a, PeerConfig::default()), Peer::new(Side::Worker, b, PeerConfig::default()))
+    (
+        Peer::new(Side::Host, a, PeerConfig::default()),
+        Peer::new(Side::Worker, b, PeerConfig::default()),
+    )
 }
 
 /// The other end of a peer, driven frame by frame.
@@ -22,7 +25,11 @@ struct Raw {
 
 impl Raw {
     async fn recv(&mut self) -> Frame {
-        let text = tokio::time::timeout(Duration::from_secs(10), self.t.reader.next()).await.expect("a frame").expect("open").unwrap();
+        let text = tokio::time::timeout(Duration::from_secs(10), self.t.reader.next())
+            .await
+            .expect("a frame")
+            .expect("open")
+            .unwrap();
         parse_frame(&text).unwrap()
     }
     async fn send(&mut self, v: Value) {
@@ -42,22 +49,37 @@ fn raw_pair(side: Side) -> (Peer, Raw) {
 #[tokio::test]
 async fn calls_errors_and_unknown_methods() {
     let (host, worker) = pair();
-    worker.register("add", |p, _| async move { Ok(json!(p["a"].as_i64().unwrap() + p["b"].as_i64().unwrap())) });
-    worker.register("fail", |_, _| async move {
-        Err(RpcError::new("OUTER", "it failed").with_data(json!({"x": 1})).with_cause(RpcError::new("INNER", "because")))
+    worker.register("add", |p, _| async move {
+        Ok(json!(p["a"].as_i64().unwrap() + p["b"].as_i64().unwrap()))
     });
-    assert_eq!(host.call("add", json!({"a": 2, "b": 3})).await.unwrap(), json!(5));
+    worker.register("fail", |_, _| async move {
+        Err(RpcError::new("OUTER", "it failed")
+            .with_data(json!({"x": 1}))
+            .with_cause(RpcError::new("INNER", "because")))
+    });
+    assert_eq!(
+        host.call("add", json!({"a": 2, "b": 3})).await.unwrap(),
+        json!(5)
+    );
     let e = host.call("fail", Value::Null).await.unwrap_err();
-    assert_eq!((e.code.as_str(), e.data.clone()), ("OUTER", Some(json!({"x": 1}))));
+    assert_eq!(
+        (e.code.as_str(), e.data.as_deref().cloned()),
+        ("OUTER", Some(json!({"x": 1})))
+    );
     assert_eq!(e.cause.as_ref().unwrap().code, "INNER");
     let e = host.call("nope", Value::Null).await.unwrap_err();
     assert_eq!(e.code, codes::UNKNOWN_METHOD);
     assert!(e.message.contains("nope"));
     // Both directions.
     host.register("ping", |_, _| async move { Ok(json!("pong")) });
-    assert_eq!(worker.call("ping", Value::Null).await.unwrap(), json!("pong"));
+    assert_eq!(
+        worker.call("ping", Value::Null).await.unwrap(),
+        json!("pong")
+    );
     // Many concurrent calls each get their own answer.
-    let calls: Vec<_> = (0..100).map(|i| host.call("add", json!({"a": i, "b": 1}))).collect();
+    let calls: Vec<_> = (0..100)
+        .map(|i| host.call("add", json!({"a": i, "b": 1})))
+        .collect();
     for (i, c) in calls.into_iter().enumerate() {
         assert_eq!(c.await.unwrap(), json!(i as i64 + 1));
     }
@@ -76,7 +98,10 @@ async fn progress_reaches_the_caller() {
     });
     let mut call = host.call("job", Value::Null);
     for i in 1..=3 {
-        assert_eq!(call.next_progress().await, Some(json!({"done": i, "total": 3})));
+        assert_eq!(
+            call.next_progress().await,
+            Some(json!({"done": i, "total": 3}))
+        );
     }
     assert_eq!(call.await.unwrap(), json!("finished"));
 }
@@ -109,7 +134,11 @@ async fn cancel_drop_and_timeout_reach_the_handler() {
     assert_eq!(call.next_progress().await, Some(json!("started")));
     drop(call);
     // A deadline.
-    let e = host.call("wait", Value::Null).timeout(Duration::from_secs(5)).await.unwrap_err();
+    let e = host
+        .call("wait", Value::Null)
+        .timeout(Duration::from_secs(5))
+        .await
+        .unwrap_err();
     assert_eq!(e.code, codes::TIMEOUT);
     // The handlers saw all three, and answered CANCELLED, which the caller
     // drops as a response after cancel, not as an error.
@@ -127,11 +156,23 @@ async fn hello_comes_first_and_holds_everything_else() {
     let first = raw.recv().await;
     assert!(matches!(first, Frame::Hello { ref agent, .. } if agent.is_some()));
     // The request is held until the other side's hello.
-    assert!(tokio::time::timeout(Duration::from_millis(50), raw.t.reader.next()).await.is_err());
-    raw.send(json!({"v": "1.0.0", "kind": "hello", "features": []})).await;
-    let Frame::Request { id, method, .. } = raw.recv().await else { panic!() };
-    assert_eq!((id % 2, method.as_str()), (1, "echo"), "the host's ids are odd");
-    raw.send(json!({"v": "1.0.0", "kind": "response", "id": id, "ok": true, "result": "back"})).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), raw.t.reader.next())
+            .await
+            .is_err()
+    );
+    raw.send(json!({"v": "1.0.0", "kind": "hello", "features": []}))
+        .await;
+    let Frame::Request { id, method, .. } = raw.recv().await else {
+        panic!()
+    };
+    assert_eq!(
+        (id % 2, method.as_str()),
+        (1, "echo"),
+        "the host's ids are odd"
+    );
+    raw.send(json!({"v": "1.0.0", "kind": "response", "id": id, "ok": true, "result": "back"}))
+        .await;
     assert_eq!(call.await.unwrap(), json!("back"));
     peer.ready().await.unwrap();
 }
@@ -145,9 +186,17 @@ async fn a_hello_of_another_major_is_a_version_mismatch() {
     let e = call.await.unwrap_err();
     assert_eq!(e.code, codes::VERSION_MISMATCH);
     assert!(e.message.contains("2.0.0"));
-    let Frame::Goodbye { error: Some(err), .. } = raw.recv().await else { panic!("expected goodbye") };
+    let Frame::Goodbye {
+        error: Some(err), ..
+    } = raw.recv().await
+    else {
+        panic!("expected goodbye")
+    };
     assert_eq!(err.code, codes::VERSION_MISMATCH);
-    assert_eq!(peer.ready().await.unwrap_err().code, codes::VERSION_MISMATCH);
+    assert_eq!(
+        peer.ready().await.unwrap_err().code,
+        codes::VERSION_MISMATCH
+    );
     assert_eq!(peer.stats().version_mismatches, 1);
 }
 
@@ -156,12 +205,23 @@ async fn a_request_of_another_major_is_answered_version_mismatch() {
     let (peer, mut raw) = raw_pair(Side::Worker);
     peer.register("echo", |p, _| async move { Ok(p) });
     raw.hello().await;
-    raw.send(json!({"v": "3.1.0", "kind": "request", "id": 1, "method": "echo"})).await;
-    let Frame::Response { id: 1, outcome: Outcome::Err(e), .. } = raw.recv().await else { panic!() };
+    raw.send(json!({"v": "3.1.0", "kind": "request", "id": 1, "method": "echo"}))
+        .await;
+    let Frame::Response {
+        id: 1,
+        outcome: Outcome::Err(e),
+        ..
+    } = raw.recv().await
+    else {
+        panic!()
+    };
     assert_eq!(e.code, codes::VERSION_MISMATCH);
     // The connection goes on.
-    raw.send(json!({"v": "1.0.0", "kind": "request", "id": 3, "method": "echo", "params": 9})).await;
-    assert!(matches!(raw.recv().await, Frame::Response { id: 3, outcome: Outcome::Ok(ref v), .. } if *v == json!(9)));
+    raw.send(json!({"v": "1.0.0", "kind": "request", "id": 3, "method": "echo", "params": 9}))
+        .await;
+    assert!(
+        matches!(raw.recv().await, Frame::Response { id: 3, outcome: Outcome::Ok(ref v), .. } if *v == json!(9))
+    );
 }
 
 #[tokio::test]
@@ -170,39 +230,70 @@ async fn wire_failures_are_counted_and_answered() {
     peer.register("echo", |p, _| async move { Ok(p) });
     raw.hello().await;
     // A response to an id never issued.
-    raw.send(json!({"v": "1.0.0", "kind": "response", "id": 99, "ok": true})).await;
+    raw.send(json!({"v": "1.0.0", "kind": "response", "id": 99, "ok": true}))
+        .await;
     // A second response to one request.
     let call = peer.call("x", Value::Null);
-    let Frame::Request { id, .. } = raw.recv().await else { panic!() };
+    let Frame::Request { id, .. } = raw.recv().await else {
+        panic!()
+    };
     for _ in 0..2 {
-        raw.send(json!({"v": "1.0.0", "kind": "response", "id": id, "ok": true, "result": 1})).await;
+        raw.send(json!({"v": "1.0.0", "kind": "response", "id": id, "ok": true, "result": 1}))
+            .await;
     }
     assert_eq!(call.await.unwrap(), json!(1));
     // A malformed request is answered with the field that is wrong.
-    raw.send(json!({"v": "1.0.0", "kind": "request", "id": 2})).await;
-    let Frame::Response { id: 2, outcome: Outcome::Err(e), .. } = raw.recv().await else { panic!() };
+    raw.send(json!({"v": "1.0.0", "kind": "request", "id": 2}))
+        .await;
+    let Frame::Response {
+        id: 2,
+        outcome: Outcome::Err(e),
+        ..
+    } = raw.recv().await
+    else {
+        panic!()
+    };
     assert_eq!(e.code, codes::PROTOCOL_ERROR);
     assert!(e.message.contains("method"), "{}", e.message);
     // A reused id, and an id of the wrong parity.
-    raw.send(json!({"v": "1.0.0", "kind": "request", "id": 4, "method": "echo"})).await;
+    raw.send(json!({"v": "1.0.0", "kind": "request", "id": 4, "method": "echo"}))
+        .await;
     raw.recv().await;
-    raw.send(json!({"v": "1.0.0", "kind": "request", "id": 4, "method": "echo"})).await;
-    let Frame::Response { outcome: Outcome::Err(e), .. } = raw.recv().await else { panic!() };
+    raw.send(json!({"v": "1.0.0", "kind": "request", "id": 4, "method": "echo"}))
+        .await;
+    let Frame::Response {
+        outcome: Outcome::Err(e),
+        ..
+    } = raw.recv().await
+    else {
+        panic!()
+    };
     assert!(e.message.contains("already used"));
-    raw.send(json!({"v": "1.0.0", "kind": "request", "id": 5, "method": "echo"})).await;
-    let Frame::Response { outcome: Outcome::Err(e), .. } = raw.recv().await else { panic!() };
+    raw.send(json!({"v": "1.0.0", "kind": "request", "id": 5, "method": "echo"}))
+        .await;
+    let Frame::Response {
+        outcome: Outcome::Err(e),
+        ..
+    } = raw.recv().await
+    else {
+        panic!()
+    };
     assert!(e.message.contains("parity"));
     // Not JSON at all.
     raw.t.writer.send("not json".into()).await.unwrap();
     // Wait until the reader has seen everything: a round trip.
-    raw.send(json!({"v": "1.0.0", "kind": "request", "id": 6, "method": "echo", "params": "sync"})).await;
+    raw.send(json!({"v": "1.0.0", "kind": "request", "id": 6, "method": "echo", "params": "sync"}))
+        .await;
     raw.recv().await;
     let s = peer.stats();
     assert_eq!(s.duplicate_responses, 1, "{s:?}");
     assert_eq!(s.unknown_ids, 3, "{s:?}");
     // Unknown id, duplicate, malformed request, reused id, parity, not JSON.
     assert_eq!(s.protocol_errors, 6, "{s:?}");
-    assert!(peer.last_protocol_error().unwrap().contains("malformed frame"));
+    assert!(peer
+        .last_protocol_error()
+        .unwrap()
+        .contains("malformed frame"));
 }
 
 #[tokio::test(start_paused = true)]
@@ -210,27 +301,48 @@ async fn a_sender_never_exceeds_the_granted_credit() {
     let (peer, mut raw) = raw_pair(Side::Host);
     raw.hello().await;
     let mut tx = peer.open_stream("upload", json!({"name": "f"}));
-    let Frame::StreamOpen { id, method, .. } = raw.recv().await else { panic!() };
+    let Frame::StreamOpen { id, method, .. } = raw.recv().await else {
+        panic!()
+    };
     assert_eq!(method, "upload");
-    raw.send(json!({"v": "1.0.0", "kind": "stream-ack", "id": id, "ack": 0, "credit": 3})).await;
+    raw.send(json!({"v": "1.0.0", "kind": "stream-ack", "id": id, "ack": 0, "credit": 3}))
+        .await;
     for i in 0..3 {
         tx.send(json!(i)).await.unwrap();
     }
     assert_eq!(tx.credit(), 0);
     // No fourth chunk until more credit: with time paused, waiting a minute
     // costs nothing.
-    assert!(tokio::time::timeout(Duration::from_secs(60), tx.send(json!(3))).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_secs(60), tx.send(json!(3)))
+            .await
+            .is_err()
+    );
     for seq in 1..=3 {
         assert!(matches!(raw.recv().await, Frame::StreamChunk { seq: s, .. } if s == seq));
     }
-    raw.send(json!({"v": "1.0.0", "kind": "stream-ack", "id": id, "ack": 3, "credit": 2})).await;
+    raw.send(json!({"v": "1.0.0", "kind": "stream-ack", "id": id, "ack": 3, "credit": 2}))
+        .await;
     tx.send(json!(4)).await.unwrap();
     tx.send(json!(5)).await.unwrap();
-    assert!(matches!(raw.recv().await, Frame::StreamChunk { seq: 4, .. }));
-    assert!(matches!(raw.recv().await, Frame::StreamChunk { seq: 5, .. }));
+    assert!(matches!(
+        raw.recv().await,
+        Frame::StreamChunk { seq: 4, .. }
+    ));
+    assert!(matches!(
+        raw.recv().await,
+        Frame::StreamChunk { seq: 5, .. }
+    ));
     let finish = tokio::spawn(tx.finish());
-    assert!(matches!(raw.recv().await, Frame::StreamEnd { outcome: Outcome::Ok(_), .. }));
-    raw.send(json!({"v": "1.0.0", "kind": "response", "id": id, "ok": true, "result": "stored"})).await;
+    assert!(matches!(
+        raw.recv().await,
+        Frame::StreamEnd {
+            outcome: Outcome::Ok(_),
+            ..
+        }
+    ));
+    raw.send(json!({"v": "1.0.0", "kind": "response", "id": id, "ok": true, "result": "stored"}))
+        .await;
     assert_eq!(finish.await.unwrap().unwrap(), json!("stored"));
 }
 
@@ -250,16 +362,24 @@ async fn a_chunk_beyond_the_credit_ends_the_stream() {
         }
     });
     raw.hello().await;
-    raw.send(json!({"v": "1.0.0", "kind": "stream-open", "id": 1, "method": "sink"})).await;
-    let Frame::StreamAck { credit, .. } = raw.recv().await else { panic!() };
+    raw.send(json!({"v": "1.0.0", "kind": "stream-open", "id": 1, "method": "sink"}))
+        .await;
+    let Frame::StreamAck { credit, .. } = raw.recv().await else {
+        panic!()
+    };
     assert_eq!(credit, 16);
     for seq in 1..=17 {
-        raw.send(json!({"v": "1.0.0", "kind": "stream-chunk", "id": 1, "seq": seq, "data": seq})).await;
+        raw.send(json!({"v": "1.0.0", "kind": "stream-chunk", "id": 1, "seq": seq, "data": seq}))
+            .await;
     }
     loop {
         match raw.recv().await {
             Frame::StreamAck { .. } => continue,
-            Frame::Response { id: 1, outcome: Outcome::Err(e), .. } => {
+            Frame::Response {
+                id: 1,
+                outcome: Outcome::Err(e),
+                ..
+            } => {
                 assert_eq!(e.code, codes::STREAM_CREDIT_EXCEEDED);
                 break;
             }
@@ -300,7 +420,10 @@ async fn streams_in_both_directions() {
         }
         tx.finish().await
     });
-    assert_eq!(host.call("produce", json!(40)).await.unwrap(), json!((0..40).collect::<Vec<_>>()));
+    assert_eq!(
+        host.call("produce", json!(40)).await.unwrap(),
+        json!((0..40).collect::<Vec<_>>())
+    );
     // A stream to an unknown method fails its sender.
     let mut tx = host.open_stream("nowhere", Value::Null);
     let _ = tx.send(json!(1)).await;
@@ -360,8 +483,14 @@ async fn goodbye_in_the_middle_of_calls_and_streams() {
     while seen.load(Ordering::SeqCst) < 1 {
         tokio::task::yield_now().await;
     }
-    assert_eq!(worker.call("x", Value::Null).await.unwrap_err().code, codes::GOODBYE);
-    assert_eq!(host.call("x", Value::Null).await.unwrap_err().code, codes::PEER_GOODBYE);
+    assert_eq!(
+        worker.call("x", Value::Null).await.unwrap_err().code,
+        codes::GOODBYE
+    );
+    assert_eq!(
+        host.call("x", Value::Null).await.unwrap_err().code,
+        codes::PEER_GOODBYE
+    );
 }
 
 #[tokio::test]

@@ -12,11 +12,25 @@ async fn a_child_process_worker() {
     let (transport, mut child) = spawn_worker(cmd).unwrap();
     let host = Peer::new(Side::Host, transport, PeerConfig::default());
     host.ready().await.unwrap();
-    assert_eq!(host.call("echo", json!({"a": [1, "x", null]})).await.unwrap(), json!({"a": [1, "x", null]}));
-    assert_eq!(host.call("add", json!({"a": 1.5, "b": 2})).await.unwrap(), json!(3.5));
+    assert_eq!(
+        host.call("echo", json!({"a": [1, "x", null]}))
+            .await
+            .unwrap(),
+        json!({"a": [1, "x", null]})
+    );
+    assert_eq!(
+        host.call("add", json!({"a": 1.5, "b": 2})).await.unwrap(),
+        json!(3.5)
+    );
     let e = host.call("fail", Value::Null).await.unwrap_err();
-    assert_eq!((e.code.as_str(), e.cause.as_ref().unwrap().code.as_str()), ("OUTER", "INNER"));
-    assert_eq!(host.call("missing", Value::Null).await.unwrap_err().code, codes::UNKNOWN_METHOD);
+    assert_eq!(
+        (e.code.as_str(), e.cause.as_ref().unwrap().code.as_str()),
+        ("OUTER", "INNER")
+    );
+    assert_eq!(
+        host.call("missing", Value::Null).await.unwrap_err().code,
+        codes::UNKNOWN_METHOD
+    );
     let mut tx = host.open_stream("sum", Value::Null);
     for i in 1..=500 {
         tx.send(json!(i)).await.unwrap();
@@ -25,7 +39,10 @@ async fn a_child_process_worker() {
     // Cancel reaches the worker process; the worker answers CANCELLED,
     // which arrives as a response after cancel.
     let mut call = host.call("wait", Value::Null);
-    assert_eq!(call.next_progress().await, Some(json!({"stage": "waiting"})));
+    assert_eq!(
+        call.next_progress().await,
+        Some(json!({"stage": "waiting"}))
+    );
     call.cancel();
     let mut dropped = host.call("wait", Value::Null);
     dropped.next_progress().await;
@@ -35,7 +52,10 @@ async fn a_child_process_worker() {
     }
     // Goodbye ends the worker cleanly.
     host.goodbye("done").await;
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap().unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(status.success());
 }
 
@@ -69,15 +89,23 @@ async fn over_a_websocket() {
         });
         worker.wait_closed().await
     });
-    let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}")).await.unwrap();
+    let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}"))
+        .await
+        .unwrap();
     let host = Peer::new(Side::Host, websocket(ws), PeerConfig::default());
-    assert_eq!(host.call("echo", json!("over ws")).await.unwrap(), json!("over ws"));
+    assert_eq!(
+        host.call("echo", json!("over ws")).await.unwrap(),
+        json!("over ws")
+    );
     let mut tx = host.open_stream("count", Value::Null);
     for i in 0..100 {
         tx.send(json!(i)).await.unwrap();
     }
     assert_eq!(tx.finish().await.unwrap(), json!(100));
     host.goodbye("bye").await;
-    let why = tokio::time::timeout(Duration::from_secs(10), server).await.unwrap().unwrap();
+    let why = tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(why.code, codes::PEER_GOODBYE);
 }
