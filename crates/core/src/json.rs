@@ -34,55 +34,104 @@ pub enum JsonError {
     Invalid { message: String },
 }
 
-/// The maximum nesting depth of JSON text (arrays and objects), scanning
-/// past strings. Stops early once `stop_above` is exceeded.
-pub fn nesting_depth(text: &[u8], stop_above: usize) -> usize {
+/// What one quick pass over JSON text found, before any parsing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Structure {
+    /// The deepest nesting of arrays and objects (stops counting early).
+    pub max_depth: usize,
+    /// A number with an exponent or of 300+ digits: one that could be out
+    /// of the range of a double, so values must be checked number by number.
+    pub big_numbers: bool,
+}
+
+/// Digits in a row from which a number may not fit a double.
+const LONG_NUMBER_DIGITS: usize = 300;
+
+/// Scans JSON text for its nesting depth and for numbers that may not fit
+/// a double, jumping over string contents. Stops once `stop_above` is
+/// exceeded. Not a validator: the parse that follows is.
+pub fn scan_structure(text: &[u8], stop_above: usize) -> Structure {
     let mut depth = 0usize;
-    let mut max = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for &b in text {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
+    let mut out = Structure::default();
+    let mut digits = 0usize;
+    let mut i = 0usize;
+    while i < text.len() {
+        let b = text[i];
+        if b.is_ascii_digit() {
+            digits += 1;
+            if digits >= LONG_NUMBER_DIGITS {
+                out.big_numbers = true;
             }
+            i += 1;
             continue;
         }
+        let after_digit = digits > 0;
+        digits = 0;
         match b {
-            b'"' => in_string = true,
+            b'"' => {
+                i += 1;
+                // Jump to the closing quote, stepping over escapes.
+                loop {
+                    match memchr::memchr2(b'"', b'\\', &text[i.min(text.len())..]) {
+                        None => return out,
+                        Some(k) => {
+                            i += k;
+                            if text[i] == b'\\' {
+                                i += 2;
+                            } else {
+                                i += 1;
+                                break;
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
             b'[' | b'{' => {
                 depth += 1;
-                if depth > max {
-                    max = depth;
-                    if max > stop_above {
-                        return max;
+                if depth > out.max_depth {
+                    out.max_depth = depth;
+                    if depth > stop_above {
+                        return out;
                     }
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
+            b'e' | b'E' if after_digit || text.get(i.wrapping_sub(1)) == Some(&b'.') => {
+                out.big_numbers = true
+            }
             _ => {}
         }
+        i += 1;
     }
-    max
+    out
 }
 
-fn precheck(text: &[u8], limits: JsonLimits) -> Result<(), JsonError> {
+/// The maximum nesting depth of JSON text (arrays and objects), scanning
+/// past strings. Stops early once `stop_above` is exceeded.
+pub fn nesting_depth(text: &[u8], stop_above: usize) -> usize {
+    scan_structure(text, stop_above).max_depth
+}
+
+/// The size and depth checks alone, for callers that parse themselves.
+pub fn check_bounds(text: &[u8], limits: JsonLimits) -> Result<Structure, JsonError> {
+    precheck(text, limits)
+}
+
+fn precheck(text: &[u8], limits: JsonLimits) -> Result<Structure, JsonError> {
     if text.len() > limits.max_bytes {
         return Err(JsonError::TooLarge {
             size: text.len(),
             limit: limits.max_bytes,
         });
     }
-    if nesting_depth(text, limits.max_depth) > limits.max_depth {
+    let structure = scan_structure(text, limits.max_depth);
+    if structure.max_depth > limits.max_depth {
         return Err(JsonError::TooDeep {
             limit: limits.max_depth,
         });
     }
-    Ok(())
+    Ok(structure)
 }
 
 /// Parses `text` into `T` (which may borrow from `text`, e.g. `&RawValue`)
@@ -91,12 +140,20 @@ pub fn from_str_bounded<'a, T: Deserialize<'a>>(
     text: &'a str,
     limits: JsonLimits,
 ) -> Result<T, JsonError> {
-    precheck(text.as_bytes(), limits)?;
+    from_str_bounded_scanned(text, limits).map(|(v, _)| v)
+}
+
+/// Like [`from_str_bounded`], also returning what the pre-scan found.
+pub fn from_str_bounded_scanned<'a, T: Deserialize<'a>>(
+    text: &'a str,
+    limits: JsonLimits,
+) -> Result<(T, Structure), JsonError> {
+    let structure = precheck(text.as_bytes(), limits)?;
     let mut de = serde_json::Deserializer::from_str(text);
     // serde_json's own recursion limit (128) stays on as a second guard.
     let value = T::deserialize(&mut de).map_err(invalid)?;
     de.end().map_err(invalid)?;
-    Ok(value)
+    Ok((value, structure))
 }
 
 /// Like [`from_str_bounded`] for bytes that may not be UTF-8.
@@ -166,15 +223,16 @@ pub fn compact_len(raw: &RawValue) -> usize {
 
 /// "Is this value JSON, and is it within `max_bytes`?" for a raw value:
 /// raw values from a successful parse are JSON by construction, so only the
-/// size is left to check. Returns the size, or the size that was too large.
+/// size is left to check. Returns an upper bound of the compact size when it
+/// is within, or the exact compact size that was too large.
 pub fn raw_within(raw: &RawValue, max_bytes: usize) -> Result<usize, usize> {
-    // Fast path: the text as received is an upper bound of its compact size.
+    // Fast path: the text as received is an upper bound of its compact
+    // size, so within it nothing more is measured.
     let upper = raw.get().len();
-    let size = if upper <= max_bytes {
-        upper.min(compact_len(raw))
-    } else {
-        compact_len(raw)
-    };
+    if upper <= max_bytes {
+        return Ok(upper);
+    }
+    let size = compact_len(raw);
     if size > max_bytes {
         Err(size)
     } else {
@@ -218,6 +276,19 @@ mod tests {
         let in_string = r#"["[[[[[[[[[[[[[[[[\"[[[["]"#;
         assert_eq!(nesting_depth(in_string.as_bytes(), 100), 1);
         assert!(from_str_bounded::<Value>(in_string, L).is_ok());
+    }
+
+    #[test]
+    fn scan_flags_numbers_that_may_not_fit_a_double() {
+        let scan = |t: &str| scan_structure(t.as_bytes(), 100);
+        assert!(!scan(r#"{"a":[1,2.5,-3,true,false,null],"e":"1e999 in a string"}"#).big_numbers);
+        assert!(scan("[1e5]").big_numbers);
+        assert!(scan("[1.E5]").big_numbers);
+        assert!(scan("[2.5e-3]").big_numbers);
+        assert!(scan(&format!("[{}]", "9".repeat(300))).big_numbers);
+        assert!(!scan(&format!("[{}]", "9".repeat(299))).big_numbers);
+        assert_eq!(scan(r#"["\"]]]",{"k":"\\"}]"#).max_depth, 2);
+        assert_eq!(scan(r#"["unterminated"#).max_depth, 1);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use crate::errors::{ProtocolError, ProtocolErrorCode as Code};
 use crate::limits::{Limits, CALL_ENVELOPE_DEPTH, LIMITS, MAX_JSON_DEPTH};
 use crate::types::*;
-use hostwire_core::json::{from_str_bounded, raw_within, JsonError, JsonLimits};
+use hostwire_core::json::{check_bounds, raw_within, JsonError, JsonLimits, Structure};
 use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -130,21 +130,20 @@ pub fn decode_host_call_with<'a>(
         "saveData" | "recordAnswer" => Code::DataTooLarge,
         _ => Code::InvalidArgument,
     };
-    let args = Args::parse(method, args, limits.max_call_bytes(), too_large)?;
+    let mut args = Args::parse(method, args, limits.max_call_bytes(), too_large)?;
     let call = match method {
         "hello" => {
-            args.arity(1, 1)?;
-            let h: Handshake = args.typed(0, "handshake")?;
+            let h: Handshake = args.one("handshake")?;
             validate_handshake(&h)?;
             HostCall::Hello(h)
         }
         "ready" => {
+            args.split()?;
             args.arity(0, 0)?;
             HostCall::Ready
         }
         "send" => {
-            args.arity(1, 1)?;
-            let m: OutgoingMessage<'a> = args.typed(0, "message")?;
+            let m: OutgoingMessage<'a> = args.one("message")?;
             if let Recipients::Addresses(list) = &m.to {
                 if list.is_empty() || list.len() > 500 {
                     return Err(args.invalid("message.to", "must list 1 to 500 addresses"));
@@ -163,19 +162,18 @@ pub fn decode_host_call_with<'a>(
             HostCall::Send(m)
         }
         "saveSnapshot" => {
-            args.arity(1, 1)?;
-            let s = args.raw(0);
+            let s: &'a RawValue = args.one("snapshot")?;
             args.json_only(s, "snapshot")?;
             args.size(s, "snapshot", limits.snapshot_bytes, Code::SnapshotTooLarge)?;
             HostCall::SaveSnapshot(s)
         }
         "recordAnswer" => {
-            args.arity(1, 1)?;
-            let a: AnswerRecord<'a> = args.typed(0, "answer")?;
+            let a: AnswerRecord<'a> = args.one("answer")?;
             validate_answer(&args, &a, limits)?;
             HostCall::RecordAnswer(a)
         }
         "saveData" => {
+            args.split()?;
             args.arity(2, 2)?;
             let scope: DataScope = args.typed(0, "scope")?;
             let value = args.raw(1);
@@ -184,14 +182,14 @@ pub fn decode_host_call_with<'a>(
             HostCall::SaveData { scope, value }
         }
         "updateSettings" => {
-            args.arity(1, 1)?;
-            let u: SettingsUpdate = args.typed(0, "update")?;
+            let u: SettingsUpdate = args.one("update")?;
             if let Some(m) = &u.message {
                 check_text(&args, "update.message", m, 0, 500)?;
             }
             HostCall::UpdateSettings(u)
         }
         "getAsset" => {
+            args.split()?;
             args.arity(1, 2)?;
             let key: String = args.typed(0, "key")?;
             check_text(&args, "key", &key, 1, 200)?;
@@ -205,8 +203,7 @@ pub fn decode_host_call_with<'a>(
             HostCall::GetAsset { key, item_id }
         }
         "end" => {
-            args.arity(1, 1)?;
-            let r: SessionResult = args.typed(0, "result")?;
+            let r: SessionResult = args.one("result")?;
             if let Some(scores) = &r.scores {
                 for (k, v) in scores {
                     check_text(&args, "result.scores", k, 1, 128)?;
@@ -223,13 +220,13 @@ pub fn decode_host_call_with<'a>(
             HostCall::End(r)
         }
         "reportError" => {
-            args.arity(1, 1)?;
-            let e: ErrorReport = args.typed(0, "error")?;
+            let e: ErrorReport = args.one("error")?;
             check_text(&args, "error.code", &e.code, 1, 100)?;
             check_text(&args, "error.message", &e.message, 0, 2000)?;
             HostCall::ReportError(e)
         }
         "service" => {
+            args.split()?;
             args.arity(2, 2)?;
             let name: String = args.typed(0, "name")?;
             if !is_service_name(&name) {
@@ -266,15 +263,15 @@ pub fn decode_plugin_call<'a>(
     } else {
         Code::InvalidArgument
     };
-    let args = Args::parse(method, args, LIMITS.max_call_bytes(), too_large)?;
+    let mut args = Args::parse(method, args, LIMITS.max_call_bytes(), too_large)?;
     Ok(match method {
         "start" => {
+            args.split()?;
             args.arity(0, 0)?;
             PluginCall::Start
         }
         "deliver" => {
-            args.arity(1, 1)?;
-            let m: IncomingMessage<'a> = args.typed(0, "message")?;
+            let m: IncomingMessage<'a> = args.one("message")?;
             check_text(&args, "message.from", &m.from, 1, 128)?;
             if !m.sent_at.is_finite() {
                 return Err(args.invalid("message.sentAt", "must be a finite number"));
@@ -282,26 +279,11 @@ pub fn decode_plugin_call<'a>(
             args.json_only(m.data, "message.data")?;
             PluginCall::Deliver(m)
         }
-        "playersChanged" => {
-            args.arity(1, 1)?;
-            PluginCall::PlayersChanged(args.typed(0, "players")?)
-        }
-        "authorityChanged" => {
-            args.arity(1, 1)?;
-            PluginCall::AuthorityChanged(args.typed(0, "status")?)
-        }
-        "configChanged" => {
-            args.arity(1, 1)?;
-            PluginCall::ConfigChanged(args.typed(0, "config")?)
-        }
-        "clockChanged" => {
-            args.arity(1, 1)?;
-            PluginCall::ClockChanged(args.typed(0, "clock")?)
-        }
-        "sessionEnded" => {
-            args.arity(1, 1)?;
-            PluginCall::SessionEnded(args.typed(0, "reason")?)
-        }
+        "playersChanged" => PluginCall::PlayersChanged(args.one("players")?),
+        "authorityChanged" => PluginCall::AuthorityChanged(args.one("status")?),
+        "configChanged" => PluginCall::ConfigChanged(args.one("config")?),
+        "clockChanged" => PluginCall::ClockChanged(args.one("clock")?),
+        "sessionEnded" => PluginCall::SessionEnded(args.one("reason")?),
         _ => return Err(unknown_method(method)),
     })
 }
@@ -356,9 +338,12 @@ pub fn is_service_name(name: &str) -> bool {
         })
 }
 
-/// The positional arguments of one call.
+/// The positional arguments of one call: the text, checked for size and
+/// depth, decoded on demand in one serde pass.
 struct Args<'a> {
     method: &'static str,
+    text: &'a str,
+    structure: Structure,
     list: Vec<&'a RawValue>,
 }
 
@@ -376,7 +361,7 @@ impl<'a> Args<'a> {
             .copied()
             .unwrap_or("call");
         let limits = JsonLimits::new(max_bytes, MAX_JSON_DEPTH + CALL_ENVELOPE_DEPTH);
-        let list: Vec<&'a RawValue> = from_str_bounded(text, limits).map_err(|e| match e {
+        let structure = check_bounds(text.as_bytes(), limits).map_err(|e| match e {
             JsonError::TooLarge { size, limit } => ProtocolError::new(
                 too_large,
                 format!("{method}: arguments are {size} bytes; the limit is {limit} bytes"),
@@ -385,11 +370,80 @@ impl<'a> Args<'a> {
                 "{method}: arguments are nested deeper than {MAX_JSON_DEPTH} levels"
             )),
             JsonError::Invalid { message } => ProtocolError::invalid_argument(format!(
-                "{method}: arguments must be a JSON array: {}",
-                strip_location(&message)
+                "{method}: arguments must be a JSON array: {message}"
             )),
         })?;
-        Ok(Args { method, list })
+        Ok(Args {
+            method,
+            text,
+            structure,
+            list: Vec::new(),
+        })
+    }
+
+    fn not_an_array(&self, message: &str) -> ProtocolError {
+        ProtocolError::invalid_argument(format!(
+            "{}: arguments must be a JSON array: {}",
+            self.method,
+            strip_location(message)
+        ))
+    }
+
+    /// Splits the arguments (for methods that take several).
+    fn split(&mut self) -> Result<(), ProtocolError> {
+        self.list =
+            serde_json::from_str(self.text).map_err(|e| self.not_an_array(&e.to_string()))?;
+        Ok(())
+    }
+
+    /// How many arguments the text holds (for an error message).
+    fn count(&self) -> Option<usize> {
+        serde_json::from_str::<Vec<IgnoredAny>>(self.text)
+            .ok()
+            .map(|v| v.len())
+    }
+
+    /// The single argument of a one-argument method, decoded in one pass
+    /// over the whole text.
+    fn one<T: Deserialize<'a>>(&self, param: &str) -> Result<T, ProtocolError> {
+        let mut de = serde_json::Deserializer::from_str(self.text);
+        let result: Result<(T,), _> = serde_path_to_error::deserialize(&mut de);
+        let value = match result {
+            Ok((v,)) => de
+                .end()
+                .map(|_| v)
+                .map_err(|e| self.not_an_array(&e.to_string()))?,
+            Err(e) => {
+                let inner = e.inner();
+                if inner.is_syntax() || inner.is_eof() {
+                    return Err(self.not_an_array(&inner.to_string()));
+                }
+                let path = e.path().to_string();
+                let rest = path.strip_prefix("[0]").map(|r| r.trim_start_matches('.'));
+                return Err(match rest {
+                    Some(r) => {
+                        let field = if r.is_empty() {
+                            param.to_owned()
+                        } else {
+                            format!("{param}.{r}").replace(".[", "[")
+                        };
+                        ProtocolError::invalid_argument(format!(
+                            "{}: {field}: {}",
+                            self.method,
+                            strip_location(&inner.to_string())
+                        ))
+                    }
+                    None => match self.count() {
+                        Some(n) => ProtocolError::invalid_argument(format!(
+                            "{}: takes 1 argument(s), got {n}",
+                            self.method
+                        )),
+                        None => self.not_an_array(&inner.to_string()),
+                    },
+                });
+            }
+        };
+        Ok(value)
     }
 
     fn len(&self) -> usize {
@@ -420,7 +474,7 @@ impl<'a> Args<'a> {
         Ok(())
     }
 
-    /// Deserializes argument `i` (named `param`), naming the failing field.
+    /// Deserializes argument `i` (named `param`) of a split call.
     fn typed<T: Deserialize<'a>>(&self, i: usize, param: &str) -> Result<T, ProtocolError> {
         let mut de = serde_json::Deserializer::from_str(self.list[i].get());
         serde_path_to_error::deserialize(&mut de).map_err(|e| {
@@ -438,8 +492,12 @@ impl<'a> Args<'a> {
         })
     }
 
-    /// Values must be plain JSON: numbers finite, strings valid Unicode.
+    /// Values must be plain JSON: numbers finite. Only walked when the
+    /// pre-scan saw a number that might not fit a double.
     fn json_only(&self, raw: &RawValue, field: &str) -> Result<(), ProtocolError> {
+        if !self.structure.big_numbers {
+            return Ok(());
+        }
         let mut de = serde_json::Deserializer::from_str(raw.get());
         JsonOnly::deserialize(&mut de).map_err(|e| {
             self.invalid(
@@ -498,6 +556,8 @@ fn check_text(
 fn validate_handshake(h: &Handshake) -> Result<(), ProtocolError> {
     let args = Args {
         method: "hello",
+        text: "",
+        structure: Structure::default(),
         list: Vec::new(),
     };
     if h.protocol.parse::<hostwire_core::Version>().is_err() {

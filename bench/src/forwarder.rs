@@ -1,0 +1,150 @@
+//! The floor: a bare WebSocket forwarder that speaks just enough of relay
+//! protocol 1 for the load generator (create a room, attach, `to`, `up`),
+//! with no validation, no limits, no presence and no store. Same stack as
+//! hostwire (axum, tokio, one writer task per connection that batches).
+
+use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::json;
+use serde_json::value::RawValue;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+
+type Tx = mpsc::UnboundedSender<Utf8Bytes>;
+
+#[derive(Default)]
+struct RoomConns {
+    host: Option<Tx>,
+    players: HashMap<String, Tx>,
+}
+
+#[derive(Default)]
+struct Forwarder {
+    rooms: Mutex<HashMap<String, Arc<Mutex<RoomConns>>>>,
+    next: AtomicU64,
+}
+
+#[derive(Deserialize)]
+struct Frame<'a> {
+    t: &'a str,
+    #[serde(default)]
+    pin: Option<String>,
+    #[serde(default)]
+    to: Option<String>,
+    #[serde(borrow, default)]
+    data: Option<&'a RawValue>,
+}
+
+pub fn router() -> Router {
+    Router::new()
+        .route("/api/rooms", post(create))
+        .route("/ws", get(upgrade))
+        .with_state(Arc::new(Forwarder::default()))
+}
+
+async fn create(State(f): State<Arc<Forwarder>>) -> impl IntoResponse {
+    let pin = format!("{:06}", 100_000 + f.next.fetch_add(1, Relaxed) % 900_000);
+    f.rooms.lock().unwrap().insert(pin.clone(), Arc::default());
+    (
+        axum::http::StatusCode::CREATED,
+        Json(json!({"pin": pin, "hostToken": "bare"})),
+    )
+}
+
+async fn upgrade(State(f): State<Arc<Forwarder>>, ws: WebSocketUpgrade) -> impl IntoResponse {
+    ws.read_buffer_size(4096)
+        .write_buffer_size(16 * 1024)
+        .on_upgrade(move |s| conn(f, s))
+}
+
+async fn conn(f: Arc<Forwarder>, socket: WebSocket) {
+    let (mut sink, mut stream) = socket.split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Utf8Bytes>();
+    let writer = tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if sink.feed(Message::Text(m)).await.is_err() {
+                return;
+            }
+            while let Ok(m) = rx.try_recv() {
+                if sink.feed(Message::Text(m)).await.is_err() {
+                    return;
+                }
+            }
+            if sink.flush().await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut room: Option<Arc<Mutex<RoomConns>>> = None;
+    let mut me = String::new();
+    while let Some(Ok(msg)) = stream.next().await {
+        let Message::Text(text) = msg else { continue };
+        let Ok(frame) = serde_json::from_str::<Frame>(&text) else {
+            continue;
+        };
+        match frame.t {
+            "host" | "join" => {
+                let Some(r) = frame
+                    .pin
+                    .and_then(|p| f.rooms.lock().unwrap().get(&p).cloned())
+                else {
+                    continue;
+                };
+                if frame.t == "host" {
+                    r.lock().unwrap().host = Some(tx.clone());
+                    let _ = tx.send(Utf8Bytes::from(r#"{"t":"hosting","players":[]}"#));
+                } else {
+                    me = format!("p-{}", f.next.fetch_add(1, Relaxed));
+                    r.lock().unwrap().players.insert(me.clone(), tx.clone());
+                    let _ = tx.send(Utf8Bytes::from(
+                        json!({"t": "joined", "playerId": me, "token": "bare"}).to_string(),
+                    ));
+                    let presence =
+                        json!({"t": "presence", "player": {"id": me}, "event": "join"}).to_string();
+                    if let Some(h) = &r.lock().unwrap().host {
+                        let _ = h.send(Utf8Bytes::from(presence));
+                    }
+                }
+                room = Some(r);
+            }
+            "to" => {
+                if let (Some(r), Some(to)) = (&room, frame.to) {
+                    let out = format!(
+                        "{{\"t\":\"data\",\"data\":{}}}",
+                        frame.data.map_or("null", |d| d.get())
+                    );
+                    if let Some(p) = r.lock().unwrap().players.get(&to) {
+                        let _ = p.send(Utf8Bytes::from(out));
+                    }
+                }
+            }
+            "up" => {
+                if let Some(r) = &room {
+                    let out = format!(
+                        "{{\"t\":\"from\",\"from\":\"{me}\",\"data\":{}}}",
+                        frame.data.map_or("null", |d| d.get())
+                    );
+                    if let Some(h) = &r.lock().unwrap().host {
+                        let _ = h.send(Utf8Bytes::from(out));
+                    }
+                }
+            }
+            "ping" => {
+                let _ = tx.send(Utf8Bytes::from(r#"{"t":"pong","time":0}"#));
+            }
+            _ => {}
+        }
+    }
+    if let Some(r) = room {
+        r.lock().unwrap().players.remove(&me);
+    }
+    drop(tx);
+    let _ = writer.await;
+}

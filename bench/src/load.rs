@@ -1,0 +1,567 @@
+//! The relay load generator: rooms created over HTTP, one host and P
+//! players per room over real WebSockets, traffic at set rates, one-way
+//! latency from the send time embedded in each payload.
+
+use crate::procstat::{self, CpuUse, ProcSample};
+use anyhow::{anyhow, bail, Context as _, Result};
+use futures_util::{SinkExt, StreamExt};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Where the server is.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub http: String,
+    pub ws: String,
+    pub origin: String,
+}
+
+impl Target {
+    pub fn new(url: &str, origin: &str) -> Target {
+        let http = url.trim_end_matches('/').to_owned();
+        let ws = if let Some(rest) = http.strip_prefix("https://") {
+            format!("wss://{rest}/ws")
+        } else {
+            format!("ws://{}/ws", http.trim_start_matches("http://"))
+        };
+        Target {
+            http,
+            ws,
+            origin: origin.to_owned(),
+        }
+    }
+}
+
+fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+fn now_us() -> u64 {
+    base().elapsed().as_micros() as u64
+}
+
+/// What a run is doing now.
+const WARMUP: u8 = 0;
+const MEASURE: u8 = 1;
+const STOP: u8 = 2;
+
+/// Shared counters of a run.
+#[derive(Default)]
+pub struct Counters {
+    phase: AtomicU8,
+    pub sent: AtomicU64,
+    pub delivered: AtomicU64,
+    pub measured_delivered: AtomicU64,
+    errors: Mutex<BTreeMap<String, u64>>,
+    closes: Mutex<BTreeMap<String, u64>>,
+    hist: Mutex<Option<Histogram<u64>>>,
+}
+
+impl Counters {
+    fn error(&self, code: &str) {
+        *self
+            .errors
+            .lock()
+            .unwrap()
+            .entry(code.to_owned())
+            .or_default() += 1;
+    }
+    fn close(&self, code: &str) {
+        *self
+            .closes
+            .lock()
+            .unwrap()
+            .entry(code.to_owned())
+            .or_default() += 1;
+    }
+    fn merge(&self, h: &Histogram<u64>) {
+        let mut g = self.hist.lock().unwrap();
+        match g.as_mut() {
+            Some(all) => {
+                let _ = all.add(h);
+            }
+            None => *g = Some(h.clone()),
+        }
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds")
+}
+
+/// The embedded send time, from a received `data` or `from` frame.
+fn sent_at(frame: &str) -> Option<u64> {
+    let i = frame.find("\"ts\":")? + 5;
+    let digits: String = frame[i..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits.parse().ok()
+}
+
+fn payload(pad: &str, flood: bool) -> String {
+    // ~payload bytes of JSON: the send time, a marker, padding.
+    format!(
+        "{{\"ts\":{},\"f\":{},\"p\":\"{pad}\"}}",
+        now_us(),
+        u8::from(flood)
+    )
+}
+
+pub async fn create_room(http: &reqwest::Client, t: &Target) -> Result<(String, String)> {
+    let r = http
+        .post(format!("{}/api/rooms", t.http))
+        .header("Origin", &t.origin)
+        .send()
+        .await?;
+    if !r.status().is_success() {
+        bail!("POST /api/rooms: {}", r.status());
+    }
+    let v: Value = r.json().await?;
+    Ok((
+        v["pin"].as_str().context("pin")?.to_owned(),
+        v["hostToken"].as_str().context("hostToken")?.to_owned(),
+    ))
+}
+
+pub async fn connect(t: &Target) -> Result<Ws> {
+    let mut req = t.ws.as_str().into_client_request()?;
+    req.headers_mut().insert("Origin", t.origin.parse()?);
+    let (ws, _) = tokio_tungstenite::connect_async(req).await?;
+    Ok(ws)
+}
+
+async fn next_json(ws: &mut Ws) -> Result<Value> {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), ws.next()).await {
+            Err(_) => bail!("no answer in 30 s"),
+            Ok(None) => bail!("connection closed"),
+            Ok(Some(Err(e))) => bail!("{e}"),
+            Ok(Some(Ok(Message::Text(t)))) => return Ok(serde_json::from_str(&t)?),
+            Ok(Some(Ok(_))) => continue,
+        }
+    }
+}
+
+/// A room ready for traffic.
+pub struct Room {
+    pub pin: String,
+    pub host: Ws,
+    pub players: Vec<(Ws, String)>,
+}
+
+pub async fn open_room(http: &reqwest::Client, t: &Target, players: usize) -> Result<Room> {
+    let (pin, token) = create_room(http, t).await?;
+    let mut host = connect(t).await?;
+    host.send(Message::Text(
+        json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token})
+            .to_string()
+            .into(),
+    ))
+    .await?;
+    let v = next_json(&mut host).await?;
+    if v["t"] != "hosting" {
+        bail!("host attach failed: {v}");
+    }
+    let mut list = Vec::with_capacity(players);
+    for i in 0..players {
+        let mut p = connect(t).await?;
+        p.send(Message::Text(
+            json!({"t": "join", "protocol": 1, "pin": pin, "name": format!("p{i}")})
+                .to_string()
+                .into(),
+        ))
+        .await?;
+        let v = next_json(&mut p).await?;
+        let id = v["playerId"]
+            .as_str()
+            .ok_or_else(|| anyhow!("join failed: {v}"))?
+            .to_owned();
+        list.push((p, id));
+    }
+    // The host's presence frames.
+    for _ in 0..players {
+        next_json(&mut host).await?;
+    }
+    Ok(Room {
+        pin,
+        host,
+        players: list,
+    })
+}
+
+fn record(frame: &str, c: &Counters, h: &mut Histogram<u64>, count_flood: bool) {
+    if frame.starts_with("{\"t\":\"error\"") {
+        let code = serde_json::from_str::<Value>(frame)
+            .ok()
+            .and_then(|v| v["code"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        c.error(&code);
+        return;
+    }
+    let Some(ts) = sent_at(frame) else { return };
+    c.delivered.fetch_add(1, Relaxed);
+    if c.phase.load(Relaxed) == MEASURE {
+        let flood = frame.contains("\"f\":1");
+        if flood && !count_flood {
+            return;
+        }
+        c.measured_delivered.fetch_add(1, Relaxed);
+        let _ = h.record(now_us().saturating_sub(ts).max(1));
+    }
+}
+
+fn note_close(
+    m: Option<Result<Message, tokio_tungstenite::tungstenite::Error>>,
+    c: &Counters,
+) -> bool {
+    match m {
+        None => {
+            c.close("eof");
+            true
+        }
+        Some(Err(_)) => {
+            c.close("error");
+            true
+        }
+        Some(Ok(Message::Close(f))) => {
+            c.close(
+                &f.map(|f| u16::from(f.code).to_string())
+                    .unwrap_or_else(|| "none".into()),
+            );
+            true
+        }
+        _ => false,
+    }
+}
+
+async fn run_host(mut ws: Ws, ids: Vec<String>, hz: f64, pad: Arc<String>, c: Arc<Counters>) {
+    let mut h = histogram();
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / hz.max(0.001)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let to: Vec<String> = ids
+        .iter()
+        .map(|id| serde_json::to_string(id).unwrap())
+        .collect();
+    loop {
+        tokio::select! {
+            _ = tick.tick(), if hz > 0.0 => {
+                if c.phase.load(Relaxed) == STOP { break; }
+                for id in &to {
+                    let f = format!("{{\"t\":\"to\",\"to\":{id},\"data\":{}}}", payload(&pad, false));
+                    if ws.feed(Message::Text(f.into())).await.is_err() { break; }
+                    c.sent.fetch_add(1, Relaxed);
+                }
+                if ws.flush().await.is_err() { c.close("error"); break; }
+            }
+            m = ws.next() => {
+                if let Some(Ok(Message::Text(t))) = &m { record(t, &c, &mut h, false); continue; }
+                if note_close(m, &c) { break; }
+            }
+        }
+        if c.phase.load(Relaxed) == STOP {
+            break;
+        }
+    }
+    c.merge(&h);
+    let _ = ws.close(None).await;
+}
+
+async fn run_player(mut ws: Ws, hz: f64, pad: Arc<String>, c: Arc<Counters>, flood: bool) {
+    let mut h = histogram();
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / hz.max(0.001)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick(), if hz > 0.0 => {
+                if c.phase.load(Relaxed) == STOP { break; }
+                let f = format!("{{\"t\":\"up\",\"data\":{}}}", payload(&pad, flood));
+                if ws.send(Message::Text(f.into())).await.is_err() { c.close("error"); break; }
+                c.sent.fetch_add(1, Relaxed);
+            }
+            m = ws.next() => {
+                if let Some(Ok(Message::Text(t))) = &m { record(t, &c, &mut h, false); continue; }
+                if note_close(m, &c) { break; }
+            }
+        }
+        if c.phase.load(Relaxed) == STOP {
+            break;
+        }
+    }
+    c.merge(&h);
+    let _ = ws.close(None).await;
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+    pub samples: u64,
+    /// (latency µs, percentile) points for plotting.
+    pub curve: Vec<(u64, f64)>,
+}
+
+fn latency(h: &Option<Histogram<u64>>) -> Latency {
+    match h {
+        Some(h) if !h.is_empty() => Latency {
+            p50_us: h.value_at_quantile(0.5),
+            p90_us: h.value_at_quantile(0.9),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+            samples: h.len(),
+            curve: h
+                .iter_quantiles(2)
+                .map(|v| (v.value_iterated_to(), v.percentile()))
+                .collect(),
+        },
+        _ => Latency {
+            p50_us: 0,
+            p90_us: 0,
+            p99_us: 0,
+            p999_us: 0,
+            max_us: 0,
+            samples: 0,
+            curve: vec![],
+        },
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    pub rooms: usize,
+    pub players: usize,
+    pub player_hz: f64,
+    pub host_hz: f64,
+    pub offered_per_s: f64,
+    pub delivered_per_s: f64,
+    pub seconds: f64,
+    pub latency: Latency,
+    pub errors: BTreeMap<String, u64>,
+    pub closes: BTreeMap<String, u64>,
+    pub server_cpu: Option<CpuUse>,
+    pub server_rss_kb: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Classroom {
+    pub rooms: usize,
+    pub players: usize,
+    pub player_hz: f64,
+    pub host_hz: f64,
+    pub payload: usize,
+    pub warmup: Duration,
+    pub duration: Duration,
+    /// One extra player in the first room sends at this rate (flood).
+    pub flooder_hz: Option<f64>,
+    pub quiet: bool,
+}
+
+/// Runs classroom traffic and measures it.
+pub async fn classroom(t: &Target, p: &Classroom, server_pid: Option<u32>) -> Result<RunResult> {
+    let http = reqwest::Client::new();
+    let pad = Arc::new("x".repeat(p.payload.saturating_sub(40).max(1)));
+    let c = Arc::new(Counters::default());
+    c.phase.store(WARMUP, Relaxed);
+    let mut rooms = Vec::new();
+    for i in 0..p.rooms {
+        rooms.push(
+            open_room(&http, t, p.players)
+                .await
+                .with_context(|| format!("opening room {i}"))?,
+        );
+        if !p.quiet {
+            eprint!("\rrooms ready: {}/{}", i + 1, p.rooms);
+        }
+    }
+    let mut flooder = None;
+    if p.flooder_hz.is_some() {
+        let extra = open_room_player(t, &rooms[0]).await?;
+        flooder = Some(extra);
+    }
+    if !p.quiet {
+        eprintln!();
+    }
+    let mut tasks = Vec::new();
+    for r in rooms {
+        let ids: Vec<String> = r.players.iter().map(|(_, id)| id.clone()).collect();
+        tasks.push(tokio::spawn(run_host(
+            r.host,
+            ids,
+            p.host_hz,
+            Arc::clone(&pad),
+            Arc::clone(&c),
+        )));
+        for (ws, _) in r.players {
+            tasks.push(tokio::spawn(run_player(
+                ws,
+                p.player_hz,
+                Arc::clone(&pad),
+                Arc::clone(&c),
+                false,
+            )));
+        }
+    }
+    if let (Some(ws), Some(hz)) = (flooder, p.flooder_hz) {
+        tasks.push(tokio::spawn(run_player(
+            ws,
+            hz,
+            Arc::clone(&pad),
+            Arc::clone(&c),
+            true,
+        )));
+    }
+    tokio::time::sleep(p.warmup).await;
+    let before: Option<ProcSample> = server_pid.and_then(procstat::sample);
+    let start = Instant::now();
+    c.phase.store(MEASURE, Relaxed);
+    let mut last = c.delivered.load(Relaxed);
+    let end = start + p.duration;
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_secs(1).min(end - Instant::now())).await;
+        let now = c.delivered.load(Relaxed);
+        if !p.quiet {
+            eprint!(
+                "\r{:>6.1} s  delivered {:>10}/s  errors {:?}   ",
+                start.elapsed().as_secs_f64(),
+                now - last,
+                c.errors.lock().unwrap()
+            );
+        }
+        last = now;
+    }
+    c.phase.store(STOP, Relaxed);
+    let seconds = start.elapsed().as_secs_f64();
+    let after: Option<ProcSample> = server_pid.and_then(procstat::sample);
+    if !p.quiet {
+        eprintln!();
+    }
+    for task in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+    }
+    let offered = p.rooms as f64 * p.players as f64 * (p.host_hz + p.player_hz);
+    let hist = c.hist.lock().unwrap().clone();
+    let errors = c.errors.lock().unwrap().clone();
+    let closes = c.closes.lock().unwrap().clone();
+    Ok(RunResult {
+        rooms: p.rooms,
+        players: p.players,
+        player_hz: p.player_hz,
+        host_hz: p.host_hz,
+        offered_per_s: offered,
+        delivered_per_s: c.measured_delivered.load(Relaxed) as f64 / seconds,
+        seconds,
+        latency: latency(&hist),
+        errors,
+        closes,
+        server_cpu: before
+            .zip(after)
+            .map(|(a, b)| procstat::cpu_between(a, b, seconds)),
+        server_rss_kb: after.map(|a| a.rss_kb),
+    })
+}
+
+/// One more player in `room` (the flooder); the host's presence frame for
+/// it is read by the host task and ignored.
+async fn open_room_player(t: &Target, room: &Room) -> Result<Ws> {
+    let mut p = connect(t).await?;
+    p.send(Message::Text(
+        json!({"t": "join", "protocol": 1, "pin": room.pin, "name": "flooder"})
+            .to_string()
+            .into(),
+    ))
+    .await?;
+    let v = next_json(&mut p).await?;
+    if v["t"] != "joined" {
+        bail!("flooder join failed: {v}");
+    }
+    Ok(p)
+}
+
+/// Idle connections: join and send nothing; memory per connection.
+#[derive(Debug, Clone, Serialize)]
+pub struct IdleResult {
+    pub connections: usize,
+    pub rss_kb_before: u64,
+    pub rss_kb_after: u64,
+    pub bytes_per_connection: f64,
+    pub held_seconds: f64,
+    pub still_open: usize,
+}
+
+pub async fn idle(
+    t: &Target,
+    n: usize,
+    hold: Duration,
+    server_pid: u32,
+    quiet: bool,
+) -> Result<IdleResult> {
+    let http = reqwest::Client::new();
+    let before = procstat::sample(server_pid).context("reading the server's /proc")?;
+    let mut conns: Vec<Ws> = Vec::with_capacity(n);
+    let per_room = 100usize;
+    let mut pin = String::new();
+    for i in 0..n {
+        if i % per_room == 0 {
+            pin = create_room(&http, t).await?.0;
+        }
+        let mut p = connect(t)
+            .await
+            .with_context(|| format!("connection {i}"))?;
+        p.send(Message::Text(
+            json!({"t": "join", "protocol": 1, "pin": pin, "name": "idle"})
+                .to_string()
+                .into(),
+        ))
+        .await?;
+        let v = next_json(&mut p).await?;
+        if v["t"] != "joined" {
+            bail!("join failed: {v}");
+        }
+        conns.push(p);
+        if !quiet && i % 500 == 0 {
+            eprint!("\rconnections: {}/{n}", i + 1);
+        }
+    }
+    if !quiet {
+        eprintln!();
+    }
+    let start = Instant::now();
+    tokio::time::sleep(hold).await;
+    let after = procstat::sample(server_pid).context("reading the server's /proc")?;
+    // Every connection is still usable: a ping on each.
+    let mut open = 0;
+    for ws in conns.iter_mut() {
+        if ws
+            .send(Message::Text(r#"{"t":"ping"}"#.into()))
+            .await
+            .is_ok()
+            && next_json(ws).await.is_ok()
+        {
+            open += 1;
+        }
+    }
+    Ok(IdleResult {
+        connections: n,
+        rss_kb_before: before.rss_kb,
+        rss_kb_after: after.rss_kb,
+        bytes_per_connection: (after.rss_kb.saturating_sub(before.rss_kb) * 1024) as f64 / n as f64,
+        held_seconds: start.elapsed().as_secs_f64(),
+        still_open: open,
+    })
+}
