@@ -58,9 +58,10 @@ const MEASURE: u8 = 1;
 const STOP: u8 = 2;
 
 /// Shared counters of a run.
-#[derive(Default)]
 pub struct Counters {
     phase: AtomicU8,
+    /// Wakes every connection task when the run stops.
+    stop: tokio::sync::watch::Sender<bool>,
     pub sent: AtomicU64,
     pub delivered: AtomicU64,
     pub measured_delivered: AtomicU64,
@@ -69,7 +70,27 @@ pub struct Counters {
     hist: Mutex<Option<Histogram<u64>>>,
 }
 
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            phase: AtomicU8::new(WARMUP),
+            stop: tokio::sync::watch::channel(false).0,
+            sent: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            measured_delivered: AtomicU64::new(0),
+            errors: Mutex::default(),
+            closes: Mutex::default(),
+            hist: Mutex::default(),
+        }
+    }
+}
+
 impl Counters {
+    fn stop(&self) {
+        self.phase.store(STOP, Relaxed);
+        self.stop.send_replace(true);
+    }
+
     fn error(&self, code: &str) {
         *self
             .errors
@@ -247,18 +268,25 @@ fn note_close(
     }
 }
 
-async fn run_host(mut ws: Ws, ids: Vec<String>, hz: f64, pad: Arc<String>, c: Arc<Counters>) {
+async fn run_host(mut ws: Ws, ids: Vec<String>, hz: f64, pad: Arc<String>, c: Arc<Counters>, budget: Option<u64>) {
     let mut h = histogram();
+    let mut left = budget.unwrap_or(u64::MAX);
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / hz.max(0.001)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let to: Vec<String> = ids
         .iter()
         .map(|id| serde_json::to_string(id).unwrap())
         .collect();
+    let mut stop = c.stop.subscribe();
     loop {
+        if *stop.borrow() {
+            break;
+        }
         tokio::select! {
-            _ = tick.tick(), if hz > 0.0 => {
+            _ = stop.changed() => break,
+            _ = tick.tick(), if hz > 0.0 && left > 0 => {
                 if c.phase.load(Relaxed) == STOP { break; }
+                left -= 1;
                 for id in &to {
                     let f = format!("{{\"t\":\"to\",\"to\":{id},\"data\":{}}}", payload(&pad, false));
                     if ws.feed(Message::Text(f.into())).await.is_err() { break; }
@@ -279,14 +307,21 @@ async fn run_host(mut ws: Ws, ids: Vec<String>, hz: f64, pad: Arc<String>, c: Ar
     let _ = ws.close(None).await;
 }
 
-async fn run_player(mut ws: Ws, hz: f64, pad: Arc<String>, c: Arc<Counters>, flood: bool) {
+async fn run_player(mut ws: Ws, hz: f64, pad: Arc<String>, c: Arc<Counters>, flood: bool, budget: Option<u64>) {
     let mut h = histogram();
+    let mut left = budget.unwrap_or(u64::MAX);
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / hz.max(0.001)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut stop = c.stop.subscribe();
     loop {
+        if *stop.borrow() {
+            break;
+        }
         tokio::select! {
-            _ = tick.tick(), if hz > 0.0 => {
+            _ = stop.changed() => break,
+            _ = tick.tick(), if hz > 0.0 && left > 0 => {
                 if c.phase.load(Relaxed) == STOP { break; }
+                left -= 1;
                 let f = format!("{{\"t\":\"up\",\"data\":{}}}", payload(&pad, flood));
                 if ws.send(Message::Text(f.into())).await.is_err() { c.close("error"); break; }
                 c.sent.fetch_add(1, Relaxed);
@@ -369,6 +404,9 @@ pub struct Classroom {
     pub duration: Duration,
     /// One extra player in the first room sends at this rate (flood).
     pub flooder_hz: Option<f64>,
+    /// Count mode (the smoke test): every sender sends this many frames
+    /// and the run ends when all of them arrived, not after a duration.
+    pub frames_per_sender: Option<u64>,
     pub quiet: bool,
 }
 
@@ -398,33 +436,49 @@ pub async fn classroom(t: &Target, p: &Classroom, server_pid: Option<u32>) -> Re
         eprintln!();
     }
     let mut tasks = Vec::new();
+    let budget = p.frames_per_sender;
     for r in rooms {
         let ids: Vec<String> = r.players.iter().map(|(_, id)| id.clone()).collect();
-        tasks.push(tokio::spawn(run_host(
-            r.host,
-            ids,
-            p.host_hz,
-            Arc::clone(&pad),
-            Arc::clone(&c),
-        )));
+        tasks.push(tokio::spawn(run_host(r.host, ids, p.host_hz, Arc::clone(&pad), Arc::clone(&c), budget)));
         for (ws, _) in r.players {
-            tasks.push(tokio::spawn(run_player(
-                ws,
-                p.player_hz,
-                Arc::clone(&pad),
-                Arc::clone(&c),
-                false,
-            )));
+            tasks.push(tokio::spawn(run_player(ws, p.player_hz, Arc::clone(&pad), Arc::clone(&c), false, budget)));
         }
     }
     if let (Some(ws), Some(hz)) = (flooder, p.flooder_hz) {
-        tasks.push(tokio::spawn(run_player(
-            ws,
-            hz,
-            Arc::clone(&pad),
-            Arc::clone(&c),
-            true,
-        )));
+        tasks.push(tokio::spawn(run_player(ws, hz, Arc::clone(&pad), Arc::clone(&c), true, budget)));
+    }
+    if let Some(n) = p.frames_per_sender {
+        // Count mode: measure everything; end when every frame arrived (a
+        // guard ends a run that lost frames).
+        let expected = n * (p.rooms * p.players * 2) as u64;
+        let start = Instant::now();
+        c.phase.store(MEASURE, Relaxed);
+        let guard = Instant::now() + Duration::from_secs(60);
+        while c.measured_delivered.load(Relaxed) < expected && Instant::now() < guard {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        c.stop();
+        let seconds = start.elapsed().as_secs_f64();
+        for task in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+        let hist = c.hist.lock().unwrap().clone();
+        let errors = c.errors.lock().unwrap().clone();
+        let closes = c.closes.lock().unwrap().clone();
+        return Ok(RunResult {
+            rooms: p.rooms,
+            players: p.players,
+            player_hz: p.player_hz,
+            host_hz: p.host_hz,
+            offered_per_s: expected as f64 / seconds,
+            delivered_per_s: c.measured_delivered.load(Relaxed) as f64 / seconds,
+            seconds,
+            latency: latency(&hist),
+            errors,
+            closes,
+            server_cpu: None,
+            server_rss_kb: None,
+        });
     }
     tokio::time::sleep(p.warmup).await;
     let before: Option<ProcSample> = server_pid.and_then(procstat::sample);
@@ -445,7 +499,7 @@ pub async fn classroom(t: &Target, p: &Classroom, server_pid: Option<u32>) -> Re
         }
         last = now;
     }
-    c.phase.store(STOP, Relaxed);
+    c.stop();
     let seconds = start.elapsed().as_secs_f64();
     let after: Option<ProcSample> = server_pid.and_then(procstat::sample);
     if !p.quiet {

@@ -1,14 +1,10 @@
 //! hostwire-bench: a load generator for any relay protocol 1 server, the
 //! bare forwarder it is compared with, and the benchmark report.
 
-mod forwarder;
-mod load;
-mod procstat;
-mod report;
-
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use load::{Classroom, RunResult, Target};
+use hostwire_bench::load::{self, Classroom, RunResult, Target};
+use hostwire_bench::{forwarder, procstat, report};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -87,6 +83,7 @@ impl Traffic {
             warmup: Duration::from_secs_f64(self.warmup_s),
             duration: Duration::from_secs_f64(self.duration_s),
             flooder_hz: None,
+            frames_per_sender: None,
             quiet,
         }
     }
@@ -273,6 +270,7 @@ fn main() -> Result<()> {
                     warmup: Duration::from_secs_f64(warmup_s),
                     duration: Duration::from_secs_f64(duration_s),
                     flooder_hz: None,
+                    frames_per_sender: None,
                     quiet: common.quiet,
                 };
                 let r = rt.block_on(load::classroom(&t, &p, common.server_pid))?;

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs every benchmark and writes docs/BENCHMARKS.md (and docs/bench/*.png).
+# The server is pinned to core 1, the load generator to core 0.
+#   QUICK=1 bench/run.sh     shorter runs, for trying the tooling
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+OUT=target/bench-results
+mkdir -p "$OUT"
+QUICK=${QUICK:-0}
+if [ "$QUICK" = 1 ]; then DUR=5; WARM=2; STEP=3; IDLE=2000; CRIT="--warm-up-time 1 --measurement-time 2"; else DUR=20; WARM=5; STEP=5; IDLE=19900; CRIT="--warm-up-time 2 --measurement-time 5"; fi
+ORIGIN=http://localhost:5180
+
+cargo build --release -p hostwire -p hostwire-bench
+BIN=target/release
+
+echo "== criterion"
+cargo bench -p hostwire-memizy --bench memizy -- $CRIT
+cargo bench -p hostwire-worker-rpc --bench worker_rpc -- $CRIT
+
+echo "== JavaScript peers"
+if command -v node >/dev/null; then
+  (cd bench/peers && npm ci --no-audit --no-fund >/dev/null && SECONDS_PER_FIXTURE=3 node zod-hostcalls.mjs) > "$OUT/zod-hostcalls.json"
+else
+  echo "node not found: the Zod baseline is skipped" >&2
+fi
+
+PORT=18787
+start_hostwire() {
+  local dir; dir=$(mktemp -d)
+  ROOMS_PER_IP_PER_HOUR=100000000 RUST_LOG=warn "$BIN/hostwire" serve --port $PORT --data-dir "$dir" --allowed-origins "$ORIGIN" > "$OUT/server.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/api/health" >/dev/null && return; sleep 0.1; done
+  echo "the server did not start" >&2; exit 1
+}
+start_forwarder() {
+  "$BIN/hostwire-bench" forwarder --listen 127.0.0.1:$PORT > "$OUT/server.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null && return; sleep 0.1; done
+  echo "the forwarder did not start" >&2; exit 1
+}
+stop_server() { kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; }
+gen() { "$BIN/hostwire-bench" "$@" --url "http://127.0.0.1:$PORT" --origin "$ORIGIN" --server-pid "$SERVER" --pin 0,1 --quiet; }
+
+for who in hostwire forwarder; do
+  echo "== classroom, $who"
+  start_$who; gen classroom --warmup-s $WARM --duration-s $DUR --json "$OUT/classroom-$who.json"; stop_server
+  echo "== max, $who"
+  start_$who; gen max --warmup-s 2 --duration-s $STEP --json "$OUT/max-$who.json"; stop_server
+done
+echo "== idle, hostwire"
+start_hostwire; gen idle --connections $IDLE --hold-s 5 --json "$OUT/idle-hostwire.json"; stop_server
+echo "== flood, hostwire"
+start_hostwire; gen flood --rooms 10 --players 20 --warmup-s $WARM --duration-s $DUR --json "$OUT/flood-hostwire.json"; stop_server
+
+"$BIN/hostwire-bench" report --results "$OUT" --out docs/BENCHMARKS.md --plots docs/bench --command "bench/run.sh"

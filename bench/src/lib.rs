@@ -1,0 +1,7 @@
+//! hostwire-bench: the relay load generator, the bare forwarder and the
+//! benchmark report, as a library for the binary and the smoke test.
+
+pub mod forwarder;
+pub mod load;
+pub mod procstat;
+pub mod report;

@@ -1,0 +1,99 @@
+//! Smoke mode: the load generator, the bare forwarder and the report with
+//! tiny counts, so the tools keep working. Not a benchmark.
+
+use hostwire::relay::{AllowedOrigins, RelayConfig, OUTBOUND_QUEUE};
+use hostwire::server::RelayServer;
+use hostwire_bench::load::{self, Classroom, Target};
+use hostwire_core::SystemClock;
+use hostwire_memizy::RELAY_LIMITS;
+use hostwire_store::SqliteStore;
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn hostwire_relay() -> RelayServer {
+    let store = Arc::new(SqliteStore::in_memory().unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = RelayConfig {
+        allowed_origins: AllowedOrigins::Any,
+        trust_proxy: false,
+        rooms_per_ip_per_hour: 10_000,
+        limits: RELAY_LIMITS,
+        outbound_queue: OUTBOUND_QUEUE,
+    };
+    RelayServer::start(listener, config, Arc::new(SystemClock), store).unwrap()
+}
+
+fn tiny() -> Classroom {
+    Classroom {
+        rooms: 2,
+        players: 3,
+        player_hz: 200.0,
+        host_hz: 200.0,
+        payload: 200,
+        warmup: Duration::ZERO,
+        duration: Duration::ZERO,
+        flooder_hz: None,
+        frames_per_sender: Some(5),
+        quiet: true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classroom_against_hostwire_and_the_forwarder() {
+    let server = hostwire_relay().await;
+    let t = Target::new(&format!("http://{}", server.addr), "http://localhost:5180");
+    let r = load::classroom(&t, &tiny(), None).await.unwrap();
+    // 2 rooms × 3 players × 5 frames, each way.
+    assert_eq!(r.latency.samples, 60, "{r:?}");
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert!(r.latency.p50_us > 0 && r.latency.p99_us >= r.latency.p50_us);
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, hostwire_bench::forwarder::router()).await });
+    let t = Target::new(&format!("http://{addr}"), "http://localhost:5180");
+    let r = load::classroom(&t, &tiny(), None).await.unwrap();
+    assert_eq!(r.latency.samples, 60, "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_and_proc_samples() {
+    let server = hostwire_relay().await;
+    let t = Target::new(&format!("http://{}", server.addr), "http://localhost:5180");
+    let r = load::idle(&t, 12, Duration::ZERO, std::process::id(), true).await.unwrap();
+    assert_eq!((r.connections, r.still_open), (12, 12));
+    assert!(r.rss_kb_after > 0);
+    let s = hostwire_bench::procstat::sample(std::process::id()).unwrap();
+    assert!(s.user_s + s.system_s > 0.0);
+}
+
+#[test]
+fn the_report_renders_results() {
+    let dir = std::env::temp_dir().join(format!("hostwire-bench-report-{}", std::process::id()));
+    let results = dir.join("results");
+    std::fs::create_dir_all(&results).unwrap();
+    let run = serde_json::json!({
+        "rooms": 50, "players": 40, "player_hz": 5.0, "host_hz": 20.0, "offered_per_s": 50000.0,
+        "delivered_per_s": 49500.0, "seconds": 10.0,
+        "latency": {"p50_us": 300, "p90_us": 500, "p99_us": 900, "p999_us": 2000, "max_us": 5000, "samples": 1000, "curve": [[300, 50.0], [900, 99.0]]},
+        "errors": {}, "closes": {}, "server_cpu": {"user_pct": 5.0, "system_pct": 7.0, "total_pct": 12.0}, "server_rss_kb": 30000
+    });
+    std::fs::write(results.join("classroom-hostwire.json"), serde_json::json!({"scenario": "classroom", "result": run}).to_string()).unwrap();
+    let out = dir.join("BENCHMARKS.md");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_hostwire-bench"))
+        .args(["report", "--criterion"])
+        .arg(dir.join("no-criterion"))
+        .arg("--results")
+        .arg(&results)
+        .arg("--out")
+        .arg(&out)
+        .arg("--plots")
+        .arg(dir.join("plots"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let page = std::fs::read_to_string(&out).unwrap();
+    assert!(page.contains("| classroom 50×40 at ≤ 15 % of one core, p99 < 1 ms | 12.0 % of a core, p99 0.90 ms | met |"), "{page}");
+    assert!(page.contains("| classroom 50×40 | hostwire | 49500 |"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
