@@ -268,7 +268,14 @@ fn note_close(
     }
 }
 
-async fn run_host(mut ws: Ws, ids: Vec<String>, hz: f64, pad: Arc<String>, c: Arc<Counters>, budget: Option<u64>) {
+async fn run_host(
+    mut ws: Ws,
+    ids: Vec<String>,
+    hz: f64,
+    pad: Arc<String>,
+    c: Arc<Counters>,
+    budget: Option<u64>,
+) {
     let mut h = histogram();
     let mut left = budget.unwrap_or(u64::MAX);
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / hz.max(0.001)));
@@ -307,7 +314,14 @@ async fn run_host(mut ws: Ws, ids: Vec<String>, hz: f64, pad: Arc<String>, c: Ar
     let _ = ws.close(None).await;
 }
 
-async fn run_player(mut ws: Ws, hz: f64, pad: Arc<String>, c: Arc<Counters>, flood: bool, budget: Option<u64>) {
+async fn run_player(
+    mut ws: Ws,
+    hz: f64,
+    pad: Arc<String>,
+    c: Arc<Counters>,
+    flood: bool,
+    budget: Option<u64>,
+) {
     let mut h = histogram();
     let mut left = budget.unwrap_or(u64::MAX);
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / hz.max(0.001)));
@@ -439,13 +453,34 @@ pub async fn classroom(t: &Target, p: &Classroom, server_pid: Option<u32>) -> Re
     let budget = p.frames_per_sender;
     for r in rooms {
         let ids: Vec<String> = r.players.iter().map(|(_, id)| id.clone()).collect();
-        tasks.push(tokio::spawn(run_host(r.host, ids, p.host_hz, Arc::clone(&pad), Arc::clone(&c), budget)));
+        tasks.push(tokio::spawn(run_host(
+            r.host,
+            ids,
+            p.host_hz,
+            Arc::clone(&pad),
+            Arc::clone(&c),
+            budget,
+        )));
         for (ws, _) in r.players {
-            tasks.push(tokio::spawn(run_player(ws, p.player_hz, Arc::clone(&pad), Arc::clone(&c), false, budget)));
+            tasks.push(tokio::spawn(run_player(
+                ws,
+                p.player_hz,
+                Arc::clone(&pad),
+                Arc::clone(&c),
+                false,
+                budget,
+            )));
         }
     }
     if let (Some(ws), Some(hz)) = (flooder, p.flooder_hz) {
-        tasks.push(tokio::spawn(run_player(ws, hz, Arc::clone(&pad), Arc::clone(&c), true, budget)));
+        tasks.push(tokio::spawn(run_player(
+            ws,
+            hz,
+            Arc::clone(&pad),
+            Arc::clone(&c),
+            true,
+            budget,
+        )));
     }
     if let Some(n) = p.frames_per_sender {
         // Count mode: measure everything; end when every frame arrived (a

@@ -33,16 +33,25 @@ fn criterion_medians(dir: &Path) -> BTreeMap<String, (f64, f64)> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in entries.flatten() {
             let p = e.path();
             if p.is_dir() {
                 if p.file_name().is_some_and(|n| n == "new") {
-                    let bench: Option<Value> = std::fs::read_to_string(p.join("benchmark.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
-                    let est: Option<Value> = std::fs::read_to_string(p.join("estimates.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+                    let bench: Option<Value> = std::fs::read_to_string(p.join("benchmark.json"))
+                        .ok()
+                        .and_then(|t| serde_json::from_str(&t).ok());
+                    let est: Option<Value> = std::fs::read_to_string(p.join("estimates.json"))
+                        .ok()
+                        .and_then(|t| serde_json::from_str(&t).ok());
                     if let (Some(b), Some(e)) = (bench, est) {
                         let elements = b["throughput"]["Elements"].as_f64().unwrap_or(1.0);
-                        if let (Some(id), Some(ns)) = (b["full_id"].as_str(), e["median"]["point_estimate"].as_f64()) {
+                        if let (Some(id), Some(ns)) = (
+                            b["full_id"].as_str(),
+                            e["median"]["point_estimate"].as_f64(),
+                        ) {
                             out.insert(id.to_owned(), (ns, elements));
                         }
                     }
@@ -62,9 +71,15 @@ fn load(dir: &Path, name: &str) -> Option<Value> {
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned()))
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
         .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
     format!("{cores} cores, {cpu}")
 }
 
@@ -93,7 +108,9 @@ fn fmt_time(ns: f64) -> String {
 }
 
 fn register_font() -> bool {
-    let Ok(bytes) = std::fs::read("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf") else { return false };
+    let Ok(bytes) = std::fs::read("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf") else {
+        return false;
+    };
     let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
     plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok()
 }
@@ -108,12 +125,19 @@ fn latency_plot(path: &Path, series: &[(&str, &Value)]) -> Result<()> {
         }
     }
     let mut chart = ChartBuilder::on(&root)
-        .caption("Relay one-way latency, classroom 50 × 40 (percentile curve)", ("sans-serif", 20))
+        .caption(
+            "Relay one-way latency, classroom 50 × 40 (percentile curve)",
+            ("sans-serif", 20),
+        )
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(70)
         .build_cartesian_2d(0.0f64..99.99f64, (1.0f64..max_us * 1.2).log_scale())?;
-    chart.configure_mesh().x_desc("percentile").y_desc("latency (µs)").draw()?;
+    chart
+        .configure_mesh()
+        .x_desc("percentile")
+        .y_desc("latency (µs)")
+        .draw()?;
     let colors = [RED, BLUE, GREEN];
     for (i, (name, r)) in series.iter().enumerate() {
         let pts: Vec<(f64, f64)> = r["latency"]["curve"]
@@ -123,9 +147,16 @@ fn latency_plot(path: &Path, series: &[(&str, &Value)]) -> Result<()> {
             .filter_map(|p| Some((p[1].as_f64()?.min(99.99), p[0].as_f64()?.max(1.0))))
             .collect();
         let c = colors[i % colors.len()];
-        chart.draw_series(LineSeries::new(pts, c.stroke_width(2)))?.label(*name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
+        chart
+            .draw_series(LineSeries::new(pts, c.stroke_width(2)))?
+            .label(*name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
     root.present()?;
     Ok(())
 }
@@ -140,13 +171,26 @@ fn throughput_plot(path: &Path, series: &[(&str, &Value)]) -> Result<()> {
         }
     }
     let mut chart = ChartBuilder::on(&root)
-        .caption("Delivered vs offered frames per second (server on one core)", ("sans-serif", 20))
+        .caption(
+            "Delivered vs offered frames per second (server on one core)",
+            ("sans-serif", 20),
+        )
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(80)
         .build_cartesian_2d(0.0f64..max * 1.05, 0.0f64..max * 1.05)?;
-    chart.configure_mesh().x_desc("offered frames/s").y_desc("delivered frames/s").draw()?;
-    chart.draw_series(LineSeries::new(vec![(0.0, 0.0), (max, max)], BLACK.mix(0.3)))?.label("offered = delivered").legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.3)));
+    chart
+        .configure_mesh()
+        .x_desc("offered frames/s")
+        .y_desc("delivered frames/s")
+        .draw()?;
+    chart
+        .draw_series(LineSeries::new(
+            vec![(0.0, 0.0), (max, max)],
+            BLACK.mix(0.3),
+        ))?
+        .label("offered = delivered")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.3)));
     let colors = [RED, BLUE];
     for (i, (name, r)) in series.iter().enumerate() {
         let pts: Vec<(f64, f64)> = r["steps"]
@@ -156,17 +200,29 @@ fn throughput_plot(path: &Path, series: &[(&str, &Value)]) -> Result<()> {
             .filter_map(|s| Some((s["offered_per_s"].as_f64()?, s["delivered_per_s"].as_f64()?)))
             .collect();
         let c = colors[i % colors.len()];
-        chart.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))?.label(*name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))?
+            .label(*name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
         chart.draw_series(pts.into_iter().map(move |p| Circle::new(p, 4, c.filled())))?;
     }
-    chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
     root.present()?;
     Ok(())
 }
 
 fn cpu_of(r: &Value) -> Option<(f64, f64, f64)> {
     let c = &r["server_cpu"];
-    Some((c["total_pct"].as_f64()?, c["user_pct"].as_f64()?, c["system_pct"].as_f64()?))
+    Some((
+        c["total_pct"].as_f64()?,
+        c["user_pct"].as_f64()?,
+        c["system_pct"].as_f64()?,
+    ))
 }
 
 pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
@@ -179,15 +235,30 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
     let idle_hw = load(&a.results, "idle-hostwire.json");
     let flood_hw = load(&a.results, "flood-hostwire.json");
     std::fs::create_dir_all(&a.plots)?;
-    let date = std::process::Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC").output().ok().and_then(|o| String::from_utf8(o.stdout).ok()).unwrap_or_default();
+    let date = std::process::Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d %H:%M UTC")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .unwrap_or_default();
 
     let mut s = String::new();
     let _ = writeln!(s, "# Benchmarks\n");
-    let _ = writeln!(s, "Written by `hostwire-bench report` from one run of `{}` on {} ({}).", a.command, date.trim(), machine());
+    let _ = writeln!(
+        s,
+        "Written by `hostwire-bench report` from one run of `{}` on {} ({}).",
+        a.command,
+        date.trim(),
+        machine()
+    );
     let _ = writeln!(s, "The machines are shared and noisy: every figure stands beside a baseline measured in the same run, and is compared as a ratio.\n");
 
     // Targets first: where hostwire stands.
-    let _ = writeln!(s, "## Targets\n\n| target | measured | verdict |\n| --- | --- | --- |");
+    let _ = writeln!(
+        s,
+        "## Targets\n\n| target | measured | verdict |\n| --- | --- | --- |"
+    );
     let mut notes: Vec<String> = Vec::new();
     if let Some(r) = classroom_hw.as_ref().map(|v| &v["result"]) {
         let cpu = cpu_of(r).map(|c| c.0).unwrap_or(f64::NAN);
@@ -200,7 +271,11 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
         let fd = f["last_good"]["delivered_per_s"].as_f64().unwrap_or(0.0);
         let ok = hd >= 450_000.0 && hd >= 0.8 * fd;
         let _ = writeln!(s, "| ≥ 450k forwarded frames/s on one core, within 80 % of the bare forwarder | {} ({:.0} % of the forwarder's {}) | {} |", fmt_rate(hd), 100.0 * hd / fd.max(1.0), fmt_rate(fd), if ok { "met".to_owned() } else { format!("missed: {:.0} % of 450k", 100.0 * hd / 450_000.0) });
-        notes.push(format!("max: hostwire stopped because {}; the forwarder because {}.", h["stop_reason"].as_str().unwrap_or("?"), f["stop_reason"].as_str().unwrap_or("?")));
+        notes.push(format!(
+            "max: hostwire stopped because {}; the forwarder because {}.",
+            h["stop_reason"].as_str().unwrap_or("?"),
+            f["stop_reason"].as_str().unwrap_or("?")
+        ));
     }
     if let Some(r) = idle_hw.as_ref().map(|v| &v["result"]) {
         let b = r["bytes_per_connection"].as_f64().unwrap_or(f64::NAN);
@@ -211,7 +286,9 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
     }
     if let (Some(z), Some((ns, el))) = (&zod, crit.get("decode_host_call/send-2kb")) {
         let ours = per_s(*ns, *el);
-        let theirs = z["results"]["send-2kb"]["callsPerSecond"].as_f64().unwrap_or(f64::NAN);
+        let theirs = z["results"]["send-2kb"]["callsPerSecond"]
+            .as_f64()
+            .unwrap_or(f64::NAN);
         let ratio = ours / theirs;
         let _ = writeln!(s, "| host-call parse + validate + size check ≥ 10× the Zod pipeline (2 KB `send`) | {} vs {} in Node ({ratio:.1}×) | {} |", fmt_rate(ours), fmt_rate(theirs), if ratio >= 10.0 { "met".into() } else { format!("missed: {ratio:.1}× of 10×") });
     }
@@ -220,13 +297,24 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
     }
 
     // Memizy decoding.
-    let _ = writeln!(s, "\n## Memizy host calls (criterion, and Zod 4 in Node on the same fixtures)\n");
+    let _ = writeln!(
+        s,
+        "\n## Memizy host calls (criterion, and Zod 4 in Node on the same fixtures)\n"
+    );
     let _ = writeln!(s, "Commands: `cargo bench -p hostwire-memizy --bench memizy`, `node bench/peers/zod-hostcalls.mjs`. Fixtures: `bench/fixtures/memizy/`.\n");
     let _ = writeln!(s, "| call | hostwire | serde_json parse to `Value` (same run) | Zod 4 pipeline (same run) | hostwire ÷ Zod |\n| --- | --- | --- | --- | --- |");
-    for (fixture, label) in [("send-2kb", "`send`, 2 KB of data"), ("record-answer", "`recordAnswer` with an answer"), ("hello", "`hello`")] {
+    for (fixture, label) in [
+        ("send-2kb", "`send`, 2 KB of data"),
+        ("record-answer", "`recordAnswer` with an answer"),
+        ("hello", "`hello`"),
+    ] {
         let ours = crit.get(&format!("decode_host_call/{fixture}"));
-        let base = crit.get(&format!("decode_host_call/{fixture} (baseline: parse to Value)"));
-        let z = zod.as_ref().and_then(|z| z["results"][fixture]["callsPerSecond"].as_f64());
+        let base = crit.get(&format!(
+            "decode_host_call/{fixture} (baseline: parse to Value)"
+        ));
+        let z = zod
+            .as_ref()
+            .and_then(|z| z["results"][fixture]["callsPerSecond"].as_f64());
         if let Some((ns, el)) = ours {
             let r = per_s(*ns, *el);
             let _ = writeln!(
@@ -234,23 +322,41 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
                 "| {label} | {} ({}) | {} | {} | {} |",
                 fmt_time(*ns),
                 fmt_rate(r),
-                base.map(|(b, _)| format!("{} ({:.2}× ours)", fmt_time(*b), b / ns)).unwrap_or_else(|| "–".into()),
+                base.map(|(b, _)| format!("{} ({:.2}× ours)", fmt_time(*b), b / ns))
+                    .unwrap_or_else(|| "–".into()),
                 z.map(fmt_rate).unwrap_or_else(|| "–".into()),
-                z.map(|z| format!("{:.1}×", r / z)).unwrap_or_else(|| "–".into())
+                z.map(|z| format!("{:.1}×", r / z))
+                    .unwrap_or_else(|| "–".into())
             );
         }
     }
     if let Some((ns, el)) = crit.get("prepare_display_set/200 items") {
-        let _ = writeln!(s, "\n`prepare_display_set` on a 200-item set of every type: {} ({} items).", fmt_time(*ns), fmt_rate(per_s(*ns, *el)));
+        let _ = writeln!(
+            s,
+            "\n`prepare_display_set` on a 200-item set of every type: {} ({} items).",
+            fmt_time(*ns),
+            fmt_rate(per_s(*ns, *el))
+        );
     }
     let _ = writeln!(s, "\nWhat bounds `send`: the opaque data is borrowed (`&RawValue`), never built or copied, and one memchr pre-scan (size, depth, numbers that may not fit a double) precedes one serde pass; what is left is serde_json's byte-at-a-time validation of the 2 KB of data. A SIMD validator for the opaque payload is the next step.");
 
     // Worker RPC.
     let _ = writeln!(s, "\n## Worker RPC (criterion)\n\nCommand: `cargo bench -p hostwire-worker-rpc --bench worker_rpc`.\n\n| benchmark | median per batch | rate |\n| --- | --- | --- |");
-    for (id, (ns, el)) in crit.iter().filter(|(k, _)| k.starts_with("round_trip_calls/") || k.starts_with("stream_throughput")) {
-        let _ = writeln!(s, "| {id} | {} | {} |", fmt_time(*ns), fmt_rate(per_s(*ns, *el)));
+    for (id, (ns, el)) in crit
+        .iter()
+        .filter(|(k, _)| k.starts_with("round_trip_calls/") || k.starts_with("stream_throughput"))
+    {
+        let _ = writeln!(
+            s,
+            "| {id} | {} | {} |",
+            fmt_time(*ns),
+            fmt_rate(per_s(*ns, *el))
+        );
     }
-    if let (Some(a), Some(b)) = (crit.get("round_trip_calls/memory, sequential"), crit.get("round_trip_calls/baseline: channel ping-pong of the same text")) {
+    if let (Some(a), Some(b)) = (
+        crit.get("round_trip_calls/memory, sequential"),
+        crit.get("round_trip_calls/baseline: channel ping-pong of the same text"),
+    ) {
         let _ = writeln!(s, "\nSequential in-memory calls run at {:.2}× the floor (two channels ping-ponging the same text, no peer).", per_s(a.0, a.1) / per_s(b.0, b.1));
     }
 
@@ -260,12 +366,17 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
     let _ = writeln!(s, "| scenario | server | delivered frames/s | p50 | p90 | p99 | p99.9 | server CPU (user + system) | RSS |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let row = |s: &mut String, name: &str, who: &str, r: &Value| {
         let l = &r["latency"];
-        let cpu = cpu_of(r).map(|(t, u, sy)| format!("{t:.1} % ({u:.1} + {sy:.1})")).unwrap_or_else(|| "–".into());
+        let cpu = cpu_of(r)
+            .map(|(t, u, sy)| format!("{t:.1} % ({u:.1} + {sy:.1})"))
+            .unwrap_or_else(|| "–".into());
         let _ = writeln!(
             s,
             "| {name} | {who} | {:.0} | {} µs | {} µs | {} µs | {} µs | {cpu} | {} KiB |",
             r["delivered_per_s"].as_f64().unwrap_or(0.0),
-            l["p50_us"], l["p90_us"], l["p99_us"], l["p999_us"],
+            l["p50_us"],
+            l["p90_us"],
+            l["p99_us"],
+            l["p999_us"],
             r["server_rss_kb"]
         );
     };
@@ -277,7 +388,9 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
     }
     if let (Some(h), Some(f)) = (&classroom_hw, &classroom_fw) {
         if let (Some(a), Some(b)) = (cpu_of(&h["result"]), cpu_of(&f["result"])) {
-            let per_frame = |r: &Value, cpu: f64| cpu / 100.0 * 1e6 / r["delivered_per_s"].as_f64().unwrap_or(1.0).max(1.0);
+            let per_frame = |r: &Value, cpu: f64| {
+                cpu / 100.0 * 1e6 / r["delivered_per_s"].as_f64().unwrap_or(1.0).max(1.0)
+            };
             let (hu, fu) = (per_frame(&h["result"], a.0), per_frame(&f["result"], b.0));
             let _ = writeln!(
                 s,
@@ -289,7 +402,11 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(f) = &flood_hw {
-        let _ = writeln!(s, "\n**Flood**: one player sends {} frames/s (10× its limit) while the others play.", f["flood_hz"]);
+        let _ = writeln!(
+            s,
+            "\n**Flood**: one player sends {} frames/s (10× its limit) while the others play.",
+            f["flood_hz"]
+        );
         let _ = writeln!(s, "\n| scenario | server | delivered frames/s | p50 | p90 | p99 | p99.9 | server CPU (user + system) | RSS |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
         row(&mut s, "others, without the flood", "hostwire", &f["calm"]);
         row(&mut s, "others, with the flood", "hostwire", &f["flood"]);
@@ -299,7 +416,17 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
         if let Some(v) = v {
             let _ = writeln!(s, "\n**Max load, {name}** (rooms of 20 players; host 100 Hz to each, players 5 Hz; stopped: {}):\n\n| rooms | offered/s | delivered/s | p99 | server CPU |\n| --- | --- | --- | --- | --- |", v["stop_reason"].as_str().unwrap_or("?"));
             for st in v["steps"].as_array().into_iter().flatten() {
-                let _ = writeln!(s, "| {} | {:.0} | {:.0} | {} µs | {} |", st["rooms"], st["offered_per_s"].as_f64().unwrap_or(0.0), st["delivered_per_s"].as_f64().unwrap_or(0.0), st["latency"]["p99_us"], cpu_of(st).map(|c| format!("{:.1} %", c.0)).unwrap_or_else(|| "–".into()));
+                let _ = writeln!(
+                    s,
+                    "| {} | {:.0} | {:.0} | {} µs | {} |",
+                    st["rooms"],
+                    st["offered_per_s"].as_f64().unwrap_or(0.0),
+                    st["delivered_per_s"].as_f64().unwrap_or(0.0),
+                    st["latency"]["p99_us"],
+                    cpu_of(st)
+                        .map(|c| format!("{:.1} %", c.0))
+                        .unwrap_or_else(|| "–".into())
+                );
             }
         }
     }
@@ -314,12 +441,17 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
     if font {
         if let (Some(h), Some(f)) = (&classroom_hw, &classroom_fw) {
             let p = a.plots.join("relay-latency.png");
-            latency_plot(&p, &[("hostwire", &h["result"]), ("bare forwarder", &f["result"])]).context("latency plot")?;
+            latency_plot(
+                &p,
+                &[("hostwire", &h["result"]), ("bare forwarder", &f["result"])],
+            )
+            .context("latency plot")?;
             plots.push(("Relay latency, classroom 50 × 40", p));
         }
         if let (Some(h), Some(f)) = (&max_hw, &max_fw) {
             let p = a.plots.join("relay-throughput.png");
-            throughput_plot(&p, &[("hostwire", h), ("bare forwarder", f)]).context("throughput plot")?;
+            throughput_plot(&p, &[("hostwire", h), ("bare forwarder", f)])
+                .context("throughput plot")?;
             plots.push(("Delivered vs offered load", p));
         }
     }

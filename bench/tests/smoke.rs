@@ -60,7 +60,9 @@ async fn classroom_against_hostwire_and_the_forwarder() {
 async fn idle_connections_and_proc_samples() {
     let server = hostwire_relay().await;
     let t = Target::new(&format!("http://{}", server.addr), "http://localhost:5180");
-    let r = load::idle(&t, 12, Duration::ZERO, std::process::id(), true).await.unwrap();
+    let r = load::idle(&t, 12, Duration::ZERO, std::process::id(), true)
+        .await
+        .unwrap();
     assert_eq!((r.connections, r.still_open), (12, 12));
     assert!(r.rss_kb_after > 0);
     let s = hostwire_bench::procstat::sample(std::process::id()).unwrap();
@@ -78,7 +80,11 @@ fn the_report_renders_results() {
         "latency": {"p50_us": 300, "p90_us": 500, "p99_us": 900, "p999_us": 2000, "max_us": 5000, "samples": 1000, "curve": [[300, 50.0], [900, 99.0]]},
         "errors": {}, "closes": {}, "server_cpu": {"user_pct": 5.0, "system_pct": 7.0, "total_pct": 12.0}, "server_rss_kb": 30000
     });
-    std::fs::write(results.join("classroom-hostwire.json"), serde_json::json!({"scenario": "classroom", "result": run}).to_string()).unwrap();
+    std::fs::write(
+        results.join("classroom-hostwire.json"),
+        serde_json::json!({"scenario": "classroom", "result": run}).to_string(),
+    )
+    .unwrap();
     let out = dir.join("BENCHMARKS.md");
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_hostwire-bench"))
         .args(["report", "--criterion"])
