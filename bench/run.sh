@@ -14,9 +14,11 @@ ORIGIN=http://localhost:5180
 cargo build --release -p hostwire -p hostwire-bench
 BIN=target/release
 
-echo "== criterion"
-cargo bench -p hostwire-memizy --bench memizy -- $CRIT
-cargo bench -p hostwire-worker-rpc --bench worker_rpc -- $CRIT
+if [ "${SKIP_CRITERION:-0}" != 1 ]; then
+  echo "== criterion"
+  cargo bench -p hostwire-memizy --bench memizy -- $CRIT
+  cargo bench -p hostwire-worker-rpc --bench worker_rpc -- $CRIT
+fi
 
 echo "== JavaScript peers"
 if command -v node >/dev/null; then
@@ -25,21 +27,30 @@ else
   echo "node not found: the Zod baseline is skipped" >&2
 fi
 
-PORT=18787
+PORT=${PORT:-18787}
+if (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null; then
+  echo "port $PORT is in use: stop what listens there or set PORT" >&2; exit 1
+fi
+alive() { kill -0 "$SERVER" 2>/dev/null || { echo "the server exited: $(tail -3 "$OUT/server.log")" >&2; exit 1; }; }
 start_hostwire() {
   local dir; dir=$(mktemp -d)
   ROOMS_PER_IP_PER_HOUR=100000000 RUST_LOG=warn "$BIN/hostwire" serve --port $PORT --data-dir "$dir" --allowed-origins "$ORIGIN" > "$OUT/server.log" 2>&1 &
   SERVER=$!
-  for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/api/health" >/dev/null && return; sleep 0.1; done
+  for _ in $(seq 50); do alive; curl -sf "http://127.0.0.1:$PORT/api/health" >/dev/null && return; sleep 0.1; done
   echo "the server did not start" >&2; exit 1
 }
 start_forwarder() {
   "$BIN/hostwire-bench" forwarder --listen 127.0.0.1:$PORT > "$OUT/server.log" 2>&1 &
   SERVER=$!
-  for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null && return; sleep 0.1; done
+  for _ in $(seq 50); do alive; (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null && return; sleep 0.1; done
   echo "the forwarder did not start" >&2; exit 1
 }
-stop_server() { kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; }
+stop_server() {
+  kill "$SERVER" 2>/dev/null || true
+  wait "$SERVER" 2>/dev/null || true
+  # The port must be free before the next server starts.
+  for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null || return 0; sleep 0.1; done
+}
 gen() { "$BIN/hostwire-bench" "$@" --url "http://127.0.0.1:$PORT" --origin "$ORIGIN" --server-pid "$SERVER" --pin 0,1 --quiet; }
 
 for who in hostwire forwarder; do

@@ -59,7 +59,7 @@ async fn create(State(f): State<Arc<Forwarder>>) -> impl IntoResponse {
 }
 
 async fn upgrade(State(f): State<Arc<Forwarder>>, ws: WebSocketUpgrade) -> impl IntoResponse {
-    ws.read_buffer_size(4096)
+    ws.read_buffer_size(1024)
         .write_buffer_size(16 * 1024)
         .on_upgrade(move |s| conn(f, s))
 }

@@ -160,7 +160,8 @@ pub async fn create_room(http: &reqwest::Client, t: &Target) -> Result<(String, 
 pub async fn connect(t: &Target) -> Result<Ws> {
     let mut req = t.ws.as_str().into_client_request()?;
     req.headers_mut().insert("Origin", t.origin.parse()?);
-    let (ws, _) = tokio_tungstenite::connect_async(req).await?;
+    // TCP_NODELAY: small frames must not wait for delayed ACKs.
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(req, None, true).await?;
     Ok(ws)
 }
 

@@ -207,6 +207,9 @@ fn main() -> Result<()> {
         Command::Forwarder { listen } => runtime().block_on(async move {
             let l = tokio::net::TcpListener::bind(&listen).await?;
             println!("bare forwarder listening on http://{}", l.local_addr()?);
+            let l = axum::serve::ListenerExt::tap_io(l, |tcp: &mut tokio::net::TcpStream| {
+                let _ = tcp.set_nodelay(true);
+            });
             axum::serve(l, forwarder::router()).await?;
             Ok(())
         }),

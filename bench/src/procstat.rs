@@ -65,6 +65,7 @@ pub fn pin(pid: u32, core: usize) -> std::io::Result<()> {
     let pid = if pid == 0 { std::process::id() } else { pid };
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))?;
     for t in tasks.flatten() {
+        // Threads come and go; one gone by now is not an error.
         let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
         };
@@ -73,7 +74,11 @@ pub fn pin(pid: u32, core: usize) -> std::io::Result<()> {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
             libc::CPU_SET(core, &mut set);
             if libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(std::io::Error::last_os_error());
+                let e = std::io::Error::last_os_error();
+                // A thread that ended since the directory was read.
+                if e.raw_os_error() != Some(libc::ESRCH) {
+                    return Err(e);
+                }
             }
         }
     }

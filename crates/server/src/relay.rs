@@ -796,7 +796,9 @@ async fn ws_upgrade(
     // the connection lives; beyond that the WebSocket layer closes it (1009).
     ws.max_message_size(limits.frame_bytes.saturating_mul(2))
         .max_frame_size(limits.frame_bytes.saturating_mul(2))
-        .read_buffer_size(4096)
+        // Small buffers: an idle connection should cost little memory;
+        // big frames are read in more, smaller reads.
+        .read_buffer_size(1024)
         .write_buffer_size(16 * 1024)
         .on_upgrade(move |socket| handle_socket(relay, socket))
 }
