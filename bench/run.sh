@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark and writes docs/BENCHMARKS.md (and docs/bench/*.png).
-# The server is pinned to core 1, the load generator to core 0.
+# The server runs on core 1 (started under taskset), the load generator on
+# core 0.
 #   QUICK=1 bench/run.sh     shorter runs, for trying the tooling
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,13 +35,14 @@ fi
 alive() { kill -0 "$SERVER" 2>/dev/null || { echo "the server exited: $(tail -3 "$OUT/server.log")" >&2; exit 1; }; }
 start_hostwire() {
   local dir; dir=$(mktemp -d)
-  ROOMS_PER_IP_PER_HOUR=100000000 RUST_LOG=warn "$BIN/hostwire" serve --port $PORT --data-dir "$dir" --allowed-origins "$ORIGIN" > "$OUT/server.log" 2>&1 &
+  # Started on core 1 so the runtime sizes itself for one core.
+  ROOMS_PER_IP_PER_HOUR=100000000 RUST_LOG=warn taskset -c 1 "$BIN/hostwire" serve --port $PORT --data-dir "$dir" --allowed-origins "$ORIGIN" > "$OUT/server.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 50); do alive; curl -sf "http://127.0.0.1:$PORT/api/health" >/dev/null && return; sleep 0.1; done
   echo "the server did not start" >&2; exit 1
 }
 start_forwarder() {
-  "$BIN/hostwire-bench" forwarder --listen 127.0.0.1:$PORT > "$OUT/server.log" 2>&1 &
+  taskset -c 1 "$BIN/hostwire-bench" forwarder --listen 127.0.0.1:$PORT > "$OUT/server.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 50); do alive; (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null && return; sleep 0.1; done
   echo "the forwarder did not start" >&2; exit 1
