@@ -289,7 +289,11 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
             100.0 * hc / fc.max(1.0),
             if ok { "met".to_owned() } else if hc >= 0.8 * fc { format!("within 80 % of the floor: met; 450k: missed, {:.0} % of it", 100.0 * hc / 450_000.0) } else { format!("missed: {:.0} % of 450k", 100.0 * hc / 450_000.0) }
         );
-        notes.push(format!("max: hostwire stopped because {}; the forwarder because {}.", h["stop_reason"].as_str().unwrap_or("?"), f["stop_reason"].as_str().unwrap_or("?")));
+        notes.push(format!(
+            "max: hostwire stopped because {}; the forwarder because {}.",
+            h["stop_reason"].as_str().unwrap_or("?"),
+            f["stop_reason"].as_str().unwrap_or("?")
+        ));
     }
     if let Some(r) = idle_hw.as_ref().map(|v| &v["result"]) {
         let b = r["bytes_per_connection"].as_f64().unwrap_or(f64::NAN);
@@ -309,8 +313,13 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
     for n in &notes {
         let _ = writeln!(s, "\n{n}");
     }
-    let kernel = classroom_hw.as_ref().and_then(|v| cpu_of(&v["result"])).map(|(t, _, sys)| 100.0 * sys / t.max(0.01));
-    let zod_here = zod.as_ref().and_then(|z| z["results"]["send-2kb"]["callsPerSecond"].as_f64());
+    let kernel = classroom_hw
+        .as_ref()
+        .and_then(|v| cpu_of(&v["result"]))
+        .map(|(t, _, sys)| 100.0 * sys / t.max(0.01));
+    let zod_here = zod
+        .as_ref()
+        .and_then(|z| z["results"]["send-2kb"]["callsPerSecond"].as_f64());
     let _ = writeln!(s, "\n### What bounds the missed targets\n");
     if let Some(z) = zod_here {
         let _ = writeln!(s, "- **This machine.** The Zod pipeline runs {} here against about 93k/s on the machine the targets were set on: absolute figures here are {:.1}× lower for the same work. Ratios to a baseline from the same run are what carries over.", fmt_rate(z), 93_000.0 / z.max(1.0));

@@ -82,11 +82,12 @@ impl RelayServer {
         let relay = Relay::start(config, clock, metrics, writer, stored);
         let addr = listener.local_addr()?;
         // Without TCP_NODELAY, small frames wait for delayed ACKs (~40 ms).
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "TCP_NODELAY");
-            }
-        });
+        let listener =
+            axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "TCP_NODELAY");
+                }
+            });
         let (stop, mut stopped) = watch::channel(false);
         let app = router(Arc::clone(&relay)).into_make_service_with_connect_info::<SocketAddr>();
         let sweeper = Arc::clone(&relay);
