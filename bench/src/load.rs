@@ -269,89 +269,94 @@ fn note_close(
     }
 }
 
-async fn run_host(
-    mut ws: Ws,
-    ids: Vec<String>,
-    hz: f64,
-    pad: Arc<String>,
-    c: Arc<Counters>,
-    budget: Option<u64>,
-) {
+/// One connection: every tick (at `hz`, at most `budget` ticks) it sends
+/// the frames `frames` makes, in one flush; it records what it receives.
+async fn run_connection<F>(mut ws: Ws, hz: f64, budget: Option<u64>, c: Arc<Counters>, frames: F)
+where
+    F: Fn() -> Vec<String> + Send,
+{
     let mut h = histogram();
     let mut left = budget.unwrap_or(u64::MAX);
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / hz.max(0.001)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let to: Vec<String> = ids
-        .iter()
-        .map(|id| serde_json::to_string(id).unwrap())
-        .collect();
     let mut stop = c.stop.subscribe();
-    loop {
-        if *stop.borrow() {
+    'run: loop {
+        if *stop.borrow() || c.phase.load(Relaxed) == STOP {
             break;
         }
         tokio::select! {
             _ = stop.changed() => break,
             _ = tick.tick(), if hz > 0.0 && left > 0 => {
-                if c.phase.load(Relaxed) == STOP { break; }
                 left -= 1;
-                for id in &to {
-                    let f = format!("{{\"t\":\"to\",\"to\":{id},\"data\":{}}}", payload(&pad, false));
-                    if ws.feed(Message::Text(f.into())).await.is_err() { break; }
+                for f in frames() {
+                    if ws.feed(Message::Text(f.into())).await.is_err() {
+                        c.close("error");
+                        break 'run;
+                    }
                     c.sent.fetch_add(1, Relaxed);
                 }
-                if ws.flush().await.is_err() { c.close("error"); break; }
+                if ws.flush().await.is_err() {
+                    c.close("error");
+                    break;
+                }
             }
             m = ws.next() => {
-                if let Some(Ok(Message::Text(t))) = &m { record(t, &c, &mut h, false); continue; }
-                if note_close(m, &c) { break; }
+                if let Some(Ok(Message::Text(t))) = &m {
+                    record(t, &c, &mut h, false);
+                    continue;
+                }
+                if note_close(m, &c) {
+                    break;
+                }
             }
-        }
-        if c.phase.load(Relaxed) == STOP {
-            break;
         }
     }
     c.merge(&h);
     let _ = ws.close(None).await;
 }
 
+/// The host: a `to` for each player every tick.
+async fn run_host(
+    ws: Ws,
+    ids: Vec<String>,
+    hz: f64,
+    pad: Arc<String>,
+    c: Arc<Counters>,
+    budget: Option<u64>,
+) {
+    let to: Vec<String> = ids
+        .iter()
+        .map(|id| serde_json::to_string(id).unwrap_or_default())
+        .collect();
+    let frames = move || {
+        to.iter()
+            .map(|id| {
+                format!(
+                    "{{\"t\":\"to\",\"to\":{id},\"data\":{}}}",
+                    payload(&pad, false)
+                )
+            })
+            .collect()
+    };
+    run_connection(ws, hz, budget, c, frames).await;
+}
+
+/// A player: one `up` every tick.
 async fn run_player(
-    mut ws: Ws,
+    ws: Ws,
     hz: f64,
     pad: Arc<String>,
     c: Arc<Counters>,
     flood: bool,
     budget: Option<u64>,
 ) {
-    let mut h = histogram();
-    let mut left = budget.unwrap_or(u64::MAX);
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / hz.max(0.001)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut stop = c.stop.subscribe();
-    loop {
-        if *stop.borrow() {
-            break;
-        }
-        tokio::select! {
-            _ = stop.changed() => break,
-            _ = tick.tick(), if hz > 0.0 && left > 0 => {
-                if c.phase.load(Relaxed) == STOP { break; }
-                left -= 1;
-                let f = format!("{{\"t\":\"up\",\"data\":{}}}", payload(&pad, flood));
-                if ws.send(Message::Text(f.into())).await.is_err() { c.close("error"); break; }
-                c.sent.fetch_add(1, Relaxed);
-            }
-            m = ws.next() => {
-                if let Some(Ok(Message::Text(t))) = &m { record(t, &c, &mut h, false); continue; }
-                if note_close(m, &c) { break; }
-            }
-        }
-        if c.phase.load(Relaxed) == STOP {
-            break;
-        }
-    }
-    c.merge(&h);
-    let _ = ws.close(None).await;
+    let frames = move || {
+        vec![format!(
+            "{{\"t\":\"up\",\"data\":{}}}",
+            payload(&pad, flood)
+        )]
+    };
+    run_connection(ws, hz, budget, c, frames).await;
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -498,23 +503,14 @@ pub async fn classroom(t: &Target, p: &Classroom, server_pid: Option<u32>) -> Re
         for task in tasks {
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
         }
-        let hist = c.hist.lock().unwrap().clone();
-        let errors = c.errors.lock().unwrap().clone();
-        let closes = c.closes.lock().unwrap().clone();
-        return Ok(RunResult {
-            rooms: p.rooms,
-            players: p.players,
-            player_hz: p.player_hz,
-            host_hz: p.host_hz,
-            offered_per_s: expected as f64 / seconds,
-            delivered_per_s: c.measured_delivered.load(Relaxed) as f64 / seconds,
+        return Ok(run_result(
+            p,
+            &c,
+            expected as f64 / seconds,
             seconds,
-            latency: latency(&hist),
-            errors,
-            closes,
-            server_cpu: None,
-            server_rss_kb: None,
-        });
+            None,
+            None,
+        ));
     }
     tokio::time::sleep(p.warmup).await;
     let before: Option<ProcSample> = server_pid.and_then(procstat::sample);
@@ -545,10 +541,31 @@ pub async fn classroom(t: &Target, p: &Classroom, server_pid: Option<u32>) -> Re
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
     }
     let offered = p.rooms as f64 * p.players as f64 * (p.host_hz + p.player_hz);
+    let cpu = before
+        .zip(after)
+        .map(|(a, b)| procstat::cpu_between(a, b, seconds));
+    Ok(run_result(
+        p,
+        &c,
+        offered,
+        seconds,
+        cpu,
+        after.map(|a| a.rss_kb),
+    ))
+}
+
+fn run_result(
+    p: &Classroom,
+    c: &Counters,
+    offered: f64,
+    seconds: f64,
+    cpu: Option<CpuUse>,
+    rss: Option<u64>,
+) -> RunResult {
     let hist = c.hist.lock().unwrap().clone();
     let errors = c.errors.lock().unwrap().clone();
     let closes = c.closes.lock().unwrap().clone();
-    Ok(RunResult {
+    RunResult {
         rooms: p.rooms,
         players: p.players,
         player_hz: p.player_hz,
@@ -559,11 +576,9 @@ pub async fn classroom(t: &Target, p: &Classroom, server_pid: Option<u32>) -> Re
         latency: latency(&hist),
         errors,
         closes,
-        server_cpu: before
-            .zip(after)
-            .map(|(a, b)| procstat::cpu_between(a, b, seconds)),
-        server_rss_kb: after.map(|a| a.rss_kb),
-    })
+        server_cpu: cpu,
+        server_rss_kb: rss,
+    }
 }
 
 /// One more player in `room` (the flooder); the host's presence frame for

@@ -235,6 +235,14 @@ impl Relay {
         self.rooms.lock().ok()?.get(pin).cloned()
     }
 
+    /// Every live room (a snapshot; rooms may close meanwhile).
+    fn handles(&self) -> Vec<RoomHandle> {
+        self.rooms
+            .lock()
+            .map(|r| r.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
     pub fn room_count(&self) -> usize {
         self.rooms.lock().map(|r| r.len()).unwrap_or(0)
     }
@@ -281,12 +289,7 @@ impl Relay {
 
     /// Runs one sweep over every room now (the timer calls it every 30 s).
     pub async fn sweep(&self) {
-        let handles: Vec<RoomHandle> = self
-            .rooms
-            .lock()
-            .map(|r| r.values().cloned().collect())
-            .unwrap_or_default();
-        for h in handles {
+        for h in self.handles() {
             let _ = h.tx.send(RoomCmd::Sweep).await;
         }
         let now = self.clock.now_ms();
@@ -299,12 +302,7 @@ impl Relay {
             });
         }
         // Let the rooms act on the sweep before returning.
-        let handles: Vec<RoomHandle> = self
-            .rooms
-            .lock()
-            .map(|r| r.values().cloned().collect())
-            .unwrap_or_default();
-        for h in handles {
+        for h in self.handles() {
             let (tx, rx) = oneshot::channel();
             if h.tx.send(RoomCmd::Info(tx)).await.is_ok() {
                 let _ = rx.await;
@@ -315,12 +313,7 @@ impl Relay {
     /// Closes every connection with 1001 (rooms stay stored) and flushes
     /// the store.
     pub async fn shutdown(&self) {
-        let handles: Vec<RoomHandle> = self
-            .rooms
-            .lock()
-            .map(|r| r.values().cloned().collect())
-            .unwrap_or_default();
-        for h in handles {
+        for h in self.handles() {
             let (tx, rx) = oneshot::channel();
             if h.tx.send(RoomCmd::Shutdown(tx)).await.is_ok() {
                 let _ = rx.await;
