@@ -170,9 +170,43 @@ async fn stop_signal() {
     let _ = ctrl_c.await;
 }
 
+/// Raises the open-file soft limit to the hard limit: every connection is a
+/// file, and a common default of 1,024 would cap a server at about 1,000
+/// players. Returns the limit in force.
+#[cfg(unix)]
+pub fn raise_open_file_limit() -> u64 {
+    // SAFETY: getrlimit/setrlimit on a local, zero-initialized struct.
+    unsafe {
+        let mut l: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+            return 0;
+        }
+        if l.rlim_cur < l.rlim_max {
+            let wanted = libc::rlimit {
+                rlim_cur: l.rlim_max,
+                rlim_max: l.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) == 0 {
+                return wanted.rlim_cur;
+            }
+        }
+        l.rlim_cur
+    }
+}
+
+#[cfg(not(unix))]
+pub fn raise_open_file_limit() -> u64 {
+    0
+}
+
 /// `hostwire serve`.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_logs(args.log_format);
+    let files = raise_open_file_limit();
+    tracing::info!(
+        open_files = files,
+        "open-file limit (each connection uses one)"
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
