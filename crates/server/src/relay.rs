@@ -539,12 +539,11 @@ fn count_out(metrics: &Metrics, text: &str) {
             .bytes_forwarded
             .fetch_add(text.len() as u64, Relaxed);
     } else {
-        if text.starts_with("{\"t\":\"error\"") {
-            if let Some(code) = serde_json::from_str::<Value>(text)
-                .ok()
-                .and_then(|v| v["code"].as_str().map(str::to_owned))
-            {
-                metrics.error(&code);
+        // Error frames are ours (`frames::error`): the code is the first
+        // `"code":"…"`, read without parsing the frame again.
+        if let Some(rest) = text.strip_prefix("{\"t\":\"error\",\"code\":\"") {
+            if let Some(end) = rest.find('"') {
+                metrics.error(&rest[..end]);
             }
         }
         metrics.frame_out("control");
