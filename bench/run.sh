@@ -61,8 +61,10 @@ for who in hostwire forwarder; do
   echo "== max, $who"
   start_$who; gen max --warmup-s 2 --duration-s $STEP --json "$OUT/max-$who.json"; stop_server
 done
-echo "== idle, hostwire"
-start_hostwire; gen idle --connections $IDLE --hold-s 5 --json "$OUT/idle-hostwire.json"; stop_server
+for who in hostwire forwarder; do
+  echo "== idle, $who"
+  start_$who; gen idle --connections $IDLE --hold-s 5 --json "$OUT/idle-$who.json"; stop_server
+done
 echo "== flood, hostwire"
 start_hostwire; gen flood --rooms 10 --players 20 --warmup-s $WARM --duration-s $DUR --json "$OUT/flood-hostwire.json"; stop_server
 
