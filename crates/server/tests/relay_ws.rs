@@ -564,3 +564,28 @@ async fn a_reader_that_cannot_keep_up_is_closed() {
         Ended::Dropped | Ended::Closed(_)
     ));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_unresponsive_connection_is_closed_after_the_idle_timeout() {
+    // Tokio's clock is paused: the 60 s pass without waiting.
+    let t = TestRelay::start(config()).await;
+    let (_host, pin, _) = t.host().await;
+    let (mut quiet, _, _) = t.player(&pin, "Quiet").await;
+    let (mut alive, _, _) = t.player(&pin, "Alive").await;
+    // Nothing read, so not even the server's pings are answered.
+    tokio::time::advance(std::time::Duration::from_millis(
+        RELAY_LIMITS.idle_timeout_ms - 1_000,
+    ))
+    .await;
+    // One that sends in time stays.
+    assert!(alive.until_pong().await.len() <= 1);
+    tokio::time::advance(std::time::Duration::from_millis(2_000)).await;
+    assert_eq!(quiet.ended().await, Ended::Closed(1001));
+    // The host read nothing either and was closed; the active player is
+    // still connected and told so.
+    let seen = alive.until_pong().await;
+    assert!(
+        seen.contains(&json!({"t": "host-presence", "connected": false})),
+        "{seen:?}"
+    );
+}
