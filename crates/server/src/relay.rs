@@ -156,6 +156,11 @@ enum RoomCmd {
     },
     Sweep,
     Info(oneshot::Sender<RoomInfo>),
+    /// Whether a bearer token is the room's host token.
+    IsHost {
+        token: String,
+        reply: oneshot::Sender<bool>,
+    },
     GetBundle(oneshot::Sender<Option<(u64, Bytes)>>),
     PutBundle {
         token: String,
@@ -370,6 +375,9 @@ impl Relay {
                 }
                 RoomCmd::Info(reply) => {
                     let _ = reply.send(room.info());
+                }
+                RoomCmd::IsHost { token, reply } => {
+                    let _ = reply.send(room.host_token().matches(&token));
                 }
                 RoomCmd::GetBundle(reply) => {
                     let _ = reply.send(room.bundle().map(|m| m.version).zip(bundle.clone()));
@@ -711,11 +719,20 @@ async fn put_bundle(
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("")
         .to_owned();
-    // The token is checked by the room; a wrong one never gets its body read.
+    // The token is checked first: a caller who is not the host never gets
+    // its body read.
     let (tx, rx) = oneshot::channel();
-    let _ = room.tx.send(RoomCmd::Info(tx)).await;
-    if rx.await.is_err() {
-        return error(StatusCode::NOT_FOUND, "Room not found", cors);
+    let _ = room
+        .tx
+        .send(RoomCmd::IsHost {
+            token: token.clone(),
+            reply: tx,
+        })
+        .await;
+    match rx.await {
+        Err(_) => return error(StatusCode::NOT_FOUND, "Room not found", cors),
+        Ok(false) => return error(StatusCode::FORBIDDEN, "Not the host", cors),
+        Ok(true) => {}
     }
     let limit = relay.config.limits.bundle_bytes;
     let declared = req
@@ -723,9 +740,6 @@ async fn put_bundle(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    if token.is_empty() {
-        return error(StatusCode::FORBIDDEN, "Not the host", cors);
-    }
     if declared.is_some_and(|n| n > limit) {
         return error(StatusCode::PAYLOAD_TOO_LARGE, "Bundle too large", cors);
     }

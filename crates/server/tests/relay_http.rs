@@ -100,6 +100,14 @@ async fn rooms_info_and_bundles() {
         "{{\"pluginHtml\":\"{}\",\"set\":{{}}}}",
         "x".repeat(8 * 1024 * 1024)
     );
+    // Not the host: refused before the body is read, whatever its size.
+    assert_eq!(
+        put(Some("Bearer nope".into()), huge.clone())
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::FORBIDDEN
+    );
     assert_eq!(
         put(auth.clone(), huge).await.unwrap().status(),
         StatusCode::PAYLOAD_TOO_LARGE
