@@ -47,47 +47,91 @@ pub struct Structure {
 /// Digits in a row from which a number may not fit a double.
 const LONG_NUMBER_DIGITS: usize = 300;
 
+/// Byte classes of the scan: everything else is 0.
+const QUOTE: u8 = 1;
+const OPEN: u8 = 2;
+const CLOSE: u8 = 3;
+const DIGIT: u8 = 4;
+const EXP: u8 = 5;
+const DOT: u8 = 6;
+
+const CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    t[b'"' as usize] = QUOTE;
+    t[b'[' as usize] = OPEN;
+    t[b'{' as usize] = OPEN;
+    t[b']' as usize] = CLOSE;
+    t[b'}' as usize] = CLOSE;
+    let mut d = b'0';
+    while d <= b'9' {
+        t[d as usize] = DIGIT;
+        d += 1;
+    }
+    t[b'e' as usize] = EXP;
+    t[b'E' as usize] = EXP;
+    t[b'.' as usize] = DOT;
+    t
+};
+
+/// Strings shorter than this are stepped over byte by byte; longer ones
+/// with memchr (its set-up costs more than a short loop).
+const SHORT_STRING: usize = 32;
+
 /// Scans JSON text for its nesting depth and for numbers that may not fit
-/// a double, jumping over string contents. Stops once `stop_above` is
+/// a double, stepping over string contents. Stops once `stop_above` is
 /// exceeded. Not a validator: the parse that follows is.
 pub fn scan_structure(text: &[u8], stop_above: usize) -> Structure {
     let mut depth = 0usize;
     let mut out = Structure::default();
     let mut digits = 0usize;
+    let mut prev = 0u8;
     let mut i = 0usize;
-    while i < text.len() {
-        let b = text[i];
-        if b.is_ascii_digit() {
+    let n = text.len();
+    while i < n {
+        let class = CLASS[text[i] as usize];
+        if class == DIGIT {
             digits += 1;
             if digits >= LONG_NUMBER_DIGITS {
                 out.big_numbers = true;
             }
+            prev = DIGIT;
             i += 1;
             continue;
         }
-        let after_digit = digits > 0;
         digits = 0;
-        match b {
-            b'"' => {
+        match class {
+            QUOTE => {
                 i += 1;
-                // Jump to the closing quote, stepping over escapes.
+                // To the closing quote, stepping over escapes.
                 loop {
-                    match memchr::memchr2(b'"', b'\\', &text[i.min(text.len())..]) {
-                        None => return out,
-                        Some(k) => {
-                            i += k;
-                            if text[i] == b'\\' {
-                                i += 2;
-                            } else {
-                                i += 1;
-                                break;
-                            }
+                    let end = (i + SHORT_STRING).min(n);
+                    let mut j = i;
+                    while j < end && text[j] != b'"' && text[j] != b'\\' {
+                        j += 1;
+                    }
+                    if j == end && end < n {
+                        match memchr::memchr2(b'"', b'\\', &text[end..]) {
+                            Some(k) => j = end + k,
+                            None => return out,
                         }
                     }
+                    if j >= n {
+                        return out;
+                    }
+                    if text[j] == b'\\' {
+                        i = j + 2;
+                        if i >= n {
+                            return out;
+                        }
+                    } else {
+                        i = j + 1;
+                        break;
+                    }
                 }
+                prev = QUOTE;
                 continue;
             }
-            b'[' | b'{' => {
+            OPEN => {
                 depth += 1;
                 if depth > out.max_depth {
                     out.max_depth = depth;
@@ -96,12 +140,13 @@ pub fn scan_structure(text: &[u8], stop_above: usize) -> Structure {
                     }
                 }
             }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            b'e' | b'E' if after_digit || text.get(i.wrapping_sub(1)) == Some(&b'.') => {
-                out.big_numbers = true
-            }
+            CLOSE => depth = depth.saturating_sub(1),
+            // An exponent follows a digit or a decimal point; the `e` of
+            // `true` and `false` follows a letter.
+            EXP if prev == DIGIT || prev == DOT => out.big_numbers = true,
             _ => {}
         }
+        prev = class;
         i += 1;
     }
     out
@@ -330,7 +375,23 @@ mod tests {
         assert_eq!(raw_within(&raw, 25), Err(26));
     }
 
+    fn value_depth(v: &Value) -> usize {
+        match v {
+            Value::Array(a) => 1 + a.iter().map(value_depth).max().unwrap_or(0),
+            Value::Object(o) => 1 + o.values().map(value_depth).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
     proptest! {
+        #[test]
+        fn the_scan_finds_the_depth_of_any_value(v in arb_json(), pretty in any::<bool>()) {
+            let text = if pretty { serde_json::to_string_pretty(&v).unwrap() } else { v.to_string() };
+            let scan = scan_structure(text.as_bytes(), 1000);
+            prop_assert_eq!(scan.max_depth, value_depth(&v));
+            prop_assert!(!scan.big_numbers, "no exponents in {}", text);
+        }
+
         #[test]
         fn compact_len_equals_serde_size_for_any_value(v in arb_json()) {
             let pretty = serde_json::to_string_pretty(&v).unwrap();
@@ -345,6 +406,8 @@ mod tests {
             any::<bool>().prop_map(Value::Bool),
             any::<i32>().prop_map(Value::from),
             ".{0,8}".prop_map(Value::String),
+            // Strings long enough for the memchr path, with quotes and escapes.
+            "[a-z\\\\\"\\[\\]{}e ]{30,80}".prop_map(Value::String),
         ];
         leaf.prop_recursive(4, 32, 6, |inner| {
             prop_oneof![

@@ -67,5 +67,27 @@ fn display(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, decode, display);
+/// Where the time of a `send` goes: the pre-scan and the serde pass alone.
+fn components(c: &mut Criterion) {
+    let (_, args) = fixture("send-2kb");
+    let mut g = c.benchmark_group("send_components");
+    g.bench_function("pre-scan (size, depth, big numbers)", |b| {
+        b.iter(|| {
+            black_box(hostwire_core::json::scan_structure(
+                black_box(args.as_bytes()),
+                68,
+            ))
+        })
+    });
+    g.bench_function("serde pass (typed, data as RawValue)", |b| {
+        b.iter(|| {
+            let v: (hostwire_memizy::OutgoingMessage,) =
+                serde_json::from_str(black_box(&args)).unwrap();
+            black_box(v)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, decode, display, components);
 criterion_main!(benches);
