@@ -920,14 +920,24 @@ fn serve_call(peer: &Peer, id: Id, method: String, params: Value, cancel: Cancel
             return;
         }
     };
+    spawn_handler(peer, id, method, cancel, move |ctx| handler(params, ctx));
+}
+
+/// Runs a handler with its context and answers with what it returns.
+fn spawn_handler<F>(peer: &Peer, id: Id, method: String, cancel: CancelToken, run: F)
+where
+    F: FnOnce(Context) -> BoxFuture<'static, Result<Value, RpcError>>,
+{
+    let shared = Arc::clone(&peer.shared);
     let ctx = Context {
         id,
         method,
         cancel: cancel.clone(),
         peer: peer.clone(),
     };
+    let fut = run(ctx);
     tokio::spawn(async move {
-        let result = handler(params, ctx).await;
+        let result = fut.await;
         finish_serving(&shared, id, result, &cancel);
     });
 }
@@ -975,15 +985,8 @@ fn serve_stream(peer: &Peer, id: Id, method: String, params: Value, cancel: Canc
         window,
         done: false,
     };
-    let ctx = Context {
-        id,
-        method,
-        cancel: cancel.clone(),
-        peer: peer.clone(),
-    };
-    tokio::spawn(async move {
-        let result = handler(params, receiver, ctx).await;
-        finish_serving(&shared, id, result, &cancel);
+    spawn_handler(peer, id, method, cancel, move |ctx| {
+        handler(params, receiver, ctx)
     });
 }
 
