@@ -114,17 +114,21 @@ fn js_key_order(map: &Map<String, Value>) -> Vec<String> {
         .collect()
 }
 
+/// An item's `type` ("" when it has none).
+fn item_type(obj: &Map<String, Value>) -> String {
+    obj.get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned()
+}
+
 /// The item in display order: only lists move, answers refer to ids.
 pub fn display_item(item: &Value, random: &mut SeededRandom) -> Value {
     let mut it = item.clone();
     let Some(obj) = it.as_object_mut() else {
         return it;
     };
-    let kind = obj
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
+    let kind = item_type(obj);
     match kind.as_str() {
         "mcq-single" | "mcq-multi" if shuffle_allowed(obj.get("shuffle")) => {
             shuffle_field(obj, "options", random);
@@ -237,11 +241,7 @@ pub fn public_item(item: &Value) -> Value {
     let Some(obj) = it.as_object_mut() else {
         return it;
     };
-    let kind = obj
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
+    let kind = item_type(obj);
     if kind.starts_with("x-") {
         for k in CUSTOM_HIDDEN {
             obj.remove(*k);
