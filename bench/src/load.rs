@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
@@ -125,11 +126,15 @@ fn histogram() -> Histogram<u64> {
 /// The embedded send time, from a received `data` or `from` frame.
 fn sent_at(frame: &str) -> Option<u64> {
     let i = frame.find("\"ts\":")? + 5;
-    let digits: String = frame[i..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
-    digits.parse().ok()
+    let rest = &frame.as_bytes()[i..];
+    let n = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&rest[..n]).ok()?.parse().ok()
+}
+
+/// Where in its period sender `k` ticks, spread evenly so that the
+/// offered load is smooth rather than every sender at once.
+fn phase_of(k: usize) -> f64 {
+    (k as f64 * 0.618_033_988_749_895).fract()
 }
 
 fn payload(pad: &str, flood: bool) -> String {
@@ -160,8 +165,13 @@ pub async fn create_room(http: &reqwest::Client, t: &Target) -> Result<(String, 
 pub async fn connect(t: &Target) -> Result<Ws> {
     let mut req = t.ws.as_str().into_client_request()?;
     req.headers_mut().insert("Origin", t.origin.parse()?);
+    // tungstenite zero-fills the whole free read buffer before each read
+    // (128 KiB by default): half of the generator's CPU went to that.
+    let config = WebSocketConfig::default()
+        .read_buffer_size(4096)
+        .write_buffer_size(16 * 1024);
     // TCP_NODELAY: small frames must not wait for delayed ACKs.
-    let (ws, _) = tokio_tungstenite::connect_async_with_config(req, None, true).await?;
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(req, Some(config), true).await?;
     Ok(ws)
 }
 
@@ -271,21 +281,26 @@ fn note_close(
 
 /// One connection: every tick (at `hz`, at most `budget` ticks) it sends
 /// the frames `frames` makes, in one flush; it records what it receives.
-async fn run_connection<F>(mut ws: Ws, hz: f64, budget: Option<u64>, c: Arc<Counters>, frames: F)
+async fn run_connection<F>(mut ws: Ws, s: Sender, c: Arc<Counters>, frames: F)
 where
     F: Fn() -> Vec<String> + Send,
 {
     let mut h = histogram();
-    let mut left = budget.unwrap_or(u64::MAX);
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / hz.max(0.001)));
+    let mut left = s.budget.unwrap_or(u64::MAX);
+    let hz = s.hz;
+    let period = Duration::from_secs_f64(1.0 / hz.max(0.001));
+    let first = tokio::time::Instant::now() + period.mul_f64(s.phase);
+    let mut tick = tokio::time::interval_at(first, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stop = c.stop.subscribe();
+    // One waiter for the whole run, not a new one per frame.
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    tokio::pin!(stopped);
     'run: loop {
-        if *stop.borrow() || c.phase.load(Relaxed) == STOP {
-            break;
-        }
         tokio::select! {
-            _ = stop.changed() => break,
+            _ = &mut stopped => break,
             _ = tick.tick(), if hz > 0.0 && left > 0 => {
                 left -= 1;
                 for f in frames() {
@@ -315,15 +330,18 @@ where
     let _ = ws.close(None).await;
 }
 
-/// The host: a `to` for each player every tick.
-async fn run_host(
-    ws: Ws,
-    ids: Vec<String>,
+/// How one connection sends.
+#[derive(Clone, Copy)]
+struct Sender {
     hz: f64,
-    pad: Arc<String>,
-    c: Arc<Counters>,
+    /// Where in the period its first tick falls (0..1).
+    phase: f64,
+    /// At most this many ticks (count mode).
     budget: Option<u64>,
-) {
+}
+
+/// The host: a `to` for each player every tick.
+async fn run_host(ws: Ws, ids: Vec<String>, s: Sender, pad: Arc<String>, c: Arc<Counters>) {
     let to: Vec<String> = ids
         .iter()
         .map(|id| serde_json::to_string(id).unwrap_or_default())
@@ -338,25 +356,18 @@ async fn run_host(
             })
             .collect()
     };
-    run_connection(ws, hz, budget, c, frames).await;
+    run_connection(ws, s, c, frames).await;
 }
 
 /// A player: one `up` every tick.
-async fn run_player(
-    ws: Ws,
-    hz: f64,
-    pad: Arc<String>,
-    c: Arc<Counters>,
-    flood: bool,
-    budget: Option<u64>,
-) {
+async fn run_player(ws: Ws, s: Sender, pad: Arc<String>, c: Arc<Counters>, flood: bool) {
     let frames = move || {
         vec![format!(
             "{{\"t\":\"up\",\"data\":{}}}",
             payload(&pad, flood)
         )]
     };
-    run_connection(ws, hz, budget, c, frames).await;
+    run_connection(ws, s, c, frames).await;
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -457,35 +468,44 @@ pub async fn classroom(t: &Target, p: &Classroom, server_pid: Option<u32>) -> Re
     }
     let mut tasks = Vec::new();
     let budget = p.frames_per_sender;
+    let mut k = 0;
+    let mut sender = |hz: f64| {
+        k += 1;
+        Sender {
+            hz,
+            phase: phase_of(k),
+            budget,
+        }
+    };
     for r in rooms {
         let ids: Vec<String> = r.players.iter().map(|(_, id)| id.clone()).collect();
+        let s = sender(p.host_hz);
         tasks.push(tokio::spawn(run_host(
             r.host,
             ids,
-            p.host_hz,
+            s,
             Arc::clone(&pad),
             Arc::clone(&c),
-            budget,
         )));
         for (ws, _) in r.players {
+            let s = sender(p.player_hz);
             tasks.push(tokio::spawn(run_player(
                 ws,
-                p.player_hz,
+                s,
                 Arc::clone(&pad),
                 Arc::clone(&c),
                 false,
-                budget,
             )));
         }
     }
     if let (Some(ws), Some(hz)) = (flooder, p.flooder_hz) {
+        let s = sender(hz);
         tasks.push(tokio::spawn(run_player(
             ws,
-            hz,
+            s,
             Arc::clone(&pad),
             Arc::clone(&c),
             true,
-            budget,
         )));
     }
     if let Some(n) = p.frames_per_sender {

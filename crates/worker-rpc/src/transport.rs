@@ -82,6 +82,10 @@ pub fn stdio() -> Transport {
 }
 
 /// One text message per frame over a WebSocket (client or server side).
+///
+/// Build the stream with a small `read_buffer_size` (a few KiB):
+/// tungstenite zero-fills the whole free read buffer before every read, and
+/// its default of 128 KiB makes each small frame cost a 128 KiB memset.
 pub fn websocket<S>(ws: tokio_tungstenite::WebSocketStream<S>) -> Transport
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
