@@ -79,6 +79,15 @@ fn components(c: &mut Criterion) {
             ))
         })
     });
+    // Baseline in the same run: the same scan byte by byte.
+    g.bench_function("pre-scan byte by byte (baseline)", |b| {
+        b.iter(|| {
+            black_box(hostwire_core::json::scan_structure_bytewise(
+                black_box(args.as_bytes()),
+                68,
+            ))
+        })
+    });
     g.bench_function("serde pass (typed, data as RawValue)", |b| {
         b.iter(|| {
             let v: (hostwire_memizy::OutgoingMessage,) =

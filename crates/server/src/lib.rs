@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod metrics;
+mod outbound;
 pub mod relay;
 pub mod server;
 pub mod store_writer;

@@ -3,6 +3,7 @@
 //! connection has a reader task and a writer task with a bounded queue.
 
 use crate::metrics::Metrics;
+use crate::outbound;
 use crate::store_writer::StoreWriter;
 use axum::body::Body;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
@@ -20,11 +21,12 @@ use hostwire_memizy::relay::*;
 use hostwire_store::StoredRoom;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
+use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot};
 
 /// Frames waiting for one slow reader before it is closed (1013).
 pub const OUTBOUND_QUEUE: usize = 1024;
@@ -77,65 +79,27 @@ pub struct RelayConfig {
 }
 
 /// One queued outbound item.
-enum Out {
-    Frame(Utf8Bytes),
-    Close(u16, &'static str),
-}
-
 /// The sending side of one connection.
 #[derive(Clone)]
-struct Outbound {
-    tx: mpsc::Sender<Out>,
-    kill: Arc<Kill>,
-}
+struct Outbound(outbound::Outbound<Utf8Bytes>);
 
-/// Closes a connection at once, ahead of its queue.
-#[derive(Default)]
-struct Kill {
-    code: Mutex<Option<(u16, &'static str)>>,
-    notify: Notify,
-}
-
-impl Kill {
-    /// Returns whether this call fired it (the first one).
-    fn fire(&self, code: u16, reason: &'static str) -> bool {
-        let first = match self.code.lock() {
-            Ok(mut c) if c.is_none() => {
-                *c = Some((code, reason));
-                true
-            }
-            _ => false,
-        };
-        self.notify.notify_waiters();
-        self.notify.notify_one();
-        first
-    }
-    fn fired(&self) -> Option<(u16, &'static str)> {
-        self.code.lock().ok().and_then(|c| *c)
-    }
-}
+const TOO_SLOW: outbound::Close = (CLOSE_TOO_SLOW, "too slow: outbound queue full");
 
 impl Outbound {
     /// Queues a frame; a full queue closes the connection (1013).
     fn frame(&self, frame: Utf8Bytes, metrics: &Metrics) -> bool {
-        match self.tx.try_send(Out::Frame(frame)) {
+        match self.0.push(frame, TOO_SLOW) {
             Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                if self
-                    .kill
-                    .fire(CLOSE_TOO_SLOW, "too slow: outbound queue full")
-                {
-                    metrics.slow_consumers_closed.fetch_add(1, Relaxed);
-                }
+            Err(outbound::Refused::Full) => {
+                metrics.slow_consumers_closed.fetch_add(1, Relaxed);
                 false
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(outbound::Refused::Closing) => false,
         }
     }
+    /// Closes the connection after what is queued.
     fn close(&self, code: u16, reason: &'static str) {
-        if self.tx.try_send(Out::Close(code, reason)).is_err() {
-            let _ = self.kill.fire(code, reason);
-        }
+        self.0.close((code, reason));
     }
 }
 
@@ -813,80 +777,82 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
     let conn: ConnId = relay.next_conn.fetch_add(1, Relaxed);
     relay.metrics.connections.fetch_add(1, Relaxed);
     let (mut sink, mut stream) = socket.split();
-    let (tx, mut rx) = mpsc::channel::<Out>(relay.config.outbound_queue.max(1));
-    let kill = Arc::new(Kill::default());
-    let out = Outbound {
-        tx,
-        kill: Arc::clone(&kill),
-    };
+    let (out, drain) = outbound::queue::<Utf8Bytes>(relay.config.outbound_queue);
+    let out = Outbound(out);
 
-    let writer_kill = Arc::clone(&kill);
     let writer = tokio::spawn(async move {
         let mut ping = tokio::time::interval(PING_INTERVAL);
         ping.tick().await;
-        let close_with = |code: u16, reason: &'static str| {
+        let close_with = |(code, reason): outbound::Close| {
             Message::Close(Some(CloseFrame {
                 code,
                 reason: Utf8Bytes::from_static(reason),
             }))
         };
+        // Frames move here from the queue in batches, written with one
+        // flush per batch.
+        let mut batch = VecDeque::new();
         loop {
-            tokio::select! {
+            let work = tokio::select! {
                 biased;
-                _ = writer_kill.notify.notified() => {
-                    if let Some((code, reason)) = writer_kill.fired() {
-                        let _ = sink.send(close_with(code, reason)).await;
-                    }
-                    break;
+                w = poll_fn(|cx| drain.poll_work(cx, &mut batch)) => w,
+                _ = ping.tick() => {
+                    if sink.send(Message::Ping(Bytes::new())).await.is_err() { break; }
+                    continue;
                 }
-                item = rx.recv() => {
-                    let Some(item) = item else { break };
-                    let mut closing = None;
-                    match item {
-                        Out::Frame(f) => { if sink.feed(Message::Text(f)).await.is_err() { break; } }
-                        Out::Close(code, reason) => closing = Some((code, reason)),
-                    }
-                    // Batch what is already queued into one flush.
-                    while closing.is_none() {
-                        match rx.try_recv() {
-                            Ok(Out::Frame(f)) => { if sink.feed(Message::Text(f)).await.is_err() { break; } }
-                            Ok(Out::Close(code, reason)) => closing = Some((code, reason)),
-                            Err(_) => break,
+            };
+            match work {
+                outbound::Work::Frames => {
+                    let mut failed = false;
+                    while let Some(f) = batch.pop_front() {
+                        if sink.feed(Message::Text(f)).await.is_err() {
+                            failed = true;
+                            break;
                         }
                     }
-                    if sink.flush().await.is_err() { break; }
-                    if let Some((code, reason)) = closing {
-                        let _ = sink.send(close_with(code, reason)).await;
+                    if failed || sink.flush().await.is_err() {
                         break;
                     }
                 }
-                _ = ping.tick() => {
-                    if sink.send(Message::Ping(Bytes::new())).await.is_err() { break; }
+                outbound::Work::Close(c) | outbound::Work::Kill(c) => {
+                    let _ = sink.send(close_with(c)).await;
+                    break;
                 }
+                outbound::Work::End => break,
             }
         }
         let _ = sink.close().await;
-        let _ = writer_kill.fire(CLOSE_NORMAL, "closed");
+        // Stops the reader, if it still reads.
+        let _ = drain.kill((CLOSE_NORMAL, "closed"));
     });
 
     let limits = relay.config.limits;
     let mut state = ConnectionState::new(relay.clock.now_ms(), limits);
     let mut room: Option<RoomHandle> = None;
     let idle = Duration::from_millis(limits.idle_timeout_ms);
+    // One timer per connection, moved only when it fires: a frame just
+    // notes its time (a timer per frame cost more than the frame).
+    let idle_timer = tokio::time::sleep(idle);
+    tokio::pin!(idle_timer);
+    let mut last_frame = tokio::time::Instant::now();
     loop {
-        if kill.fired().is_some() {
-            break;
-        }
         let next = tokio::select! {
-            _ = kill.notify.notified() => break,
-            n = tokio::time::timeout(idle, stream.next()) => n,
-        };
-        let text = match next {
-            Err(_) => {
-                out.close(CLOSE_GOING_AWAY, "idle timeout");
-                break;
+            biased;
+            _ = poll_fn(|cx| out.0.poll_killed(cx)) => break,
+            () = &mut idle_timer => {
+                let due = last_frame + idle;
+                if tokio::time::Instant::now() >= due {
+                    out.close(CLOSE_GOING_AWAY, "idle timeout");
+                    break;
+                }
+                idle_timer.as_mut().reset(due);
+                continue;
             }
-            Ok(Some(Err(e))) => {
+            n = stream.next() => n,
+        };
+        last_frame = tokio::time::Instant::now();
+        let text = match next {
+            Some(Err(e)) => {
                 // tungstenite's capacity error: a frame over twice the cap.
                 if e.to_string().contains("Space limit exceeded") {
                     send_now(
@@ -898,9 +864,9 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
                 }
                 break;
             }
-            Ok(None) => break,
-            Ok(Some(Ok(Message::Text(t)))) => t,
-            Ok(Some(Ok(Message::Binary(b)))) => match Utf8Bytes::try_from(b) {
+            None => break,
+            Some(Ok(Message::Text(t))) => t,
+            Some(Ok(Message::Binary(b))) => match Utf8Bytes::try_from(b) {
                 Ok(t) => t,
                 Err(_) => {
                     relay.metrics.frame_in("invalid");
@@ -912,8 +878,8 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
                     continue;
                 }
             },
-            Ok(Some(Ok(Message::Close(_)))) => break,
-            Ok(Some(Ok(_))) => continue,
+            Some(Ok(Message::Close(_))) => break,
+            Some(Ok(_)) => continue,
         };
         let now = relay.clock.now_ms();
         match state.on_frame(&text, now) {
@@ -1006,9 +972,13 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
     if let Some(r) = room {
         let _ = r.tx.send(RoomCmd::Detach { conn }).await;
     }
+    let too_slow = out
+        .0
+        .killed()
+        .is_some_and(|(code, _)| code == CLOSE_TOO_SLOW);
     drop(out);
     let mut writer = writer;
-    if kill.fired().is_some_and(|(code, _)| code == CLOSE_TOO_SLOW) {
+    if too_slow {
         // A reader that does not read gets its socket dropped at once.
         writer.abort();
     } else if tokio::time::timeout(WRITER_GRACE, &mut writer)

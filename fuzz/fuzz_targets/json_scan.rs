@@ -1,0 +1,18 @@
+//! Any bytes through the pre-parse scan: never a panic, and on text serde
+//! accepts as JSON the block scan agrees with the byte-by-byte one.
+#![no_main]
+
+use hostwire_core::json::{scan_structure, scan_structure_bytewise};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let stop = data.first().map_or(8, |b| usize::from(*b % 80));
+    let fast = scan_structure(data, stop);
+    let slow = scan_structure_bytewise(data, stop);
+    if serde_json::from_slice::<serde::de::IgnoredAny>(data).is_ok() {
+        assert_eq!(fast.max_depth, slow.max_depth);
+        if slow.max_depth <= stop {
+            assert_eq!(fast.big_numbers, slow.big_numbers);
+        }
+    }
+});
