@@ -19,6 +19,8 @@ pub type Close = (u16, &'static str);
 pub enum Work {
     /// Write these frames (moved into the writer's buffer), then ask again.
     Frames,
+    /// Send a WebSocket ping.
+    Ping,
     /// Send this close frame after what was written, then stop.
     Close(Close),
     /// Close at once with this code, ahead of anything queued.
@@ -29,6 +31,7 @@ pub enum Work {
 
 struct State<T> {
     frames: VecDeque<T>,
+    ping: bool,
     close: Option<Close>,
     kill: Option<Close>,
     senders: usize,
@@ -81,6 +84,7 @@ pub fn queue<T>(cap: usize) -> (Outbound<T>, Drain<T>) {
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             frames: VecDeque::new(),
+            ping: false,
             close: None,
             kill: None,
             senders: 1,
@@ -125,6 +129,12 @@ impl<T> Outbound<T> {
         drop(s);
         self.shared.writer.wake();
         Ok(())
+    }
+
+    /// Asks the writer for a WebSocket ping (the reader keeps the time).
+    pub fn ping(&self) {
+        self.shared.lock().ping = true;
+        self.shared.writer.wake();
     }
 
     /// Closes the connection after the frames already queued.
@@ -192,6 +202,9 @@ impl<T> Drain<T> {
             }
             return Poll::Ready(Work::Frames);
         }
+        if std::mem::take(&mut s.ping) {
+            return Poll::Ready(Work::Ping);
+        }
         if let Some(c) = s.close {
             return Poll::Ready(Work::Close(c));
         }
@@ -232,6 +245,17 @@ mod tests {
         out.push(3, SLOW).unwrap();
         assert_eq!(work(&drain, &mut buf), Poll::Ready(Work::Frames));
         assert_eq!(buf.iter().copied().collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(work(&drain, &mut buf), Poll::Pending);
+    }
+
+    #[test]
+    fn a_ping_goes_after_the_queued_frames() {
+        let (out, drain) = queue::<u32>(8);
+        let mut buf = VecDeque::new();
+        out.push(1, SLOW).unwrap();
+        out.ping();
+        assert_eq!(work(&drain, &mut buf), Poll::Ready(Work::Frames));
+        assert_eq!(work(&drain, &mut buf), Poll::Ready(Work::Ping));
         assert_eq!(work(&drain, &mut buf), Poll::Pending);
     }
 

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
+use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use hostwire_core::Clock;
 use hostwire_memizy::limits::RelayLimits;
@@ -21,12 +22,13 @@ use hostwire_memizy::relay::*;
 use hostwire_store::StoredRoom;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 
 /// Frames waiting for one slow reader before it is closed (1013).
 pub const OUTBOUND_QUEUE: usize = 1024;
@@ -773,211 +775,133 @@ async fn ws_upgrade(
         .on_upgrade(move |socket| handle_socket(relay, socket))
 }
 
-async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
+/// Splits the socket and starts its writer; the returned future is the
+/// reader. Not an `async fn`: the socket is consumed here, so the reader's
+/// future (kept for the connection's whole life) does not hold room for it.
+fn handle_socket(relay: Arc<Relay>, socket: WebSocket) -> impl Future<Output = ()> + Send {
     let conn: ConnId = relay.next_conn.fetch_add(1, Relaxed);
     relay.metrics.connections.fetch_add(1, Relaxed);
-    let (mut sink, mut stream) = socket.split();
+    let (sink, stream) = socket.split();
     let (out, drain) = outbound::queue::<Utf8Bytes>(relay.config.outbound_queue);
-    let out = Outbound(out);
+    let writer = tokio::spawn(write_loop(sink, drain));
+    read_loop(relay, conn, stream, Outbound(out), writer)
+}
 
-    let writer = tokio::spawn(async move {
-        let mut ping = tokio::time::interval(PING_INTERVAL);
-        ping.tick().await;
-        let close_with = |(code, reason): outbound::Close| {
-            Message::Close(Some(CloseFrame {
-                code,
-                reason: Utf8Bytes::from_static(reason),
-            }))
-        };
-        // Frames move here from the queue in batches, written with one
-        // flush per batch.
-        let mut batch = VecDeque::new();
-        loop {
-            let work = tokio::select! {
-                biased;
-                w = poll_fn(|cx| drain.poll_work(cx, &mut batch)) => w,
-                _ = ping.tick() => {
-                    if sink.send(Message::Ping(Bytes::new())).await.is_err() { break; }
-                    continue;
-                }
-            };
-            match work {
-                outbound::Work::Frames => {
-                    let mut failed = false;
-                    while let Some(f) = batch.pop_front() {
-                        if sink.feed(Message::Text(f)).await.is_err() {
-                            failed = true;
-                            break;
-                        }
-                    }
-                    if failed || sink.flush().await.is_err() {
+/// Writes what the queue holds, batch by batch (one flush per batch).
+async fn write_loop(mut sink: SplitSink<WebSocket, Message>, drain: outbound::Drain<Utf8Bytes>) {
+    let close_with = |(code, reason): outbound::Close| {
+        Message::Close(Some(CloseFrame {
+            code,
+            reason: Utf8Bytes::from_static(reason),
+        }))
+    };
+    let mut batch = VecDeque::new();
+    loop {
+        match poll_fn(|cx| drain.poll_work(cx, &mut batch)).await {
+            outbound::Work::Frames => {
+                let mut failed = false;
+                while let Some(f) = batch.pop_front() {
+                    if sink.feed(Message::Text(f)).await.is_err() {
+                        failed = true;
                         break;
                     }
                 }
-                outbound::Work::Close(c) | outbound::Work::Kill(c) => {
-                    let _ = sink.send(close_with(c)).await;
+                if failed || sink.flush().await.is_err() {
                     break;
                 }
-                outbound::Work::End => break,
             }
+            outbound::Work::Ping => {
+                if sink.send(Message::Ping(Bytes::new())).await.is_err() {
+                    break;
+                }
+            }
+            outbound::Work::Close(c) | outbound::Work::Kill(c) => {
+                let _ = sink.send(close_with(c)).await;
+                break;
+            }
+            outbound::Work::End => break,
         }
-        let _ = sink.close().await;
-        // Stops the reader, if it still reads.
-        let _ = drain.kill((CLOSE_NORMAL, "closed"));
-    });
+    }
+    let _ = sink.close().await;
+    // Stops the reader, if it still reads.
+    let _ = drain.kill((CLOSE_NORMAL, "closed"));
+}
 
-    let limits = relay.config.limits;
-    let mut state = ConnectionState::new(relay.clock.now_ms(), limits);
-    let mut room: Option<RoomHandle> = None;
-    let idle = Duration::from_millis(limits.idle_timeout_ms);
-    // One timer per connection, moved only when it fires: a frame just
-    // notes its time (a timer per frame cost more than the frame).
-    let idle_timer = tokio::time::sleep(idle);
-    tokio::pin!(idle_timer);
-    let mut last_frame = tokio::time::Instant::now();
+/// Reads the connection's frames until it ends, then waits for its writer.
+async fn read_loop(
+    relay: Arc<Relay>,
+    conn: ConnId,
+    mut stream: SplitStream<WebSocket>,
+    out: Outbound,
+    mut writer: JoinHandle<()>,
+) {
+    let idle = Duration::from_millis(relay.config.limits.idle_timeout_ms);
+    let mut reader = Reader {
+        state: ConnectionState::new(relay.clock.now_ms(), relay.config.limits),
+        relay,
+        conn,
+        out,
+        room: None,
+    };
+    // One timer per connection for both the idle timeout and the pings,
+    // moved only when it fires: a frame just notes its time (a timer per
+    // frame cost more than the frame).
+    let start = tokio::time::Instant::now();
+    let mut last_frame = start;
+    let mut next_ping = start + PING_INTERVAL;
+    let timer = tokio::time::sleep_until(next_ping.min(start + idle));
+    tokio::pin!(timer);
     loop {
         let next = tokio::select! {
             biased;
-            _ = poll_fn(|cx| out.0.poll_killed(cx)) => break,
-            () = &mut idle_timer => {
-                let due = last_frame + idle;
-                if tokio::time::Instant::now() >= due {
-                    out.close(CLOSE_GOING_AWAY, "idle timeout");
+            _ = poll_fn(|cx| reader.out.0.poll_killed(cx)) => break,
+            () = &mut timer => {
+                let now = tokio::time::Instant::now();
+                if now >= last_frame + idle {
+                    reader.out.close(CLOSE_GOING_AWAY, "idle timeout");
                     break;
                 }
-                idle_timer.as_mut().reset(due);
+                if now >= next_ping {
+                    reader.out.0.ping();
+                    next_ping = now + PING_INTERVAL;
+                }
+                timer.as_mut().reset(next_ping.min(last_frame + idle));
                 continue;
             }
             n = stream.next() => n,
         };
         last_frame = tokio::time::Instant::now();
-        let text = match next {
-            Some(Err(e)) => {
-                // tungstenite's capacity error: a frame over twice the cap.
-                if e.to_string().contains("Space limit exceeded") {
-                    send_now(
-                        &out,
-                        &relay.metrics,
-                        frames::error(RelayErrorCode::TooLarge, "Frame too large.", true),
-                    );
-                    out.close(CLOSE_TOO_BIG, "frame too large");
-                }
-                break;
-            }
-            None => break,
-            Some(Ok(Message::Text(t))) => t,
-            Some(Ok(Message::Binary(b))) => match Utf8Bytes::try_from(b) {
-                Ok(t) => t,
-                Err(_) => {
-                    relay.metrics.frame_in("invalid");
-                    send_now(
-                        &out,
-                        &relay.metrics,
-                        frames::error(RelayErrorCode::BadMessage, "Invalid JSON.", false),
-                    );
-                    continue;
-                }
-            },
-            Some(Ok(Message::Close(_))) => break,
-            Some(Ok(_)) => continue,
-        };
-        let now = relay.clock.now_ms();
-        match state.on_frame(&text, now) {
-            ConnStep::Reply(f) => {
-                relay
-                    .metrics
-                    .frame_in(if f.starts_with(b"{\"t\":\"pong\"") {
-                        "ping"
-                    } else {
-                        "invalid"
-                    });
-                send_now(&out, &relay.metrics, f);
-            }
-            ConnStep::RateLimited(f) => {
-                relay.metrics.rate_limited.fetch_add(1, Relaxed);
-                send_now(&out, &relay.metrics, f);
-            }
-            ConnStep::Fatal(f, code) => {
-                relay.metrics.frame_in("invalid");
-                send_now(&out, &relay.metrics, f);
-                out.close(CLOSE_POLICY, code.as_str());
-                break;
-            }
-            ConnStep::Attach { pin, msg } => {
-                relay.metrics.frame_in(msg.type_name());
-                let Some(target) = relay.room(&pin) else {
-                    let m = if matches!(msg, RelayClientMessage::Host { .. }) {
-                        "The room does not exist (anymore)."
-                    } else {
-                        "No game with this PIN."
-                    };
-                    send_now(
-                        &out,
-                        &relay.metrics,
-                        frames::error(RelayErrorCode::RoomNotFound, m, true),
-                    );
-                    out.close(CLOSE_POLICY, RelayErrorCode::RoomNotFound.as_str());
-                    break;
-                };
-                if room.is_some() {
-                    send_now(
-                        &out,
-                        &relay.metrics,
-                        frames::error(
-                            RelayErrorCode::NotAllowed,
-                            "This connection is already attached.",
-                            false,
-                        ),
-                    );
-                    continue;
-                }
-                let (reply, answer) = oneshot::channel();
-                let cmd = RoomCmd::Attach {
-                    conn,
-                    out: out.clone(),
-                    msg,
-                    reply,
-                };
-                if target.tx.send(cmd).await.is_err() {
-                    send_now(
-                        &out,
-                        &relay.metrics,
-                        frames::error(RelayErrorCode::RoomNotFound, "No game with this PIN.", true),
-                    );
-                    out.close(CLOSE_POLICY, RelayErrorCode::RoomNotFound.as_str());
+        // The rare waits are boxed: their futures would otherwise widen
+        // every connection's reader for its whole life.
+        match reader.on_message(next) {
+            Flow::Go => {}
+            Flow::Stop => break,
+            Flow::Attach { target, pin, msg } => {
+                if !Box::pin(reader.attach(target, pin, msg)).await {
                     break;
                 }
-                match answer.await {
-                    Ok(Some(host)) => {
-                        state.on_attached(&pin, host, relay.clock.now_ms());
-                        room = Some(target);
-                    }
-                    // Refused: the room queued the error and the close.
-                    _ => break,
-                }
             }
-            ConnStep::Forward(msg) => {
-                relay.metrics.frame_in(match msg {
-                    RelayClientMessage::Other { .. } => "other",
-                    ref m => m.type_name(),
-                });
-                if let Some(r) = &room {
-                    if r.tx.send(RoomCmd::Frame { conn, msg, text }).await.is_err() {
-                        break;
-                    }
+            Flow::RoomBusy(cmd) => {
+                let Some(r) = &reader.room else { break };
+                if Box::pin(r.tx.send(cmd)).await.is_err() {
+                    break;
                 }
             }
         }
     }
+    let Reader {
+        relay, out, room, ..
+    } = reader;
     if let Some(r) = room {
-        let _ = r.tx.send(RoomCmd::Detach { conn }).await;
+        if let Err(mpsc::error::TrySendError::Full(cmd)) = r.tx.try_send(RoomCmd::Detach { conn }) {
+            let _ = Box::pin(r.tx.send(cmd)).await;
+        }
     }
     let too_slow = out
         .0
         .killed()
         .is_some_and(|(code, _)| code == CLOSE_TOO_SLOW);
     drop(out);
-    let mut writer = writer;
     if too_slow {
         // A reader that does not read gets its socket dropped at once.
         writer.abort();
@@ -988,6 +912,156 @@ async fn handle_socket(relay: Arc<Relay>, socket: WebSocket) {
         writer.abort();
     }
     relay.metrics.connections.fetch_sub(1, Relaxed);
+}
+
+/// One connection's reading side, between frames.
+struct Reader {
+    relay: Arc<Relay>,
+    conn: ConnId,
+    out: Outbound,
+    state: ConnectionState,
+    room: Option<RoomHandle>,
+}
+
+/// What the reader does after a message.
+enum Flow {
+    Go,
+    Stop,
+    Attach {
+        target: RoomHandle,
+        pin: String,
+        msg: RelayClientMessage,
+    },
+    /// The room's queue is full: wait to hand it this.
+    RoomBusy(RoomCmd),
+}
+
+impl Reader {
+    fn error(&self, code: RelayErrorCode, message: &str, fatal: bool) {
+        send_now(
+            &self.out,
+            &self.relay.metrics,
+            frames::error(code, message, fatal),
+        );
+    }
+
+    fn on_message(&mut self, next: Option<Result<Message, axum::Error>>) -> Flow {
+        let relay = &self.relay;
+        let out = &self.out;
+        let text = match next {
+            Some(Err(e)) => {
+                // tungstenite's capacity error: a frame over twice the cap.
+                if e.to_string().contains("Space limit exceeded") {
+                    self.error(RelayErrorCode::TooLarge, "Frame too large.", true);
+                    out.close(CLOSE_TOO_BIG, "frame too large");
+                }
+                return Flow::Stop;
+            }
+            None => return Flow::Stop,
+            Some(Ok(Message::Text(t))) => t,
+            Some(Ok(Message::Binary(b))) => match Utf8Bytes::try_from(b) {
+                Ok(t) => t,
+                Err(_) => {
+                    relay.metrics.frame_in("invalid");
+                    self.error(RelayErrorCode::BadMessage, "Invalid JSON.", false);
+                    return Flow::Go;
+                }
+            },
+            Some(Ok(Message::Close(_))) => return Flow::Stop,
+            Some(Ok(_)) => return Flow::Go,
+        };
+        let now = relay.clock.now_ms();
+        match self.state.on_frame(&text, now) {
+            ConnStep::Reply(f) => {
+                relay
+                    .metrics
+                    .frame_in(if f.starts_with(b"{\"t\":\"pong\"") {
+                        "ping"
+                    } else {
+                        "invalid"
+                    });
+                send_now(out, &relay.metrics, f);
+                Flow::Go
+            }
+            ConnStep::RateLimited(f) => {
+                relay.metrics.rate_limited.fetch_add(1, Relaxed);
+                send_now(out, &relay.metrics, f);
+                Flow::Go
+            }
+            ConnStep::Fatal(f, code) => {
+                relay.metrics.frame_in("invalid");
+                send_now(out, &relay.metrics, f);
+                out.close(CLOSE_POLICY, code.as_str());
+                Flow::Stop
+            }
+            ConnStep::Attach { pin, msg } => {
+                relay.metrics.frame_in(msg.type_name());
+                let Some(target) = relay.room(&pin) else {
+                    let m = if matches!(msg, RelayClientMessage::Host { .. }) {
+                        "The room does not exist (anymore)."
+                    } else {
+                        "No game with this PIN."
+                    };
+                    self.error(RelayErrorCode::RoomNotFound, m, true);
+                    out.close(CLOSE_POLICY, RelayErrorCode::RoomNotFound.as_str());
+                    return Flow::Stop;
+                };
+                if self.room.is_some() {
+                    self.error(
+                        RelayErrorCode::NotAllowed,
+                        "This connection is already attached.",
+                        false,
+                    );
+                    return Flow::Go;
+                }
+                Flow::Attach { target, pin, msg }
+            }
+            ConnStep::Forward(msg) => {
+                relay.metrics.frame_in(match msg {
+                    RelayClientMessage::Other { .. } => "other",
+                    ref m => m.type_name(),
+                });
+                let Some(r) = &self.room else {
+                    return Flow::Go;
+                };
+                // The room's queue is rarely full: no send future (and its
+                // waiter) per frame.
+                let conn = self.conn;
+                match r.tx.try_send(RoomCmd::Frame { conn, msg, text }) {
+                    Ok(()) => Flow::Go,
+                    Err(mpsc::error::TrySendError::Full(cmd)) => Flow::RoomBusy(cmd),
+                    Err(mpsc::error::TrySendError::Closed(_)) => Flow::Stop,
+                }
+            }
+        }
+    }
+
+    /// Attaches the connection to its room; false when refused (the error
+    /// and the close are queued).
+    async fn attach(&mut self, target: RoomHandle, pin: String, msg: RelayClientMessage) -> bool {
+        let (reply, answer) = oneshot::channel();
+        let cmd = RoomCmd::Attach {
+            conn: self.conn,
+            out: self.out.clone(),
+            msg,
+            reply,
+        };
+        if target.tx.send(cmd).await.is_err() {
+            self.error(RelayErrorCode::RoomNotFound, "No game with this PIN.", true);
+            self.out
+                .close(CLOSE_POLICY, RelayErrorCode::RoomNotFound.as_str());
+            return false;
+        }
+        match answer.await {
+            Ok(Some(host)) => {
+                self.state
+                    .on_attached(&pin, host, self.relay.clock.now_ms());
+                self.room = Some(target);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 fn send_now(out: &Outbound, metrics: &Metrics, frame: Bytes) {

@@ -589,3 +589,28 @@ async fn an_unresponsive_connection_is_closed_after_the_idle_timeout() {
         "{seen:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_server_pings_every_30_seconds_and_a_pong_keeps_the_connection() {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let t = TestRelay::start(config()).await;
+    let (_host, pin, _) = t.host().await;
+    let (mut p, _, _) = t.player(&pin, "Pinged").await;
+    let mut pings = 0;
+    // 100 s on the paused clock: past the 60 s idle timeout, which the
+    // pongs (answered by the client library as it reads) keep away.
+    for _ in 0..10 {
+        tokio::time::advance(std::time::Duration::from_secs(10)).await;
+        while let Ok(Some(Ok(m))) =
+            tokio::time::timeout(std::time::Duration::from_millis(50), p.ws.next()).await
+        {
+            match m {
+                Message::Ping(_) => pings += 1,
+                Message::Close(f) => panic!("closed: {f:?}"),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(pings, 3, "one ping per 30 s in 100 s");
+}
