@@ -107,7 +107,7 @@ enum Command {
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "10,25,50,100,150,200,300,400"
+            default_value = "10,20,30,40,50,60,70,85,100,125,150,200,300,400"
         )]
         steps: Vec<usize>,
         #[arg(long, default_value_t = 50_000)]
