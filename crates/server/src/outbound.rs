@@ -16,9 +16,10 @@ pub type Close = (u16, &'static str);
 
 /// What the writer is to do next.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Work {
-    /// Write these frames (moved into the writer's buffer), then ask again.
-    Frames,
+pub enum Work<T> {
+    /// Write this frame, then whatever [`Drain::next_frame`] gives, then
+    /// flush.
+    Frame(T),
     /// Send a WebSocket ping.
     Ping,
     /// Send this close frame after what was written, then stop.
@@ -28,6 +29,9 @@ pub enum Work {
     /// Every sender is gone and the queue is empty.
     End,
 }
+
+/// A queue that grew in a burst gives its memory back once drained.
+const KEEP_CAPACITY: usize = 8;
 
 struct State<T> {
     frames: VecDeque<T>,
@@ -186,21 +190,14 @@ impl<T> Drop for Outbound<T> {
 }
 
 impl<T> Drain<T> {
-    /// Waits for work. On [`Work::Frames`] the queued frames were moved to
-    /// the back of `into` (which keeps its allocation between batches).
-    pub fn poll_work(&self, cx: &mut Context<'_>, into: &mut VecDeque<T>) -> Poll<Work> {
+    /// Waits for work.
+    pub fn poll_work(&self, cx: &mut Context<'_>) -> Poll<Work<T>> {
         let mut s = self.shared.lock();
         if let Some(k) = s.kill {
             return Poll::Ready(Work::Kill(k));
         }
-        if !s.frames.is_empty() {
-            if into.is_empty() {
-                // Swapping keeps both allocations: no allocation per batch.
-                std::mem::swap(&mut s.frames, into);
-            } else {
-                into.extend(s.frames.drain(..));
-            }
-            return Poll::Ready(Work::Frames);
+        if let Some(f) = s.frames.pop_front() {
+            return Poll::Ready(Work::Frame(f));
         }
         if std::mem::take(&mut s.ping) {
             return Poll::Ready(Work::Ping);
@@ -214,6 +211,20 @@ impl<T> Drain<T> {
         // Registered under the lock: a push after it sees this waker.
         self.shared.writer.register(cx.waker());
         Poll::Pending
+    }
+
+    /// The next queued frame, without waiting (none once killed). Frames
+    /// are taken one at a time so that the queue is the only buffer.
+    pub fn next_frame(&self) -> Option<T> {
+        let mut s = self.shared.lock();
+        if s.kill.is_some() {
+            return None;
+        }
+        let f = s.frames.pop_front();
+        if f.is_none() && s.frames.capacity() > KEEP_CAPACITY {
+            s.frames.shrink_to(KEEP_CAPACITY);
+        }
+        f
     }
 
     /// Closes the connection at once, from the writer's side, so that the
@@ -230,33 +241,42 @@ mod tests {
 
     const SLOW: Close = (1013, "too slow");
 
-    fn work<T>(d: &Drain<T>, into: &mut VecDeque<T>) -> Poll<Work> {
-        d.poll_work(&mut Context::from_waker(Waker::noop()), into)
+    fn work<T>(d: &Drain<T>) -> Poll<Work<T>> {
+        d.poll_work(&mut Context::from_waker(Waker::noop()))
     }
 
     #[test]
-    fn frames_come_out_in_order_in_batches() {
+    fn frames_come_out_in_order() {
         let (out, drain) = queue::<u32>(8);
-        let mut buf = VecDeque::new();
-        assert_eq!(work(&drain, &mut buf), Poll::Pending);
+        assert_eq!(work(&drain), Poll::Pending);
         out.push(1, SLOW).unwrap();
         out.push(2, SLOW).unwrap();
-        assert_eq!(work(&drain, &mut buf), Poll::Ready(Work::Frames));
+        assert_eq!(work(&drain), Poll::Ready(Work::Frame(1)));
         out.push(3, SLOW).unwrap();
-        assert_eq!(work(&drain, &mut buf), Poll::Ready(Work::Frames));
-        assert_eq!(buf.iter().copied().collect::<Vec<_>>(), [1, 2, 3]);
-        assert_eq!(work(&drain, &mut buf), Poll::Pending);
+        assert_eq!(drain.next_frame(), Some(2));
+        assert_eq!(drain.next_frame(), Some(3));
+        assert_eq!(drain.next_frame(), None);
+        assert_eq!(work(&drain), Poll::Pending);
+    }
+
+    #[test]
+    fn a_drained_queue_gives_back_what_a_burst_took() {
+        let (out, drain) = queue::<u32>(1024);
+        for i in 0..1000 {
+            out.push(i, SLOW).unwrap();
+        }
+        while drain.next_frame().is_some() {}
+        assert!(drain.shared.lock().frames.capacity() <= KEEP_CAPACITY);
     }
 
     #[test]
     fn a_ping_goes_after_the_queued_frames() {
         let (out, drain) = queue::<u32>(8);
-        let mut buf = VecDeque::new();
         out.push(1, SLOW).unwrap();
         out.ping();
-        assert_eq!(work(&drain, &mut buf), Poll::Ready(Work::Frames));
-        assert_eq!(work(&drain, &mut buf), Poll::Ready(Work::Ping));
-        assert_eq!(work(&drain, &mut buf), Poll::Pending);
+        assert_eq!(work(&drain), Poll::Ready(Work::Frame(1)));
+        assert_eq!(work(&drain), Poll::Ready(Work::Ping));
+        assert_eq!(work(&drain), Poll::Pending);
     }
 
     #[test]
@@ -268,9 +288,8 @@ mod tests {
         assert_eq!(out.push(4, SLOW), Err(Refused::Closing));
         assert_eq!(out.killed(), Some(SLOW));
         // The kill goes ahead of the queued frames.
-        let mut buf = VecDeque::new();
-        assert_eq!(work(&drain, &mut buf), Poll::Ready(Work::Kill(SLOW)));
-        assert!(buf.is_empty());
+        assert_eq!(work(&drain), Poll::Ready(Work::Kill(SLOW)));
+        assert_eq!(drain.next_frame(), None);
         assert!(!drain.kill((1000, "later")), "only the first kill counts");
         assert_eq!(out.killed(), Some(SLOW));
     }
@@ -281,27 +300,21 @@ mod tests {
         out.push(1, SLOW).unwrap();
         out.close((1008, "policy"));
         assert_eq!(out.push(2, SLOW), Err(Refused::Closing));
-        let mut buf = VecDeque::new();
-        assert_eq!(work(&drain, &mut buf), Poll::Ready(Work::Frames));
-        assert_eq!(buf.pop_front(), Some(1));
-        assert_eq!(
-            work(&drain, &mut buf),
-            Poll::Ready(Work::Close((1008, "policy")))
-        );
+        assert_eq!(work(&drain), Poll::Ready(Work::Frame(1)));
+        assert_eq!(work(&drain), Poll::Ready(Work::Close((1008, "policy"))));
     }
 
     #[test]
     fn the_writer_ends_when_every_sender_is_gone() {
         let (out, drain) = queue::<u32>(8);
         let room = out.clone();
-        let mut buf = VecDeque::new();
         drop(out);
-        assert_eq!(work(&drain, &mut buf), Poll::Pending);
+        assert_eq!(work(&drain), Poll::Pending);
         room.push(7, SLOW).unwrap();
         drop(room);
         // What was queued is still written first.
-        assert_eq!(work(&drain, &mut buf), Poll::Ready(Work::Frames));
-        assert_eq!(work(&drain, &mut buf), Poll::Ready(Work::End));
+        assert_eq!(work(&drain), Poll::Ready(Work::Frame(7)));
+        assert_eq!(work(&drain), Poll::Ready(Work::End));
     }
 
     #[test]
@@ -313,9 +326,8 @@ mod tests {
         assert_eq!(out.poll_killed(cx), Poll::Ready((1006, "write failed")));
         // The writer's kill did not count as a sender leaving.
         drop(out);
-        let mut buf = VecDeque::new();
         assert_eq!(
-            work(&drain, &mut buf),
+            work(&drain),
             Poll::Ready(Work::Kill((1006, "write failed")))
         );
     }

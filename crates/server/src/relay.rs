@@ -770,7 +770,7 @@ async fn ws_upgrade(
         .max_frame_size(limits.frame_bytes.saturating_mul(2))
         // Small buffers: an idle connection should cost little memory;
         // big frames are read in more, smaller reads.
-        .read_buffer_size(1024)
+        .read_buffer_size(512)
         .write_buffer_size(16 * 1024)
         .on_upgrade(move |socket| handle_socket(relay, socket))
 }
@@ -787,7 +787,7 @@ fn handle_socket(relay: Arc<Relay>, socket: WebSocket) -> impl Future<Output = (
     read_loop(relay, conn, stream, Outbound(out), writer)
 }
 
-/// Writes what the queue holds, batch by batch (one flush per batch).
+/// Writes what the queue holds: all that is queued, then one flush.
 async fn write_loop(mut sink: SplitSink<WebSocket, Message>, drain: outbound::Drain<Utf8Bytes>) {
     let close_with = |(code, reason): outbound::Close| {
         Message::Close(Some(CloseFrame {
@@ -795,18 +795,18 @@ async fn write_loop(mut sink: SplitSink<WebSocket, Message>, drain: outbound::Dr
             reason: Utf8Bytes::from_static(reason),
         }))
     };
-    let mut batch = VecDeque::new();
     loop {
-        match poll_fn(|cx| drain.poll_work(cx, &mut batch)).await {
-            outbound::Work::Frames => {
-                let mut failed = false;
-                while let Some(f) = batch.pop_front() {
-                    if sink.feed(Message::Text(f)).await.is_err() {
-                        failed = true;
-                        break;
+        match poll_fn(|cx| drain.poll_work(cx)).await {
+            outbound::Work::Frame(first) => {
+                // What is queued goes out with one flush.
+                let mut ok = sink.feed(Message::Text(first)).await.is_ok();
+                while ok {
+                    match drain.next_frame() {
+                        Some(f) => ok = sink.feed(Message::Text(f)).await.is_ok(),
+                        None => break,
                     }
                 }
-                if failed || sink.flush().await.is_err() {
+                if !ok || sink.flush().await.is_err() {
                     break;
                 }
             }
@@ -828,21 +828,29 @@ async fn write_loop(mut sink: SplitSink<WebSocket, Message>, drain: outbound::Dr
 }
 
 /// Reads the connection's frames until it ends, then waits for its writer.
-async fn read_loop(
+fn read_loop(
     relay: Arc<Relay>,
     conn: ConnId,
-    mut stream: SplitStream<WebSocket>,
+    stream: SplitStream<WebSocket>,
     out: Outbound,
-    mut writer: JoinHandle<()>,
-) {
-    let idle = Duration::from_millis(relay.config.limits.idle_timeout_ms);
-    let mut reader = Reader {
+    writer: JoinHandle<()>,
+) -> impl Future<Output = ()> + Send {
+    let reader = Reader {
         state: ConnectionState::new(relay.clock.now_ms(), relay.config.limits),
         relay,
         conn,
         out,
         room: None,
     };
+    run_reader(reader, stream, writer)
+}
+
+async fn run_reader(
+    mut reader: Reader,
+    mut stream: SplitStream<WebSocket>,
+    writer: JoinHandle<()>,
+) {
+    let idle = Duration::from_millis(reader.relay.config.limits.idle_timeout_ms);
     // One timer per connection for both the idle timeout and the pings,
     // moved only when it fires: a frame just notes its time (a timer per
     // frame cost more than the frame).
@@ -871,31 +879,38 @@ async fn read_loop(
             n = stream.next() => n,
         };
         last_frame = tokio::time::Instant::now();
-        // The rare waits are boxed: their futures would otherwise widen
-        // every connection's reader for its whole life.
+        // The rare waits are boxed: their futures (and what they carry)
+        // would otherwise widen every connection's reader for its life.
         match reader.on_message(next) {
             Flow::Go => {}
             Flow::Stop => break,
-            Flow::Attach { target, pin, msg } => {
-                if !Box::pin(reader.attach(target, pin, msg)).await {
+            Flow::Attach(job) => {
+                if !Box::pin(reader.attach(*job)).await {
                     break;
                 }
             }
             Flow::RoomBusy(cmd) => {
                 let Some(r) = &reader.room else { break };
-                if Box::pin(r.tx.send(cmd)).await.is_err() {
+                if Box::pin(r.tx.send(*cmd)).await.is_err() {
                     break;
                 }
             }
         }
     }
+    Box::pin(finish(reader, writer)).await;
+}
+
+/// Leaves the room and gives the writer time to send what is queued.
+async fn finish(reader: Reader, mut writer: JoinHandle<()>) {
     let Reader {
-        relay, out, room, ..
+        relay,
+        out,
+        room,
+        conn,
+        ..
     } = reader;
     if let Some(r) = room {
-        if let Err(mpsc::error::TrySendError::Full(cmd)) = r.tx.try_send(RoomCmd::Detach { conn }) {
-            let _ = Box::pin(r.tx.send(cmd)).await;
-        }
+        let _ = r.tx.send(RoomCmd::Detach { conn }).await;
     }
     let too_slow = out
         .0
@@ -923,17 +938,20 @@ struct Reader {
     room: Option<RoomHandle>,
 }
 
-/// What the reader does after a message.
+/// What the reader does after a message (rare cases boxed, to keep this
+/// small: it lives in the reader's state across the wait).
 enum Flow {
     Go,
     Stop,
-    Attach {
-        target: RoomHandle,
-        pin: String,
-        msg: RelayClientMessage,
-    },
+    Attach(Box<AttachJob>),
     /// The room's queue is full: wait to hand it this.
-    RoomBusy(RoomCmd),
+    RoomBusy(Box<RoomCmd>),
+}
+
+struct AttachJob {
+    target: RoomHandle,
+    pin: String,
+    msg: RelayClientMessage,
 }
 
 impl Reader {
@@ -1014,7 +1032,7 @@ impl Reader {
                     );
                     return Flow::Go;
                 }
-                Flow::Attach { target, pin, msg }
+                Flow::Attach(Box::new(AttachJob { target, pin, msg }))
             }
             ConnStep::Forward(msg) => {
                 relay.metrics.frame_in(match msg {
@@ -1029,7 +1047,7 @@ impl Reader {
                 let conn = self.conn;
                 match r.tx.try_send(RoomCmd::Frame { conn, msg, text }) {
                     Ok(()) => Flow::Go,
-                    Err(mpsc::error::TrySendError::Full(cmd)) => Flow::RoomBusy(cmd),
+                    Err(mpsc::error::TrySendError::Full(cmd)) => Flow::RoomBusy(Box::new(cmd)),
                     Err(mpsc::error::TrySendError::Closed(_)) => Flow::Stop,
                 }
             }
@@ -1038,7 +1056,8 @@ impl Reader {
 
     /// Attaches the connection to its room; false when refused (the error
     /// and the close are queued).
-    async fn attach(&mut self, target: RoomHandle, pin: String, msg: RelayClientMessage) -> bool {
+    async fn attach(&mut self, job: AttachJob) -> bool {
+        let AttachJob { target, pin, msg } = job;
         let (reply, answer) = oneshot::channel();
         let cmd = RoomCmd::Attach {
             conn: self.conn,
