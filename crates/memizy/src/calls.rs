@@ -406,6 +406,14 @@ impl<'a> Args<'a> {
     /// The single argument of a one-argument method, decoded in one pass
     /// over the whole text.
     fn one<T: Deserialize<'a>>(&self, param: &str) -> Result<T, ProtocolError> {
+        // Valid calls take the plain pass; only a failed one is decoded
+        // again with the path tracked, for the error's field name.
+        let mut de = serde_json::Deserializer::from_str(self.text);
+        if let Ok((v,)) = <(T,)>::deserialize(&mut de) {
+            if de.end().is_ok() {
+                return Ok(v);
+            }
+        }
         let mut de = serde_json::Deserializer::from_str(self.text);
         let result: Result<(T,), _> = serde_path_to_error::deserialize(&mut de);
         let value = match result {

@@ -33,6 +33,24 @@ struct Masks {
 /// exceeded. For valid JSON the result is exactly that of
 /// [`scan_structure_bytewise`].
 pub fn scan_structure(text: &[u8], stop_above: usize) -> Structure {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { scan_avx2(text, stop_above) };
+    }
+    scan_blocks(text, stop_above, masks)
+}
+
+/// The block scan with masks made 32 bytes per compare.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn scan_avx2(text: &[u8], stop_above: usize) -> Structure {
+    // SAFETY (of the calls): this function only runs where AVX2 is.
+    scan_blocks(text, stop_above, |b| unsafe { masks_avx2(b) })
+}
+
+#[inline(always)]
+fn scan_blocks(text: &[u8], stop_above: usize, masks: impl Fn(&[u8; BLOCK]) -> Masks) -> Structure {
     let mut scan = BlockScan::default();
     let mut blocks = text.chunks_exact(BLOCK);
     for block in &mut blocks {
@@ -80,6 +98,7 @@ enum Step {
 }
 
 impl BlockScan {
+    #[inline(always)]
     fn step(&mut self, block: &[u8; BLOCK], m: Masks, stop_above: usize) -> Step {
         if m.all_digits {
             return Step::ByteByByte;
@@ -203,6 +222,34 @@ fn masks(block: &[u8; BLOCK]) -> Masks {
     }
     // SAFETY: as above.
     m.all_digits = unsafe { _mm_movemask_epi8(digits) } == 0xFFFF;
+    m
+}
+
+/// The masks of one block, 32 bytes per AVX2 compare.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn masks_avx2(block: &[u8; BLOCK]) -> Masks {
+    use std::arch::x86_64::*;
+    let mut m = Masks::default();
+    let mut digits = _mm256_set1_epi8(-1);
+    for k in 0..BLOCK / 32 {
+        // SAFETY: bytes k*32 .. k*32+32 lie within the 64-byte block, and
+        // an unaligned load needs no alignment.
+        let v = unsafe { _mm256_loadu_si256(block.as_ptr().add(k * 32).cast::<__m256i>()) };
+        let folded = _mm256_or_si256(v, _mm256_set1_epi8(0x20));
+        let bits = |x: __m256i| u64::from(_mm256_movemask_epi8(x) as u32) << (k * 32);
+        m.quote |= bits(_mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'"' as i8)));
+        m.backslash |= bits(_mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'\\' as i8)));
+        m.open |= bits(_mm256_cmpeq_epi8(folded, _mm256_set1_epi8(b'{' as i8)));
+        m.close |= bits(_mm256_cmpeq_epi8(folded, _mm256_set1_epi8(b'}' as i8)));
+        m.exp |= bits(_mm256_cmpeq_epi8(folded, _mm256_set1_epi8(b'e' as i8)));
+        let shifted = _mm256_add_epi8(v, _mm256_set1_epi8(0x50));
+        digits = _mm256_and_si256(digits, _mm256_cmpgt_epi8(_mm256_set1_epi8(-118), shifted));
+    }
+    m.all_digits = _mm256_movemask_epi8(digits) == -1;
     m
 }
 
@@ -379,6 +426,30 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        #[cfg(target_arch = "x86_64")]
+        fn avx2_masks_match_byte_masks(block in proptest::array::uniform32(any::<u8>()), other in proptest::array::uniform32(any::<u8>())) {
+            if std::is_x86_feature_detected!("avx2") {
+                let mut b = [0u8; BLOCK];
+                b[..32].copy_from_slice(&block);
+                b[32..].copy_from_slice(&other);
+                // SAFETY: AVX2 was detected.
+                prop_assert_eq!(unsafe { masks_avx2(&b) }, masks_bytewise(&b));
+            }
+        }
+
+        /// The SSE2 path, whichever one `scan_structure` takes here.
+        #[test]
+        fn the_sse2_scan_agrees_with_the_byte_scan(v in arb_value(), stop in 0usize..8) {
+            let text = v.to_string();
+            let fast = scan_blocks(text.as_bytes(), stop, masks);
+            let slow = scan_structure_bytewise(text.as_bytes(), stop);
+            prop_assert_eq!(fast.max_depth, slow.max_depth);
+            if slow.max_depth <= stop {
+                prop_assert_eq!(fast.big_numbers, slow.big_numbers);
+            }
+        }
+
         #[test]
         fn block_masks_match_byte_masks(block in proptest::array::uniform32(any::<u8>()), other in proptest::array::uniform32(any::<u8>())) {
             let mut b = [0u8; BLOCK];
