@@ -9,11 +9,6 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
 
-// The same allocator as the hostwire binary, so the forwarder stays a like
-// for like floor.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "hostwire-bench",

@@ -4,11 +4,6 @@ use clap::{Parser, Subcommand};
 use hostwire::{check, server};
 use std::process::ExitCode;
 
-// mimalloc: no per-allocation header, so the many small allocations of
-// idle connections cost less than with the system allocator.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "hostwire",

@@ -769,8 +769,11 @@ async fn ws_upgrade(
     ws.max_message_size(limits.frame_bytes.saturating_mul(2))
         .max_frame_size(limits.frame_bytes.saturating_mul(2))
         // Small buffers: an idle connection should cost little memory;
-        // big frames are read in more, smaller reads.
-        .read_buffer_size(512)
+        // big frames are read in more, smaller reads. Not below 1 KiB:
+        // under that, the buffer that `bytes` reallocates after a frame is
+        // only as big as what is asked for, and reads per frame nearly
+        // tripled in the classroom benchmark.
+        .read_buffer_size(1024)
         .write_buffer_size(16 * 1024)
         .on_upgrade(move |socket| handle_socket(relay, socket))
 }
