@@ -336,7 +336,7 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
         .as_ref()
         .and_then(|v| v["result"]["bytes_per_connection"].as_f64());
     if let (Some(f), Some(h)) = (idle_floor, idle_ours) {
-        let what = "Measured with heaptrack, a joined idle connection holds its reader task (896 B), the writer task (384 B), the split socket's shared lock (about 400 B), tungstenite's read buffer (1 KiB; below that, `bytes` reallocates it at the size of each read and read calls per frame nearly triple), the socket's registration with the runtime (256 B), the outbound queue (about 300 B once used) and the room's player entry (about 250 B). Further cuts: one task per connection over an unsplit socket, and a read buffer that shrinks while idle (tungstenite offers none).";
+        let what = "Measured with heaptrack, a joined idle connection holds its reader task (896 B), the writer task (384 B), the split socket's shared lock (about 400 B), tungstenite's read buffer (512 B: a player's frame is one read, a host's burst of 40 frames about 18; 1 KiB would halve the host's reads for 512 more bytes on every connection), the socket's registration with the runtime (256 B), the outbound queue (about 300 B once used) and the room's player entry (about 250 B). Further cuts: one task per connection over an unsplit socket, and a read buffer that shrinks while idle (tungstenite offers none).";
         if h > 4096.0 {
             let _ = writeln!(s, "- **Idle memory**: hostwire holds {h:.0} bytes per idle connection, the bare forwarder {f:.0} on the same stack. {what} The sandbox's hard limit of 20,000 open files per process (not raisable here) keeps the idle test at 19,900 connections.");
         } else {
