@@ -794,116 +794,118 @@ fn handle_socket(relay: Arc<Relay>, socket: WebSocket) -> impl Future<Output = (
 }
 
 /// Writes what the queue holds: all that is queued, then one flush.
-async fn write_loop(mut sink: SplitSink<WebSocket, Message>, drain: outbound::Drain<Utf8Bytes>) {
-    let close_with = |(code, reason): outbound::Close| {
-        Message::Close(Some(CloseFrame {
-            code,
-            reason: Utf8Bytes::from_static(reason),
-        }))
-    };
-    loop {
-        match poll_fn(|cx| drain.poll_work(cx)).await {
-            outbound::Work::Frame(first) => {
-                // What is queued goes out with one flush.
-                let mut ok = sink.feed(Message::Text(first)).await.is_ok();
-                while ok {
-                    match drain.next_frame() {
-                        Some(f) => ok = sink.feed(Message::Text(f)).await.is_ok(),
-                        None => break,
+fn write_loop(
+    mut sink: SplitSink<WebSocket, Message>,
+    drain: outbound::Drain<Utf8Bytes>,
+) -> impl Future<Output = ()> + Send {
+    // An async block for the same reason as `read_loop`'s.
+    async move {
+        let close_with = |(code, reason): outbound::Close| {
+            Message::Close(Some(CloseFrame {
+                code,
+                reason: Utf8Bytes::from_static(reason),
+            }))
+        };
+        loop {
+            match poll_fn(|cx| drain.poll_work(cx)).await {
+                outbound::Work::Frame(first) => {
+                    // What is queued goes out with one flush.
+                    let mut ok = sink.feed(Message::Text(first)).await.is_ok();
+                    while ok {
+                        match drain.next_frame() {
+                            Some(f) => ok = sink.feed(Message::Text(f)).await.is_ok(),
+                            None => break,
+                        }
+                    }
+                    if !ok || sink.flush().await.is_err() {
+                        break;
                     }
                 }
-                if !ok || sink.flush().await.is_err() {
+                outbound::Work::Ping => {
+                    if sink.send(Message::Ping(Bytes::new())).await.is_err() {
+                        break;
+                    }
+                }
+                outbound::Work::Close(c) | outbound::Work::Kill(c) => {
+                    let _ = sink.send(close_with(c)).await;
                     break;
                 }
+                outbound::Work::End => break,
             }
-            outbound::Work::Ping => {
-                if sink.send(Message::Ping(Bytes::new())).await.is_err() {
-                    break;
-                }
-            }
-            outbound::Work::Close(c) | outbound::Work::Kill(c) => {
-                let _ = sink.send(close_with(c)).await;
-                break;
-            }
-            outbound::Work::End => break,
         }
+        let _ = sink.close().await;
+        // Stops the reader, if it still reads.
+        let _ = drain.kill((CLOSE_NORMAL, "closed"));
     }
-    let _ = sink.close().await;
-    // Stops the reader, if it still reads.
-    let _ = drain.kill((CLOSE_NORMAL, "closed"));
 }
 
 /// Reads the connection's frames until it ends, then waits for its writer.
 fn read_loop(
     relay: Arc<Relay>,
     conn: ConnId,
-    stream: SplitStream<WebSocket>,
+    mut stream: SplitStream<WebSocket>,
     out: Outbound,
     writer: JoinHandle<()>,
 ) -> impl Future<Output = ()> + Send {
-    let reader = Reader {
+    let mut reader = Reader {
         state: ConnectionState::new(relay.clock.now_ms(), relay.config.limits),
         relay,
         conn,
         out,
         room: None,
     };
-    run_reader(reader, stream, writer)
-}
-
-async fn run_reader(
-    mut reader: Reader,
-    mut stream: SplitStream<WebSocket>,
-    writer: JoinHandle<()>,
-) {
-    let idle = Duration::from_millis(reader.relay.config.limits.idle_timeout_ms);
-    // One timer per connection for both the idle timeout and the pings,
-    // moved only when it fires: a frame just notes its time (a timer per
-    // frame cost more than the frame).
-    let start = tokio::time::Instant::now();
-    let mut last_frame = start;
-    let mut next_ping = start + PING_INTERVAL;
-    let timer = tokio::time::sleep_until(next_ping.min(start + idle));
-    tokio::pin!(timer);
-    loop {
-        let next = tokio::select! {
-            biased;
-            _ = poll_fn(|cx| reader.out.0.poll_killed(cx)) => break,
-            () = &mut timer => {
-                let now = tokio::time::Instant::now();
-                if now >= last_frame + idle {
-                    reader.out.close(CLOSE_GOING_AWAY, "idle timeout");
-                    break;
+    // An async block, not an async fn: what it captures is used in place,
+    // where an async fn would keep its arguments twice in its state.
+    async move {
+        let idle = Duration::from_millis(reader.relay.config.limits.idle_timeout_ms);
+        // One timer per connection for both the idle timeout and the pings,
+        // moved only when it fires: a frame just notes its time (a timer per
+        // frame cost more than the frame).
+        let start = tokio::time::Instant::now();
+        let mut last_frame = start;
+        let mut next_ping = start + PING_INTERVAL;
+        let timer = tokio::time::sleep_until(next_ping.min(start + idle));
+        tokio::pin!(timer);
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = poll_fn(|cx| reader.out.0.poll_killed(cx)) => break,
+                () = &mut timer => {
+                    let now = tokio::time::Instant::now();
+                    if now >= last_frame + idle {
+                        reader.out.close(CLOSE_GOING_AWAY, "idle timeout");
+                        break;
+                    }
+                    if now >= next_ping {
+                        reader.out.0.ping();
+                        next_ping = now + PING_INTERVAL;
+                    }
+                    timer.as_mut().reset(next_ping.min(last_frame + idle));
+                    continue;
                 }
-                if now >= next_ping {
-                    reader.out.0.ping();
-                    next_ping = now + PING_INTERVAL;
+                n = stream.next() => n,
+            };
+            last_frame = tokio::time::Instant::now();
+            // The rare waits are boxed: their futures (and what they carry)
+            // would otherwise widen every connection's reader for its life.
+            match reader.on_message(next) {
+                Flow::Go => {}
+                Flow::Stop => break,
+                Flow::Attach(job) => {
+                    if !Box::pin(reader.attach(*job)).await {
+                        break;
+                    }
                 }
-                timer.as_mut().reset(next_ping.min(last_frame + idle));
-                continue;
-            }
-            n = stream.next() => n,
-        };
-        last_frame = tokio::time::Instant::now();
-        // The rare waits are boxed: their futures (and what they carry)
-        // would otherwise widen every connection's reader for its life.
-        match reader.on_message(next) {
-            Flow::Go => {}
-            Flow::Stop => break,
-            Flow::Attach(job) => {
-                if !Box::pin(reader.attach(*job)).await {
-                    break;
-                }
-            }
-            Flow::RoomBusy(cmd) => {
-                let Some(r) = &reader.room else { break };
-                if Box::pin(r.tx.send(*cmd)).await.is_err() {
-                    break;
+                Flow::RoomBusy(cmd) => {
+                    let Some(r) = &reader.room else { break };
+                    if Box::pin(r.tx.send(*cmd)).await.is_err() {
+                        break;
+                    }
                 }
             }
         }
+        Box::pin(finish(reader, writer)).await;
     }
-    Box::pin(finish(reader, writer)).await;
 }
 
 /// Leaves the room and gives the writer time to send what is queued.
