@@ -268,7 +268,7 @@ mod tests {
             out.push(i, SLOW).unwrap();
         }
         while drain.next_frame().is_some() {}
-        assert!(drain.shared.lock().frames.capacity() <= KEEP_CAPACITY);
+        assert_eq!(drain.shared.lock().frames.capacity(), KEEP_CAPACITY);
     }
 
     #[test]

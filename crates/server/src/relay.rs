@@ -794,49 +794,43 @@ fn handle_socket(relay: Arc<Relay>, socket: WebSocket) -> impl Future<Output = (
 }
 
 /// Writes what the queue holds: all that is queued, then one flush.
-fn write_loop(
-    mut sink: SplitSink<WebSocket, Message>,
-    drain: outbound::Drain<Utf8Bytes>,
-) -> impl Future<Output = ()> + Send {
-    // An async block for the same reason as `read_loop`'s.
-    async move {
-        let close_with = |(code, reason): outbound::Close| {
-            Message::Close(Some(CloseFrame {
-                code,
-                reason: Utf8Bytes::from_static(reason),
-            }))
-        };
-        loop {
-            match poll_fn(|cx| drain.poll_work(cx)).await {
-                outbound::Work::Frame(first) => {
-                    // What is queued goes out with one flush.
-                    let mut ok = sink.feed(Message::Text(first)).await.is_ok();
-                    while ok {
-                        match drain.next_frame() {
-                            Some(f) => ok = sink.feed(Message::Text(f)).await.is_ok(),
-                            None => break,
-                        }
-                    }
-                    if !ok || sink.flush().await.is_err() {
-                        break;
+async fn write_loop(mut sink: SplitSink<WebSocket, Message>, drain: outbound::Drain<Utf8Bytes>) {
+    let close_with = |(code, reason): outbound::Close| {
+        Message::Close(Some(CloseFrame {
+            code,
+            reason: Utf8Bytes::from_static(reason),
+        }))
+    };
+    loop {
+        match poll_fn(|cx| drain.poll_work(cx)).await {
+            outbound::Work::Frame(first) => {
+                // What is queued goes out with one flush.
+                let mut ok = sink.feed(Message::Text(first)).await.is_ok();
+                while ok {
+                    match drain.next_frame() {
+                        Some(f) => ok = sink.feed(Message::Text(f)).await.is_ok(),
+                        None => break,
                     }
                 }
-                outbound::Work::Ping => {
-                    if sink.send(Message::Ping(Bytes::new())).await.is_err() {
-                        break;
-                    }
-                }
-                outbound::Work::Close(c) | outbound::Work::Kill(c) => {
-                    let _ = sink.send(close_with(c)).await;
+                if !ok || sink.flush().await.is_err() {
                     break;
                 }
-                outbound::Work::End => break,
             }
+            outbound::Work::Ping => {
+                if sink.send(Message::Ping(Bytes::new())).await.is_err() {
+                    break;
+                }
+            }
+            outbound::Work::Close(c) | outbound::Work::Kill(c) => {
+                let _ = sink.send(close_with(c)).await;
+                break;
+            }
+            outbound::Work::End => break,
         }
-        let _ = sink.close().await;
-        // Stops the reader, if it still reads.
-        let _ = drain.kill((CLOSE_NORMAL, "closed"));
     }
+    let _ = sink.close().await;
+    // Stops the reader, if it still reads.
+    let _ = drain.kill((CLOSE_NORMAL, "closed"));
 }
 
 /// Reads the connection's frames until it ends, then waits for its writer.
