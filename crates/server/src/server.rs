@@ -207,9 +207,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         open_files = files,
         "open-file limit (each connection uses one)"
     );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    // On one core the work-stealing scheduler only adds cross-thread
+    // bookkeeping: the single-threaded one runs the same tasks.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let rt = if cores == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+    };
     rt.block_on(async move {
         std::fs::create_dir_all(&args.data_dir)?;
         let db = args.data_dir.join("hostwire.db");
