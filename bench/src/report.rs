@@ -366,7 +366,7 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
         s,
         "\n## Memizy host calls (criterion, and Zod 4 in Node on the same fixtures)\n"
     );
-    let _ = writeln!(s, "Commands: `cargo bench -p hostwire-memizy --bench memizy`, `node bench/peers/zod-hostcalls.mjs`. Fixtures: `bench/fixtures/memizy/`.\n");
+    let _ = writeln!(s, "Commands: `cargo bench -p hostwire-memizy --bench memizy`, `node bench/peers/zod-hostcalls.mjs`. Fixtures: `bench/fixtures/memizy/`. Both sides report a median: criterion's, and the median of 1,000-call batches in Node.\n");
     let _ = writeln!(s, "| call | hostwire | serde_json parse to `Value` (same run) | Zod 4 pipeline (same run) | hostwire ÷ Zod |\n| --- | --- | --- | --- | --- |");
     for (fixture, label) in [
         ("send-2kb", "`send`, 2 KB of data"),
