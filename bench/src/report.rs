@@ -309,7 +309,7 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
             .as_f64()
             .unwrap_or(f64::NAN);
         let ratio = ours / theirs;
-        let _ = writeln!(s, "| host-call parse + validate + size check ≥ 10× the Zod pipeline (2 KB `send`) | {} vs {} in Node ({ratio:.1}×) | {} |", fmt_rate(ours), fmt_rate(theirs), if ratio >= 10.0 { "met".into() } else { format!("missed: {ratio:.1}× of 10×") });
+        let _ = writeln!(s, "| host-call parse + validate + size check ≥ 10× the Zod pipeline (2 KB `send`) | {} vs {} in Node ({ratio:.2}×) | {} |", fmt_rate(ours), fmt_rate(theirs), if ratio >= 10.0 { "met".into() } else { format!("missed: {ratio:.2}× of 10×") });
     }
     for n in &notes {
         let _ = writeln!(s, "\n{n}");
