@@ -135,7 +135,11 @@ struct Server {
 }
 
 fn spawn_server(dir: &std::path::Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hostwire"))
+    spawn_server_with(dir, Command::new(env!("CARGO_BIN_EXE_hostwire")))
+}
+
+fn spawn_server_with(dir: &std::path::Path, mut command: Command) -> Server {
+    let mut child = command
         .args([
             "serve",
             "--port",
@@ -260,4 +264,68 @@ async fn kill_9_and_start_again_on_the_same_data_directory() {
     s.child.kill().unwrap();
     s.child.wait().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The first CPU this process may run on.
+fn one_core() -> usize {
+    // SAFETY: sched_getaffinity fills a zeroed, correctly sized set.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        (0..libc::CPU_SETSIZE as usize)
+            .find(|&c| libc::CPU_ISSET(c, &set))
+            .expect("a CPU to run on")
+    }
+}
+
+#[tokio::test]
+async fn on_one_core_the_server_relays_and_stops_cleanly_on_sigterm() {
+    use std::os::unix::process::CommandExt;
+    let dir = temp_dir("one-core");
+    let core = one_core();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hostwire"));
+    // SAFETY: the closure only calls sched_setaffinity, which is
+    // async-signal-safe, between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(core, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    // With one core the server runs on the single-threaded runtime.
+    let mut s = spawn_server_with(&dir, command);
+    let v: Value = reqwest::Client::new()
+        .post(format!("{}/api/rooms", s.http))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (pin, token) = (v["pin"].as_str().unwrap(), v["hostToken"].as_str().unwrap());
+    let mut host = Client::connect(&s.ws, Some(ORIGIN)).await.unwrap();
+    host.send(json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token}))
+        .await;
+    assert_eq!(host.recv().await["t"], "hosting");
+    let mut p = Client::connect(&s.ws, Some(ORIGIN)).await.unwrap();
+    p.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "Solo"}))
+        .await;
+    let id = p.recv().await["playerId"].as_str().unwrap().to_owned();
+    host.recv().await;
+    host.send(json!({"t": "to", "to": id, "data": {"q": 1}}))
+        .await;
+    assert_eq!(p.recv().await, json!({"t": "data", "data": {"q": 1}}));
+
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(s.child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(host.ended().await, Ended::Closed(1001));
+    assert_eq!(p.ended().await, Ended::Closed(1001));
+    assert!(s.child.wait().unwrap().success());
 }
