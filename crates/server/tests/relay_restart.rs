@@ -169,12 +169,10 @@ fn spawn_server_with(dir: &std::path::Path, mut command: Command) -> Server {
     }
 }
 
-#[tokio::test]
-async fn kill_9_and_start_again_on_the_same_data_directory() {
-    let dir = temp_dir("kill9");
-    let mut s = spawn_server(&dir);
-    let http = reqwest::Client::new();
-    let v: Value = http
+/// A room created over HTTP on a spawned server, and its host attached:
+/// (host, pin, host token).
+async fn host_room(s: &Server) -> (Client, String, String) {
+    let v: Value = reqwest::Client::new()
         .post(format!("{}/api/rooms", s.http))
         .send()
         .await
@@ -182,14 +180,22 @@ async fn kill_9_and_start_again_on_the_same_data_directory() {
         .json()
         .await
         .unwrap();
-    let (pin, host_token) = (
+    let (pin, token) = (
         v["pin"].as_str().unwrap().to_owned(),
         v["hostToken"].as_str().unwrap().to_owned(),
     );
     let mut host = Client::connect(&s.ws, Some(ORIGIN)).await.unwrap();
-    host.send(json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": host_token}))
+    host.send(json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token}))
         .await;
     assert_eq!(host.recv().await["t"], "hosting");
+    (host, pin, token)
+}
+
+#[tokio::test]
+async fn kill_9_and_start_again_on_the_same_data_directory() {
+    let dir = temp_dir("kill9");
+    let mut s = spawn_server(&dir);
+    let (mut host, pin, host_token) = host_room(&s).await;
     let mut players = Vec::new();
     for name in ["Ann", "Bob", "Cyd"] {
         let mut p = Client::connect(&s.ws, Some(ORIGIN)).await.unwrap();
@@ -301,19 +307,7 @@ async fn on_one_core_the_server_relays_and_stops_cleanly_on_sigterm() {
     }
     // With one core the server runs on the single-threaded runtime.
     let mut s = spawn_server_with(&dir, command);
-    let v: Value = reqwest::Client::new()
-        .post(format!("{}/api/rooms", s.http))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let (pin, token) = (v["pin"].as_str().unwrap(), v["hostToken"].as_str().unwrap());
-    let mut host = Client::connect(&s.ws, Some(ORIGIN)).await.unwrap();
-    host.send(json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token}))
-        .await;
-    assert_eq!(host.recv().await["t"], "hosting");
+    let (mut host, pin, _) = host_room(&s).await;
     let mut p = Client::connect(&s.ws, Some(ORIGIN)).await.unwrap();
     p.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "Solo"}))
         .await;
