@@ -429,18 +429,7 @@ impl<'a> Args<'a> {
                 let path = e.path().to_string();
                 let rest = path.strip_prefix("[0]").map(|r| r.trim_start_matches('.'));
                 return Err(match rest {
-                    Some(r) => {
-                        let field = if r.is_empty() {
-                            param.to_owned()
-                        } else {
-                            format!("{param}.{r}").replace(".[", "[")
-                        };
-                        ProtocolError::invalid_argument(format!(
-                            "{}: {field}: {}",
-                            self.method,
-                            strip_location(&inner.to_string())
-                        ))
-                    }
+                    Some(r) => self.field_error(param, r, &inner.to_string()),
                     None => match self.count() {
                         Some(n) => ProtocolError::invalid_argument(format!(
                             "{}: takes 1 argument(s), got {n}",
@@ -487,17 +476,24 @@ impl<'a> Args<'a> {
         let mut de = serde_json::Deserializer::from_str(self.list[i].get());
         serde_path_to_error::deserialize(&mut de).map_err(|e| {
             let path = e.path().to_string();
-            let field = if path == "." || path.is_empty() {
-                param.to_owned()
-            } else {
-                format!("{param}.{path}").replace(".[", "[")
-            };
-            ProtocolError::invalid_argument(format!(
-                "{}: {field}: {}",
-                self.method,
-                strip_location(&e.inner().to_string())
-            ))
+            let path = if path == "." { "" } else { path.as_str() };
+            self.field_error(param, path, &e.inner().to_string())
         })
+    }
+
+    /// An error in argument `param` at `path` inside it ("" for the
+    /// argument itself), named the way the SPEC names fields.
+    fn field_error(&self, param: &str, path: &str, message: &str) -> ProtocolError {
+        let field = if path.is_empty() {
+            param.to_owned()
+        } else {
+            format!("{param}.{path}").replace(".[", "[")
+        };
+        ProtocolError::invalid_argument(format!(
+            "{}: {field}: {}",
+            self.method,
+            strip_location(message)
+        ))
     }
 
     /// Values must be plain JSON: numbers finite. Only walked when the

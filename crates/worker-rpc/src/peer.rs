@@ -332,6 +332,23 @@ impl Peer {
 
     /// Calls `method` on the other side. Dropping or cancelling the
     /// returned future sends `cancel`.
+    /// The caller's handle on a request now in flight.
+    fn pending_call(
+        &self,
+        id: u64,
+        rx: oneshot::Receiver<Result<Value, RpcError>>,
+        progress: mpsc::UnboundedReceiver<Value>,
+    ) -> Call {
+        Call {
+            id,
+            rx,
+            peer: self.clone(),
+            done: false,
+            deadline: None,
+            progress,
+        }
+    }
+
     pub fn call(&self, method: &str, params: Value) -> Call {
         let id = self.shared.alloc_id();
         let (reply, rx) = oneshot::channel();
@@ -351,14 +368,7 @@ impl Peer {
                 });
             }
         }
-        Call {
-            id,
-            rx,
-            peer: self.clone(),
-            done: false,
-            deadline: None,
-            progress: progress_rx,
-        }
+        self.pending_call(id, rx, progress_rx)
     }
 
     /// Opens a stream to the other side's stream handler for `method`.
@@ -394,14 +404,7 @@ impl Peer {
         StreamSender {
             id,
             notify,
-            result: Some(Call {
-                id,
-                rx,
-                peer: self.clone(),
-                done: false,
-                deadline: None,
-                progress: progress_rx,
-            }),
+            result: Some(self.pending_call(id, rx, progress_rx)),
             peer: self.clone(),
             ended: false,
         }
