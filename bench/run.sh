@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 OUT=target/bench-results
 mkdir -p "$OUT"
+# Results of an earlier run must not stand in for a scenario skipped now.
+rm -f "$OUT"/*.json
 QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then DUR=5; WARM=2; STEP=3; IDLE=2000; CRIT="--warm-up-time 1 --measurement-time 2"; else DUR=20; WARM=5; STEP=5; IDLE=19900; CRIT="--warm-up-time 2 --measurement-time 5"; fi
 ORIGIN=http://localhost:5180
@@ -22,11 +24,25 @@ if [ "${SKIP_CRITERION:-0}" != 1 ]; then
 fi
 
 echo "== JavaScript peers"
+# The peers' packages (Zod, and Bun for the Bun forwarder) come from npm.
+SERVERS="hostwire forwarder"
 if command -v node >/dev/null; then
   (cd bench/peers && npm ci --no-audit --no-fund >/dev/null && SECONDS_PER_FIXTURE=3 node zod-hostcalls.mjs) > "$OUT/zod-hostcalls.json"
+  if bench/peers/node_modules/.bin/bun --version >/dev/null 2>&1; then
+    SERVERS="$SERVERS bun"
+  else
+    echo "bun did not install: the Bun forwarder is skipped" >&2
+  fi
 else
-  echo "node not found: the Zod baseline is skipped" >&2
+  echo "node not found: the Zod baseline and the Bun forwarder are skipped" >&2
 fi
+
+echo "== kernel floor"
+FLOOR_S=5; [ "$QUICK" = 1 ] && FLOOR_S=2
+for mode in send uring; do
+  "$BIN/hostwire-bench" floor --mode $mode --duration-s $FLOOR_S --pin 0,1 --json "$OUT/floor-$mode-paced.json"
+  "$BIN/hostwire-bench" floor --mode $mode --rate 0 --duration-s $FLOOR_S --pin 0,1 --json "$OUT/floor-$mode-flat.json"
+done
 
 PORT=${PORT:-18787}
 if (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null; then
@@ -47,6 +63,12 @@ start_forwarder() {
   for _ in $(seq 50); do alive; (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null && return; sleep 0.1; done
   echo "the forwarder did not start" >&2; exit 1
 }
+start_bun() {
+  taskset -c 1 bench/peers/node_modules/.bin/bun bench/peers/bun-forwarder.mjs --listen 127.0.0.1:$PORT > "$OUT/server.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 50); do alive; (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null && return; sleep 0.1; done
+  echo "the Bun forwarder did not start" >&2; exit 1
+}
 stop_server() {
   kill "$SERVER" 2>/dev/null || true
   wait "$SERVER" 2>/dev/null || true
@@ -55,13 +77,13 @@ stop_server() {
 }
 gen() { "$BIN/hostwire-bench" "$@" --url "http://127.0.0.1:$PORT" --origin "$ORIGIN" --server-pid "$SERVER" --pin 0,1 --quiet; }
 
-for who in hostwire forwarder; do
+for who in $SERVERS; do
   echo "== classroom, $who"
   start_$who; gen classroom --warmup-s $WARM --duration-s $DUR --json "$OUT/classroom-$who.json"; stop_server
   echo "== max, $who"
   start_$who; gen max --warmup-s 2 --duration-s $STEP --json "$OUT/max-$who.json"; stop_server
 done
-for who in hostwire forwarder; do
+for who in $SERVERS; do
   echo "== idle, $who"
   start_$who; gen idle --connections $IDLE --hold-s 5 --json "$OUT/idle-$who.json"; stop_server
 done

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use hostwire_bench::load::{self, Classroom, RunResult, Target};
-use hostwire_bench::{forwarder, procstat, report};
+use hostwire_bench::{floor, forwarder, procstat, report};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -143,6 +143,28 @@ enum Command {
     Forwarder {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: String,
+    },
+    /// The kernel's floor: write frames to loopback TCP sockets and nothing
+    /// else (no WebSocket, no JSON), one thread on the server's core.
+    Floor {
+        #[arg(long, value_enum, default_value = "send")]
+        mode: floor::Mode,
+        #[arg(long, default_value_t = 2000)]
+        connections: usize,
+        /// Frames per second to offer; 0 writes as fast as the core can.
+        #[arg(long, default_value_t = 50_000)]
+        rate: u64,
+        /// Bytes per frame (a classroom `data` frame on the wire is about 240).
+        #[arg(long, default_value_t = 240)]
+        frame_bytes: usize,
+        #[arg(long, default_value_t = 5.0)]
+        duration_s: f64,
+        /// Pin as READER_CORE,WRITER_CORE.
+        #[arg(long, value_parser = parse_pin)]
+        pin: Option<(usize, usize)>,
+        /// Write the result as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// Write docs/BENCHMARKS.md and the plots from the results of a run.
     Report(report::ReportArgs),
@@ -344,6 +366,53 @@ fn main() -> Result<()> {
                 r.bytes_per_connection
             );
             write_json(&common.json, &json!({"scenario": "idle", "result": r}))
+        }
+        Command::Floor {
+            mode,
+            connections,
+            rate,
+            frame_bytes,
+            duration_s,
+            pin,
+            json,
+        } => {
+            procstat::raise_fd_limit();
+            let r = floor::run(&floor::Params {
+                mode,
+                connections,
+                rate,
+                frame_bytes,
+                duration: Duration::from_secs_f64(duration_s),
+                frames: None,
+                pin,
+            })?;
+            println!("floor ({mode:?})");
+            println!(
+                "  written                {:.0} frames/s of {} bytes to {} sockets{}",
+                r.sent_per_s,
+                r.frame_bytes,
+                r.connections,
+                r.offered_per_s
+                    .map_or(" (flat out)".into(), |o| format!(" ({o} offered)"))
+            );
+            println!(
+                "  writer CPU             {:.1} % of a core (user {:.1} %, system {:.1} %): {:.2} µs a frame",
+                r.writer_user_pct + r.writer_system_pct,
+                r.writer_user_pct,
+                r.writer_system_pct,
+                r.writer_us_per_frame
+            );
+            println!(
+                "  reader CPU             {:.1} % of a core: {:.2} µs a frame",
+                r.reader_pct, r.reader_us_per_frame
+            );
+            if r.refused > 0 {
+                println!(
+                    "  refused                {} (socket buffer full)",
+                    r.refused
+                );
+            }
+            write_json(&json, &json!({"scenario": "floor", "result": r}))
         }
         Command::Report(args) => report::run(&args),
     }

@@ -235,6 +235,27 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
     let idle_hw = load(&a.results, "idle-hostwire.json");
     let idle_fw = load(&a.results, "idle-forwarder.json");
     let flood_hw = load(&a.results, "flood-hostwire.json");
+    let classroom_bun = load(&a.results, "classroom-bun.json");
+    let max_bun = load(&a.results, "max-bun.json");
+    let idle_bun = load(&a.results, "idle-bun.json");
+    let floor = |name: &str| load(&a.results, name).map(|v| v["result"].clone());
+    let floor_runs: Vec<(&str, Value)> = [
+        ("`send` per frame, 50k frames/s", "floor-send-paced.json"),
+        (
+            "io_uring, a tick's sends per call, 50k frames/s",
+            "floor-uring-paced.json",
+        ),
+        ("`send` per frame, flat out", "floor-send-flat.json"),
+        ("io_uring, flat out", "floor-uring-flat.json"),
+    ]
+    .into_iter()
+    .filter_map(|(label, file)| Some((label, floor(file)?)))
+    .collect();
+    let floor_paced = floor("floor-send-paced.json");
+    let floor_flat = ["floor-send-flat.json", "floor-uring-flat.json"]
+        .into_iter()
+        .filter_map(|f| floor(f)?["sent_per_s"].as_f64())
+        .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
     std::fs::create_dir_all(&a.plots)?;
     let date = std::process::Command::new("date")
         .arg("-u")
@@ -265,7 +286,15 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
         let cpu = cpu_of(r).map(|c| c.0).unwrap_or(f64::NAN);
         let p99 = r["latency"]["p99_us"].as_f64().unwrap_or(f64::NAN) / 1000.0;
         let ok = cpu <= 15.0 && p99 < 1.0;
-        let _ = writeln!(s, "| classroom 50×40 at ≤ 15 % of one core, p99 < 1 ms | {cpu:.1} % of a core, p99 {p99:.2} ms | {} |", if ok { "met".to_owned() } else { format!("missed: CPU ×{:.1}, p99 ×{:.1} the target", cpu / 15.0, p99 / 1.0) });
+        let bound = floor_paced
+            .as_ref()
+            .map(|f| {
+                let w = f["writer_user_pct"].as_f64().unwrap_or(0.0)
+                    + f["writer_system_pct"].as_f64().unwrap_or(0.0);
+                format!("; writing 50k frames/s to loopback sockets, and nothing else, costs {w:.1} % of a core here")
+            })
+            .unwrap_or_default();
+        let _ = writeln!(s, "| classroom 50×40 at ≤ 15 % of one core, p99 < 1 ms | {cpu:.1} % of a core, p99 {p99:.2} ms | {} |", if ok { "met".to_owned() } else { format!("missed: CPU ×{:.1}, p99 ×{:.1} the target{bound}", cpu / 15.0, p99 / 1.0) });
     }
     if let (Some(h), Some(f)) = (&max_hw, &max_fw) {
         // One core's capacity: frames per second per core-second, at the
@@ -288,7 +317,7 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
             fmt_rate(hc),
             fmt_rate(fc),
             100.0 * hc / fc.max(1.0),
-            if ok { "met".to_owned() } else if hc >= 0.8 * fc { format!("within 80 % of the floor: met; 450k: missed, {:.0} % of it", 100.0 * hc / 450_000.0) } else { format!("missed: {:.0} % of 450k", 100.0 * hc / 450_000.0) }
+            if ok { "met".to_owned() } else if hc >= 0.8 * fc { format!("within 80 % of the floor: met; 450k: missed, {:.0} % of it{}", 100.0 * hc / 450_000.0, floor_flat.map(|k| format!("; the kernel alone writes at most {} on one core here", fmt_rate(k))).unwrap_or_default()) } else { format!("missed: {:.0} % of 450k", 100.0 * hc / 450_000.0) }
         );
         notes.push(format!(
             "max: hostwire stopped because {}; the forwarder because {}.",
@@ -326,7 +355,21 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
         let _ = writeln!(s, "- **This machine.** The Zod pipeline runs {} here against about 93k/s on the machine the targets were set on: absolute figures here are {:.1}× lower for the same work. Ratios to a baseline from the same run are what carries over.", fmt_rate(z), 93_000.0 / z.max(1.0));
     }
     if let Some(k) = kernel {
-        let _ = writeln!(s, "- **Relay CPU is mostly the kernel** ({k:.0} % of hostwire's classroom CPU is system time): every delivered frame is its own write system call on loopback (40 players are 40 sockets), and with TCP_NODELAY (needed: without it small frames waited about 40 ms for delayed ACKs) each write is its own packet, whose loopback delivery the kernel also charges to the writer. In a perf profile of the classroom run the send system call alone is about half of the server's CPU, a little over half of that the loopback delivery into the receiving socket. The bare forwarder pays the same kernel cost. What hostwire adds on top is user time for validation, rate limits, the room task hop and metrics; its per-connection queue (one lock, a wake only when the writer waits, no timer per frame) keeps that near the forwarder's. The levers left are in the kernel path: io_uring to submit many sockets' writes in one call, and fewer wake-ups per frame.");
+        let _ = writeln!(s, "- **Relay CPU is mostly the kernel** ({k:.0} % of hostwire's classroom CPU is system time): every delivered frame is its own write system call on loopback (40 players are 40 sockets), and with TCP_NODELAY (needed: without it small frames waited about 40 ms for delayed ACKs) each write is its own packet, whose loopback delivery into the receiving socket the kernel charges to the writer. In a perf profile of the classroom run the send system call alone is about half of the server's CPU.");
+    }
+    if let Some(f) = &floor_paced {
+        let w = f["writer_user_pct"].as_f64().unwrap_or(0.0)
+            + f["writer_system_pct"].as_f64().unwrap_or(0.0);
+        let r = f["reader_pct"].as_f64().unwrap_or(0.0);
+        let _ = writeln!(s, "- **The kernel's floor, measured** (`hostwire-bench floor`, below): one thread that does nothing but write the classroom's 50,000 frames a second to 2,000 loopback sockets uses {w:.1} % of a core ({:.2} µs a frame), and reading them back one by one {r:.1} % more. That alone is {:.1}× the 15 % target, before a relay reads its frames in (a host's burst of 40 frames arrives as one segment, so that side is cheaper). Submitting each millisecond's sends in one io_uring call costs {} a frame instead, where the target would need a third of the cost: what a frame costs is the TCP path of its packet, not the system call.", f["writer_us_per_frame"].as_f64().unwrap_or(0.0), w / 15.0, floor("floor-uring-paced.json").and_then(|u| u["writer_us_per_frame"].as_f64()).map(|u| format!("{u:.2} µs ({:+.0} %)", 100.0 * (u / f["writer_us_per_frame"].as_f64().unwrap_or(1.0).max(1e-9) - 1.0))).unwrap_or_else(|| "–".into()));
+    }
+    if let Some(k) = floor_flat {
+        let _ = writeln!(s, "- **450k frames/s** is above what this machine's kernel can write on one core: flat out, the floor's writer reaches {} (the better of one `send` per frame and io_uring batches), with no reading, parsing or routing at all. hostwire's bound is that floor plus the reads; the bare forwarders in the same run show the rest of the stack's share.", fmt_rate(k));
+    }
+    if let (Some(h), Some(b)) = (&classroom_hw, &classroom_bun) {
+        if let (Some(hc), Some(bc)) = (cpu_of(&h["result"]), cpu_of(&b["result"])) {
+            let _ = writeln!(s, "- **Against Bun**: a bare forwarder of the same frames on Bun (uWebSockets, `bench/peers/bun-forwarder.mjs`, no validation, limits or store) uses {:.1} % of the core on classroom in the same run, p99 {:.2} ms; hostwire {:.1} % ({:.2}× Bun's bare forwarding), p99 {:.2} ms. The reference relay runs on Bun and does more than forward; the targets were set at 37–46 % and p99 2.4–6.3 ms for it.", bc.0, b["result"]["latency"]["p99_us"].as_f64().unwrap_or(0.0) / 1000.0, hc.0, hc.0 / bc.0.max(0.01), h["result"]["latency"]["p99_us"].as_f64().unwrap_or(0.0) / 1000.0);
+        }
     }
     let _ = writeln!(s, "- **Classroom p99** is queueing: each host sends its 40 players a frame each in one burst every 50 ms (the generator spreads the 2,050 senders evenly over their periods), and a burst's 40 writes wait behind each other and behind other rooms' bursts on the one core. The same offered rate in smaller rooms (max, 25 rooms of 20) gives a lower p99.");
     let idle_floor = idle_fw
@@ -427,7 +470,7 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
 
     // Relay.
     let _ = writeln!(s, "\n## Relay (hostwire-bench)\n");
-    let _ = writeln!(s, "The server is pinned to core 1 and the generator to core 0 (`--pin 0,1`); CPU is the server's user + system time from /proc over the measured window, as percent of one core. Latency is one-way, from the send time embedded in each payload. The bare forwarder (`hostwire-bench forwarder`) is the same stack with no validation, limits, presence or store: the floor.\n");
+    let _ = writeln!(s, "The server is pinned to core 1 and the generator to core 0 (`--pin 0,1`); CPU is the server's user + system time from /proc over the measured window, as percent of one core. Latency is one-way, from the send time embedded in each payload. The bare forwarder (`hostwire-bench forwarder`) is the same stack with no validation, limits, presence or store: the floor. The Bun forwarder (`bench/peers/bun-forwarder.mjs`) forwards the same frames on Bun, the runtime of the reference relay.\n");
     let _ = writeln!(s, "| scenario | server | delivered frames/s | p50 | p90 | p99 | p99.9 | server CPU (user + system) | RSS |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let row = |s: &mut String, name: &str, who: &str, r: &Value| {
         let l = &r["latency"];
@@ -451,6 +494,9 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
     if let Some(v) = &classroom_fw {
         row(&mut s, "classroom 50×40", "bare forwarder", &v["result"]);
     }
+    if let Some(v) = &classroom_bun {
+        row(&mut s, "classroom 50×40", "Bun forwarder", &v["result"]);
+    }
     if let (Some(h), Some(f)) = (&classroom_hw, &classroom_fw) {
         if let (Some(a), Some(b)) = (cpu_of(&h["result"]), cpu_of(&f["result"])) {
             let per_frame = |r: &Value, cpu: f64| {
@@ -463,6 +509,32 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
                 hu / fu.max(1e-9),
                 fmt_rate(1e6 / hu.max(1e-9)),
                 fmt_rate(1e6 / fu.max(1e-9))
+            );
+            if let Some((b, bc)) = classroom_bun
+                .as_ref()
+                .and_then(|b| Some((&b["result"], cpu_of(&b["result"])?)))
+            {
+                let bu = per_frame(b, bc.0);
+                let _ = writeln!(
+                    s,
+                    "The Bun forwarder: {bu:.2} µs a frame; hostwire costs {:.2}× Bun's bare forwarding.",
+                    hu / bu.max(1e-9)
+                );
+            }
+        }
+    }
+    if !floor_runs.is_empty() {
+        let _ = writeln!(s, "\n**The kernel's floor** (`hostwire-bench floor --mode send|uring [--rate 0] --pin 0,1`): one thread on the server's core writes 240-byte frames round-robin to 2,000 loopback TCP sockets (TCP_NODELAY, as the relay), another on the generator's core reads them; no WebSocket, JSON or rooms.\n\n| how | written frames/s | writer CPU (user + system) | writer µs a frame | reader CPU |\n| --- | --- | --- | --- | --- |");
+        for (label, r) in &floor_runs {
+            let u = r["writer_user_pct"].as_f64().unwrap_or(0.0);
+            let sy = r["writer_system_pct"].as_f64().unwrap_or(0.0);
+            let _ = writeln!(
+                s,
+                "| {label} | {:.0} | {:.1} % ({u:.1} + {sy:.1}) | {:.2} | {:.1} % |",
+                r["sent_per_s"].as_f64().unwrap_or(0.0),
+                u + sy,
+                r["writer_us_per_frame"].as_f64().unwrap_or(0.0),
+                r["reader_pct"].as_f64().unwrap_or(0.0)
             );
         }
     }
@@ -477,7 +549,11 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
         row(&mut s, "others, with the flood", "hostwire", &f["flood"]);
         let _ = writeln!(s, "\nThe others' p99 with the flood is {:.2}× the p99 without it; the flooder got {} `RATE_LIMITED` errors.", f["p99_ratio"].as_f64().unwrap_or(0.0), f["flood"]["errors"]["RATE_LIMITED"]);
     }
-    for (name, v) in [("hostwire", &max_hw), ("bare forwarder", &max_fw)] {
+    for (name, v) in [
+        ("hostwire", &max_hw),
+        ("bare forwarder", &max_fw),
+        ("Bun forwarder", &max_bun),
+    ] {
         if let Some(v) = v {
             let _ = writeln!(s, "\n**Max load, {name}** (rooms of 20 players; host 100 Hz to each, players 5 Hz; stopped: {}):\n\n| rooms | offered/s | delivered/s | p99 | server CPU |\n| --- | --- | --- | --- | --- |", v["stop_reason"].as_str().unwrap_or("?"));
             for st in v["steps"].as_array().into_iter().flatten() {
@@ -495,7 +571,11 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
             }
         }
     }
-    for (name, v) in [("hostwire", &idle_hw), ("bare forwarder", &idle_fw)] {
+    for (name, v) in [
+        ("hostwire", &idle_hw),
+        ("bare forwarder", &idle_fw),
+        ("Bun forwarder", &idle_bun),
+    ] {
         if let Some(v) = v {
             let r = &v["result"];
             let _ = writeln!(s, "\n**Idle, {name}**: {} joined connections held {:.0} s ({} still answering); server RSS {} → {} KiB: **{:.0} bytes per connection**.", r["connections"], r["held_seconds"].as_f64().unwrap_or(0.0), r["still_open"], r["rss_kb_before"], r["rss_kb_after"], r["bytes_per_connection"].as_f64().unwrap_or(0.0));
@@ -508,17 +588,20 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
     if font {
         if let (Some(h), Some(f)) = (&classroom_hw, &classroom_fw) {
             let p = a.plots.join("relay-latency.png");
-            latency_plot(
-                &p,
-                &[("hostwire", &h["result"]), ("bare forwarder", &f["result"])],
-            )
-            .context("latency plot")?;
+            let mut series = vec![("hostwire", &h["result"]), ("bare forwarder", &f["result"])];
+            if let Some(b) = &classroom_bun {
+                series.push(("Bun forwarder", &b["result"]));
+            }
+            latency_plot(&p, &series).context("latency plot")?;
             plots.push(("Relay latency, classroom 50 × 40", p));
         }
         if let (Some(h), Some(f)) = (&max_hw, &max_fw) {
             let p = a.plots.join("relay-throughput.png");
-            throughput_plot(&p, &[("hostwire", h), ("bare forwarder", f)])
-                .context("throughput plot")?;
+            let mut series = vec![("hostwire", h), ("bare forwarder", f)];
+            if let Some(b) = &max_bun {
+                series.push(("Bun forwarder", b));
+            }
+            throughput_plot(&p, &series).context("throughput plot")?;
             plots.push(("Delivered vs offered load", p));
         }
     }
