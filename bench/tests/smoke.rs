@@ -91,7 +91,11 @@ fn the_kernel_floor_writes_and_reads_every_frame() {
 
 #[test]
 fn the_report_renders_results() {
-    let dir = std::env::temp_dir().join(format!("hostwire-bench-report-{}", std::process::id()));
+    let tmp = tempfile::Builder::new()
+        .prefix("hostwire-bench-report-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path();
     let results = dir.join("results");
     std::fs::create_dir_all(&results).unwrap();
     let run = serde_json::json!({
@@ -137,5 +141,4 @@ fn the_report_renders_results() {
         ),
         "{page}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

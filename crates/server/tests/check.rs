@@ -1,6 +1,6 @@
 //! `hostwire check` as a user runs it: the real binary on real files.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn root() -> PathBuf {
@@ -20,12 +20,33 @@ fn run(args: &[&str]) -> (i32, String) {
     )
 }
 
-fn temp(name: &str, content: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hostwire-check-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, content).unwrap();
-    p
+/// A file in a directory of its own, both removed when dropped.
+struct TempFile {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl std::ops::Deref for TempFile {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for TempFile {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn temp(name: &str, content: &str) -> TempFile {
+    let dir = tempfile::Builder::new()
+        .prefix("hostwire-check-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, content).unwrap();
+    TempFile { _dir: dir, path }
 }
 
 #[test]

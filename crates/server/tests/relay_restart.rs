@@ -194,7 +194,7 @@ async fn host_room(s: &Server) -> (Client, String, String) {
 #[tokio::test]
 async fn kill_9_and_start_again_on_the_same_data_directory() {
     let dir = temp_dir("kill9");
-    let mut s = spawn_server(&dir);
+    let mut s = spawn_server(dir.path());
     let (mut host, pin, host_token) = host_room(&s).await;
     let mut players = Vec::new();
     for name in ["Ann", "Bob", "Cyd"] {
@@ -217,7 +217,7 @@ async fn kill_9_and_start_again_on_the_same_data_directory() {
     s.child.wait().unwrap();
     assert_eq!(host.ended().await, Ended::Dropped);
 
-    let mut s = spawn_server(&dir);
+    let mut s = spawn_server(dir.path());
     let mut host = Client::connect(&s.ws, Some(ORIGIN)).await.unwrap();
     host.send(json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": host_token}))
         .await;
@@ -269,7 +269,6 @@ async fn kill_9_and_start_again_on_the_same_data_directory() {
     }
     s.child.kill().unwrap();
     s.child.wait().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The first CPU this process may run on.
@@ -306,7 +305,7 @@ async fn on_one_core_the_server_relays_and_stops_cleanly_on_sigterm() {
         });
     }
     // With one core the server runs on the single-threaded runtime.
-    let mut s = spawn_server_with(&dir, command);
+    let mut s = spawn_server_with(dir.path(), command);
     let (mut host, pin, _) = host_room(&s).await;
     let mut p = Client::connect(&s.ws, Some(ORIGIN)).await.unwrap();
     p.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "Solo"}))

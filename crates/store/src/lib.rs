@@ -242,10 +242,11 @@ mod tests {
 
     #[test]
     fn every_change_survives_reopening_the_file() {
-        let dir = std::env::temp_dir().join(format!("hostwire-store-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("relay.db");
-        let _ = std::fs::remove_file(&path);
+        let dir = tempfile::Builder::new()
+            .prefix("hostwire-store-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join("relay.db");
         {
             let s = SqliteStore::open(&path).unwrap();
             s.apply(&[
@@ -322,7 +323,6 @@ mod tests {
             rooms[0].bundle_text.as_deref(),
             Some(&b"{\"pluginHtml\":\"x\",\"set\":{}}"[..])
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

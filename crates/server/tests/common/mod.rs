@@ -33,20 +33,12 @@ pub fn config() -> RelayConfig {
     }
 }
 
-pub fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "hostwire-test-{name}-{}-{}",
-        std::process::id(),
-        rand_suffix()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn rand_suffix() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
+/// A fresh directory for one test's data, removed when dropped.
+pub fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("hostwire-test-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 pub struct TestRelay {
@@ -55,12 +47,18 @@ pub struct TestRelay {
     pub http: String,
     pub ws: String,
     pub db: PathBuf,
+    /// The data directory this relay made for itself (none when it was
+    /// given a database, as on a restart).
+    dir: Option<tempfile::TempDir>,
 }
 
 impl TestRelay {
     pub async fn start(config: RelayConfig) -> TestRelay {
         let dir = temp_dir("relay");
-        Self::start_at(config, dir.join("hostwire.db"), ManualClock::new(T0)).await
+        let mut t =
+            Self::start_at(config, dir.path().join("hostwire.db"), ManualClock::new(T0)).await;
+        t.dir = Some(dir);
+        t
     }
 
     pub async fn start_at(config: RelayConfig, db: PathBuf, clock: ManualClock) -> TestRelay {
@@ -74,6 +72,7 @@ impl TestRelay {
             http: format!("http://{addr}"),
             ws: format!("ws://{addr}/ws"),
             db,
+            dir: None,
         }
     }
 
