@@ -8,9 +8,14 @@
 //!
 //! The writer's CPU is what any relay pays to deliver those frames on this
 //! machine: the loopback delivery into the receiving socket is charged to
-//! the writer, as it is to the relay.
+//! the writer, as it is to the relay. Each frame carries the time it was
+//! handed to the kernel, so the reader also measures the latency the
+//! kernel alone leaves (paced, a millisecond's frames go out back to back,
+//! much as a host's burst does).
 
+use crate::load::{latency, Latency};
 use anyhow::{bail, Context as _, Result};
+use hdrhistogram::Histogram;
 use io_uring::{opcode, types, IoUring};
 use serde::Serialize;
 use std::io::Read;
@@ -58,6 +63,8 @@ pub struct FloorResult {
     /// The reader's CPU (epoll and `read`), for the receiving half.
     pub reader_pct: f64,
     pub reader_us_per_frame: f64,
+    /// From the send call (or the io_uring submission) to the read.
+    pub latency: Latency,
 }
 
 fn pin_thread(core: usize) -> Result<()> {
@@ -83,9 +90,50 @@ fn thread_cpu() -> (f64, f64) {
     }
 }
 
+/// Nanoseconds since `base`, as a frame carries it.
+fn stamp(base: Instant, frame: &mut [u8]) {
+    frame[..8].copy_from_slice(&(base.elapsed().as_nanos() as u64).to_le_bytes());
+}
+
+/// Calls `frame` for each whole frame that `chunk` completes, keeping an
+/// unfinished one in `partial` for the next chunk.
+pub fn whole_frames(
+    partial: &mut Vec<u8>,
+    chunk: &[u8],
+    frame_bytes: usize,
+    mut frame: impl FnMut(&[u8]),
+) {
+    let mut at = 0;
+    if !partial.is_empty() {
+        at = (frame_bytes - partial.len()).min(chunk.len());
+        partial.extend_from_slice(&chunk[..at]);
+        if partial.len() == frame_bytes {
+            frame(partial);
+            partial.clear();
+        }
+    }
+    while at + frame_bytes <= chunk.len() {
+        frame(&chunk[at..at + frame_bytes]);
+        at += frame_bytes;
+    }
+    partial.extend_from_slice(&chunk[at..]);
+}
+
+/// What the reader got: bytes, CPU seconds, latency in µs.
+struct Received {
+    bytes: u64,
+    cpu_s: f64,
+    hist: Histogram<u64>,
+}
+
 /// Reads every socket until `expected` bytes came (the writer sets it when
-/// done) or nothing came for two seconds; returns (bytes, CPU seconds).
-fn read_all(clients: Vec<TcpStream>, expected: &AtomicU64) -> Result<(u64, f64)> {
+/// done) or nothing came for two seconds, timing every whole frame.
+fn read_all(
+    clients: Vec<TcpStream>,
+    frame_bytes: usize,
+    base: Instant,
+    expected: &AtomicU64,
+) -> Result<Received> {
     // SAFETY: plain epoll calls on descriptors this function owns.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     if ep < 0 {
@@ -106,6 +154,9 @@ fn read_all(clients: Vec<TcpStream>, expected: &AtomicU64) -> Result<(u64, f64)>
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
     let mut buf = vec![0u8; 64 * 1024];
     let mut total = 0u64;
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    // Each socket's unfinished frame: a read may end inside one.
+    let mut partial: Vec<Vec<u8>> = vec![Vec::new(); clients.len()];
     let mut last = Instant::now();
     while total < expected.load(Relaxed) && last.elapsed() < Duration::from_secs(2) {
         // SAFETY: `events` has room for 256 entries.
@@ -114,23 +165,39 @@ fn read_all(clients: Vec<TcpStream>, expected: &AtomicU64) -> Result<(u64, f64)>
             last = Instant::now();
         }
         for e in &events[..n.max(0) as usize] {
-            let mut c = &clients[e.u64 as usize];
+            let i = e.u64 as usize;
+            let mut c = &clients[i];
             // Edge-triggered: read until the socket is empty.
             while let Ok(m @ 1..) = c.read(&mut buf) {
                 total += m as u64;
+                let now = base.elapsed().as_nanos() as u64;
+                whole_frames(&mut partial[i], &buf[..m], frame_bytes, |frame| {
+                    let mut sent = [0u8; 8];
+                    sent.copy_from_slice(&frame[..8]);
+                    let sent = u64::from_le_bytes(sent);
+                    let _ = hist.record((now.saturating_sub(sent) / 1000).max(1));
+                });
             }
         }
     }
     let (u1, s1) = thread_cpu();
     // SAFETY: `ep` is ours and closed once.
     unsafe { libc::close(ep) };
-    Ok((total, (u1 - u0) + (s1 - s0)))
+    Ok(Received {
+        bytes: total,
+        cpu_s: (u1 - u0) + (s1 - s0),
+        hist,
+    })
 }
 
+/// Sends in flight at most, with io_uring.
+const RING: usize = 4096;
+
 pub fn run(p: &Params) -> Result<FloorResult> {
-    if p.connections == 0 || p.frame_bytes == 0 {
-        bail!("connections and frame bytes must be above 0");
+    if p.connections == 0 || p.frame_bytes < 8 {
+        bail!("need a connection and frames of at least 8 bytes (the send time)");
     }
+    let base = Instant::now();
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let mut clients = Vec::with_capacity(p.connections);
@@ -148,20 +215,29 @@ pub fn run(p: &Params) -> Result<FloorResult> {
     let reader = {
         let expected = expected.clone();
         let core = p.pin.map(|(r, _)| r);
+        let frame_bytes = p.frame_bytes;
         std::thread::spawn(move || {
             if let Some(c) = core {
                 pin_thread(c)?;
             }
-            read_all(clients, &expected)
+            read_all(clients, frame_bytes, base, &expected)
         })
     };
     if let Some((_, w)) = p.pin {
         pin_thread(w)?;
     }
-    let frame = vec![b'x'; p.frame_bytes];
+    let mut frame = vec![b'x'; p.frame_bytes];
+    // io_uring reads a frame when it runs the send: each one in flight
+    // needs its own buffer. A slot per ring entry, recycled on completion.
+    let mut slots: Vec<Vec<u8>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
     let fds: Vec<i32> = servers.iter().map(|s| s.as_raw_fd()).collect();
     let mut ring = match p.mode {
-        Mode::Uring => Some(IoUring::new(4096).context("io_uring setup")?),
+        Mode::Uring => {
+            slots = vec![frame.clone(); RING];
+            free = (0..RING).collect();
+            Some(IoUring::new(RING as u32).context("io_uring setup")?)
+        }
         Mode::Send => None,
     };
     // A tick of 1 ms when paced; batches of 256 when flat out.
@@ -194,6 +270,7 @@ pub fn run(p: &Params) -> Result<FloorResult> {
                 for _ in 0..batch {
                     let fd = fds[next % fds.len()];
                     next += 1;
+                    stamp(base, &mut frame);
                     // SAFETY: `frame` outlives the call; `fd` is an open socket.
                     let r = unsafe { libc::send(fd, frame.as_ptr().cast(), frame.len(), 0) };
                     if r > 0 {
@@ -209,13 +286,14 @@ pub fn run(p: &Params) -> Result<FloorResult> {
                     // Room in the ring: reap what completed first.
                     for c in ring.completion() {
                         in_flight -= 1;
+                        free.push(c.user_data() as usize);
                         if c.result() > 0 {
                             sent += 1;
                         } else {
                             refused += 1;
                         }
                     }
-                    let room = 4096 - in_flight;
+                    let room = RING - in_flight;
                     if room == 0 {
                         ring.submit_and_wait(1)?;
                         continue;
@@ -224,11 +302,15 @@ pub fn run(p: &Params) -> Result<FloorResult> {
                     for _ in 0..now {
                         let fd = fds[next % fds.len()];
                         next += 1;
-                        let e =
-                            opcode::Send::new(types::Fd(fd), frame.as_ptr(), frame.len() as u32)
-                                .build();
-                        // SAFETY: `frame` lives until every send completed
-                        // (the ring is drained below before it is dropped).
+                        let slot = free.pop().context("no free send buffer")?;
+                        let buf = &mut slots[slot];
+                        stamp(base, buf);
+                        let e = opcode::Send::new(types::Fd(fd), buf.as_ptr(), buf.len() as u32)
+                            .build()
+                            .user_data(slot as u64);
+                        // SAFETY: the slot's buffer is not touched again
+                        // until its send completed (the ring is drained
+                        // below before the buffers are dropped).
                         unsafe { ring.submission().push(&e) }
                             .map_err(|_| anyhow::anyhow!("submission queue full"))?;
                     }
@@ -244,6 +326,7 @@ pub fn run(p: &Params) -> Result<FloorResult> {
             ring.submit_and_wait(1)?;
             for c in ring.completion() {
                 in_flight -= 1;
+                free.push(c.user_data() as usize);
                 if c.result() > 0 {
                     sent += 1;
                 } else {
@@ -256,7 +339,11 @@ pub fn run(p: &Params) -> Result<FloorResult> {
     let elapsed = start.elapsed().as_secs_f64();
     let want = sent * p.frame_bytes as u64;
     expected.store(want, Relaxed);
-    let (bytes, reader_cpu) = reader
+    let Received {
+        bytes,
+        cpu_s: reader_cpu,
+        hist,
+    } = reader
         .join()
         .map_err(|_| anyhow::anyhow!("the reader panicked"))??;
     if bytes < want {
@@ -275,5 +362,39 @@ pub fn run(p: &Params) -> Result<FloorResult> {
         writer_us_per_frame: ((u1 - u0) + (s1 - s0)) * 1e6 / frames,
         reader_pct: 100.0 * reader_cpu / elapsed,
         reader_us_per_frame: reader_cpu * 1e6 / frames,
+        latency: latency(&Some(hist)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::whole_frames;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// However the stream is cut into reads, each frame comes out once,
+        /// whole and in order.
+        #[test]
+        fn frames_survive_any_cut(
+            frame_bytes in 8usize..40,
+            count in 0usize..30,
+            cuts in proptest::collection::vec(1usize..100, 0..40),
+        ) {
+            let stream: Vec<u8> = (0..count * frame_bytes).map(|i| (i / frame_bytes) as u8).collect();
+            let mut partial = Vec::new();
+            let mut seen: Vec<Vec<u8>> = Vec::new();
+            let mut at = 0;
+            let mut cuts = cuts.into_iter();
+            while at < stream.len() {
+                let n = cuts.next().unwrap_or(stream.len()).min(stream.len() - at);
+                whole_frames(&mut partial, &stream[at..at + n], frame_bytes, |f| seen.push(f.to_vec()));
+                at += n;
+            }
+            prop_assert!(partial.is_empty());
+            prop_assert_eq!(seen.len(), count);
+            for (k, f) in seen.iter().enumerate() {
+                prop_assert_eq!(f, &vec![k as u8; frame_bytes]);
+            }
+        }
+    }
 }

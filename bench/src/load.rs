@@ -382,7 +382,7 @@ pub struct Latency {
     pub curve: Vec<(u64, f64)>,
 }
 
-fn latency(h: &Option<Histogram<u64>>) -> Latency {
+pub fn latency(h: &Option<Histogram<u64>>) -> Latency {
     match h {
         Some(h) if !h.is_empty() => Latency {
             p50_us: h.value_at_quantile(0.5),

@@ -406,6 +406,14 @@ fn main() -> Result<()> {
                 "  reader CPU             {:.1} % of a core: {:.2} µs a frame",
                 r.reader_pct, r.reader_us_per_frame
             );
+            println!(
+                "  latency (µs)           p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+                r.latency.p50_us,
+                r.latency.p90_us,
+                r.latency.p99_us,
+                r.latency.p999_us,
+                r.latency.max_us
+            );
             if r.refused > 0 {
                 println!(
                     "  refused                {} (socket buffer full)",

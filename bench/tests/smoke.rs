@@ -86,6 +86,8 @@ fn the_kernel_floor_writes_and_reads_every_frame() {
         // run() fails unless the reader got every byte written.
         assert_eq!(r.refused, 0, "{mode:?}");
         assert!(r.sent_per_s > 0.0 && r.writer_us_per_frame > 0.0, "{r:?}");
+        // Every frame was timed on arrival.
+        assert_eq!(r.latency.samples, 2_000, "{mode:?}");
     }
 }
 
@@ -114,7 +116,8 @@ fn the_report_renders_results() {
         serde_json::json!({"scenario": "floor", "result": {
             "mode": "send", "connections": 2000, "frame_bytes": 240, "offered_per_s": 50000,
             "sent_per_s": 50000.0, "refused": 0, "writer_user_pct": 1.0, "writer_system_pct": 35.0,
-            "writer_us_per_frame": 7.2, "reader_pct": 25.0, "reader_us_per_frame": 5.0
+            "writer_us_per_frame": 7.2, "reader_pct": 25.0, "reader_us_per_frame": 5.0,
+            "latency": {"p50_us": 41, "p90_us": 108, "p99_us": 464, "p999_us": 2947, "max_us": 4203, "samples": 250000, "curve": []}
         }})
         .to_string(),
     )
@@ -137,7 +140,7 @@ fn the_report_renders_results() {
     assert!(page.contains("| classroom 50×40 | hostwire | 49500 |"));
     assert!(
         page.contains(
-            "| `send` per frame, 50k frames/s | 50000 | 36.0 % (1.0 + 35.0) | 7.20 | 25.0 % |"
+            "| `send` per frame, 50k frames/s | 50000 | 36.0 % (1.0 + 35.0) | 7.20 | 25.0 % | 41 µs | 464 µs | 2947 µs |"
         ),
         "{page}"
     );
