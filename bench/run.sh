@@ -11,7 +11,7 @@ mkdir -p "$OUT"
 # Results of an earlier run must not stand in for a scenario skipped now.
 rm -f "$OUT"/*.json
 QUICK=${QUICK:-0}
-if [ "$QUICK" = 1 ]; then DUR=5; WARM=2; STEP=3; IDLE=2000; CRIT="--warm-up-time 1 --measurement-time 2"; else DUR=20; WARM=5; STEP=5; IDLE=19900; CRIT="--warm-up-time 2 --measurement-time 5"; fi
+if [ "$QUICK" = 1 ]; then DUR=5; WARM=2; STEP=3; IDLE=2000; REPEAT=1; CRIT="--warm-up-time 1 --measurement-time 2"; else DUR=20; WARM=5; STEP=5; IDLE=19900; REPEAT=3; CRIT="--warm-up-time 2 --measurement-time 5"; fi
 ORIGIN=http://localhost:5180
 
 cargo build --release -p hostwire -p hostwire-bench
@@ -77,9 +77,15 @@ stop_server() {
 }
 gen() { "$BIN/hostwire-bench" "$@" --url "http://127.0.0.1:$PORT" --origin "$ORIGIN" --server-pid "$SERVER" --pin 0,1 --quiet; }
 
+# The machine is noisy: each server runs the classroom REPEAT times, the
+# servers taking turns, and the report compares paired runs.
+for i in $(seq $REPEAT); do
+  for who in $SERVERS; do
+    echo "== classroom, $who, run $i of $REPEAT"
+    start_$who; gen classroom --warmup-s $WARM --duration-s $DUR --json "$OUT/classroom-$who-$i.json"; stop_server
+  done
+done
 for who in $SERVERS; do
-  echo "== classroom, $who"
-  start_$who; gen classroom --warmup-s $WARM --duration-s $DUR --json "$OUT/classroom-$who.json"; stop_server
   echo "== max, $who"
   start_$who; gen max --warmup-s 2 --duration-s $STEP --json "$OUT/max-$who.json"; stop_server
 done
