@@ -17,17 +17,12 @@ ORIGIN=http://localhost:5180
 cargo build --release -p hostwire -p hostwire-bench
 BIN=target/release
 
-if [ "${SKIP_CRITERION:-0}" != 1 ]; then
-  echo "== criterion"
-  cargo bench -p hostwire-memizy --bench memizy -- $CRIT
-  cargo bench -p hostwire-worker-rpc --bench worker_rpc -- $CRIT
-fi
-
-echo "== JavaScript peers"
 # The peers' packages (Zod, and Bun for the Bun forwarder) come from npm.
 SERVERS="hostwire forwarder"
+NODE=0
 if command -v node >/dev/null; then
-  (cd bench/peers && npm ci --no-audit --no-fund >/dev/null && SECONDS_PER_FIXTURE=3 node zod-hostcalls.mjs) > "$OUT/zod-hostcalls.json"
+  NODE=1
+  (cd bench/peers && npm ci --no-audit --no-fund >/dev/null)
   if bench/peers/node_modules/.bin/bun --version >/dev/null 2>&1; then
     SERVERS="$SERVERS bun"
   else
@@ -36,6 +31,23 @@ if command -v node >/dev/null; then
 else
   echo "node not found: the Zod baseline and the Bun forwarder are skipped" >&2
 fi
+# The Zod baseline runs before, between and after the criterion benches, so
+# that its median sees the machine as they did.
+zod() {
+  [ "$NODE" = 1 ] || return 0
+  echo "== Zod baseline, run $1"
+  (cd bench/peers && SECONDS_PER_FIXTURE=3 node zod-hostcalls.mjs) > "$OUT/zod-hostcalls-$1.json"
+}
+zod 1
+if [ "${SKIP_CRITERION:-0}" != 1 ]; then
+  echo "== criterion"
+  cargo bench -p hostwire-memizy --bench memizy -- $CRIT
+  zod 2
+  cargo bench -p hostwire-worker-rpc --bench worker_rpc -- $CRIT
+else
+  zod 2
+fi
+zod 3
 
 echo "== kernel floor"
 FLOOR_S=5; [ "$QUICK" = 1 ] && FLOOR_S=2
