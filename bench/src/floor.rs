@@ -193,6 +193,32 @@ fn read_all(
 /// Sends in flight at most, with io_uring.
 const RING: usize = 4096;
 
+/// Frames the kernel took, and those it refused (socket buffer full).
+#[derive(Default)]
+struct Tally {
+    sent: u64,
+    refused: u64,
+}
+
+impl Tally {
+    fn note(&mut self, taken: bool) {
+        if taken {
+            self.sent += 1;
+        } else {
+            self.refused += 1;
+        }
+    }
+}
+
+/// Counts the sends that completed and frees their buffers.
+fn reap(ring: &mut IoUring, free: &mut Vec<usize>, in_flight: &mut usize, tally: &mut Tally) {
+    for c in ring.completion() {
+        *in_flight -= 1;
+        free.push(c.user_data() as usize);
+        tally.note(c.result() > 0);
+    }
+}
+
 pub fn run(p: &Params) -> Result<FloorResult> {
     if p.connections == 0 || p.frame_bytes < 8 {
         bail!("need a connection and frames of at least 8 bytes (the send time)");
@@ -244,7 +270,7 @@ pub fn run(p: &Params) -> Result<FloorResult> {
     let tick = Duration::from_millis(1);
     let start = Instant::now();
     let (u0, s0) = thread_cpu();
-    let (mut sent, mut refused, mut next) = (0u64, 0u64, 0usize);
+    let (mut tally, mut next) = (Tally::default(), 0usize);
     let mut offered = 0u64;
     let mut in_flight = 0usize;
     let mut at = start;
@@ -273,26 +299,14 @@ pub fn run(p: &Params) -> Result<FloorResult> {
                     stamp(base, &mut frame);
                     // SAFETY: `frame` outlives the call; `fd` is an open socket.
                     let r = unsafe { libc::send(fd, frame.as_ptr().cast(), frame.len(), 0) };
-                    if r > 0 {
-                        sent += 1;
-                    } else {
-                        refused += 1;
-                    }
+                    tally.note(r > 0);
                 }
             }
             Some(ring) => {
                 let mut left = batch;
                 while left > 0 {
                     // Room in the ring: reap what completed first.
-                    for c in ring.completion() {
-                        in_flight -= 1;
-                        free.push(c.user_data() as usize);
-                        if c.result() > 0 {
-                            sent += 1;
-                        } else {
-                            refused += 1;
-                        }
-                    }
+                    reap(ring, &mut free, &mut in_flight, &mut tally);
                     let room = RING - in_flight;
                     if room == 0 {
                         ring.submit_and_wait(1)?;
@@ -324,19 +338,12 @@ pub fn run(p: &Params) -> Result<FloorResult> {
     if let Some(ring) = ring.as_mut() {
         while in_flight > 0 {
             ring.submit_and_wait(1)?;
-            for c in ring.completion() {
-                in_flight -= 1;
-                free.push(c.user_data() as usize);
-                if c.result() > 0 {
-                    sent += 1;
-                } else {
-                    refused += 1;
-                }
-            }
+            reap(ring, &mut free, &mut in_flight, &mut tally);
         }
     }
     let (u1, s1) = thread_cpu();
     let elapsed = start.elapsed().as_secs_f64();
+    let Tally { sent, refused } = tally;
     let want = sent * p.frame_bytes as u64;
     expected.store(want, Relaxed);
     let Received {
