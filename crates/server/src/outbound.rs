@@ -20,6 +20,8 @@ pub enum Work<T> {
     /// Write this frame, then whatever [`Drain::next_frame`] gives, then
     /// flush.
     Frame(T),
+    /// Finish writing a frame that was written directly but not flushed.
+    Flush,
     /// Send a WebSocket ping.
     Ping,
     /// Send this close frame after what was written, then stop.
@@ -37,20 +39,27 @@ const KEEP_CAPACITY: usize = 0;
 
 struct State<T> {
     frames: VecDeque<T>,
+    /// The writer is at work (from handing it work until it says it is
+    /// idle): no frame may be written around it.
+    busy: bool,
+    flush: bool,
     ping: bool,
     close: Option<Close>,
     kill: Option<Close>,
     senders: usize,
 }
 
-struct Shared<T> {
+struct Shared<T, P> {
     state: Mutex<State<T>>,
     cap: usize,
     writer: AtomicWaker,
     reader: AtomicWaker,
+    /// Whatever else the connection's ends share (the server keeps the
+    /// idle socket here), in the same allocation.
+    parked: P,
 }
 
-impl<T> Shared<T> {
+impl<T, P> Shared<T, P> {
     fn lock(&self) -> MutexGuard<'_, State<T>> {
         // A panic while holding this lock cannot leave the queue half
         // updated (every change is one field), so a poisoned lock is used.
@@ -76,20 +85,22 @@ impl<T> Shared<T> {
 
 /// Where frames for one connection are queued. Cloned for every holder
 /// (the connection's reader, its room); the writer ends when all are gone.
-pub struct Outbound<T> {
-    shared: Arc<Shared<T>>,
+pub struct Outbound<T, P = ()> {
+    shared: Arc<Shared<T, P>>,
 }
 
 /// The writer's end of the queue.
-pub struct Drain<T> {
-    shared: Arc<Shared<T>>,
+pub struct Drain<T, P = ()> {
+    shared: Arc<Shared<T, P>>,
 }
 
-/// A queue of at most `cap` frames.
-pub fn queue<T>(cap: usize) -> (Outbound<T>, Drain<T>) {
+/// A queue of at most `cap` frames, and `parked` shared by both ends.
+pub fn queue<T, P>(cap: usize, parked: P) -> (Outbound<T, P>, Drain<T, P>) {
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             frames: VecDeque::new(),
+            busy: false,
+            flush: false,
             ping: false,
             close: None,
             kill: None,
@@ -98,6 +109,7 @@ pub fn queue<T>(cap: usize) -> (Outbound<T>, Drain<T>) {
         cap: cap.max(1),
         writer: AtomicWaker::new(),
         reader: AtomicWaker::new(),
+        parked,
     });
     (
         Outbound {
@@ -105,6 +117,17 @@ pub fn queue<T>(cap: usize) -> (Outbound<T>, Drain<T>) {
         },
         Drain { shared },
     )
+}
+
+/// What became of a frame offered for writing at once.
+pub enum Direct<T> {
+    /// On its way: handed to the socket.
+    Written,
+    /// Accepted, but the socket took only part of it: the writer must
+    /// finish it.
+    Unflushed,
+    /// Not written (the socket is busy or its writer holds it): queue it.
+    Declined(T),
 }
 
 /// Why a frame was not queued.
@@ -118,13 +141,47 @@ pub enum Refused {
     Closing,
 }
 
-impl<T> Outbound<T> {
+impl<T, P> Outbound<T, P> {
+    /// What the ends share besides the queue.
+    pub fn parked(&self) -> &P {
+        &self.shared.parked
+    }
+
     /// Queues a frame. A full queue kills the connection with `too_slow`.
+    #[cfg(test)]
     pub fn push(&self, frame: T, too_slow: Close) -> Result<(), Refused> {
+        self.push_or_write(frame, too_slow, Direct::Declined)
+    }
+
+    /// Queues a frame (a full queue kills the connection with `too_slow`),
+    /// but when nothing is queued and the writer is idle it is first
+    /// offered to `write_now`, which may write it at once: a frame for
+    /// an idle connection then goes out without waking its writer. Under the
+    /// queue's lock, so no frame queued meanwhile can overtake it.
+    pub fn push_or_write(
+        &self,
+        frame: T,
+        too_slow: Close,
+        write_now: impl FnOnce(T) -> Direct<T>,
+    ) -> Result<(), Refused> {
         let mut s = self.shared.lock();
         if s.kill.is_some() || s.close.is_some() {
             return Err(Refused::Closing);
         }
+        let frame = if s.frames.is_empty() && !s.busy {
+            match write_now(frame) {
+                Direct::Written => return Ok(()),
+                Direct::Unflushed => {
+                    s.flush = true;
+                    drop(s);
+                    self.shared.writer.wake();
+                    return Ok(());
+                }
+                Direct::Declined(f) => f,
+            }
+        } else {
+            frame
+        };
         if s.frames.len() >= self.shared.cap {
             s.kill = Some(too_slow);
             drop(s);
@@ -170,7 +227,7 @@ impl<T> Outbound<T> {
     }
 }
 
-impl<T> Clone for Outbound<T> {
+impl<T, P> Clone for Outbound<T, P> {
     fn clone(&self) -> Self {
         self.shared.lock().senders += 1;
         Outbound {
@@ -179,7 +236,7 @@ impl<T> Clone for Outbound<T> {
     }
 }
 
-impl<T> Drop for Outbound<T> {
+impl<T, P> Drop for Outbound<T, P> {
     fn drop(&mut self) {
         let mut s = self.shared.lock();
         s.senders -= 1;
@@ -191,28 +248,49 @@ impl<T> Drop for Outbound<T> {
     }
 }
 
-impl<T> Drain<T> {
-    /// Waits for work.
+impl<T, P> Drain<T, P> {
+    /// What the ends share besides the queue.
+    pub fn parked(&self) -> &P {
+        &self.shared.parked
+    }
+
+    /// Waits for work. From then on the writer counts as busy until it
+    /// calls [`Drain::idle`].
     pub fn poll_work(&self, cx: &mut Context<'_>) -> Poll<Work<T>> {
         let mut s = self.shared.lock();
+        let work = Self::next_work(&mut s);
+        if work.is_none() {
+            // Registered under the lock: a push after it sees this waker.
+            self.shared.writer.register(cx.waker());
+            return Poll::Pending;
+        }
+        s.busy = true;
+        Poll::Ready(work.unwrap_or(Work::End))
+    }
+
+    /// The writer has finished its work and let go of the socket: frames
+    /// may be written at once again.
+    pub fn idle(&self) {
+        self.shared.lock().busy = false;
+    }
+
+    fn next_work(s: &mut State<T>) -> Option<Work<T>> {
         if let Some(k) = s.kill {
-            return Poll::Ready(Work::Kill(k));
+            return Some(Work::Kill(k));
         }
         if let Some(f) = s.frames.pop_front() {
-            return Poll::Ready(Work::Frame(f));
+            return Some(Work::Frame(f));
+        }
+        if std::mem::take(&mut s.flush) {
+            return Some(Work::Flush);
         }
         if std::mem::take(&mut s.ping) {
-            return Poll::Ready(Work::Ping);
+            return Some(Work::Ping);
         }
         if let Some(c) = s.close {
-            return Poll::Ready(Work::Close(c));
+            return Some(Work::Close(c));
         }
-        if s.senders == 0 {
-            return Poll::Ready(Work::End);
-        }
-        // Registered under the lock: a push after it sees this waker.
-        self.shared.writer.register(cx.waker());
-        Poll::Pending
+        (s.senders == 0).then_some(Work::End)
     }
 
     /// The next queued frame, without waiting (none once killed). Frames
@@ -249,7 +327,7 @@ mod tests {
 
     #[test]
     fn frames_come_out_in_order() {
-        let (out, drain) = queue::<u32>(8);
+        let (out, drain) = queue::<u32, ()>(8, ());
         assert_eq!(work(&drain), Poll::Pending);
         out.push(1, SLOW).unwrap();
         out.push(2, SLOW).unwrap();
@@ -263,7 +341,7 @@ mod tests {
 
     #[test]
     fn a_drained_queue_gives_back_what_a_burst_took() {
-        let (out, drain) = queue::<u32>(1024);
+        let (out, drain) = queue::<u32, ()>(1024, ());
         for i in 0..1000 {
             out.push(i, SLOW).unwrap();
         }
@@ -273,7 +351,7 @@ mod tests {
 
     #[test]
     fn a_ping_goes_after_the_queued_frames() {
-        let (out, drain) = queue::<u32>(8);
+        let (out, drain) = queue::<u32, ()>(8, ());
         out.push(1, SLOW).unwrap();
         out.ping();
         assert_eq!(work(&drain), Poll::Ready(Work::Frame(1)));
@@ -283,7 +361,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_kills_the_connection_once() {
-        let (out, drain) = queue::<u32>(2);
+        let (out, drain) = queue::<u32, ()>(2, ());
         out.push(1, SLOW).unwrap();
         out.push(2, SLOW).unwrap();
         assert_eq!(out.push(3, SLOW), Err(Refused::Full));
@@ -298,7 +376,7 @@ mod tests {
 
     #[test]
     fn close_follows_the_queued_frames_and_refuses_later_ones() {
-        let (out, drain) = queue::<u32>(8);
+        let (out, drain) = queue::<u32, ()>(8, ());
         out.push(1, SLOW).unwrap();
         out.close((1008, "policy"));
         assert_eq!(out.push(2, SLOW), Err(Refused::Closing));
@@ -308,7 +386,7 @@ mod tests {
 
     #[test]
     fn the_writer_ends_when_every_sender_is_gone() {
-        let (out, drain) = queue::<u32>(8);
+        let (out, drain) = queue::<u32, ()>(8, ());
         let room = out.clone();
         drop(out);
         assert_eq!(work(&drain), Poll::Pending);
@@ -320,8 +398,39 @@ mod tests {
     }
 
     #[test]
+    fn only_an_idle_queue_offers_a_frame_for_writing_at_once() {
+        let (out, drain) = queue::<u32, ()>(8, ());
+        // Written at once: nothing for the writer.
+        out.push_or_write(1, SLOW, |_| Direct::Written).unwrap();
+        assert_eq!(work(&drain), Poll::Pending);
+        // Declined: queued as usual.
+        out.push_or_write(2, SLOW, Direct::Declined).unwrap();
+        // With a frame queued, the next is not offered: it cannot overtake.
+        out.push_or_write(3, SLOW, |_| panic!("offered past a queued frame"))
+            .unwrap();
+        assert_eq!(work(&drain), Poll::Ready(Work::Frame(2)));
+        assert_eq!(drain.next_frame(), Some(3));
+        // Nor while the writer is at work, though the queue is empty: a
+        // frame written now would overtake the ones it took.
+        out.push_or_write(33, SLOW, |_| panic!("offered while the writer works"))
+            .unwrap();
+        assert_eq!(drain.next_frame(), Some(33));
+        drain.idle();
+        // Half written: the writer is asked to finish it.
+        out.push_or_write(4, SLOW, |_| Direct::Unflushed).unwrap();
+        assert_eq!(work(&drain), Poll::Ready(Work::Flush));
+        assert_eq!(work(&drain), Poll::Pending);
+        // A closing connection takes nothing, not even at once.
+        out.close((1000, "bye"));
+        assert_eq!(
+            out.push_or_write(5, SLOW, |_| panic!("offered while closing")),
+            Err(Refused::Closing)
+        );
+    }
+
+    #[test]
     fn a_kill_from_the_writer_wakes_the_reader() {
-        let (out, drain) = queue::<u32>(8);
+        let (out, drain) = queue::<u32, ()>(8, ());
         let cx = &mut Context::from_waker(Waker::noop());
         assert_eq!(out.poll_killed(cx), Poll::Pending);
         assert!(drain.kill((1006, "write failed")));

@@ -26,6 +26,7 @@ use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -86,17 +87,65 @@ pub struct RelayConfig {
     pub outbound_queue: usize,
 }
 
-/// One queued outbound item.
+type WsSink = SplitSink<WebSocket, Message>;
+
+/// A connection's sending half while its writer is idle. A frame for an
+/// idle connection is written from here at once, by the task that made it:
+/// no wake of the writer, and under load the frame leaves as soon as it is
+/// routed instead of after every task queued ahead of the writer.
+struct Parked(Mutex<Option<WsSink>>);
+
+impl Parked {
+    fn write_now(&self, frame: Utf8Bytes) -> outbound::Direct<Utf8Bytes> {
+        use outbound::Direct;
+        // Never wait for the writer: if it has the socket, queue.
+        let Ok(mut slot) = self.0.try_lock() else {
+            return Direct::Declined(frame);
+        };
+        let Some(sink) = slot.as_mut() else {
+            return Direct::Declined(frame);
+        };
+        // No waker of ours to register: what cannot finish now is handed to
+        // the writer, which registers its own.
+        let mut cx = Context::from_waker(Waker::noop());
+        if !matches!(sink.poll_ready_unpin(&mut cx), Poll::Ready(Ok(()))) {
+            return Direct::Declined(frame);
+        }
+        if sink.start_send_unpin(Message::Text(frame)).is_err() {
+            // A broken socket: the writer's flush finds out and ends it.
+            return Direct::Unflushed;
+        }
+        match sink.poll_flush_unpin(&mut cx) {
+            Poll::Ready(Ok(())) => Direct::Written,
+            _ => Direct::Unflushed,
+        }
+    }
+
+    fn take(&self) -> Option<WsSink> {
+        self.0.lock().ok()?.take()
+    }
+
+    fn put(&self, sink: WsSink) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = Some(sink);
+        }
+    }
+}
+
 /// The sending side of one connection.
 #[derive(Clone)]
-struct Outbound(outbound::Outbound<Utf8Bytes>);
+struct Outbound(outbound::Outbound<Utf8Bytes, Parked>);
 
 const TOO_SLOW: outbound::Close = (CLOSE_TOO_SLOW, "too slow: outbound queue full");
 
 impl Outbound {
-    /// Queues a frame; a full queue closes the connection (1013).
+    /// Sends a frame: at once when the connection is idle, else queued; a
+    /// full queue closes the connection (1013).
     fn frame(&self, frame: Utf8Bytes, metrics: &Metrics) -> bool {
-        match self.0.push(frame, TOO_SLOW) {
+        match self
+            .0
+            .push_or_write(frame, TOO_SLOW, |f| self.0.parked().write_now(f))
+        {
             Ok(()) => true,
             Err(outbound::Refused::Full) => {
                 metrics.slow_consumers_closed.fetch_add(1, Relaxed);
@@ -788,23 +837,29 @@ fn handle_socket(relay: Arc<Relay>, socket: WebSocket) -> impl Future<Output = (
     let conn: ConnId = relay.next_conn.fetch_add(1, Relaxed);
     relay.metrics.connections.fetch_add(1, Relaxed);
     let (sink, stream) = socket.split();
-    let (out, drain) = outbound::queue::<Utf8Bytes>(relay.config.outbound_queue);
-    let writer = tokio::spawn(write_loop(sink, drain));
+    let (out, drain) = outbound::queue(relay.config.outbound_queue, Parked(Mutex::new(Some(sink))));
+    let writer = tokio::spawn(write_loop(drain));
     read_loop(relay, conn, stream, Outbound(out), writer)
 }
 
-/// Writes what the queue holds: all that is queued, then one flush.
-async fn write_loop(mut sink: SplitSink<WebSocket, Message>, drain: outbound::Drain<Utf8Bytes>) {
+/// Writes what the queue holds (all that is queued, then one flush), and
+/// finishes frames that were written at once but not flushed. The socket is
+/// taken from `parked` for each piece of work and put back after it.
+async fn write_loop(drain: outbound::Drain<Utf8Bytes, Parked>) {
+    let parked = drain.parked();
     let close_with = |(code, reason): outbound::Close| {
         Message::Close(Some(CloseFrame {
             code,
             reason: Utf8Bytes::from_static(reason),
         }))
     };
-    loop {
-        match poll_fn(|cx| drain.poll_work(cx)).await {
+    let mut sink = loop {
+        let work = poll_fn(|cx| drain.poll_work(cx)).await;
+        let Some(mut sink) = parked.take() else {
+            break None;
+        };
+        let go_on = match work {
             outbound::Work::Frame(first) => {
-                // What is queued goes out with one flush.
                 let mut ok = sink.feed(Message::Text(first)).await.is_ok();
                 while ok {
                     match drain.next_frame() {
@@ -812,23 +867,27 @@ async fn write_loop(mut sink: SplitSink<WebSocket, Message>, drain: outbound::Dr
                         None => break,
                     }
                 }
-                if !ok || sink.flush().await.is_err() {
-                    break;
-                }
+                ok && sink.flush().await.is_ok()
             }
-            outbound::Work::Ping => {
-                if sink.send(Message::Ping(Bytes::new())).await.is_err() {
-                    break;
-                }
-            }
+            outbound::Work::Flush => sink.flush().await.is_ok(),
+            outbound::Work::Ping => sink.send(Message::Ping(Bytes::new())).await.is_ok(),
             outbound::Work::Close(c) | outbound::Work::Kill(c) => {
                 let _ = sink.send(close_with(c)).await;
-                break;
+                false
             }
-            outbound::Work::End => break,
+            outbound::Work::End => false,
+        };
+        if !go_on {
+            break Some(sink);
         }
+        // Back first, then idle: a frame sent in between is queued, and the
+        // writer comes back for it.
+        parked.put(sink);
+        drain.idle();
+    };
+    if let Some(s) = sink.as_mut() {
+        let _ = s.close().await;
     }
-    let _ = sink.close().await;
     // Stops the reader, if it still reads.
     let _ = drain.kill((CLOSE_NORMAL, "closed"));
 }

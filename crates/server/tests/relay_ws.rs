@@ -55,6 +55,46 @@ async fn forwarding_both_ways_in_order() {
     assert!(a.until_pong().await.is_empty());
 }
 
+/// Frames for an idle connection are written at once by whoever routes
+/// them; the rest wait in its queue. Big frames that fill the socket and
+/// small ones between them take both ways (and the writer's finishing of a
+/// half-written frame), on a runtime with more than one thread: the player
+/// still gets every frame, once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_written_at_once_or_queued_arrive_in_order() {
+    let t = TestRelay::start(config()).await;
+    let (mut host, pin, _) = t.host().await;
+    let (mut a, a_id, _) = t.player(&pin, "Ann").await;
+    host.recv().await;
+    let big = "z".repeat(200 * 1024);
+    // Within the host's burst; the player reads nothing until all are sent.
+    for i in 0..100 {
+        let pad = if i % 3 == 0 { big.as_str() } else { "" };
+        host.send(json!({"t": "to", "to": a_id, "data": {"n": i, "pad": pad}}))
+            .await;
+    }
+    for i in 0..100 {
+        let v = a.recv().await;
+        assert_eq!(v["data"]["n"], i, "frame {i} out of order");
+        let want = if i % 3 == 0 { big.len() } else { 0 };
+        assert_eq!(v["data"]["pad"].as_str().map(str::len), Some(want));
+    }
+    assert!(a.until_pong().await.is_empty());
+    // One frame to an idle player whose socket takes little at a time:
+    // written in part by whoever routed it, the rest by the writer.
+    let mut b = Client::connect_with_receive_buffer(&t.ws, ORIGIN, 4096).await;
+    b.send(json!({"t": "join", "protocol": 1, "pin": pin, "name": "Bob"}))
+        .await;
+    let b_id = b.recv().await["playerId"].as_str().unwrap().to_owned();
+    host.recv().await;
+    let huge = "h".repeat(RELAY_LIMITS.frame_bytes - 1024);
+    host.send(json!({"t": "to", "to": b_id, "data": huge}))
+        .await;
+    assert!(host.until_pong().await.is_empty());
+    let v = b.recv().await;
+    assert_eq!(v["data"].as_str().map(str::len), Some(huge.len()));
+}
+
 #[tokio::test]
 async fn presence_and_host_presence() {
     let t = TestRelay::start(config()).await;

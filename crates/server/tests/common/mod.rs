@@ -154,6 +154,25 @@ impl Client {
         Ok(Client { ws })
     }
 
+    /// A client whose socket receives into at most `bytes` of kernel
+    /// buffer, so that a big frame cannot be written to it in one go.
+    pub async fn connect_with_receive_buffer(url: &str, origin: &str, bytes: u32) -> Client {
+        let addr: std::net::SocketAddr = url
+            .trim_start_matches("ws://")
+            .trim_end_matches("/ws")
+            .parse()
+            .unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(bytes).unwrap();
+        let tcp = socket.connect(addr).await.unwrap();
+        let mut req = url.into_client_request().unwrap();
+        req.headers_mut().insert("Origin", origin.parse().unwrap());
+        let (ws, _) = tokio_tungstenite::client_async(req, MaybeTlsStream::Plain(tcp))
+            .await
+            .unwrap();
+        Client { ws }
+    }
+
     pub async fn send(&mut self, v: Value) {
         self.ws
             .send(Message::Text(v.to_string().into()))
