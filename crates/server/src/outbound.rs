@@ -1,10 +1,11 @@
 //! The sending side of one WebSocket connection: a bounded queue of frames
 //! that the connection's writer task drains, and the close codes that end
-//! it.
+//! it. A frame for an idle connection (nothing queued, writer not at work)
+//! may instead be written at once by whoever sends it ([`Direct`]).
 //!
 //! One small allocation per connection, and nothing more until the first
 //! frame (an idle connection should cost little); pushing is a lock that is
-//! never contended for long and a wake only when the writer is waiting.
+//! never contended for long and a wake only when the writer is needed.
 
 use futures_util::task::AtomicWaker;
 use std::collections::VecDeque;
@@ -258,14 +259,17 @@ impl<T, P> Drain<T, P> {
     /// calls [`Drain::idle`].
     pub fn poll_work(&self, cx: &mut Context<'_>) -> Poll<Work<T>> {
         let mut s = self.shared.lock();
-        let work = Self::next_work(&mut s);
-        if work.is_none() {
-            // Registered under the lock: a push after it sees this waker.
-            self.shared.writer.register(cx.waker());
-            return Poll::Pending;
+        match Self::next_work(&mut s) {
+            Some(work) => {
+                s.busy = true;
+                Poll::Ready(work)
+            }
+            None => {
+                // Registered under the lock: a push after it sees this waker.
+                self.shared.writer.register(cx.waker());
+                Poll::Pending
+            }
         }
-        s.busy = true;
-        Poll::Ready(work.unwrap_or(Work::End))
     }
 
     /// The writer has finished its work and let go of the socket: frames
