@@ -1,0 +1,1 @@
+//! hostwire-ggui: the ggui live channel, sans-IO.

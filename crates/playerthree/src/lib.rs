@@ -1,0 +1,1 @@
+//! hostwire-playerthree: PlayerThree protocol 1, sans-IO.
