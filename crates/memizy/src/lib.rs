@@ -24,3 +24,4 @@ pub use negotiate::{negotiate_protocol_version, HOST_SUPPORTED_VERSIONS};
 pub use settings::{resolve_settings, SettingDefinition};
 pub use types::*;
 pub mod relay;
+pub mod session;
