@@ -4,12 +4,14 @@
 //! through [`clock::Clock`], so every rule is testable with [`clock::ManualClock`].
 
 pub mod clock;
+pub mod delta;
 pub mod json;
 pub mod rate;
 pub mod token;
 pub mod version;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use delta::{Json, JsonDelta};
 pub use json::{JsonError, JsonLimits};
 pub use rate::{Coalescer, TokenBucket};
 pub use token::Token;

@@ -1,0 +1,771 @@
+//! Structural JSON delta over immutable, shared JSON trees.
+//!
+//! [`Json`] is a JSON value whose strings, arrays and objects sit behind
+//! `Arc`: cloning one is a reference-count bump, never a copy. [`apply`]
+//! builds the new value by copying only the containers on the paths the
+//! delta touches; every other subtree of the result *is* the base's subtree
+//! (same allocation). Views built this way are immutable by construction.
+//!
+//! # Wire format of a delta
+//!
+//! A delta is JSON, read against the value it applies to:
+//!
+//! | delta | meaning |
+//! | --- | --- |
+//! | `[v]` | replace the value with `v` (any JSON, including arrays and objects) |
+//! | `[]` | remove this member (only as the delta of an object member) |
+//! | `{}` | no change (for any value) |
+//! | `{"k": d, …}` on an object | apply `d` to member `k`; an absent member may only be added with `[v]` |
+//! | `{"3": d, "-": n, "+": [v, …]}` on an array | apply `d` to element 3 (canonical decimal index), then truncate to length `n`, then append `v, …` |
+//!
+//! On an array, the index keys address the array as it was before the
+//! delta, and must be below the truncated length when `"-"` is present.
+//! Any other shape is an error naming the path where it was found. Object
+//! member names never need escaping: a member named `"+"` on an object is
+//! just a member.
+
+use indexmap::IndexMap;
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde_json::Number;
+use std::fmt;
+use std::sync::Arc;
+
+/// The members of a [`Json`] object, in insertion order.
+pub type JsonMap = IndexMap<Arc<str>, Json>;
+
+/// An immutable JSON value whose strings, arrays and objects are shared.
+///
+/// Equality is JSON equality (object member order does not matter; numbers
+/// compare as `serde_json::Number` does). Values nest only as deep as the
+/// text they were decoded from: decode untrusted text with
+/// [`crate::json::from_str_bounded`] so that depth is bounded first.
+#[derive(Clone, Default)]
+pub enum Json {
+    #[default]
+    Null,
+    Bool(bool),
+    Number(Number),
+    String(Arc<str>),
+    Array(Arc<Vec<Json>>),
+    Object(Arc<JsonMap>),
+}
+
+impl Json {
+    /// True when both are the same allocation (or equal scalars): the test
+    /// of structural sharing.
+    pub fn ptr_eq(&self, other: &Json) -> bool {
+        match (self, other) {
+            (Json::Null, Json::Null) => true,
+            (Json::Bool(a), Json::Bool(b)) => a == b,
+            (Json::Number(a), Json::Number(b)) => a == b,
+            (Json::String(a), Json::String(b)) => Arc::ptr_eq(a, b),
+            (Json::Array(a), Json::Array(b)) => Arc::ptr_eq(a, b),
+            (Json::Object(a), Json::Object(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    pub fn string(s: &str) -> Json {
+        Json::String(Arc::from(s))
+    }
+
+    pub fn array(items: Vec<Json>) -> Json {
+        Json::Array(Arc::new(items))
+    }
+
+    pub fn object(map: JsonMap) -> Json {
+        Json::Object(Arc::new(map))
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Json::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_array(&self) -> Option<&[Json]> {
+        match self {
+            Json::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    pub fn as_object(&self) -> Option<&JsonMap> {
+        match self {
+            Json::Object(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The member `key` of an object.
+    pub fn get(&self, key: &str) -> Option<&Json> {
+        self.as_object().and_then(|m| m.get(key))
+    }
+
+    /// The compact JSON text.
+    pub fn to_json_string(&self) -> String {
+        // Serializing a tree of strings, numbers and maps with string keys
+        // cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The byte size of the compact JSON text.
+    pub fn json_len(&self) -> usize {
+        struct Count(usize);
+        impl std::io::Write for Count {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0 += buf.len();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut c = Count(0);
+        let _ = serde_json::to_writer(&mut c, self);
+        c.0
+    }
+
+    /// Converts to a `serde_json::Value` (a deep copy).
+    pub fn to_value(&self) -> serde_json::Value {
+        use serde_json::Value;
+        match self {
+            Json::Null => Value::Null,
+            Json::Bool(b) => Value::Bool(*b),
+            Json::Number(n) => Value::Number(n.clone()),
+            Json::String(s) => Value::String(s.to_string()),
+            Json::Array(a) => Value::Array(a.iter().map(Json::to_value).collect()),
+            Json::Object(m) => Value::Object(
+                m.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_value()))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+impl From<&serde_json::Value> for Json {
+    fn from(v: &serde_json::Value) -> Self {
+        use serde_json::Value;
+        match v {
+            Value::Null => Json::Null,
+            Value::Bool(b) => Json::Bool(*b),
+            Value::Number(n) => Json::Number(n.clone()),
+            Value::String(s) => Json::string(s),
+            Value::Array(a) => Json::array(a.iter().map(Json::from).collect()),
+            Value::Object(m) => Json::object(
+                m.iter()
+                    .map(|(k, v)| (Arc::from(k.as_str()), Json::from(v)))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+impl From<serde_json::Value> for Json {
+    fn from(v: serde_json::Value) -> Self {
+        Json::from(&v)
+    }
+}
+
+impl PartialEq for Json {
+    fn eq(&self, other: &Json) -> bool {
+        match (self, other) {
+            (Json::Null, Json::Null) => true,
+            (Json::Bool(a), Json::Bool(b)) => a == b,
+            (Json::Number(a), Json::Number(b)) => a == b,
+            (Json::String(a), Json::String(b)) => Arc::ptr_eq(a, b) || a == b,
+            (Json::Array(a), Json::Array(b)) => Arc::ptr_eq(a, b) || a[..] == b[..],
+            (Json::Object(a), Json::Object(b)) => Arc::ptr_eq(a, b) || maps_equal(a, b),
+            _ => false,
+        }
+    }
+}
+
+fn maps_equal(a: &JsonMap, b: &JsonMap) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    // Same member order is the common case: walk both in step and look a
+    // member up by name only where the orders differ.
+    a.iter().enumerate().all(|(i, (k, va))| {
+        let vb = match b.get_index(i) {
+            Some((kb, vb)) if key_eq(k, kb) => Some(vb),
+            _ => b.get(k),
+        };
+        vb.is_some_and(|vb| va == vb)
+    })
+}
+
+fn key_eq(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
+}
+
+impl fmt::Debug for Json {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_json_string())
+    }
+}
+
+impl fmt::Display for Json {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_json_string())
+    }
+}
+
+impl Serialize for Json {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Json::Null => s.serialize_unit(),
+            Json::Bool(b) => s.serialize_bool(*b),
+            Json::Number(n) => n.serialize(s),
+            Json::String(v) => s.serialize_str(v),
+            Json::Array(a) => {
+                let mut seq = s.serialize_seq(Some(a.len()))?;
+                for v in a.iter() {
+                    seq.serialize_element(v)?;
+                }
+                seq.end()
+            }
+            Json::Object(m) => {
+                let mut map = s.serialize_map(Some(m.len()))?;
+                for (k, v) in m.iter() {
+                    map.serialize_entry(&**k, v)?;
+                }
+                map.end()
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Json {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Json, D::Error> {
+        d.deserialize_any(JsonVisitor)
+    }
+}
+
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Json;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+    fn visit_none<E>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Json, E> {
+        Ok(Json::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Json, E> {
+        Ok(Json::Number(v.into()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Json, E> {
+        Ok(Json::Number(v.into()))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Json, E> {
+        Number::from_f64(v)
+            .map(Json::Number)
+            .ok_or_else(|| E::custom("a number that is not finite"))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Json, E> {
+        Ok(Json::string(v))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Json, E> {
+        Ok(Json::String(Arc::from(v)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
+        // The size hint comes from the input: never trust it for capacity.
+        let mut items = Vec::new();
+        while let Some(v) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Json::array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
+        let mut members = JsonMap::new();
+        while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            let v: Json = map.next_value()?;
+            // A repeated name keeps its first position and its last value,
+            // as serde_json's own map does.
+            members.insert(Arc::from(&*k), v);
+        }
+        Ok(Json::object(members))
+    }
+}
+
+/// A structural delta (see the module documentation for its format).
+#[derive(Clone, Debug, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct JsonDelta(pub Json);
+
+impl JsonDelta {
+    /// The delta that changes nothing: `{}`.
+    pub fn empty() -> Self {
+        JsonDelta(Json::object(JsonMap::new()))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        matches!(&self.0, Json::Object(m) if m.is_empty())
+    }
+
+    pub fn as_json(&self) -> &Json {
+        &self.0
+    }
+
+    /// The byte size of the delta on the wire (compact JSON).
+    pub fn json_len(&self) -> usize {
+        self.0.json_len()
+    }
+}
+
+/// Why a delta does not apply to a value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("delta at {path}: {reason}")]
+pub struct DeltaError {
+    /// Where in the base value, as a JSON Pointer (`""` is the root).
+    pub path: String,
+    pub reason: &'static str,
+}
+
+/// The delta that turns `a` into `b`. Subtrees that are the same
+/// allocation in both are skipped without being looked at.
+pub fn diff(a: &Json, b: &Json) -> JsonDelta {
+    JsonDelta(diff_value(a, b).unwrap_or_else(|| Json::object(JsonMap::new())))
+}
+
+fn replace(v: &Json) -> Json {
+    Json::array(vec![v.clone()])
+}
+
+fn removal() -> Json {
+    Json::array(Vec::new())
+}
+
+/// `None` when equal.
+fn diff_value(a: &Json, b: &Json) -> Option<Json> {
+    if a.ptr_eq(b) {
+        return None;
+    }
+    match (a, b) {
+        (Json::Object(x), Json::Object(y)) => diff_object(x, y),
+        (Json::Array(x), Json::Array(y)) => diff_array(x, y, b),
+        _ if a == b => None,
+        _ => Some(replace(b)),
+    }
+}
+
+fn diff_object(x: &JsonMap, y: &JsonMap) -> Option<Json> {
+    let mut patch = JsonMap::new();
+    let mut kept = 0usize;
+    for (i, (k, va)) in x.iter().enumerate() {
+        let vb = match y.get_index(i) {
+            Some((kb, vb)) if key_eq(k, kb) => Some(vb),
+            _ => y.get(k),
+        };
+        match vb {
+            None => {
+                patch.insert(k.clone(), removal());
+            }
+            Some(vb) => {
+                kept += 1;
+                if let Some(d) = diff_value(va, vb) {
+                    patch.insert(k.clone(), d);
+                }
+            }
+        }
+    }
+    if kept < y.len() {
+        for (k, vb) in y.iter() {
+            if !x.contains_key(k) {
+                patch.insert(k.clone(), replace(vb));
+            }
+        }
+    }
+    (!patch.is_empty()).then(|| Json::object(patch))
+}
+
+fn diff_array(x: &[Json], y: &[Json], whole: &Json) -> Option<Json> {
+    let common = x.len().min(y.len());
+    let mut patch = JsonMap::new();
+    for i in 0..common {
+        if let Some(d) = diff_value(&x[i], &y[i]) {
+            patch.insert(Arc::from(i.to_string()), d);
+        }
+    }
+    // An insertion or removal near the front shifts every later element:
+    // past half the elements changed, the whole array is the smaller delta.
+    if patch.len() > 1 && patch.len() * 2 > y.len() {
+        return Some(replace(whole));
+    }
+    if y.len() > x.len() {
+        patch.insert(Arc::from("+"), Json::array(y[common..].to_vec()));
+    } else if y.len() < x.len() {
+        patch.insert(Arc::from("-"), Json::Number(y.len().into()));
+    }
+    (!patch.is_empty()).then(|| Json::object(patch))
+}
+
+/// `a` with `delta` applied. Unchanged subtrees of the result are `a`'s own
+/// (shared, not copied); `a` itself is untouched. The work is bounded by the
+/// delta's size times the width of the containers it touches.
+pub fn apply(a: &Json, delta: &JsonDelta) -> Result<Json, DeltaError> {
+    let mut path = String::new();
+    apply_value(a, &delta.0, &mut path)
+}
+
+fn err(path: &str, reason: &'static str) -> DeltaError {
+    DeltaError {
+        path: path.to_owned(),
+        reason,
+    }
+}
+
+fn push_segment(path: &mut String, seg: &str) {
+    path.push('/');
+    for c in seg.chars() {
+        match c {
+            '~' => path.push_str("~0"),
+            '/' => path.push_str("~1"),
+            c => path.push(c),
+        }
+    }
+}
+
+fn apply_value(base: &Json, d: &Json, path: &mut String) -> Result<Json, DeltaError> {
+    match d {
+        Json::Array(v) if v.len() == 1 => Ok(v[0].clone()),
+        Json::Array(v) if v.is_empty() => Err(err(path, "a removal `[]` outside an object member")),
+        Json::Array(_) => Err(err(
+            path,
+            "a replacement must be `[value]` with one element",
+        )),
+        Json::Object(p) if p.is_empty() => Ok(base.clone()),
+        Json::Object(p) => match base {
+            Json::Object(m) => apply_object(m, p, path),
+            Json::Array(a) => apply_array(a, p, path),
+            _ => Err(err(
+                path,
+                "a patch `{…}` on a value that is neither object nor array",
+            )),
+        },
+        _ => Err(err(
+            path,
+            "a delta must be `[value]`, `[]` or a patch object",
+        )),
+    }
+}
+
+fn apply_object(m: &JsonMap, p: &JsonMap, path: &mut String) -> Result<Json, DeltaError> {
+    let mut out = m.clone();
+    for (k, sub) in p.iter() {
+        let len = path.len();
+        push_segment(path, k);
+        match sub {
+            Json::Array(v) if v.is_empty() => {
+                if out.shift_remove(&**k).is_none() {
+                    return Err(err(path, "removes a member that does not exist"));
+                }
+            }
+            _ => match out.get_mut(&**k) {
+                Some(slot) => {
+                    *slot = apply_value(slot, sub, path)?;
+                }
+                None => match sub {
+                    Json::Array(v) if v.len() == 1 => {
+                        out.insert(k.clone(), v[0].clone());
+                    }
+                    _ => return Err(err(path, "patches a member that does not exist")),
+                },
+            },
+        }
+        path.truncate(len);
+    }
+    Ok(Json::object(out))
+}
+
+/// A canonical decimal index: no sign, no leading zero (except "0").
+fn parse_index(k: &str) -> Option<usize> {
+    if k.is_empty() || k.len() > 19 || (k.len() > 1 && k.starts_with('0')) {
+        return None;
+    }
+    if !k.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    k.parse().ok()
+}
+
+fn apply_array(a: &[Json], p: &JsonMap, path: &mut String) -> Result<Json, DeltaError> {
+    let mut truncate = a.len();
+    let mut append: &[Json] = &[];
+    for (k, sub) in p.iter() {
+        match &**k {
+            "-" => {
+                truncate = match sub {
+                    Json::Number(n) => n
+                        .as_u64()
+                        .and_then(|n| usize::try_from(n).ok())
+                        .filter(|&n| n <= a.len())
+                        .ok_or_else(|| {
+                            err(path, "`-` must be a length no larger than the array's")
+                        })?,
+                    _ => return Err(err(path, "`-` must be a number")),
+                };
+            }
+            "+" => {
+                append = sub
+                    .as_array()
+                    .ok_or_else(|| err(path, "`+` must be an array of elements"))?;
+            }
+            _ => {}
+        }
+    }
+    let mut out: Vec<Json> = Vec::with_capacity(truncate + append.len());
+    out.extend_from_slice(&a[..truncate]);
+    for (k, sub) in p.iter() {
+        if &**k == "-" || &**k == "+" {
+            continue;
+        }
+        let len = path.len();
+        push_segment(path, k);
+        let i = parse_index(k)
+            .ok_or_else(|| err(path, "an array patch key must be an index, `-` or `+`"))?;
+        let slot = out
+            .get_mut(i)
+            .ok_or_else(|| err(path, "an index past the end of the array"))?;
+        if matches!(sub, Json::Array(v) if v.is_empty()) {
+            return Err(err(
+                path,
+                "`[]` removes object members only; truncate with `-`",
+            ));
+        }
+        *slot = apply_value(slot, sub, path)?;
+        path.truncate(len);
+    }
+    out.extend_from_slice(append);
+    Ok(Json::array(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn j(v: serde_json::Value) -> Json {
+        Json::from(v)
+    }
+
+    #[test]
+    fn a_changed_field_and_an_appended_element_make_a_compact_delta() {
+        let a = j(json!({"players":[{"id":"a","score":1},{"id":"b","score":2}],"log":["x"]}));
+        let b = j(json!({"players":[{"id":"a","score":1},{"id":"b","score":5}],"log":["x","y"]}));
+        let d = diff(&a, &b);
+        assert_eq!(
+            d.as_json().to_json_string(),
+            r#"{"players":{"1":{"score":[5]}},"log":{"+":["y"]}}"#
+        );
+        let c = apply(&a, &d).unwrap();
+        assert_eq!(c, b);
+        // Untouched subtrees are the base's own allocations.
+        let pa = a.get("players").unwrap().as_array().unwrap();
+        let pc = c.get("players").unwrap().as_array().unwrap();
+        assert!(pa[0].ptr_eq(&pc[0]));
+        assert!(!pa[1].ptr_eq(&pc[1]));
+        assert!(pa[1].get("id").unwrap().ptr_eq(pc[1].get("id").unwrap()));
+    }
+
+    #[test]
+    fn removal_truncation_and_type_change() {
+        let a = j(json!({"a":1,"b":[1,2,3],"c":{"x":1}}));
+        let b = j(json!({"b":[1],"c":"now a string","d":null}));
+        let d = diff(&a, &b);
+        assert_eq!(
+            d.as_json().to_json_string(),
+            r#"{"a":[],"b":{"-":1},"c":["now a string"],"d":[null]}"#
+        );
+        assert_eq!(apply(&a, &d).unwrap(), b);
+    }
+
+    #[test]
+    fn equal_values_give_the_empty_delta_and_apply_shares_everything() {
+        let a = j(json!({"a":[1,{"b":2}]}));
+        let b = j(json!({"a":[1,{"b":2}]}));
+        let d = diff(&a, &b);
+        assert!(d.is_empty());
+        assert!(apply(&a, &d).unwrap().ptr_eq(&a));
+    }
+
+    #[test]
+    fn bad_deltas_are_errors_that_name_the_path() {
+        let a = j(json!({"a":[1,2],"b":{"c":3},"s":"x"}));
+        let cases = [
+            (json!({"a":{"2":[9]}}), "/a/2"),
+            (json!({"a":{"01":[9]}}), "/a/01"),
+            (json!({"a":{"x":[9]}}), "/a/x"),
+            (json!({"a":{"-":3}}), "/a"),
+            (json!({"a":{"+":1}}), "/a"),
+            (json!({"a":{"0":[]}}), "/a/0"),
+            (json!({"b":{"z":[]}}), "/b/z"),
+            (json!({"b":{"z":{"q":[1]}}}), "/b/z"),
+            (json!({"s":{"q":[1]}}), "/s"),
+            (json!({"b":[1,2]}), "/b"),
+            (json!({"b":7}), "/b"),
+            (json!([]), ""),
+        ];
+        for (delta, path) in cases {
+            let e = apply(&a, &JsonDelta(j(delta.clone()))).unwrap_err();
+            assert_eq!(e.path, path, "{delta}");
+        }
+        // Truncating and patching past the new length is refused too.
+        let e = apply(&a, &JsonDelta(j(json!({"a":{"-":1,"1":[0]}})))).unwrap_err();
+        assert_eq!(e.path, "/a/1");
+    }
+
+    #[test]
+    fn deltas_round_trip_as_text() {
+        let a = j(json!({"k":[1,2,3],"m":{"x":"y"}}));
+        let b = j(json!({"k":[1,2,4,5],"m":{}}));
+        let d = diff(&a, &b);
+        let text = serde_json::to_string(&d).unwrap();
+        let back: JsonDelta = serde_json::from_str(&text).unwrap();
+        assert_eq!(apply(&a, &back).unwrap(), b);
+    }
+
+    #[test]
+    fn equality_ignores_member_order() {
+        let a: Json = serde_json::from_str(r#"{"a":1,"b":[true,null]}"#).unwrap();
+        let b: Json = serde_json::from_str(r#"{"b":[true,null],"a":1}"#).unwrap();
+        assert_eq!(a, b);
+        assert!(diff(&a, &b).is_empty());
+        let c: Json = serde_json::from_str(r#"{"b":[true,null],"a":1.0}"#).unwrap();
+        assert_ne!(a, c);
+    }
+
+    fn arb_json() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            (-5i64..5).prop_map(serde_json::Value::from),
+            (-1e3f64..1e3).prop_map(serde_json::Value::from),
+            "[a-c+\\-0-9/~]{0,3}".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(5, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::from),
+                prop::collection::btree_map("[a-d+\\-0-9]{1,2}", inner, 0..6)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// `b` from `a` by a few local edits, so that the pair shares structure
+    /// the way consecutive game states do.
+    fn mutate(v: &serde_json::Value, choices: &mut impl Iterator<Item = u8>) -> serde_json::Value {
+        use serde_json::Value;
+        let c = choices.next().unwrap_or(0);
+        match v {
+            Value::Object(m) if !c.is_multiple_of(4) => {
+                let mut m = m.clone();
+                let keys: Vec<String> = m.keys().cloned().collect();
+                if let Some(k) = keys.get(usize::from(c) % keys.len().max(1)) {
+                    let nv = mutate(&m[k], choices);
+                    m[k] = nv;
+                }
+                if c.is_multiple_of(7) {
+                    m.insert(format!("n{c}"), Value::from(c));
+                }
+                if c.is_multiple_of(11) {
+                    if let Some(k) = keys.first() {
+                        m.shift_remove(k);
+                    }
+                }
+                Value::Object(m)
+            }
+            Value::Array(a) if !c.is_multiple_of(4) => {
+                let mut a = a.clone();
+                if !a.is_empty() {
+                    let i = usize::from(c) % a.len();
+                    a[i] = mutate(&a[i], choices);
+                }
+                match c % 5 {
+                    0 => a.push(Value::from(c)),
+                    1 => {
+                        a.pop();
+                    }
+                    _ => {}
+                }
+                Value::Array(a)
+            }
+            _ => Value::from(u64::from(c)),
+        }
+    }
+
+    /// Every subtree the delta does not reach is the base's own allocation.
+    fn assert_shared(base: &Json, delta: &Json, out: &Json) -> Result<(), TestCaseError> {
+        match (delta, base, out) {
+            (Json::Object(p), _, _) if p.is_empty() => prop_assert!(base.ptr_eq(out)),
+            (Json::Object(p), Json::Object(bm), Json::Object(om)) => {
+                for (k, bv) in bm.iter() {
+                    match (p.get(k), om.get(k)) {
+                        (None, Some(ov)) => prop_assert!(bv.ptr_eq(ov), "member {k} copied"),
+                        (Some(sub), Some(ov)) => assert_shared(bv, sub, ov)?,
+                        (_, None) => {}
+                    }
+                }
+            }
+            (Json::Object(p), Json::Array(ba), Json::Array(oa)) => {
+                for (i, (bv, ov)) in ba.iter().zip(oa.iter()).enumerate() {
+                    match p.get(i.to_string().as_str()) {
+                        None => prop_assert!(bv.ptr_eq(ov), "element {i} copied"),
+                        Some(sub) => assert_shared(bv, sub, ov)?,
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn apply_of_diff_gives_b_for_random_json(a in arb_json(), b in arb_json()) {
+            let (ja, jb) = (j(a), j(b));
+            let d = diff(&ja, &jb);
+            let out = apply(&ja, &d).unwrap();
+            prop_assert_eq!(&out, &jb);
+            prop_assert_eq!(out.to_value(), jb.to_value());
+            assert_shared(&ja, d.as_json(), &out)?;
+        }
+
+        #[test]
+        fn apply_of_diff_gives_b_for_nearby_states_and_shares_the_rest(
+            a in arb_json(), edits in prop::collection::vec(any::<u8>(), 1..12),
+        ) {
+            let b = mutate(&a, &mut edits.into_iter());
+            let (ja, jb) = (j(a), j(b));
+            let d = diff(&ja, &jb);
+            // Through the wire: text and back.
+            let text = serde_json::to_string(&d).unwrap();
+            let d2: JsonDelta = serde_json::from_str(&text).unwrap();
+            let out = apply(&ja, &d2).unwrap();
+            prop_assert_eq!(&out, &jb);
+            assert_shared(&ja, d2.as_json(), &out)?;
+            // The base is untouched.
+            prop_assert_eq!(diff(&ja, &out).is_empty(), ja == jb);
+        }
+
+        #[test]
+        fn apply_never_panics_on_any_delta(a in arb_json(), d in arb_json()) {
+            let _ = apply(&j(a), &JsonDelta(j(d)));
+        }
+    }
+}
