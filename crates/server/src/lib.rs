@@ -1,8 +1,15 @@
 //! The hostwire server: HTTP + WebSocket around the sans-IO protocol crates.
+//!
+//! One module per protocol mounts its routes ([`memizy`]); shared
+//! infrastructure sits beside them and knows no protocol ([`http`],
+//! [`metrics`], the outbound queue, [`store_writer`]); [`app`] puts them
+//! together and [`cli`] is the command line.
 
+pub mod app;
 pub mod check;
+pub mod cli;
+pub mod http;
+pub mod memizy;
 pub mod metrics;
 mod outbound;
-pub mod relay;
-pub mod server;
 pub mod store_writer;

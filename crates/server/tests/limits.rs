@@ -15,7 +15,7 @@ fn the_open_file_limit_is_raised_to_the_hard_limit() {
         assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lowered), 0);
         (lowered.rlim_cur, l.rlim_max)
     };
-    let now = hostwire::server::raise_open_file_limit();
+    let now = hostwire::app::raise_open_file_limit();
     assert!(now >= soft);
     assert_eq!(now, hard);
 }

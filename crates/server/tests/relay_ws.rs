@@ -2,7 +2,7 @@
 
 mod common;
 use common::*;
-use hostwire::relay::RelayConfig;
+use hostwire::memizy::RelayConfig;
 use hostwire_memizy::RELAY_LIMITS;
 use serde_json::{json, Value};
 

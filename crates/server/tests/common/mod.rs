@@ -3,8 +3,9 @@
 #![allow(dead_code)]
 
 use futures_util::{SinkExt, StreamExt};
-use hostwire::relay::{AllowedOrigins, RelayConfig, OUTBOUND_QUEUE};
-use hostwire::server::RelayServer;
+use hostwire::app::App;
+use hostwire::http::AllowedOrigins;
+use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE};
 use hostwire_core::ManualClock;
 use hostwire_memizy::RELAY_LIMITS;
 use hostwire_store::SqliteStore;
@@ -42,7 +43,7 @@ pub fn temp_dir(name: &str) -> tempfile::TempDir {
 }
 
 pub struct TestRelay {
-    pub server: Option<RelayServer>,
+    pub server: Option<App>,
     pub clock: ManualClock,
     pub http: String,
     pub ws: String,
@@ -64,7 +65,7 @@ impl TestRelay {
     pub async fn start_at(config: RelayConfig, db: PathBuf, clock: ManualClock) -> TestRelay {
         let store = Arc::new(SqliteStore::open(&db).unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let server = RelayServer::start(listener, config, Arc::new(clock.clone()), store).unwrap();
+        let server = App::start(listener, config, Arc::new(clock.clone()), store).unwrap();
         let addr = server.addr;
         TestRelay {
             server: Some(server),
@@ -76,7 +77,7 @@ impl TestRelay {
         }
     }
 
-    pub fn relay(&self) -> &hostwire::relay::Relay {
+    pub fn relay(&self) -> &hostwire::memizy::Relay {
         &self.server.as_ref().unwrap().relay
     }
 

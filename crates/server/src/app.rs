@@ -1,0 +1,183 @@
+//! The server as a whole: the router built from the protocol modules, the
+//! shared infrastructure they use, the runtime and shutdown.
+//!
+//! # How a protocol mounts
+//!
+//! A protocol lives in its own module (`memizy/`, and later `ggui/`,
+//! `playerthree/`) and exposes one function that returns its axum
+//! [`Router`], with its state already applied:
+//!
+//! ```ignore
+//! pub fn router(state: Arc<MyProtocol>) -> Router { … }
+//! ```
+//!
+//! [`router`] merges them. Paths are the protocol's own (`/api/…` and `/ws`
+//! for the Memizy relay); a module nests its HTTP API, adds its CORS and
+//! origin rules from [`crate::http`], and answers 404 and 405 under its
+//! prefix itself. Its state is built in [`App::start`] from the shared
+//! [`Metrics`], [`StoreWriter`] and clock, and whatever it must do at
+//! shutdown (close sockets, flush) is awaited in [`App::shutdown`] before
+//! the store is flushed.
+
+use crate::memizy::{self, Relay, RelayConfig};
+use crate::metrics::Metrics;
+use crate::store_writer::StoreWriter;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use hostwire_core::Clock;
+use hostwire_store::RelayStore;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Every protocol's routes, and `/metrics`.
+pub fn router(relay: Arc<Relay>, metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .merge(memizy::router(relay))
+        .route("/metrics", get(metrics_handler).with_state(metrics))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "hostwire") })
+}
+
+async fn metrics_handler(State(metrics): State<Arc<Metrics>>) -> Response {
+    let mut r = metrics.render().into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    r
+}
+
+/// A running server.
+pub struct App {
+    pub addr: SocketAddr,
+    pub relay: Arc<Relay>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl App {
+    /// Starts serving on `listener` with the rooms `store` holds.
+    pub fn start(
+        listener: TcpListener,
+        config: RelayConfig,
+        clock: Arc<dyn Clock>,
+        store: Arc<dyn RelayStore>,
+    ) -> anyhow::Result<App> {
+        let metrics = Arc::new(Metrics::default());
+        let stored = store.load_rooms()?;
+        let loaded = stored.len();
+        let writer = StoreWriter::start(store, Arc::clone(&metrics));
+        let relay = Relay::start(config, clock, Arc::clone(&metrics), writer, stored);
+        let addr = listener.local_addr()?;
+        // Without TCP_NODELAY, small frames wait for delayed ACKs (~40 ms).
+        let listener =
+            axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "TCP_NODELAY");
+                }
+            });
+        let (stop, mut stopped) = watch::channel(false);
+        let app =
+            router(Arc::clone(&relay), metrics).into_make_service_with_connect_info::<SocketAddr>();
+        tokio::spawn(Arc::clone(&relay).sweep_timer(stop.subscribe()));
+        let shutdown_relay = Arc::clone(&relay);
+        let task = tokio::spawn(async move {
+            let graceful = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+                // Sockets first (1001), then the store is flushed.
+                shutdown_relay.shutdown().await;
+            };
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(graceful)
+                .await
+            {
+                tracing::error!(error = %e, "server error");
+            }
+        });
+        tracing::info!(%addr, rooms = loaded, "relay listening");
+        Ok(App {
+            addr,
+            relay,
+            stop,
+            task,
+        })
+    }
+
+    /// Stops accepting, closes every socket with 1001, flushes the store.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        self.relay.shutdown().await;
+    }
+}
+
+/// The runtime `serve` runs on. On one core the work-stealing scheduler
+/// only adds cross-thread bookkeeping: the single-threaded one runs the
+/// same tasks.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn stop_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no SIGTERM handler: only Ctrl-C stops the server");
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Raises the open-file soft limit to the hard limit: every connection is a
+/// file, and a common default of 1,024 would cap a server at about 1,000
+/// players. Returns the limit in force.
+#[cfg(unix)]
+pub fn raise_open_file_limit() -> u64 {
+    // SAFETY: getrlimit/setrlimit on a local, zero-initialized struct.
+    unsafe {
+        let mut l: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+            return 0;
+        }
+        if l.rlim_cur < l.rlim_max {
+            let wanted = libc::rlimit {
+                rlim_cur: l.rlim_max,
+                rlim_max: l.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) == 0 {
+                return wanted.rlim_cur;
+            }
+        }
+        l.rlim_cur
+    }
+}
+
+#[cfg(not(unix))]
+pub fn raise_open_file_limit() -> u64 {
+    0
+}

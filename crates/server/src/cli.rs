@@ -1,0 +1,152 @@
+//! The command line: `hostwire serve` and `hostwire check`, their
+//! arguments (each with its environment variable) and logging.
+
+use crate::app::{self, App};
+use crate::check;
+use crate::http::AllowedOrigins;
+use crate::memizy::{RelayConfig, OUTBOUND_QUEUE};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use hostwire_core::SystemClock;
+use hostwire_memizy::RELAY_LIMITS;
+use hostwire_store::{RelayStore, SqliteStore};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// The reference relay's default origins: the local development servers.
+pub const DEFAULT_ALLOWED_ORIGINS: &str = "http://localhost:5180,http://127.0.0.1:5180";
+
+#[derive(Parser)]
+#[command(
+    name = "hostwire",
+    version,
+    about = "Server and tools for host ↔ guest wire protocols"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server: the Memizy relay (protocol 1) on HTTP + WebSocket,
+    /// with rooms stored in an embedded SQLite database.
+    ///
+    /// Every option can also be set by the environment variable shown.
+    Serve(ServeArgs),
+    /// Check a Memizy plugin file: its manifest, the content policy a host
+    /// would apply, and (with --set) whether it can play a set.
+    ///
+    /// Exit status: 0 valid, 1 invalid, 2 unreadable input.
+    Check(check::CheckArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Port to listen on (0 picks a free one; the address is logged).
+    #[arg(long, env = "PORT", default_value_t = 8787)]
+    pub port: u16,
+    /// Address to listen on. Use 0.0.0.0 to accept other machines.
+    #[arg(long, env = "HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Browser origins allowed to use the relay, comma-separated, e.g.
+    /// "https://play.example.org". "*" allows any origin (development only).
+    #[arg(long, env = "ALLOWED_ORIGINS", default_value = DEFAULT_ALLOWED_ORIGINS)]
+    pub allowed_origins: String,
+    /// Take the client IP from X-Forwarded-For (behind a reverse proxy).
+    /// Set TRUST_PROXY=1 to enable.
+    #[arg(long, env = "TRUST_PROXY", default_value = "0", value_parser = parse_flag, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "1")]
+    pub trust_proxy: bool,
+    /// Directory of the embedded database (created if missing).
+    #[arg(long, env = "HOSTWIRE_DATA_DIR", default_value = "data")]
+    pub data_dir: PathBuf,
+    /// Rooms one client IP may create per hour (a school shares one IP).
+    #[arg(long, env = "ROOMS_PER_IP_PER_HOUR", default_value_t = RELAY_LIMITS.rooms_per_ip_per_hour)]
+    pub rooms_per_ip_per_hour: u32,
+    /// Log format.
+    #[arg(long, env = "HOSTWIRE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+fn parse_flag(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        other => Err(format!("expected 1 or 0, got {other:?}")),
+    }
+}
+
+/// The relay's configuration from `serve`'s arguments.
+pub fn relay_config(args: &ServeArgs) -> RelayConfig {
+    RelayConfig {
+        allowed_origins: AllowedOrigins::parse(&args.allowed_origins),
+        trust_proxy: args.trust_proxy,
+        rooms_per_ip_per_hour: args.rooms_per_ip_per_hour,
+        limits: RELAY_LIMITS,
+        outbound_queue: OUTBOUND_QUEUE,
+    }
+}
+
+/// The `hostwire` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check(args) => check::run(&args),
+        Command::Serve(args) => match serve(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(1)
+            }
+        },
+    }
+}
+
+fn init_logs(format: LogFormat) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// `hostwire serve`.
+pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    init_logs(args.log_format);
+    let files = app::raise_open_file_limit();
+    tracing::info!(
+        open_files = files,
+        "open-file limit (each connection uses one)"
+    );
+    let rt = app::runtime()?;
+    rt.block_on(async move {
+        std::fs::create_dir_all(&args.data_dir)?;
+        let db = args.data_dir.join("hostwire.db");
+        let store: Arc<dyn RelayStore> = Arc::new(SqliteStore::open(&db)?);
+        let listener = TcpListener::bind((args.host.as_str(), args.port)).await?;
+        let config = relay_config(&args);
+        if config.allowed_origins == AllowedOrigins::Any {
+            tracing::warn!("ALLOWED_ORIGINS=* accepts every origin: for development only");
+        }
+        let server = App::start(listener, config, Arc::new(SystemClock), store)?;
+        // A line for scripts and tests: where we listen.
+        println!("hostwire relay listening on http://{}", server.addr);
+        tracing::info!(db = %db.display(), origins = %args.allowed_origins, "serving");
+        app::stop_signal().await;
+        tracing::info!("shutting down");
+        server.shutdown().await;
+        tracing::info!("stopped");
+        Ok(())
+    })
+}

@@ -1,0 +1,11 @@
+//! What every protocol's HTTP side shares: which origins may call
+//! (with CORS from `tower-http`), errors as JSON responses, and the client's
+//! IP address. Nothing here knows a protocol.
+
+pub mod client_ip;
+pub mod error;
+pub mod origins;
+
+pub use client_ip::client_ip;
+pub use error::{json_response, ApiError};
+pub use origins::AllowedOrigins;

@@ -1,0 +1,220 @@
+//! The relay's HTTP API (`/api/…`): each handler reads the request, asks the
+//! relay or the room's task, and turns the answer into a response.
+
+use super::room::RoomCmd;
+use super::Relay;
+use crate::http::error::{method_not_allowed, not_found, JSON_UTF8};
+use crate::http::origins::{preflight_no_content, require_allowed_origin};
+use crate::http::{client_ip, json_response, ApiError};
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use hostwire_memizy::manifest::extract_manifest_text;
+use hostwire_memizy::relay::is_pin;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// The header that carries a bundle's version.
+const X_BUNDLE_VERSION: HeaderName = HeaderName::from_static("x-bundle-version");
+/// How long a browser may keep a preflight's answer, in seconds.
+const CORS_MAX_AGE_S: u64 = 600;
+
+const ROOM_NOT_FOUND: ApiError = ApiError::new(StatusCode::NOT_FOUND, "Room not found");
+const NOT_THE_HOST: ApiError = ApiError::new(StatusCode::FORBIDDEN, "Not the host");
+const BUNDLE_TOO_LARGE: ApiError = ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "Bundle too large");
+
+/// The routes under `/api`. Every route but `/health` refuses an origin
+/// that is not allowed (403); a known path with another method is 405,
+/// an unknown path 404; CORS headers go on every answer.
+pub fn router(relay: Arc<Relay>) -> Router {
+    let cors = relay
+        .origins
+        .cors_layer()
+        .allow_methods([Method::GET, Method::POST, Method::PUT, Method::OPTIONS])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+        .expose_headers([X_BUNDLE_VERSION])
+        .max_age(Duration::from_secs(CORS_MAX_AGE_S));
+    Router::new()
+        .route("/rooms", post(create_room).fallback(method_not_allowed))
+        .route("/rooms/{pin}", get(room_info).fallback(method_not_allowed))
+        .route(
+            "/rooms/{pin}/bundle",
+            get(get_bundle).put(put_bundle).fallback(method_not_allowed),
+        )
+        .route_layer(from_fn_with_state(
+            Arc::clone(&relay.origins),
+            require_allowed_origin,
+        ))
+        .route("/health", get(health).fallback(method_not_allowed))
+        .fallback(not_found)
+        .with_state(relay)
+        .layer(cors)
+        .layer(from_fn(preflight_no_content))
+}
+
+async fn health(State(relay): State<Arc<Relay>>) -> Response {
+    json_response(StatusCode::OK, &relay.health())
+}
+
+async fn create_room(
+    State(relay): State<Arc<Relay>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    let ip = client_ip(&headers, peer, relay.config.trust_proxy);
+    if !relay.allow_room_creation(&ip) {
+        return ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Too many rooms from this network, try again later.",
+        )
+        .into_response();
+    }
+    match relay.create_room().await {
+        Some((pin, token)) => json_response(
+            StatusCode::CREATED,
+            &json!({"pin": pin, "hostToken": token}),
+        ),
+        None => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The room could not be stored; try again.",
+        )
+        .into_response(),
+    }
+}
+
+fn room_by_pin(relay: &Relay, pin: &str) -> Result<super::room::RoomHandle, ApiError> {
+    is_pin(pin)
+        .then(|| relay.room(pin))
+        .flatten()
+        .ok_or(ROOM_NOT_FOUND)
+}
+
+async fn room_info(State(relay): State<Arc<Relay>>, Path(pin): Path<String>) -> Response {
+    let room = match room_by_pin(&relay, &pin) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let (tx, rx) = oneshot::channel();
+    let _ = room.tx.send(RoomCmd::Info(tx)).await;
+    match rx.await {
+        Ok(info) => json_response(
+            StatusCode::OK,
+            &serde_json::to_value(info).unwrap_or_default(),
+        ),
+        Err(_) => ROOM_NOT_FOUND.into_response(),
+    }
+}
+
+async fn get_bundle(State(relay): State<Arc<Relay>>, Path(pin): Path<String>) -> Response {
+    let room = match room_by_pin(&relay, &pin) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let (tx, rx) = oneshot::channel();
+    let _ = room.tx.send(RoomCmd::GetBundle(tx)).await;
+    match rx.await {
+        Ok(Some((version, text))) => {
+            let mut r = Response::new(Body::from(text));
+            let h = r.headers_mut();
+            h.insert(header::CONTENT_TYPE, JSON_UTF8);
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            h.insert(X_BUNDLE_VERSION, HeaderValue::from(version));
+            r
+        }
+        Ok(None) => ApiError::new(StatusCode::NOT_FOUND, "The host has not chosen a game yet")
+            .into_response(),
+        Err(_) => ROOM_NOT_FOUND.into_response(),
+    }
+}
+
+async fn put_bundle(
+    State(relay): State<Arc<Relay>>,
+    Path(pin): Path<String>,
+    req: Request,
+) -> Response {
+    let room = match room_by_pin(&relay, &pin) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("")
+        .to_owned();
+    // The token is checked first: a caller who is not the host never gets
+    // its body read.
+    let (tx, rx) = oneshot::channel();
+    let _ = room
+        .tx
+        .send(RoomCmd::IsHost {
+            token: token.clone(),
+            reply: tx,
+        })
+        .await;
+    match rx.await {
+        Err(_) => return ROOM_NOT_FOUND.into_response(),
+        Ok(false) => return NOT_THE_HOST.into_response(),
+        Ok(true) => {}
+    }
+    let limit = relay.config.limits.bundle_bytes;
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return BUNDLE_TOO_LARGE.into_response();
+    }
+    let body = match axum::body::to_bytes(req.into_body(), limit).await {
+        Ok(b) => b,
+        Err(_) => return BUNDLE_TOO_LARGE.into_response(),
+    };
+    let parsed: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(_) => return ApiError::new(StatusCode::BAD_REQUEST, "Invalid JSON").into_response(),
+    };
+    if !parsed.get("pluginHtml").is_some_and(Value::is_string)
+        || !parsed.get("set").is_some_and(Value::is_object)
+    {
+        return ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "Expected { pluginHtml: string, set: object }",
+        )
+        .into_response();
+    }
+    let html = parsed["pluginHtml"].as_str().unwrap_or("");
+    // appName is read from the manifest data island, without validating the rest.
+    let app_name = extract_manifest_text(html)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .and_then(|m| match m.get("appName") {
+            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+            Some(Value::Number(n)) => Some(n.to_string()),
+            Some(Value::Bool(b)) => Some(b.to_string()),
+            _ => None,
+        });
+    let (tx, rx) = oneshot::channel();
+    let _ = room
+        .tx
+        .send(RoomCmd::PutBundle {
+            token,
+            text: body,
+            app_name,
+            reply: tx,
+        })
+        .await;
+    match rx.await {
+        Ok(Some(version)) => json_response(StatusCode::OK, &json!({"version": version})),
+        Ok(None) => NOT_THE_HOST.into_response(),
+        Err(_) => ROOM_NOT_FOUND.into_response(),
+    }
+}

@@ -1,0 +1,458 @@
+//! One WebSocket connection of the relay: the upgrade (origin, frame caps,
+//! buffer sizes), a reader that decodes frames and hands them to the room,
+//! and a writer that drains the connection's bounded outbound queue.
+
+use super::room::{count_out, RoomCmd, RoomHandle};
+use super::Relay;
+use crate::metrics::Metrics;
+use crate::outbound;
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use hostwire_memizy::relay::*;
+use std::future::{poll_fn, Future};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+/// Server pings keep idle connections alive behind proxies.
+const PING_INTERVAL: Duration = Duration::from_secs(30);
+/// How long a closing connection may take to flush its queue.
+/// tungstenite's read buffer per connection: a player's frame fits in one
+/// read; a host's burst of 40 takes about 18 (9 with 1 KiB, for 512 more
+/// bytes on every idle connection). It stays reusable only because small
+/// frames are copied out of it (see `on_message`).
+const READ_BUFFER: usize = 512;
+
+const WRITER_GRACE: Duration = Duration::from_secs(5);
+
+type WsSink = SplitSink<WebSocket, Message>;
+
+/// A connection's sending half while its writer is idle. A frame for an
+/// idle connection is written from here at once, by the task that made it:
+/// no wake of the writer, and under load the frame leaves as soon as it is
+/// routed instead of after every task queued ahead of the writer.
+struct Parked(Mutex<Option<WsSink>>);
+
+impl Parked {
+    fn write_now(&self, frame: Utf8Bytes) -> outbound::Direct<Utf8Bytes> {
+        use outbound::Direct;
+        // Never wait for the writer: if it has the socket, queue.
+        let Ok(mut slot) = self.0.try_lock() else {
+            return Direct::Declined(frame);
+        };
+        let Some(sink) = slot.as_mut() else {
+            return Direct::Declined(frame);
+        };
+        // No waker of ours to register: what cannot finish now is handed to
+        // the writer, which registers its own.
+        let mut cx = Context::from_waker(Waker::noop());
+        if !matches!(sink.poll_ready_unpin(&mut cx), Poll::Ready(Ok(()))) {
+            return Direct::Declined(frame);
+        }
+        if sink.start_send_unpin(Message::Text(frame)).is_err() {
+            // A broken socket: the writer's flush finds out and ends it.
+            return Direct::Unflushed;
+        }
+        match sink.poll_flush_unpin(&mut cx) {
+            Poll::Ready(Ok(())) => Direct::Written,
+            _ => Direct::Unflushed,
+        }
+    }
+
+    fn take(&self) -> Option<WsSink> {
+        self.0.lock().ok()?.take()
+    }
+
+    fn put(&self, sink: WsSink) {
+        if let Ok(mut slot) = self.0.lock() {
+            *slot = Some(sink);
+        }
+    }
+}
+
+/// The sending side of one connection.
+#[derive(Clone)]
+pub(super) struct Outbound(outbound::Outbound<Utf8Bytes, Parked>);
+
+const TOO_SLOW: outbound::Close = (CLOSE_TOO_SLOW, "too slow: outbound queue full");
+
+impl Outbound {
+    /// Sends a frame: at once when the connection is idle, else queued; a
+    /// full queue closes the connection (1013).
+    pub(super) fn frame(&self, frame: Utf8Bytes, metrics: &Metrics) -> bool {
+        match self
+            .0
+            .push_or_write(frame, TOO_SLOW, |f| self.0.parked().write_now(f))
+        {
+            Ok(()) => true,
+            Err(outbound::Refused::Full) => {
+                metrics.slow_consumers_closed.fetch_add(1, Relaxed);
+                false
+            }
+            Err(outbound::Refused::Closing) => false,
+        }
+    }
+    /// Closes the connection after what is queued.
+    pub(super) fn close(&self, code: u16, reason: &'static str) {
+        self.0.close((code, reason));
+    }
+}
+
+pub(super) async fn ws_upgrade(
+    State(relay): State<Arc<Relay>>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    if !relay.origins.allows(origin) {
+        return (StatusCode::FORBIDDEN, "Origin not allowed").into_response();
+    }
+    let limits = relay.config.limits;
+    // Frames above the protocol cap but within twice it get TOO_LARGE and
+    // the connection lives; beyond that the WebSocket layer closes it (1009).
+    ws.max_message_size(limits.frame_bytes.saturating_mul(2))
+        .max_frame_size(limits.frame_bytes.saturating_mul(2))
+        // Small buffers: an idle connection should cost little memory;
+        // big frames are read in more, smaller reads.
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(16 * 1024)
+        .on_upgrade(move |socket| handle_socket(relay, socket))
+}
+
+/// Splits the socket and starts its writer; the returned future is the
+/// reader. Not an `async fn`: the socket is consumed here, so the reader's
+/// future (kept for the connection's whole life) does not hold room for it.
+fn handle_socket(relay: Arc<Relay>, socket: WebSocket) -> impl Future<Output = ()> + Send {
+    let conn: ConnId = relay.next_conn();
+    relay.metrics.connections.fetch_add(1, Relaxed);
+    let (sink, stream) = socket.split();
+    let (out, drain) = outbound::queue(relay.config.outbound_queue, Parked(Mutex::new(Some(sink))));
+    let writer = tokio::spawn(write_loop(drain));
+    read_loop(relay, conn, stream, Outbound(out), writer)
+}
+
+/// Writes what the queue holds (all that is queued, then one flush), and
+/// finishes frames that were written at once but not flushed. The socket is
+/// taken from `parked` for each piece of work and put back after it.
+async fn write_loop(drain: outbound::Drain<Utf8Bytes, Parked>) {
+    let parked = drain.parked();
+    let close_with = |(code, reason): outbound::Close| {
+        Message::Close(Some(CloseFrame {
+            code,
+            reason: Utf8Bytes::from_static(reason),
+        }))
+    };
+    let mut sink = loop {
+        let work = poll_fn(|cx| drain.poll_work(cx)).await;
+        let Some(mut sink) = parked.take() else {
+            break None;
+        };
+        let go_on = match work {
+            outbound::Work::Frame(first) => {
+                let mut ok = sink.feed(Message::Text(first)).await.is_ok();
+                while ok {
+                    match drain.next_frame() {
+                        Some(f) => ok = sink.feed(Message::Text(f)).await.is_ok(),
+                        None => break,
+                    }
+                }
+                ok && sink.flush().await.is_ok()
+            }
+            outbound::Work::Flush => sink.flush().await.is_ok(),
+            outbound::Work::Ping => sink.send(Message::Ping(Bytes::new())).await.is_ok(),
+            outbound::Work::Close(c) | outbound::Work::Kill(c) => {
+                let _ = sink.send(close_with(c)).await;
+                false
+            }
+            outbound::Work::End => false,
+        };
+        if !go_on {
+            break Some(sink);
+        }
+        // Back first, then idle: a frame sent in between is queued, and the
+        // writer comes back for it.
+        parked.put(sink);
+        drain.idle();
+    };
+    if let Some(s) = sink.as_mut() {
+        let _ = s.close().await;
+    }
+    // Stops the reader, if it still reads.
+    let _ = drain.kill((CLOSE_NORMAL, "closed"));
+}
+
+/// Reads the connection's frames until it ends, then waits for its writer.
+fn read_loop(
+    relay: Arc<Relay>,
+    conn: ConnId,
+    mut stream: SplitStream<WebSocket>,
+    out: Outbound,
+    writer: JoinHandle<()>,
+) -> impl Future<Output = ()> + Send {
+    let mut reader = Reader {
+        state: ConnectionState::new(relay.clock.now_ms(), relay.config.limits),
+        relay,
+        conn,
+        out,
+        room: None,
+    };
+    // An async block, not an async fn: what it captures is used in place,
+    // where an async fn would keep its arguments twice in its state.
+    async move {
+        let idle = Duration::from_millis(reader.relay.config.limits.idle_timeout_ms);
+        // One timer per connection for both the idle timeout and the pings,
+        // moved only when it fires: a frame just notes its time (a timer per
+        // frame cost more than the frame).
+        let start = tokio::time::Instant::now();
+        let mut last_frame = start;
+        let mut next_ping = start + PING_INTERVAL;
+        let timer = tokio::time::sleep_until(next_ping.min(start + idle));
+        tokio::pin!(timer);
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = poll_fn(|cx| reader.out.0.poll_killed(cx)) => break,
+                () = &mut timer => {
+                    let now = tokio::time::Instant::now();
+                    if now >= last_frame + idle {
+                        reader.out.close(CLOSE_GOING_AWAY, "idle timeout");
+                        break;
+                    }
+                    if now >= next_ping {
+                        reader.out.0.ping();
+                        next_ping = now + PING_INTERVAL;
+                    }
+                    timer.as_mut().reset(next_ping.min(last_frame + idle));
+                    continue;
+                }
+                n = stream.next() => n,
+            };
+            last_frame = tokio::time::Instant::now();
+            // The rare waits are boxed: their futures (and what they carry)
+            // would otherwise widen every connection's reader for its life.
+            match reader.on_message(next) {
+                Flow::Go => {}
+                Flow::Stop => break,
+                Flow::Attach(job) => {
+                    if !Box::pin(reader.attach(*job)).await {
+                        break;
+                    }
+                }
+                Flow::RoomBusy(cmd) => {
+                    let Some(r) = &reader.room else { break };
+                    if Box::pin(r.tx.send(*cmd)).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        Box::pin(finish(reader, writer)).await;
+    }
+}
+
+/// Leaves the room and gives the writer time to send what is queued.
+async fn finish(reader: Reader, mut writer: JoinHandle<()>) {
+    let Reader {
+        relay,
+        out,
+        room,
+        conn,
+        ..
+    } = reader;
+    if let Some(r) = room {
+        let _ = r.tx.send(RoomCmd::Detach { conn }).await;
+    }
+    let too_slow = out
+        .0
+        .killed()
+        .is_some_and(|(code, _)| code == CLOSE_TOO_SLOW);
+    drop(out);
+    if too_slow {
+        // A reader that does not read gets its socket dropped at once.
+        writer.abort();
+    } else if tokio::time::timeout(WRITER_GRACE, &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+    }
+    relay.metrics.connections.fetch_sub(1, Relaxed);
+}
+
+/// One connection's reading side, between frames.
+struct Reader {
+    relay: Arc<Relay>,
+    conn: ConnId,
+    out: Outbound,
+    state: ConnectionState,
+    room: Option<RoomHandle>,
+}
+
+/// What the reader does after a message (rare cases boxed, to keep this
+/// small: it lives in the reader's state across the wait).
+enum Flow {
+    Go,
+    Stop,
+    Attach(Box<AttachJob>),
+    /// The room's queue is full: wait to hand it this.
+    RoomBusy(Box<RoomCmd>),
+}
+
+struct AttachJob {
+    target: RoomHandle,
+    pin: String,
+    msg: RelayClientMessage,
+}
+
+impl Reader {
+    fn error(&self, code: RelayErrorCode, message: &str, fatal: bool) {
+        send_now(
+            &self.out,
+            &self.relay.metrics,
+            frames::error(code, message, fatal),
+        );
+    }
+
+    fn on_message(&mut self, next: Option<Result<Message, axum::Error>>) -> Flow {
+        let relay = &self.relay;
+        let out = &self.out;
+        let text = match next {
+            Some(Err(e)) => {
+                // tungstenite's capacity error: a frame over twice the cap.
+                if e.to_string().contains("Space limit exceeded") {
+                    self.error(RelayErrorCode::TooLarge, "Frame too large.", true);
+                    out.close(CLOSE_TOO_BIG, "frame too large");
+                }
+                return Flow::Stop;
+            }
+            None => return Flow::Stop,
+            Some(Ok(Message::Text(t))) => t,
+            Some(Ok(Message::Binary(b))) => match Utf8Bytes::try_from(b) {
+                Ok(t) => t,
+                Err(_) => {
+                    relay.metrics.frame_in("invalid");
+                    self.error(RelayErrorCode::BadMessage, "Invalid JSON.", false);
+                    return Flow::Go;
+                }
+            },
+            Some(Ok(Message::Close(_))) => return Flow::Stop,
+            Some(Ok(_)) => return Flow::Go,
+        };
+        let now = relay.clock.now_ms();
+        match self.state.on_frame(&text, now) {
+            ConnStep::Reply(f) => {
+                relay
+                    .metrics
+                    .frame_in(if f.starts_with(b"{\"t\":\"pong\"") {
+                        "ping"
+                    } else {
+                        "invalid"
+                    });
+                send_now(out, &relay.metrics, f);
+                Flow::Go
+            }
+            ConnStep::RateLimited(f) => {
+                relay.metrics.rate_limited.fetch_add(1, Relaxed);
+                send_now(out, &relay.metrics, f);
+                Flow::Go
+            }
+            ConnStep::Fatal(f, code) => {
+                relay.metrics.frame_in("invalid");
+                send_now(out, &relay.metrics, f);
+                out.close(CLOSE_POLICY, code.as_str());
+                Flow::Stop
+            }
+            ConnStep::Attach { pin, msg } => {
+                relay.metrics.frame_in(msg.type_name());
+                let Some(target) = relay.room(&pin) else {
+                    let m = if matches!(msg, RelayClientMessage::Host { .. }) {
+                        "The room does not exist (anymore)."
+                    } else {
+                        "No game with this PIN."
+                    };
+                    self.error(RelayErrorCode::RoomNotFound, m, true);
+                    out.close(CLOSE_POLICY, RelayErrorCode::RoomNotFound.as_str());
+                    return Flow::Stop;
+                };
+                if self.room.is_some() {
+                    self.error(
+                        RelayErrorCode::NotAllowed,
+                        "This connection is already attached.",
+                        false,
+                    );
+                    return Flow::Go;
+                }
+                Flow::Attach(Box::new(AttachJob { target, pin, msg }))
+            }
+            ConnStep::Forward(msg) => {
+                relay.metrics.frame_in(match msg {
+                    RelayClientMessage::Other { .. } => "other",
+                    ref m => m.type_name(),
+                });
+                let Some(r) = &self.room else {
+                    return Flow::Go;
+                };
+                // A small frame shares tungstenite's read buffer, which
+                // cannot be reused while the frame waits for the room: the
+                // next reads would get ever smaller (a third more read
+                // calls in the classroom benchmark). A copy frees it.
+                let text = if text.len() <= READ_BUFFER {
+                    Utf8Bytes::from(text.as_str().to_owned())
+                } else {
+                    text
+                };
+                // The room's queue is rarely full: no send future (and its
+                // waiter) per frame.
+                let conn = self.conn;
+                match r.tx.try_send(RoomCmd::Frame { conn, msg, text }) {
+                    Ok(()) => Flow::Go,
+                    Err(mpsc::error::TrySendError::Full(cmd)) => Flow::RoomBusy(Box::new(cmd)),
+                    Err(mpsc::error::TrySendError::Closed(_)) => Flow::Stop,
+                }
+            }
+        }
+    }
+
+    /// Attaches the connection to its room; false when refused (the error
+    /// and the close are queued).
+    async fn attach(&mut self, job: AttachJob) -> bool {
+        let AttachJob { target, pin, msg } = job;
+        let (reply, answer) = oneshot::channel();
+        let cmd = RoomCmd::Attach {
+            conn: self.conn,
+            out: self.out.clone(),
+            msg,
+            reply,
+        };
+        if target.tx.send(cmd).await.is_err() {
+            self.error(RelayErrorCode::RoomNotFound, "No game with this PIN.", true);
+            self.out
+                .close(CLOSE_POLICY, RelayErrorCode::RoomNotFound.as_str());
+            return false;
+        }
+        match answer.await {
+            Ok(Some(host)) => {
+                self.state
+                    .on_attached(&pin, host, self.relay.clock.now_ms());
+                self.room = Some(target);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+fn send_now(out: &Outbound, metrics: &Metrics, frame: Bytes) {
+    if let Ok(t) = Utf8Bytes::try_from(frame) {
+        count_out(metrics, &t);
+        out.frame(t, metrics);
+    }
+}

@@ -1,0 +1,234 @@
+//! The Memizy relay protocol 1: the sans-IO rules of
+//! `hostwire_memizy::relay` driven with sockets, tasks and the store.
+//!
+//! - [`api`]: the HTTP API (`/api/…`), as an axum `Router`;
+//! - [`room`]: one task per room owns its state and handles its commands in
+//!   order;
+//! - [`conn`]: each WebSocket connection's reader and writer, with a bounded
+//!   outbound queue.
+//!
+//! [`router`] is what the app mounts; [`Relay`] is the state its handlers
+//! share.
+
+pub mod api;
+pub mod conn;
+pub mod room;
+
+use crate::http::AllowedOrigins;
+use crate::metrics::Metrics;
+use crate::store_writer::StoreWriter;
+use axum::routing::get;
+use axum::Router;
+use hostwire_core::Clock;
+use hostwire_memizy::limits::RelayLimits;
+use hostwire_memizy::relay::{ConnId, Room, RoomChange};
+use hostwire_store::StoredRoom;
+use room::{RoomCmd, RoomHandle};
+use serde_json::{json, Value};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Frames waiting for one slow reader before it is closed (1013).
+pub const OUTBOUND_QUEUE: usize = 1024;
+/// Commands waiting for one room.
+const ROOM_QUEUE: usize = 4096;
+
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    pub allowed_origins: AllowedOrigins,
+    pub trust_proxy: bool,
+    pub rooms_per_ip_per_hour: u32,
+    pub limits: RelayLimits,
+    /// Frames queued for one connection before it counts as too slow.
+    pub outbound_queue: usize,
+}
+
+/// The relay's routes: the HTTP API under `/api` and the WebSocket `/ws`.
+pub fn router(relay: Arc<Relay>) -> Router {
+    Router::new()
+        .nest("/api", api::router(Arc::clone(&relay)))
+        .route("/ws", get(conn::ws_upgrade).with_state(relay))
+}
+
+/// Everything the relay's handlers, rooms and connections share.
+pub struct Relay {
+    config: RelayConfig,
+    origins: Arc<AllowedOrigins>,
+    clock: Arc<dyn Clock>,
+    pub metrics: Arc<Metrics>,
+    writer: StoreWriter,
+    rooms: Mutex<HashMap<String, RoomHandle>>,
+    rooms_by_ip: Mutex<HashMap<String, VecDeque<u64>>>,
+    next_conn: AtomicU64,
+    players: Arc<AtomicU64>,
+}
+
+impl Relay {
+    /// Starts the relay with the rooms a store held.
+    pub fn start(
+        config: RelayConfig,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
+        writer: StoreWriter,
+        stored: Vec<StoredRoom>,
+    ) -> Arc<Relay> {
+        let relay = Arc::new(Relay {
+            origins: Arc::new(config.allowed_origins.clone()),
+            config,
+            clock,
+            metrics,
+            writer,
+            rooms: Mutex::new(HashMap::new()),
+            rooms_by_ip: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+            players: Arc::new(AtomicU64::new(0)),
+        });
+        let now = relay.clock.now_ms();
+        for s in stored {
+            let pin = s.record.pin.clone();
+            let away_missing = s.record.host_away_since_ms.is_none();
+            let room = Room::restore(s.record, now, relay.config.limits);
+            if away_missing {
+                // The host was attached when the server stopped: away from now.
+                relay.writer.write_behind(vec![RoomChange::HostAway {
+                    pin: pin.clone(),
+                    since_ms: Some(now),
+                }]);
+            }
+            relay.spawn_room(room, s.bundle_text);
+        }
+        relay
+    }
+
+    fn spawn_room(self: &Arc<Self>, room: Room, bundle: Option<bytes::Bytes>) {
+        let (tx, rx) = mpsc::channel(ROOM_QUEUE);
+        let pin = room.pin().to_owned();
+        self.players.fetch_add(room.player_count() as u64, Relaxed);
+        if let Ok(mut rooms) = self.rooms.lock() {
+            rooms.insert(pin, RoomHandle { tx });
+        }
+        self.metrics.rooms.fetch_add(1, Relaxed);
+        let relay = Arc::clone(self);
+        tokio::spawn(async move { room::run(relay, room, bundle, rx).await });
+    }
+
+    fn room(&self, pin: &str) -> Option<RoomHandle> {
+        self.rooms.lock().ok()?.get(pin).cloned()
+    }
+
+    /// Every live room (a snapshot; rooms may close meanwhile).
+    fn handles(&self) -> Vec<RoomHandle> {
+        self.rooms
+            .lock()
+            .map(|r| r.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn room_count(&self) -> usize {
+        self.rooms.lock().map(|r| r.len()).unwrap_or(0)
+    }
+
+    fn next_conn(&self) -> ConnId {
+        self.next_conn.fetch_add(1, Relaxed)
+    }
+
+    /// Creates a room, durable before its PIN is handed out.
+    async fn create_room(self: &Arc<Self>) -> Option<(String, String)> {
+        let now = self.clock.now_ms();
+        let pin = {
+            let rooms = self.rooms.lock().ok()?;
+            loop {
+                let pin = rand::random::<u32>() % 900_000 + 100_000;
+                let pin = pin.to_string();
+                if !rooms.contains_key(&pin) {
+                    break pin;
+                }
+            }
+        };
+        let (room, created) = Room::create(pin.clone(), now, self.config.limits);
+        let token = room.host_token().as_str().to_owned();
+        if !self.writer.write_durable(vec![created]).await {
+            return None;
+        }
+        self.spawn_room(room, None);
+        self.metrics.rooms_created.fetch_add(1, Relaxed);
+        tracing::info!(pin = %pin, "room created");
+        Some((pin, token))
+    }
+
+    fn allow_room_creation(&self, ip: &str) -> bool {
+        let now = self.clock.now_ms();
+        let Ok(mut map) = self.rooms_by_ip.lock() else {
+            return false;
+        };
+        let times = map.entry(ip.to_owned()).or_default();
+        while times.front().is_some_and(|t| *t + 3_600_000 <= now) {
+            times.pop_front();
+        }
+        if times.len() >= self.config.rooms_per_ip_per_hour as usize {
+            return false;
+        }
+        times.push_back(now);
+        true
+    }
+
+    /// Runs one sweep over every room now (the timer calls it every 30 s).
+    pub async fn sweep(&self) {
+        for h in self.handles() {
+            let _ = h.tx.send(RoomCmd::Sweep).await;
+        }
+        let now = self.clock.now_ms();
+        if let Ok(mut map) = self.rooms_by_ip.lock() {
+            map.retain(|_, times| {
+                while times.front().is_some_and(|t| *t + 3_600_000 <= now) {
+                    times.pop_front();
+                }
+                !times.is_empty()
+            });
+        }
+        // Let the rooms act on the sweep before returning.
+        for h in self.handles() {
+            let (tx, rx) = oneshot::channel();
+            if h.tx.send(RoomCmd::Info(tx)).await.is_ok() {
+                let _ = rx.await;
+            }
+        }
+    }
+
+    /// Sweeps every `sweep_interval_ms` until `stop` turns true.
+    pub async fn sweep_timer(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut tick =
+            tokio::time::interval(Duration::from_millis(self.config.limits.sweep_interval_ms));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => self.sweep().await,
+                r = stop.changed() => if r.is_err() || *stop.borrow() { break },
+            }
+        }
+    }
+
+    /// Closes every connection with 1001 (rooms stay stored) and flushes
+    /// the store.
+    pub async fn shutdown(&self) {
+        for h in self.handles() {
+            let (tx, rx) = oneshot::channel();
+            if h.tx.send(RoomCmd::Shutdown(tx)).await.is_ok() {
+                let _ = rx.await;
+            }
+        }
+        self.writer.flush().await;
+    }
+
+    /// `{"ok":true,"rooms":…,"connections":…,"players":…}`
+    fn health(&self) -> Value {
+        json!({
+            "ok": true,
+            "rooms": self.room_count(),
+            "connections": self.metrics.connections.load(Relaxed),
+            "players": self.players.load(Relaxed),
+        })
+    }
+}
