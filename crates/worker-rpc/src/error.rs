@@ -1,8 +1,7 @@
 //! Errors as callers see them, rebuilt from the wire envelope with a bounded
 //! cause chain, and error chains turned into envelopes without looping.
 
-use crate::frame::ErrorEnvelope;
-use serde_json::Value;
+use crate::frame::{ErrorEnvelope, Payload};
 use std::fmt;
 
 /// Error codes this implementation produces.
@@ -25,6 +24,14 @@ pub mod codes {
     pub const PROTOCOL_ERROR: &str = "PROTOCOL_ERROR";
     /// A stream chunk arrived beyond the credit the receiver granted.
     pub const STREAM_CREDIT_EXCEEDED: &str = "STREAM_CREDIT_EXCEEDED";
+    /// Too many calls in flight: the peer's limit (`PeerConfig::max_inbound_calls`)
+    /// or this side's (`PeerConfig::max_outbound_calls`).
+    pub const TOO_MANY_CALLS: &str = "TOO_MANY_CALLS";
+    /// A frame would be over the frame size or depth limit: the one call,
+    /// chunk or progress fails; the connection stays.
+    pub const FRAME_TOO_LARGE: &str = "FRAME_TOO_LARGE";
+    /// The peer did not read what this side wrote within the write timeout.
+    pub const WRITE_TIMEOUT: &str = "WRITE_TIMEOUT";
     /// A handler failed without an error of its own.
     pub const INTERNAL_ERROR: &str = "INTERNAL_ERROR";
     /// Marks where a cause chain was cut at the depth bound.
@@ -41,8 +48,8 @@ pub const DEFAULT_MAX_CAUSE_DEPTH: usize = 8;
 pub struct RpcError {
     pub code: String,
     pub message: String,
-    /// Boxed: errors travel in every `Result` of the API and stay small.
-    pub data: Option<Box<Value>>,
+    /// Raw JSON, passed through as it came.
+    pub data: Option<Payload>,
     pub cause: Option<Box<RpcError>>,
     /// Causes beyond the depth bound were dropped; the last kept cause says
     /// how many.
@@ -60,8 +67,8 @@ impl RpcError {
         }
     }
 
-    pub fn with_data(mut self, data: Value) -> Self {
-        self.data = Some(Box::new(data));
+    pub fn with_data(mut self, data: impl Into<Payload>) -> Self {
+        self.data = Some(data.into());
         self
     }
 
@@ -98,7 +105,7 @@ impl RpcError {
             out = Some(RpcError {
                 code: e.code.clone(),
                 message: e.message.clone(),
-                data: e.data.clone().map(Box::new),
+                data: e.data.clone(),
                 cause: out.map(Box::new),
                 truncated: dropped > 0,
             });
@@ -108,18 +115,35 @@ impl RpcError {
 
     /// The wire form.
     pub fn to_envelope(&self) -> ErrorEnvelope {
+        self.to_envelope_bounded(usize::MAX)
+    }
+
+    /// The wire form with at most `max_depth` links; a cut chain ends in a
+    /// `CAUSE_TRUNCATED` cause.
+    pub fn to_envelope_bounded(&self, max_depth: usize) -> ErrorEnvelope {
+        let max_depth = max_depth.max(1);
         let mut chain: Vec<&RpcError> = Vec::new();
         let mut cur = Some(self);
+        let mut dropped = 0usize;
         while let Some(e) = cur {
-            chain.push(e);
+            if chain.len() < max_depth {
+                chain.push(e);
+            } else {
+                dropped += 1;
+            }
             cur = e.cause.as_deref();
         }
-        let mut out: Option<ErrorEnvelope> = None;
+        let mut out: Option<ErrorEnvelope> = (dropped > 0).then(|| {
+            ErrorEnvelope::new(
+                codes::CAUSE_TRUNCATED,
+                format!("{dropped} more cause(s) cut at depth {max_depth}"),
+            )
+        });
         for e in chain.into_iter().rev() {
             out = Some(ErrorEnvelope {
                 code: e.code.clone(),
                 message: e.message.clone(),
-                data: e.data.as_deref().cloned(),
+                data: e.data.clone(),
                 cause: out.map(Box::new),
             });
         }

@@ -1,35 +1,148 @@
 //! The ten frame kinds of worker RPC 1.0.0 and their JSON form.
 //!
 //! Every frame is one JSON object with `v` (the protocol version) and
-//! `kind`. `parse_frame` validates all of it and names the field that is
-//! wrong; a frame whose `v` has another MAJOR still parses (for logging),
-//! and the peer answers it with `VERSION_MISMATCH`.
+//! `kind`. [`parse_frame`] validates all of it and names the field that is
+//! wrong. It decodes borrowed: the frame is read as a shell of raw fields
+//! over the input text, and only the payloads (`params`, `result`, `data`,
+//! `progress`, error `data`) are copied, as raw JSON text ([`Payload`]).
+//! So a frame costs about twice its size to decode, and payloads pass
+//! through unchanged, lone surrogate escapes included.
+//!
+//! When a frame is refused (too large, too deep, not UTF-8, not JSON, a bad
+//! field), [`read_head`] still reads its `kind`, `id` and `v` with a bounded,
+//! lenient pass, so that the call the frame belongs to can be answered.
 
-use hostwire_core::json::{from_str_bounded, JsonError, JsonLimits};
-use serde_json::{json, Map, Value};
+use hostwire_core::json::nesting_depth;
+use serde::de::{Deserialize, Deserializer};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::borrow::Cow;
 use std::fmt;
 
 /// The version in every frame this implementation sends.
 pub const PROTOCOL_VERSION: &str = "1.0.0";
 /// The MAJOR this implementation speaks.
 pub const PROTOCOL_MAJOR: u64 = 1;
-/// Frames larger than this are refused before parsing.
+/// Frames larger than this (in bytes, without the transport's delimiter)
+/// are refused before parsing, and never sent.
 pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
-/// JSON nesting bound of a frame (the cause chain is bounded separately).
+/// JSON nesting bound of a frame: the frame object itself is level 1, so a
+/// payload may nest 127 levels below it. Deeper frames are refused before
+/// parsing, and never sent.
 pub const MAX_FRAME_DEPTH: usize = 128;
-/// Ids are JavaScript-safe integers.
+/// Ids, `seq`, `ack` and `credit` are JavaScript-safe integers.
 pub const MAX_ID: u64 = (1 << 53) - 1;
+/// `method` is 1 to this many bytes.
 pub const MAX_METHOD_LEN: usize = 256;
+/// How much of a refused frame the lenient pass reads: `kind`, `id` and `v`
+/// must start within this many bytes for the frame to be answered.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 
-/// A correlation id: a request's or a stream's, unique per connection.
+/// A correlation id: a request's or a stream's.
 pub type Id = u64;
+
+/// Any JSON value, kept as the raw text it arrived as (or was written as).
+///
+/// Payloads are never parsed into a tree by the codec: they pass through
+/// byte for byte, lone surrogate escapes (which `JSON.stringify` writes for
+/// a JavaScript string holding one) included.
+#[derive(Clone)]
+pub struct Payload(Box<RawValue>);
+
+impl Payload {
+    pub fn null() -> Payload {
+        Payload(RawValue::from_string("null".into()).expect("null is JSON"))
+    }
+
+    /// Any serializable value as a payload.
+    pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<Payload, serde_json::Error> {
+        serde_json::value::to_raw_value(value).map(Payload)
+    }
+
+    /// Raw JSON text as a payload (validated, kept as written).
+    pub fn from_text(text: String) -> Result<Payload, serde_json::Error> {
+        RawValue::from_string(text).map(Payload)
+    }
+
+    pub fn from_raw(raw: Box<RawValue>) -> Payload {
+        Payload(raw)
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    pub fn as_raw(&self) -> &RawValue {
+        &self.0
+    }
+
+    pub fn is_null(&self) -> bool {
+        self.get() == "null"
+    }
+
+    /// The payload as a tree. Fails on what a tree cannot hold: lone
+    /// surrogates, numbers out of range, nesting past serde_json's bound.
+    pub fn to_value(&self) -> Result<Value, serde_json::Error> {
+        serde_json::from_str(self.get())
+    }
+
+    /// Deserializes the payload into `T`.
+    pub fn parse<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.get())
+    }
+}
+
+impl From<Value> for Payload {
+    fn from(v: Value) -> Payload {
+        Payload::from(&v)
+    }
+}
+
+impl From<&Value> for Payload {
+    fn from(v: &Value) -> Payload {
+        // Serializing a Value cannot fail.
+        Payload::json(v).unwrap_or_else(|_| Payload::null())
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl PartialEq<Value> for Payload {
+    fn eq(&self, other: &Value) -> bool {
+        self.to_value().is_ok_and(|v| v == *other)
+    }
+}
+
+impl fmt::Debug for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
+impl fmt::Display for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
+impl Serialize for Payload {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
 
 /// The error envelope carried on the wire.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ErrorEnvelope {
     pub code: String,
     pub message: String,
-    pub data: Option<Value>,
+    pub data: Option<Payload>,
     pub cause: Option<Box<ErrorEnvelope>>,
 }
 
@@ -43,37 +156,115 @@ impl ErrorEnvelope {
         }
     }
 
+    /// The links of the chain, outermost first.
+    pub fn links(&self) -> impl Iterator<Item = &ErrorEnvelope> {
+        std::iter::successors(Some(self), |e| e.cause.as_deref())
+    }
+
     pub fn to_json(&self) -> Value {
-        // Iterative from the innermost cause: no recursion on deep chains.
-        let mut chain: Vec<&ErrorEnvelope> = Vec::new();
-        let mut cur = Some(self);
-        while let Some(e) = cur {
-            chain.push(e);
-            cur = e.cause.as_deref();
+        serde_json::from_str(&serde_json::to_string(self).unwrap_or_default())
+            .unwrap_or(Value::Null)
+    }
+}
+
+impl Serialize for ErrorEnvelope {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // A chain is written as nested maps; each link serializes its cause,
+        // so the recursion is as deep as the chain. Chains this crate sends
+        // are cut to `PeerConfig::max_cause_depth` first.
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("code", &self.code)?;
+        m.serialize_entry("message", &self.message)?;
+        if let Some(d) = &self.data {
+            m.serialize_entry("data", d)?;
         }
-        let mut inner: Option<Value> = None;
-        for e in chain.into_iter().rev() {
-            let mut m = Map::new();
-            m.insert("code".into(), Value::String(e.code.clone()));
-            m.insert("message".into(), Value::String(e.message.clone()));
-            if let Some(d) = &e.data {
-                m.insert("data".into(), d.clone());
-            }
-            if let Some(c) = inner.take() {
-                m.insert("cause".into(), c);
-            }
-            inner = Some(Value::Object(m));
+        if let Some(c) = &self.cause {
+            m.serialize_entry("cause", c)?;
         }
-        inner.unwrap_or(Value::Null)
+        m.end()
     }
 }
 
 /// A finished call or stream: success with a value, or an error.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    Ok(Value),
+    Ok(Payload),
     Err(ErrorEnvelope),
 }
+
+/// The ten kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Request,
+    Response,
+    Cancel,
+    Progress,
+    StreamOpen,
+    StreamChunk,
+    StreamEnd,
+    StreamAck,
+    Hello,
+    Goodbye,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 10] = [
+        Kind::Request,
+        Kind::Response,
+        Kind::Cancel,
+        Kind::Progress,
+        Kind::StreamOpen,
+        Kind::StreamChunk,
+        Kind::StreamEnd,
+        Kind::StreamAck,
+        Kind::Hello,
+        Kind::Goodbye,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Request => "request",
+            Kind::Response => "response",
+            Kind::Cancel => "cancel",
+            Kind::Progress => "progress",
+            Kind::StreamOpen => "stream-open",
+            Kind::StreamChunk => "stream-chunk",
+            Kind::StreamEnd => "stream-end",
+            Kind::StreamAck => "stream-ack",
+            Kind::Hello => "hello",
+            Kind::Goodbye => "goodbye",
+        }
+    }
+
+    pub fn from_wire(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// Whether frames of this kind carry an `id`.
+    pub fn has_id(self) -> bool {
+        !matches!(self, Kind::Hello | Kind::Goodbye)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The kinds, as written on the wire.
+pub const KINDS: &[&str] = &[
+    "request",
+    "response",
+    "cancel",
+    "progress",
+    "stream-open",
+    "stream-chunk",
+    "stream-end",
+    "stream-ack",
+    "hello",
+    "goodbye",
+];
 
 /// A decoded frame, for an exhaustive `match`.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,7 +273,7 @@ pub enum Frame {
         v: String,
         id: Id,
         method: String,
-        params: Option<Value>,
+        params: Option<Payload>,
     },
     Response {
         v: String,
@@ -97,19 +288,19 @@ pub enum Frame {
     Progress {
         v: String,
         id: Id,
-        progress: Value,
+        progress: Payload,
     },
     StreamOpen {
         v: String,
         id: Id,
         method: String,
-        params: Option<Value>,
+        params: Option<Payload>,
     },
     StreamChunk {
         v: String,
         id: Id,
         seq: u64,
-        data: Value,
+        data: Payload,
     },
     StreamEnd {
         v: String,
@@ -134,34 +325,24 @@ pub enum Frame {
     },
 }
 
-/// The kinds, as written on the wire.
-pub const KINDS: &[&str] = &[
-    "request",
-    "response",
-    "cancel",
-    "progress",
-    "stream-open",
-    "stream-chunk",
-    "stream-end",
-    "stream-ack",
-    "hello",
-    "goodbye",
-];
-
 impl Frame {
-    pub fn kind(&self) -> &'static str {
+    pub fn kind_of(&self) -> Kind {
         match self {
-            Frame::Request { .. } => "request",
-            Frame::Response { .. } => "response",
-            Frame::Cancel { .. } => "cancel",
-            Frame::Progress { .. } => "progress",
-            Frame::StreamOpen { .. } => "stream-open",
-            Frame::StreamChunk { .. } => "stream-chunk",
-            Frame::StreamEnd { .. } => "stream-end",
-            Frame::StreamAck { .. } => "stream-ack",
-            Frame::Hello { .. } => "hello",
-            Frame::Goodbye { .. } => "goodbye",
+            Frame::Request { .. } => Kind::Request,
+            Frame::Response { .. } => Kind::Response,
+            Frame::Cancel { .. } => Kind::Cancel,
+            Frame::Progress { .. } => Kind::Progress,
+            Frame::StreamOpen { .. } => Kind::StreamOpen,
+            Frame::StreamChunk { .. } => Kind::StreamChunk,
+            Frame::StreamEnd { .. } => Kind::StreamEnd,
+            Frame::StreamAck { .. } => Kind::StreamAck,
+            Frame::Hello { .. } => Kind::Hello,
+            Frame::Goodbye { .. } => Kind::Goodbye,
         }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        self.kind_of().as_str()
     }
 
     pub fn version(&self) -> &str {
@@ -200,91 +381,175 @@ impl Frame {
     }
 
     pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("v".into(), Value::String(self.version().to_owned()));
-        m.insert("kind".into(), Value::String(self.kind().to_owned()));
-        if let Some(id) = self.id() {
-            m.insert("id".into(), json!(id));
-        }
-        let outcome = |m: &mut Map<String, Value>, o: &Outcome| match o {
-            Outcome::Ok(r) => {
-                m.insert("ok".into(), Value::Bool(true));
-                m.insert("result".into(), r.clone());
-            }
-            Outcome::Err(e) => {
-                m.insert("ok".into(), Value::Bool(false));
-                m.insert("error".into(), e.to_json());
-            }
-        };
-        match self {
-            Frame::Request { method, params, .. } | Frame::StreamOpen { method, params, .. } => {
-                m.insert("method".into(), Value::String(method.clone()));
-                if let Some(p) = params {
-                    m.insert("params".into(), p.clone());
-                }
-            }
-            Frame::Response { outcome: o, .. } | Frame::StreamEnd { outcome: o, .. } => {
-                outcome(&mut m, o)
-            }
-            Frame::Cancel { reason, .. } => {
-                if let Some(r) = reason {
-                    m.insert("reason".into(), Value::String(r.clone()));
-                }
-            }
-            Frame::Progress { progress, .. } => {
-                m.insert("progress".into(), progress.clone());
-            }
-            Frame::StreamChunk { seq, data, .. } => {
-                m.insert("seq".into(), json!(seq));
-                m.insert("data".into(), data.clone());
-            }
-            Frame::StreamAck { ack, credit, .. } => {
-                m.insert("ack".into(), json!(ack));
-                m.insert("credit".into(), json!(credit));
-            }
-            Frame::Hello {
-                features, agent, ..
-            } => {
-                m.insert("features".into(), json!(features));
-                if let Some(a) = agent {
-                    m.insert("agent".into(), Value::String(a.clone()));
-                }
-            }
-            Frame::Goodbye { reason, error, .. } => {
-                if let Some(r) = reason {
-                    m.insert("reason".into(), Value::String(r.clone()));
-                }
-                if let Some(e) = error {
-                    m.insert("error".into(), e.to_json());
-                }
-            }
-        }
-        Value::Object(m)
+        serde_json::from_str(&self.to_text()).unwrap_or(Value::Null)
     }
 
     /// The frame as one line of JSON (no newline inside).
     pub fn to_text(&self) -> String {
-        self.to_json().to_string()
+        // Writing into a String fails only for a map key that is not a
+        // string, which this serializer never writes.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+impl Serialize for Frame {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("v", self.version())?;
+        m.serialize_entry("kind", self.kind())?;
+        if let Some(id) = self.id() {
+            m.serialize_entry("id", &id)?;
+        }
+        match self {
+            Frame::Request { method, params, .. } | Frame::StreamOpen { method, params, .. } => {
+                m.serialize_entry("method", method)?;
+                if let Some(p) = params {
+                    m.serialize_entry("params", p)?;
+                }
+            }
+            Frame::Response { outcome, .. } | Frame::StreamEnd { outcome, .. } => match outcome {
+                Outcome::Ok(r) => {
+                    m.serialize_entry("ok", &true)?;
+                    m.serialize_entry("result", r)?;
+                }
+                Outcome::Err(e) => {
+                    m.serialize_entry("ok", &false)?;
+                    m.serialize_entry("error", e)?;
+                }
+            },
+            Frame::Cancel { reason, .. } => {
+                if let Some(r) = reason {
+                    m.serialize_entry("reason", r)?;
+                }
+            }
+            Frame::Progress { progress, .. } => m.serialize_entry("progress", progress)?,
+            Frame::StreamChunk { seq, data, .. } => {
+                m.serialize_entry("seq", seq)?;
+                m.serialize_entry("data", data)?;
+            }
+            Frame::StreamAck { ack, credit, .. } => {
+                m.serialize_entry("ack", ack)?;
+                m.serialize_entry("credit", credit)?;
+            }
+            Frame::Hello {
+                features, agent, ..
+            } => {
+                m.serialize_entry("features", features)?;
+                if let Some(a) = agent {
+                    m.serialize_entry("agent", a)?;
+                }
+            }
+            Frame::Goodbye { reason, error, .. } => {
+                if let Some(r) = reason {
+                    m.serialize_entry("reason", r)?;
+                }
+                if let Some(e) = error {
+                    m.serialize_entry("error", e)?;
+                }
+            }
+        }
+        m.end()
     }
 }
 
 /// The MAJOR of a `MAJOR.MINOR.PATCH` version, if it has one.
 pub fn major_of(v: &str) -> Option<u64> {
     let major = v.split('.').next()?;
-    if major.is_empty() || !major.bytes().all(|b| b.is_ascii_digit()) {
+    if major.is_empty() || major.len() > 15 || !major.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     major.parse().ok()
 }
 
-/// Why a frame was refused: the field and the problem.
+/// The value of a JSON number token if it is an integer in `0..=max`,
+/// read as JavaScript reads it: `5`, `5.0`, `5e0`, `0.5e1` and `-0` are all
+/// integers; `5.5`, `1e400` and `-1` are not. Exact (no float rounding).
+pub fn exact_integer(token: &str, max: u64) -> Option<u64> {
+    let t = token.strip_prefix('-').unwrap_or(token);
+    let negative = t.len() != token.len();
+    let (mantissa, exp) = match t.find(['e', 'E']) {
+        Some(i) => (&t[..i], Some(&t[i + 1..])),
+        None => (t, None),
+    };
+    let (int_part, frac_part) = match mantissa.find('.') {
+        Some(i) => (&mantissa[..i], &mantissa[i + 1..]),
+        None => (mantissa, ""),
+    };
+    if int_part.is_empty()
+        || !int_part.bytes().all(|b| b.is_ascii_digit())
+        || !frac_part.bytes().all(|b| b.is_ascii_digit())
+        || (mantissa.contains('.') && frac_part.is_empty())
+    {
+        return None;
+    }
+    let exp: i64 = match exp {
+        None => 0,
+        Some(e) => {
+            let digits = e.strip_prefix(['+', '-']).unwrap_or(e);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            // Any exponent past 10^5 of a non-zero mantissa is out of range;
+            // a zero mantissa stays zero whatever the exponent.
+            let mag: i64 = if digits.len() > 6 {
+                1_000_000
+            } else {
+                digits.parse().ok()?
+            };
+            if e.starts_with('-') {
+                -mag
+            } else {
+                mag
+            }
+        }
+    };
+    // All significant digits, and where the decimal point sits among them.
+    let digits: Vec<u8> = int_part.bytes().chain(frac_part.bytes()).collect();
+    let first = digits.iter().position(|&d| d != b'0');
+    let Some(first) = first else {
+        return Some(0); // zero, -0, 0.0e99
+    };
+    if negative {
+        return None;
+    }
+    let point = int_part.len() as i64 + exp; // digits before the point
+    let last = digits.iter().rposition(|&d| d != b'0').unwrap_or(first);
+    if (last as i64) >= point {
+        return None; // a non-zero digit after the point
+    }
+    if point - first as i64 > 16 {
+        return None; // at least 10^16: beyond any max we use
+    }
+    let mut value: u64 = 0;
+    for i in first as i64..point {
+        let d = digits.get(i as usize).map_or(0, |d| u64::from(d - b'0'));
+        value = value.checked_mul(10)?.checked_add(d)?;
+    }
+    (value <= max).then_some(value)
+}
+
+/// Why a frame was refused: the field and the problem, and what could be
+/// read of it (strictly or by the lenient pass) so it can be answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FrameError {
+    /// The field, as a path (`error.cause.code`); empty for the frame as a
+    /// whole.
     pub field: String,
     pub message: String,
-    /// The frame's id, when it could be read (so a request can be answered).
+    pub kind: Option<Kind>,
     pub id: Option<Id>,
-    pub kind: Option<String>,
+    /// `v`, when it could be read as a string.
+    pub v: Option<String>,
+}
+
+impl FrameError {
+    /// Whether the frame names another MAJOR (what else is wrong with it
+    /// may be that version's shape).
+    pub fn other_major(&self) -> bool {
+        self.v
+            .as_deref()
+            .is_some_and(|v| major_of(v) != Some(PROTOCOL_MAJOR))
+    }
 }
 
 impl fmt::Display for FrameError {
@@ -299,10 +564,202 @@ impl fmt::Display for FrameError {
 
 impl std::error::Error for FrameError {}
 
+/// What the lenient pass read of a frame.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Head {
+    pub kind: Option<Kind>,
+    pub id: Option<Id>,
+    pub v: Option<String>,
+}
+
+/// The bounded, lenient pass: reads the top-level `kind`, `id` and `v` of a
+/// frame that may be truncated, not UTF-8, too deep, or not JSON at all.
+///
+/// It walks at most [`MAX_HEAD_BYTES`] bytes once, with a nesting counter
+/// instead of a stack (constant memory), and stops at the first byte it
+/// cannot make sense of, keeping what it had read. Only string values of
+/// `kind` and `v` (without escapes) and number values of `id` are taken; a
+/// key seen twice keeps its first value.
+pub fn read_head(bytes: &[u8]) -> Head {
+    let b = &bytes[..bytes.len().min(MAX_HEAD_BYTES)];
+    let mut head = Head::default();
+    let mut i = 0usize;
+    let ws = |i: &mut usize| {
+        while *i < b.len() && matches!(b[*i], b' ' | b'\t' | b'\n' | b'\r') {
+            *i += 1;
+        }
+    };
+    // A string starting at b[i] == '"': returns its raw content and moves
+    // past the closing quote; None if it does not end within the input.
+    let string = |i: &mut usize| -> Option<&[u8]> {
+        let start = *i + 1;
+        let mut j = start;
+        while j < b.len() {
+            match b[j] {
+                b'\\' => j += 2,
+                b'"' => {
+                    *i = j + 1;
+                    return Some(&b[start..j]);
+                }
+                _ => j += 1,
+            }
+        }
+        None
+    };
+    ws(&mut i);
+    if b.get(i) != Some(&b'{') {
+        return head;
+    }
+    i += 1;
+    loop {
+        ws(&mut i);
+        match b.get(i) {
+            Some(b'"') => {}
+            _ => return head,
+        }
+        let Some(key) = string(&mut i) else {
+            return head;
+        };
+        ws(&mut i);
+        if b.get(i) != Some(&b':') {
+            return head;
+        }
+        i += 1;
+        ws(&mut i);
+        let Some(&first) = b.get(i) else {
+            return head;
+        };
+        match first {
+            b'"' => {
+                let Some(s) = string(&mut i) else {
+                    return head;
+                };
+                let s = std::str::from_utf8(s).ok().filter(|s| !s.contains('\\'));
+                match (key, s) {
+                    (b"kind", Some(s)) if head.kind.is_none() => head.kind = Kind::from_wire(s),
+                    (b"v", Some(s)) if head.v.is_none() && s.len() <= 64 => {
+                        head.v = Some(s.to_owned())
+                    }
+                    _ => {}
+                }
+            }
+            b'{' | b'[' => {
+                // Skip a nested value with a counter: strings are stepped
+                // over, brackets of either kind counted.
+                let mut depth = 0u64;
+                loop {
+                    match b.get(i) {
+                        None => return head,
+                        Some(b'"') => {
+                            if string(&mut i).is_none() {
+                                return head;
+                            }
+                            continue;
+                        }
+                        Some(b'{' | b'[') => depth += 1,
+                        Some(b'}' | b']') => {
+                            depth -= 1;
+                            if depth == 0 {
+                                i += 1;
+                                break;
+                            }
+                        }
+                        Some(_) => {}
+                    }
+                    i += 1;
+                }
+            }
+            _ => {
+                // A scalar: up to the next delimiter.
+                let start = i;
+                while i < b.len() && !matches!(b[i], b',' | b'}' | b' ' | b'\t' | b'\n' | b'\r') {
+                    i += 1;
+                }
+                if i == b.len() {
+                    return head; // may be cut short
+                }
+                if key == b"id" && head.id.is_none() {
+                    head.id = std::str::from_utf8(&b[start..i])
+                        .ok()
+                        .and_then(|t| exact_integer(t, MAX_ID));
+                }
+            }
+        }
+        ws(&mut i);
+        match b.get(i) {
+            Some(b',') => i += 1,
+            _ => return head,
+        }
+    }
+}
+
+/// Deserializes a present field as its raw text, `null` included (serde's
+/// `Option` would read `null` as absent).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue>::deserialize(d).map(Some)
+}
+
+/// Every field a frame of any kind may have, as raw text over the input.
+/// Unknown fields are skipped (without being checked).
+#[derive(serde::Deserialize)]
+struct Shell<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    v: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    ok: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    reason: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    progress: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    seq: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    data: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    ack: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    credit: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    features: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    agent: Option<&'a RawValue>,
+}
+
+/// One link of an error envelope, as raw fields; the chain nests through
+/// `cause` (at most as deep as the frame, which is bounded before parsing).
+#[derive(serde::Deserialize)]
+struct EnvelopeShell<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    code: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    message: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    data: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    cause: Option<Box<EnvelopeShell<'a>>>,
+}
+
+fn is_null(raw: &RawValue) -> bool {
+    raw.get() == "null"
+}
+
 struct Reader<'a> {
-    m: &'a Map<String, Value>,
+    shell: Shell<'a>,
+    kind: Kind,
     id: Option<Id>,
-    kind: Option<String>,
+    v: Option<String>,
 }
 
 impl<'a> Reader<'a> {
@@ -310,223 +767,348 @@ impl<'a> Reader<'a> {
         FrameError {
             field: field.to_owned(),
             message: message.into(),
+            kind: Some(self.kind),
             id: self.id,
-            kind: self.kind.clone(),
+            v: self.v.clone(),
         }
     }
 
-    fn string(&self, field: &str) -> Result<String, FrameError> {
-        match self.m.get(field) {
-            Some(Value::String(s)) => Ok(s.clone()),
-            Some(_) => Err(self.err(field, "must be a string")),
-            None => Err(self.err(field, "is required")),
-        }
-    }
-
-    fn opt_string(&self, field: &str) -> Result<Option<String>, FrameError> {
-        match self.m.get(field) {
+    fn string_of(
+        &self,
+        field: &str,
+        raw: Option<&'a RawValue>,
+    ) -> Result<Option<String>, FrameError> {
+        match raw {
             None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(self.err(field, "must be a string")),
+            Some(r) => match serde_json::from_str::<Cow<'a, str>>(r.get()) {
+                Ok(s) => Ok(Some(s.into_owned())),
+                Err(_) if r.get().starts_with('"') => Err(self.err(
+                    field,
+                    "must be a string of Unicode text (it holds a lone surrogate)",
+                )),
+                Err(_) => Err(self.err(field, "must be a string")),
+            },
         }
     }
 
-    fn uint(&self, field: &str, max: u64) -> Result<u64, FrameError> {
-        match self.m.get(field) {
-            None => Err(self.err(field, "is required")),
-            Some(Value::Number(n)) => match n.as_u64() {
-                Some(x) if x <= max => Ok(x),
-                _ => Err(self.err(field, format!("must be an integer from 0 to {max}"))),
-            },
-            Some(_) => Err(self.err(field, "must be a number")),
+    fn required_string(
+        &self,
+        field: &str,
+        raw: Option<&'a RawValue>,
+    ) -> Result<String, FrameError> {
+        self.string_of(field, raw)?
+            .ok_or_else(|| self.err(field, "is required"))
+    }
+
+    fn uint(&self, field: &str, raw: Option<&'a RawValue>) -> Result<u64, FrameError> {
+        let raw = raw.ok_or_else(|| self.err(field, "is required"))?;
+        let t = raw.get();
+        if !t.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
+            return Err(self.err(field, "must be a number"));
         }
+        exact_integer(t, MAX_ID)
+            .ok_or_else(|| self.err(field, format!("must be an integer from 0 to {MAX_ID}")))
     }
 
     fn method(&self) -> Result<String, FrameError> {
-        let m = self.string("method")?;
+        let m = self.required_string("method", self.shell.method)?;
         if m.is_empty() || m.len() > MAX_METHOD_LEN {
             return Err(self.err("method", format!("must be 1 to {MAX_METHOD_LEN} bytes")));
         }
         Ok(m)
     }
 
+    fn payload(raw: Option<&'a RawValue>) -> Option<Payload> {
+        raw.map(|r| Payload(r.to_owned()))
+    }
+
     fn outcome(&self) -> Result<Outcome, FrameError> {
-        match self.m.get("ok") {
-            Some(Value::Bool(true)) => Ok(Outcome::Ok(
-                self.m.get("result").cloned().unwrap_or(Value::Null),
+        let ok = self.shell.ok.ok_or_else(|| self.err("ok", "is required"))?;
+        match ok.get() {
+            "true" => Ok(Outcome::Ok(
+                Self::payload(self.shell.result).unwrap_or_else(Payload::null),
             )),
-            Some(Value::Bool(false)) => match self.m.get("error") {
+            "false" => match self.shell.error {
                 None => Err(self.err("error", "is required when ok is false")),
-                Some(e) => Ok(Outcome::Err(
-                    envelope(e, "error").map_err(|(f, msg)| self.err(&f, msg))?,
-                )),
+                Some(e) => Ok(Outcome::Err(self.envelope(e, "error")?)),
             },
-            Some(_) => Err(self.err("ok", "must be true or false")),
-            None => Err(self.err("ok", "is required")),
+            _ => Err(self.err("ok", "must be true or false")),
         }
     }
-}
 
-/// Reads an error envelope of any depth, iteratively.
-fn envelope(v: &Value, path: &str) -> Result<ErrorEnvelope, (String, String)> {
-    let mut links: Vec<(String, String, Option<Value>)> = Vec::new();
-    let mut cur = Some(v);
-    let mut p = path.to_owned();
-    while let Some(e) = cur {
-        let Value::Object(m) = e else {
-            return Err((p, "must be an error object {code, message}".into()));
-        };
-        let code = match m.get("code") {
-            Some(Value::String(s)) if !s.is_empty() => s.clone(),
-            Some(_) => return Err((format!("{p}.code"), "must be a non-empty string".into())),
-            None => return Err((format!("{p}.code"), "is required".into())),
-        };
-        let message = match m.get("message") {
-            Some(Value::String(s)) => s.clone(),
-            Some(_) => return Err((format!("{p}.message"), "must be a string".into())),
-            None => return Err((format!("{p}.message"), "is required".into())),
-        };
-        links.push((code, message, m.get("data").cloned()));
-        cur = m.get("cause").filter(|c| !c.is_null());
-        p.push_str(".cause");
+    /// Reads an error envelope: one parse of its text, then its links
+    /// outermost first, without recursion.
+    fn envelope(&self, raw: &'a RawValue, path: &str) -> Result<ErrorEnvelope, FrameError> {
+        if !raw.get().starts_with('{') {
+            return Err(self.err(path, "must be an error object {code, message}"));
+        }
+        let shell: EnvelopeShell<'a> = serde_json::from_str(raw.get()).map_err(|e| {
+            self.err(
+                path,
+                format!("must be an error object {{code, message, data?, cause?}}: {e}"),
+            )
+        })?;
+        let mut links: Vec<(String, String, Option<Payload>)> = Vec::new();
+        let mut cur = Some(&shell);
+        let mut p = path.to_owned();
+        while let Some(e) = cur {
+            let code = self.required_string(&format!("{p}.code"), e.code)?;
+            if code.is_empty() {
+                return Err(self.err(&format!("{p}.code"), "must be a non-empty string"));
+            }
+            let message = self.required_string(&format!("{p}.message"), e.message)?;
+            links.push((code, message, Self::payload(e.data)));
+            cur = e.cause.as_deref();
+            p.push_str(".cause");
+        }
+        let mut out: Option<ErrorEnvelope> = None;
+        for (code, message, data) in links.into_iter().rev() {
+            out = Some(ErrorEnvelope {
+                code,
+                message,
+                data,
+                cause: out.map(Box::new),
+            });
+        }
+        out.ok_or_else(|| self.err(path, "is required"))
     }
-    let mut out: Option<ErrorEnvelope> = None;
-    for (code, message, data) in links.into_iter().rev() {
-        out = Some(ErrorEnvelope {
-            code,
-            message,
-            data,
-            cause: out.map(Box::new),
-        });
-    }
-    out.ok_or_else(|| (path.to_owned(), "is required".into()))
 }
 
 /// Parses and validates one frame of text.
 pub fn parse_frame(text: &str) -> Result<Frame, FrameError> {
-    let bare = |field: &str, message: String| FrameError {
-        field: field.to_owned(),
-        message,
-        id: None,
-        kind: None,
-    };
-    let value: Value = from_str_bounded(text, JsonLimits::new(MAX_FRAME_BYTES, MAX_FRAME_DEPTH))
-        .map_err(|e| match e {
-            JsonError::TooLarge { .. } | JsonError::TooDeep { .. } => bare("", e.to_string()),
-            JsonError::Invalid { message } => bare("", format!("not JSON: {message}")),
-        })?;
-    parse_frame_value(&value)
+    parse_frame_bytes(text.as_bytes())
 }
 
-/// Validates a frame already parsed as JSON.
-pub fn parse_frame_value(value: &Value) -> Result<Frame, FrameError> {
-    let Value::Object(m) = value else {
-        return Err(FrameError {
+/// Parses and validates one frame of bytes (which may not be UTF-8).
+///
+/// Order, cheapest first: size, UTF-8, nesting depth, the shell parse, then
+/// each field. A frame refused before its fields are read gets its `kind`,
+/// `id` and `v` from [`read_head`].
+pub fn parse_frame_bytes(bytes: &[u8]) -> Result<Frame, FrameError> {
+    let refused = |message: String| {
+        let head = read_head(bytes);
+        FrameError {
             field: String::new(),
-            message: "a frame must be a JSON object".into(),
-            id: None,
-            kind: None,
-        });
+            message,
+            kind: head.kind,
+            id: head.id,
+            v: head.v,
+        }
+    };
+    if bytes.len() > MAX_FRAME_BYTES {
+        return Err(refused(format!(
+            "the frame is {} bytes; the limit is {MAX_FRAME_BYTES}",
+            bytes.len()
+        )));
+    }
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| refused(format!("not UTF-8 at byte {}", e.valid_up_to())))?;
+    if nesting_depth(bytes, MAX_FRAME_DEPTH) > MAX_FRAME_DEPTH {
+        return Err(refused(format!(
+            "the frame is nested deeper than {MAX_FRAME_DEPTH} levels"
+        )));
+    }
+    let trimmed = text.trim_start();
+    if !trimmed.starts_with('{') {
+        return Err(refused("a frame must be a JSON object".into()));
+    }
+    let shell: Shell<'_> =
+        serde_json::from_str(text).map_err(|e| refused(format!("not a JSON frame: {e}")))?;
+    decode(shell, bytes)
+}
+
+fn decode<'a>(shell: Shell<'a>, bytes: &[u8]) -> Result<Frame, FrameError> {
+    let head = || read_head(bytes);
+    // kind first: it says which fields the frame has.
+    let kind = match shell.kind {
+        None => {
+            let h = head();
+            return Err(FrameError {
+                field: "kind".into(),
+                message: "is required".into(),
+                kind: None,
+                id: h.id,
+                v: h.v,
+            });
+        }
+        Some(raw) => match serde_json::from_str::<Cow<'_, str>>(raw.get())
+            .ok()
+            .and_then(|k| Kind::from_wire(&k))
+        {
+            Some(k) => k,
+            None => {
+                let h = head();
+                return Err(FrameError {
+                    field: "kind".into(),
+                    message: format!("must be one of {}", KINDS.join(", ")),
+                    kind: None,
+                    id: h.id,
+                    v: h.v,
+                });
+            }
+        },
     };
     let mut r = Reader {
-        m,
+        shell,
+        kind,
         id: None,
-        kind: None,
+        v: None,
     };
-    let kind = r.string("kind")?;
-    if !KINDS.contains(&kind.as_str()) {
-        return Err(r.err("kind", format!("must be one of {}", KINDS.join(", "))));
+    // v and id next, so every later error can be answered.
+    let v_raw = r.shell.v;
+    let v = r.string_of("v", v_raw);
+    if let Ok(Some(v)) = &v {
+        r.v = Some(v.clone());
     }
-    r.kind = Some(kind.clone());
-    if let Some(id) = m.get("id").and_then(Value::as_u64).filter(|i| *i <= MAX_ID) {
-        r.id = Some(id);
+    if kind.has_id() {
+        if let Some(raw) = r.shell.id {
+            r.id = exact_integer(raw.get(), MAX_ID);
+        }
     }
-    let v = r.string("v")?;
-    let frame = match kind.as_str() {
-        "request" => Frame::Request {
-            id: r.uint("id", MAX_ID)?,
+    // Any string: a `v` without our MAJOR is a version mismatch, not a
+    // malformed frame (the seed keeps `v` free-form for logging).
+    let v = v?.ok_or_else(|| r.err("v", "is required"))?;
+    let id = |r: &Reader<'a>| r.uint("id", r.shell.id);
+    let s = &r.shell;
+    let frame = match kind {
+        Kind::Request => Frame::Request {
+            id: id(&r)?,
             method: r.method()?,
-            params: m.get("params").cloned(),
+            params: Reader::payload(s.params),
             v,
         },
-        "response" => Frame::Response {
-            id: r.uint("id", MAX_ID)?,
+        Kind::StreamOpen => Frame::StreamOpen {
+            id: id(&r)?,
+            method: r.method()?,
+            params: Reader::payload(s.params),
+            v,
+        },
+        Kind::Response => Frame::Response {
+            id: id(&r)?,
             outcome: r.outcome()?,
             v,
         },
-        "cancel" => Frame::Cancel {
-            id: r.uint("id", MAX_ID)?,
-            reason: r.opt_string("reason")?,
+        Kind::StreamEnd => Frame::StreamEnd {
+            id: id(&r)?,
+            outcome: r.outcome()?,
             v,
         },
-        "progress" => Frame::Progress {
-            id: r.uint("id", MAX_ID)?,
-            progress: m
-                .get("progress")
-                .cloned()
+        Kind::Cancel => Frame::Cancel {
+            id: id(&r)?,
+            reason: r.string_of("reason", s.reason)?,
+            v,
+        },
+        Kind::Progress => Frame::Progress {
+            id: id(&r)?,
+            progress: Reader::payload(s.progress)
                 .ok_or_else(|| r.err("progress", "is required"))?,
             v,
         },
-        "stream-open" => Frame::StreamOpen {
-            id: r.uint("id", MAX_ID)?,
-            method: r.method()?,
-            params: m.get("params").cloned(),
-            v,
-        },
-        "stream-chunk" => {
-            let seq = r.uint("seq", MAX_ID)?;
+        Kind::StreamChunk => {
+            let id = id(&r)?;
+            let seq = r.uint("seq", s.seq)?;
             if seq == 0 {
                 return Err(r.err("seq", "counts from 1"));
             }
             Frame::StreamChunk {
-                id: r.uint("id", MAX_ID)?,
+                id,
                 seq,
-                data: m
-                    .get("data")
-                    .cloned()
-                    .ok_or_else(|| r.err("data", "is required"))?,
+                data: Reader::payload(s.data).ok_or_else(|| r.err("data", "is required"))?,
                 v,
             }
         }
-        "stream-end" => Frame::StreamEnd {
-            id: r.uint("id", MAX_ID)?,
-            outcome: r.outcome()?,
+        Kind::StreamAck => Frame::StreamAck {
+            id: id(&r)?,
+            ack: r.uint("ack", s.ack)?,
+            credit: r.uint("credit", s.credit)?,
             v,
         },
-        "stream-ack" => Frame::StreamAck {
-            id: r.uint("id", MAX_ID)?,
-            ack: r.uint("ack", MAX_ID)?,
-            credit: r.uint("credit", MAX_ID)?,
-            v,
-        },
-        "hello" => {
-            let features = match m.get("features") {
+        Kind::Hello => {
+            let features = match s.features {
                 None => Vec::new(),
-                Some(Value::Array(a)) => a
-                    .iter()
-                    .enumerate()
-                    .map(|(i, f)| {
-                        f.as_str()
-                            .map(str::to_owned)
-                            .ok_or_else(|| r.err(&format!("features[{i}]"), "must be a string"))
-                    })
-                    .collect::<Result<_, _>>()?,
-                Some(_) => return Err(r.err("features", "must be an array of strings")),
+                Some(raw) if is_null(raw) => Vec::new(),
+                Some(raw) => {
+                    let items: Vec<&RawValue> = serde_json::from_str(raw.get())
+                        .map_err(|_| r.err("features", "must be an array of strings"))?;
+                    items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, f)| r.required_string(&format!("features[{i}]"), Some(*f)))
+                        .collect::<Result<_, _>>()?
+                }
             };
             Frame::Hello {
                 features,
-                agent: r.opt_string("agent")?,
+                agent: r.string_of("agent", s.agent)?,
                 v,
             }
         }
-        _ => Frame::Goodbye {
-            reason: r.opt_string("reason")?,
-            error: match m.get("error") {
-                None | Some(Value::Null) => None,
-                Some(e) => Some(envelope(e, "error").map_err(|(f, msg)| r.err(&f, msg))?),
+        Kind::Goodbye => Frame::Goodbye {
+            reason: r.string_of("reason", s.reason)?,
+            error: match s.error {
+                None => None,
+                Some(raw) if is_null(raw) => None,
+                Some(raw) => Some(r.envelope(raw, "error")?),
             },
             v,
         },
     };
     Ok(frame)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_integers_as_javascript_reads_them() {
+        for (t, want) in [
+            ("0", Some(0)),
+            ("-0", Some(0)),
+            ("5", Some(5)),
+            ("5.0", Some(5)),
+            ("5.000", Some(5)),
+            ("1e3", Some(1000)),
+            ("1E+3", Some(1000)),
+            ("0.5e1", Some(5)),
+            ("150e-1", Some(15)),
+            ("9007199254740991", Some(MAX_ID)),
+            ("9007199254740992", None),
+            ("5.5", None),
+            ("1e400", None),
+            ("1e-400", None),
+            ("0e999999999", Some(0)),
+            ("-1", None),
+            ("01", Some(1)),
+            ("", None),
+            ("5.", None),
+            (".5", None),
+            ("1e", None),
+            ("abc", None),
+            ("99999999999999999999999", None),
+        ] {
+            assert_eq!(exact_integer(t, MAX_ID), want, "{t}");
+        }
+    }
+
+    #[test]
+    fn the_lenient_pass_reads_the_head_of_anything() {
+        let h = read_head(br#"{"v":"2.0.0","kind":"request","id":7,"params":[[[[["#);
+        assert_eq!(
+            h,
+            Head {
+                kind: Some(Kind::Request),
+                id: Some(7),
+                v: Some("2.0.0".into())
+            }
+        );
+        let h = read_head(b"{\"params\":\"a\xff\\\"}\",\"id\":5.0,\"kind\":\"response\"}");
+        assert_eq!((h.kind, h.id), (Some(Kind::Response), Some(5)));
+        // Nested ids are not the frame's.
+        let h = read_head(br#"{"params":{"id":3},"kind":"cancel"}"#);
+        assert_eq!((h.kind, h.id), (Some(Kind::Cancel), None));
+        // A number cut short is not read.
+        assert_eq!(read_head(br#"{"id":12"#).id, None);
+        assert_eq!(read_head(b"").kind, None);
+    }
 }

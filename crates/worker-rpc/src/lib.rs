@@ -1,7 +1,9 @@
 //! hostwire-worker-rpc: worker RPC frames 1.0.0 between a host and an
-//! isolated plugin worker: the codec (`parse_frame`), error envelopes with
-//! bounded cause chains, and an async [`Peer`] with cancel, progress,
-//! credit-based streams, hello and goodbye over any transport.
+//! isolated plugin worker: the codec (`parse_frame`, decoded borrowed, with
+//! a lenient pass that still reads the id of a refused frame), error
+//! envelopes with bounded cause chains, and an async [`Peer`] with cancel,
+//! progress, credit-based streams, hello and goodbye over any transport,
+//! where every call ends and every queue is bounded.
 
 pub mod error;
 pub mod frame;
@@ -9,8 +11,11 @@ pub mod peer;
 pub mod transport;
 
 pub use error::{codes, RpcError};
-pub use frame::{parse_frame, ErrorEnvelope, Frame, Outcome, PROTOCOL_VERSION};
+pub use frame::{
+    parse_frame, parse_frame_bytes, read_head, ErrorEnvelope, Frame, Kind, Outcome, Payload,
+    PROTOCOL_VERSION,
+};
 pub use peer::{
     Call, CancelToken, Context, Peer, PeerConfig, PeerStats, Side, StreamReceiver, StreamSender,
 };
-pub use transport::Transport;
+pub use transport::{Inbound, Transport};

@@ -2,63 +2,100 @@
 //!
 //! One reader task dispatches incoming frames; one writer task sends ours,
 //! `hello` first and nothing else until the peer's `hello` has arrived.
-//! Ids: the host side uses odd ids, the worker side even ones, each
-//! increasing, so a request and a stream never share an id on one
-//! connection and an id is never reused.
+//!
+//! Ids: each side numbers its own requests and streams (this one 1, 2, 3,
+//! …). Which side allocated an id follows from the frame's kind, so the
+//! peer may use any integer in 0..=2^53−1 that it does not have in flight
+//! already. Every call ends: with its result, its error, `CANCELLED`, a
+//! timeout, or the error the connection closed with. Every queue has a
+//! bound in [`PeerConfig`].
 
 use crate::error::{codes, RpcError, DEFAULT_MAX_CAUSE_DEPTH};
 use crate::frame::*;
-use crate::transport::Transport;
+use crate::transport::{Inbound, Transport};
 use futures_util::future::BoxFuture;
 use futures_util::{SinkExt, StreamExt};
-use serde_json::Value;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit, Semaphore};
 
-/// Which end of the connection this peer is.
+/// Which end of the connection this peer is (for logs: the rules are the
+/// same for both).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
-    /// The trusted host: odd ids.
+    /// The trusted host.
     Host,
-    /// The isolated worker: even ids.
+    /// The isolated worker.
     Worker,
 }
 
-impl Side {
-    fn first_id(self) -> Id {
-        match self {
-            Side::Host => 1,
-            Side::Worker => 2,
-        }
-    }
-    /// Whether `id` was allocated by this side.
-    fn owns(self, id: Id) -> bool {
-        (id % 2 == 1) == (self == Side::Host)
-    }
-}
+/// Default of [`PeerConfig::max_inbound_calls`].
+pub const DEFAULT_MAX_INBOUND_CALLS: usize = 256;
+/// Default of [`PeerConfig::max_outbound_calls`].
+pub const DEFAULT_MAX_OUTBOUND_CALLS: usize = 256;
+/// Default of [`PeerConfig::max_outbound_bytes`].
+pub const DEFAULT_MAX_OUTBOUND_BYTES: usize = 2 * MAX_FRAME_BYTES;
+/// Default of [`PeerConfig::max_held_frames`].
+pub const DEFAULT_MAX_HELD_FRAMES: usize = 1024;
+/// Default of [`PeerConfig::max_progress_queued`].
+pub const DEFAULT_MAX_PROGRESS_QUEUED: usize = 64;
+/// Default of [`PeerConfig::write_timeout`].
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of [`PeerConfig::stream_window`].
+pub const DEFAULT_STREAM_WINDOW: u64 = 16;
 
 #[derive(Debug, Clone)]
 pub struct PeerConfig {
-    /// Cause chains rebuilt from the wire keep at most this many links.
+    /// Cause chains rebuilt from the wire, and sent, keep at most this many
+    /// links.
     pub max_cause_depth: usize,
-    /// Chunks a stream receiver lets a sender have in flight.
+    /// Chunks a stream receiver lets a sender have in flight (and so the
+    /// most chunks buffered per incoming stream).
     pub stream_window: u64,
     /// Sent in `hello`, for logs.
     pub agent: Option<String>,
+    /// The largest frame sent (and accepted from a transport that does not
+    /// bound it itself). A response, chunk or progress over it fails alone.
+    pub max_frame_bytes: usize,
+    /// The peer's requests and streams served at once; one more is answered
+    /// `TOO_MANY_CALLS`.
+    pub max_inbound_calls: usize,
+    /// This side's calls and streams in flight (cancelled ones count until
+    /// the peer answers them); one more fails at once with `TOO_MANY_CALLS`.
+    pub max_outbound_calls: usize,
+    /// Bytes of responses, chunks, acks and progress queued for the writer;
+    /// senders wait for room (back-pressure). Requests, cancels and the
+    /// goodbye, bounded by `max_outbound_calls`, never wait.
+    pub max_outbound_bytes: usize,
+    /// Frames held back until the peer's `hello`; one more ends the
+    /// connection with a `PROTOCOL_ERROR` goodbye.
+    pub max_held_frames: usize,
+    /// `progress` values queued per call for a caller that does not read
+    /// them; more are dropped (and counted).
+    pub max_progress_queued: usize,
+    /// How long one write (or flush) may wait for the peer to read; past
+    /// it the connection ends with `WRITE_TIMEOUT` (a goodbye is tried).
+    pub write_timeout: Duration,
 }
 
 impl Default for PeerConfig {
     fn default() -> Self {
         Self {
             max_cause_depth: DEFAULT_MAX_CAUSE_DEPTH,
-            stream_window: 16,
+            stream_window: DEFAULT_STREAM_WINDOW,
             agent: Some(concat!("hostwire-worker-rpc/", env!("CARGO_PKG_VERSION")).to_owned()),
+            max_frame_bytes: MAX_FRAME_BYTES,
+            max_inbound_calls: DEFAULT_MAX_INBOUND_CALLS,
+            max_outbound_calls: DEFAULT_MAX_OUTBOUND_CALLS,
+            max_outbound_bytes: DEFAULT_MAX_OUTBOUND_BYTES,
+            max_held_frames: DEFAULT_MAX_HELD_FRAMES,
+            max_progress_queued: DEFAULT_MAX_PROGRESS_QUEUED,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
         }
     }
 }
@@ -98,22 +135,34 @@ pub struct Context {
 }
 
 impl Context {
-    /// Sends a `progress` frame for this call.
-    pub fn progress(&self, progress: Value) {
-        if !self.cancel.is_cancelled() {
-            self.peer.shared.send(Frame::Progress {
-                v: PROTOCOL_VERSION.into(),
-                id: self.id,
-                progress,
-            });
+    /// Sends a `progress` frame for this call. Fails (and sends nothing)
+    /// when the value is over the frame limit or the outbound queue is
+    /// full: progress is advisory and never waits.
+    pub fn progress(&self, progress: impl Into<Payload>) -> Result<(), RpcError> {
+        if self.cancel.is_cancelled() {
+            return Err(RpcError::new(codes::CANCELLED, "the call was cancelled"));
         }
+        let frame = Frame::Progress {
+            v: version(),
+            id: self.id,
+            progress: progress.into(),
+        };
+        let text = self.peer.shared.encode(&frame)?;
+        let permit = self.peer.shared.try_permit(text.len()).ok_or_else(|| {
+            RpcError::new(
+                codes::TOO_MANY_CALLS,
+                "the outbound queue is full; progress dropped",
+            )
+        })?;
+        self.peer.shared.push(text, Kind::Progress, Some(permit));
+        Ok(())
     }
 }
 
 type CallHandler =
-    Arc<dyn Fn(Value, Context) -> BoxFuture<'static, Result<Value, RpcError>> + Send + Sync>;
+    Arc<dyn Fn(Payload, Context) -> BoxFuture<'static, Result<Payload, RpcError>> + Send + Sync>;
 type StreamHandler = Arc<
-    dyn Fn(Value, StreamReceiver, Context) -> BoxFuture<'static, Result<Value, RpcError>>
+    dyn Fn(Payload, StreamReceiver, Context) -> BoxFuture<'static, Result<Payload, RpcError>>
         + Send
         + Sync,
 >;
@@ -132,8 +181,8 @@ enum HelloState {
 }
 
 struct PendingCall {
-    reply: oneshot::Sender<Result<Value, RpcError>>,
-    progress: mpsc::UnboundedSender<Value>,
+    reply: oneshot::Sender<Result<Payload, RpcError>>,
+    progress: mpsc::Sender<Payload>,
 }
 
 struct OutStream {
@@ -144,7 +193,7 @@ struct OutStream {
 }
 
 enum StreamItem {
-    Chunk(u64, Value),
+    Chunk(u64, Payload),
     End(Result<(), RpcError>),
 }
 
@@ -158,10 +207,12 @@ struct InStream {
 #[derive(Default)]
 struct State {
     closed: Option<RpcError>,
+    /// This side's requests and streams waiting for their response.
     calls: HashMap<Id, PendingCall>,
+    /// This side's cancelled calls whose late response is still due.
     cancelled: HashSet<Id>,
+    /// The peer's requests and streams being handled here.
     serving: HashMap<Id, CancelToken>,
-    last_peer_id: Id,
     out_streams: HashMap<Id, OutStream>,
     in_streams: HashMap<Id, InStream>,
 }
@@ -169,12 +220,19 @@ struct State {
 /// Counters of what went wrong on the wire.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct PeerStats {
+    /// Malformed frames, chunks out of order, and frames that break a rule.
     pub protocol_errors: u64,
     pub unknown_ids: u64,
     pub duplicate_responses: u64,
     pub responses_after_cancel: u64,
     pub credit_violations: u64,
     pub version_mismatches: u64,
+    /// Requests and stream-opens whose id was already in flight (dropped).
+    pub duplicate_ids: u64,
+    /// Requests and stream-opens answered `TOO_MANY_CALLS`.
+    pub calls_refused: u64,
+    /// `progress` values dropped for a caller that did not read them.
+    pub progress_dropped: u64,
 }
 
 #[derive(Default)]
@@ -185,18 +243,35 @@ struct Stats {
     responses_after_cancel: AtomicU64,
     credit_violations: AtomicU64,
     version_mismatches: AtomicU64,
+    duplicate_ids: AtomicU64,
+    calls_refused: AtomicU64,
+    progress_dropped: AtomicU64,
     last_error: Mutex<Option<String>>,
+}
+
+/// What goes to the writer task.
+enum Out {
+    Frame {
+        text: String,
+        kind: Kind,
+        _permit: Option<OwnedSemaphorePermit>,
+    },
+    /// Finish: flush, close the transport, stop.
+    Close,
 }
 
 struct Shared {
     side: Side,
     config: PeerConfig,
     next_id: AtomicU64,
-    out: mpsc::UnboundedSender<Frame>,
+    out: mpsc::UnboundedSender<Out>,
+    /// Room in the outbound queue, in bytes.
+    budget: Arc<Semaphore>,
     state: Mutex<State>,
     handlers: RwLock<HashMap<String, Handler>>,
     hello: watch::Sender<HelloState>,
     closed_tx: watch::Sender<Option<RpcError>>,
+    writer_done: watch::Sender<bool>,
     stats: Stats,
 }
 
@@ -214,36 +289,154 @@ fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+fn protocol_err(message: impl Into<String>) -> RpcError {
+    RpcError::new(codes::PROTOCOL_ERROR, message)
+}
+
 impl Shared {
-    fn send(&self, frame: Frame) {
-        let _ = self.out.send(frame);
+    /// The frame as text, if the peer can accept it (size and depth).
+    fn encode(&self, frame: &Frame) -> Result<String, RpcError> {
+        let text = frame.to_text();
+        if text.len() > self.config.max_frame_bytes {
+            return Err(RpcError::new(
+                codes::FRAME_TOO_LARGE,
+                format!(
+                    "the {} frame is {} bytes; the limit is {}",
+                    frame.kind(),
+                    text.len(),
+                    self.config.max_frame_bytes
+                ),
+            ));
+        }
+        if hostwire_core::json::nesting_depth(text.as_bytes(), MAX_FRAME_DEPTH) > MAX_FRAME_DEPTH {
+            return Err(RpcError::new(
+                codes::FRAME_TOO_LARGE,
+                format!(
+                    "the {} frame nests deeper than {MAX_FRAME_DEPTH} levels",
+                    frame.kind()
+                ),
+            ));
+        }
+        Ok(text)
     }
 
-    fn alloc_id(&self) -> Id {
-        self.next_id.fetch_add(2, SeqCst)
+    fn charge(&self, len: usize) -> u32 {
+        len.clamp(1, self.config.max_outbound_bytes.max(1))
+            .min(u32::MAX as usize) as u32
     }
 
-    fn protocol_error(&self, counter: &AtomicU64, message: String) {
+    fn try_permit(&self, len: usize) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.budget)
+            .try_acquire_many_owned(self.charge(len))
+            .ok()
+    }
+
+    fn push(&self, text: String, kind: Kind, permit: Option<OwnedSemaphorePermit>) {
+        let _ = self.out.send(Out::Frame {
+            text,
+            kind,
+            _permit: permit,
+        });
+    }
+
+    /// Queues a frame that never waits (requests, cancels, the goodbye:
+    /// their number is bounded by the calls in flight).
+    fn send_now(&self, frame: &Frame) -> Result<(), RpcError> {
+        let text = self.encode(frame)?;
+        let permit = self.try_permit(text.len());
+        self.push(text, frame.kind_of(), permit);
+        Ok(())
+    }
+
+    /// Queues a frame once the outbound queue has room for it.
+    async fn send_wait(&self, frame: &Frame) -> Result<(), RpcError> {
+        let text = self.encode(frame)?;
+        self.send_text_wait(text, frame.kind_of()).await
+    }
+
+    async fn send_text_wait(&self, text: String, kind: Kind) -> Result<(), RpcError> {
+        let permit = Arc::clone(&self.budget)
+            .acquire_many_owned(self.charge(text.len()))
+            .await
+            .map_err(|_| self.closed_error())?;
+        self.push(text, kind, Some(permit));
+        Ok(())
+    }
+
+    fn closed_error(&self) -> RpcError {
+        lock(&self.state)
+            .closed
+            .clone()
+            .unwrap_or_else(|| RpcError::new(codes::TRANSPORT_CLOSED, "the connection closed"))
+    }
+
+    fn alloc_id(&self) -> Result<Id, RpcError> {
+        let id = self.next_id.fetch_add(1, SeqCst);
+        if id > MAX_ID {
+            return Err(RpcError::new(
+                codes::TOO_MANY_CALLS,
+                "every id of this connection is used",
+            ));
+        }
+        Ok(id)
+    }
+
+    fn count(&self, counter: &AtomicU64, message: String) {
         counter.fetch_add(1, SeqCst);
-        self.stats.protocol_errors.fetch_add(1, SeqCst);
         if let Ok(mut l) = self.stats.last_error.lock() {
             *l = Some(message);
         }
     }
 
-    fn respond(&self, id: Id, result: Result<Value, RpcError>) {
+    fn protocol_error(&self, counter: &AtomicU64, message: String) {
+        self.stats.protocol_errors.fetch_add(1, SeqCst);
+        self.count(counter, message);
+    }
+
+    /// The response frame for `result`, falling back to an error response
+    /// when the answer itself cannot be sent (too large or too deep).
+    fn response_text(&self, id: Id, result: Result<Payload, RpcError>) -> String {
         let outcome = match result {
             Ok(v) => Outcome::Ok(v),
-            Err(e) => Outcome::Err(e.to_envelope()),
+            Err(e) => Outcome::Err(e.to_envelope_bounded(self.config.max_cause_depth)),
         };
-        self.send(Frame::Response {
+        let frame = Frame::Response {
             v: version(),
             id,
             outcome,
-        });
+        };
+        match self.encode(&frame) {
+            Ok(t) => t,
+            Err(e) => Frame::Response {
+                v: version(),
+                id,
+                outcome: Outcome::Err(ErrorEnvelope::new(e.code, e.message)),
+            }
+            .to_text(),
+        }
     }
 
-    /// Fails everything open with `err`; nothing more is accepted.
+    async fn respond(&self, id: Id, result: Result<Payload, RpcError>) {
+        let text = self.response_text(id, result);
+        let _ = self.send_text_wait(text, Kind::Response).await;
+    }
+
+    /// Says goodbye with `err` and closes: for failures of the connection
+    /// as a whole.
+    fn goodbye_and_close(&self, reason: &str, err: RpcError) {
+        if lock(&self.state).closed.is_some() {
+            return;
+        }
+        let _ = self.send_now(&Frame::Goodbye {
+            v: version(),
+            reason: Some(reason.to_owned()),
+            error: Some(err.to_envelope_bounded(self.config.max_cause_depth)),
+        });
+        self.close_all(err);
+    }
+
+    /// Fails everything open with `err`; nothing more is accepted, and the
+    /// writer finishes what is queued before it (a goodbye) and closes.
     fn close_all(&self, err: RpcError) {
         let mut s = lock(&self.state);
         if s.closed.is_some() {
@@ -254,6 +447,7 @@ impl Shared {
         for (_, c) in s.calls.drain() {
             let _ = c.reply.send(Err(err.clone()));
         }
+        s.cancelled.clear();
         for (_, t) in s.serving.drain() {
             t.cancel();
         }
@@ -267,6 +461,9 @@ impl Shared {
             let _ = i.tx.send(StreamItem::End(Err(err.clone())));
         }
         drop(s);
+        // Senders waiting for room fail with the closing error.
+        self.budget.close();
+        let _ = self.out.send(Out::Close);
         self.hello.send_if_modified(|h| {
             if *h == HelloState::Waiting {
                 *h = HelloState::Failed(err.clone());
@@ -275,6 +472,46 @@ impl Shared {
                 false
             }
         });
+    }
+
+    /// Fails one of this side's calls (and its stream), tells the peer to
+    /// stop with `cancel`, and expects its late response.
+    fn fail_call(&self, id: Id, err: RpcError) -> bool {
+        let mut s = lock(&self.state);
+        let Some(call) = s.calls.remove(&id) else {
+            return false;
+        };
+        if let Some(o) = s.out_streams.remove(&id) {
+            o.notify.notify_waiters();
+            o.notify.notify_one();
+        }
+        s.cancelled.insert(id);
+        drop(s);
+        let _ = call.reply.send(Err(err));
+        let _ = self.send_now(&Frame::Cancel {
+            v: version(),
+            id,
+            reason: Some("protocol error".into()),
+        });
+        true
+    }
+
+    /// Ends one of the peer's calls or streams here with `err`: the handler
+    /// is cancelled and the peer gets `err` as the response.
+    async fn end_serving(&self, id: Id, err: RpcError) -> bool {
+        let (token, stream) = {
+            let mut s = lock(&self.state);
+            (s.serving.remove(&id), s.in_streams.remove(&id))
+        };
+        let Some(token) = token else {
+            return false;
+        };
+        token.cancel();
+        if let Some(st) = stream {
+            let _ = st.tx.send(StreamItem::End(Err(err.clone())));
+        }
+        self.respond(id, Err(err)).await;
+        true
     }
 }
 
@@ -285,12 +522,14 @@ impl Peer {
         let (hello, hello_rx) = watch::channel(HelloState::Waiting);
         let shared = Arc::new(Shared {
             side,
-            next_id: AtomicU64::new(side.first_id()),
+            next_id: AtomicU64::new(1),
             out,
+            budget: Arc::new(Semaphore::new(config.max_outbound_bytes.max(1))),
             state: Mutex::new(State::default()),
             handlers: RwLock::new(HashMap::new()),
             hello,
             closed_tx: watch::channel(None).0,
+            writer_done: watch::channel(false).0,
             stats: Stats::default(),
             config,
         });
@@ -306,38 +545,52 @@ impl Peer {
         peer
     }
 
+    pub fn side(&self) -> Side {
+        self.shared.side
+    }
+
+    pub fn config(&self) -> &PeerConfig {
+        &self.shared.config
+    }
+
     /// Registers a handler for `method`.
-    pub fn register<F, Fut>(&self, method: &str, handler: F)
+    pub fn register<F, Fut, R>(&self, method: &str, handler: F)
     where
-        F: Fn(Value, Context) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Value, RpcError>> + Send + 'static,
+        F: Fn(Payload, Context) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, RpcError>> + Send + 'static,
+        R: Into<Payload>,
     {
-        let h: CallHandler = Arc::new(move |p, c| Box::pin(handler(p, c)));
+        let h: CallHandler = Arc::new(move |p, c| {
+            let fut = handler(p, c);
+            Box::pin(async move { fut.await.map(Into::into) })
+        });
         if let Ok(mut m) = self.shared.handlers.write() {
             m.insert(method.to_owned(), Handler::Call(h));
         }
     }
 
     /// Registers a handler for streams opened with `method`.
-    pub fn register_stream<F, Fut>(&self, method: &str, handler: F)
+    pub fn register_stream<F, Fut, R>(&self, method: &str, handler: F)
     where
-        F: Fn(Value, StreamReceiver, Context) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Value, RpcError>> + Send + 'static,
+        F: Fn(Payload, StreamReceiver, Context) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, RpcError>> + Send + 'static,
+        R: Into<Payload>,
     {
-        let h: StreamHandler = Arc::new(move |p, r, c| Box::pin(handler(p, r, c)));
+        let h: StreamHandler = Arc::new(move |p, r, c| {
+            let fut = handler(p, r, c);
+            Box::pin(async move { fut.await.map(Into::into) })
+        });
         if let Ok(mut m) = self.shared.handlers.write() {
             m.insert(method.to_owned(), Handler::Stream(h));
         }
     }
 
-    /// Calls `method` on the other side. Dropping or cancelling the
-    /// returned future sends `cancel`.
     /// The caller's handle on a request now in flight.
     fn pending_call(
         &self,
         id: u64,
-        rx: oneshot::Receiver<Result<Value, RpcError>>,
-        progress: mpsc::UnboundedReceiver<Value>,
+        rx: oneshot::Receiver<Result<Payload, RpcError>>,
+        progress: mpsc::Receiver<Payload>,
     ) -> Call {
         Call {
             id,
@@ -349,62 +602,90 @@ impl Peer {
         }
     }
 
-    pub fn call(&self, method: &str, params: Value) -> Call {
-        let id = self.shared.alloc_id();
+    /// Registers a call of `kind` and queues its frame; a call that cannot
+    /// start resolves at once with why.
+    fn start(&self, kind: Kind, method: &str, params: Payload) -> (Call, Option<Arc<Notify>>) {
         let (reply, rx) = oneshot::channel();
-        let (progress, progress_rx) = mpsc::unbounded_channel();
-        {
-            let mut s = lock(&self.shared.state);
-            if let Some(err) = &s.closed {
-                let _ = reply.send(Err(err.clone()));
-            } else {
-                s.calls.insert(id, PendingCall { reply, progress });
-                drop(s);
-                self.shared.send(Frame::Request {
-                    v: version(),
-                    id,
-                    method: method.to_owned(),
-                    params: Some(params),
-                });
+        let (progress, progress_rx) = mpsc::channel(self.shared.config.max_progress_queued.max(1));
+        let id = match self.shared.alloc_id() {
+            Ok(id) => id,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return (self.pending_call(0, rx, progress_rx), None);
             }
+        };
+        let frame = match kind {
+            Kind::StreamOpen => Frame::StreamOpen {
+                v: version(),
+                id,
+                method: method.to_owned(),
+                params: Some(params),
+            },
+            _ => Frame::Request {
+                v: version(),
+                id,
+                method: method.to_owned(),
+                params: Some(params),
+            },
+        };
+        let call = self.pending_call(id, rx, progress_rx);
+        let text = match self.shared.encode(&frame) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return (call, None);
+            }
+        };
+        let mut s = lock(&self.shared.state);
+        if let Some(err) = &s.closed {
+            let _ = reply.send(Err(err.clone()));
+            return (call, None);
         }
-        self.pending_call(id, rx, progress_rx)
+        let in_flight = s.calls.len() + s.cancelled.len();
+        if in_flight >= self.shared.config.max_outbound_calls {
+            drop(s);
+            let _ = reply.send(Err(RpcError::new(
+                codes::TOO_MANY_CALLS,
+                format!(
+                    "{in_flight} calls in flight; the limit is {}",
+                    self.shared.config.max_outbound_calls
+                ),
+            )));
+            return (call, None);
+        }
+        s.calls.insert(id, PendingCall { reply, progress });
+        let notify = (kind == Kind::StreamOpen).then(|| {
+            let notify = Arc::new(Notify::new());
+            s.out_streams.insert(
+                id,
+                OutStream {
+                    granted: 0,
+                    sent: 0,
+                    notify: Arc::clone(&notify),
+                    failed: None,
+                },
+            );
+            notify
+        });
+        drop(s);
+        let permit = self.shared.try_permit(text.len());
+        self.shared.push(text, kind, permit);
+        (call, notify)
+    }
+
+    /// Calls `method` on the other side. Dropping or cancelling the
+    /// returned future sends `cancel`.
+    pub fn call(&self, method: &str, params: impl Into<Payload>) -> Call {
+        self.start(Kind::Request, method, params.into()).0
     }
 
     /// Opens a stream to the other side's stream handler for `method`.
-    pub fn open_stream(&self, method: &str, params: Value) -> StreamSender {
-        let id = self.shared.alloc_id();
-        let (reply, rx) = oneshot::channel();
-        let (progress, progress_rx) = mpsc::unbounded_channel();
-        let notify = Arc::new(Notify::new());
-        {
-            let mut s = lock(&self.shared.state);
-            if let Some(err) = &s.closed {
-                let _ = reply.send(Err(err.clone()));
-            } else {
-                s.calls.insert(id, PendingCall { reply, progress });
-                s.out_streams.insert(
-                    id,
-                    OutStream {
-                        granted: 0,
-                        sent: 0,
-                        notify: Arc::clone(&notify),
-                        failed: None,
-                    },
-                );
-                drop(s);
-                self.shared.send(Frame::StreamOpen {
-                    v: version(),
-                    id,
-                    method: method.to_owned(),
-                    params: Some(params),
-                });
-            }
-        }
+    pub fn open_stream(&self, method: &str, params: impl Into<Payload>) -> StreamSender {
+        let (call, notify) = self.start(Kind::StreamOpen, method, params.into());
         StreamSender {
-            id,
-            notify,
-            result: Some(self.pending_call(id, rx, progress_rx)),
+            id: call.id,
+            notify: notify.unwrap_or_default(),
+            result: Some(call),
             peer: self.clone(),
             ended: false,
         }
@@ -429,21 +710,32 @@ impl Peer {
 
     /// Says goodbye: every pending call and stream fails with `GOODBYE`,
     /// the peer's fail with `PEER_GOODBYE`, and nothing more is sent.
+    /// Returns once the goodbye is flushed and the transport closed (or the
+    /// write timeout passed).
     pub async fn goodbye(&self, reason: &str) {
-        self.shared.send(Frame::Goodbye {
-            v: version(),
-            reason: Some(reason.to_owned()),
-            error: None,
-        });
-        self.shared.close_all(RpcError::new(
-            codes::GOODBYE,
-            format!("this side said goodbye: {reason}"),
-        ));
-        // Let the writer flush the goodbye.
-        tokio::task::yield_now().await;
+        if lock(&self.shared.state).closed.is_none() {
+            let _ = self.shared.send_now(&Frame::Goodbye {
+                v: version(),
+                reason: Some(reason.to_owned()),
+                error: None,
+            });
+            self.shared.close_all(RpcError::new(
+                codes::GOODBYE,
+                format!("this side said goodbye: {reason}"),
+            ));
+        }
+        self.flushed().await;
     }
 
-    /// Resolves when the connection closes, with the reason.
+    /// Resolves once the writer has finished: everything queued before the
+    /// close (a goodbye included) is written and the transport closed.
+    async fn flushed(&self) {
+        let mut rx = self.shared.writer_done.subscribe();
+        let _ = rx.wait_for(|d| *d).await;
+    }
+
+    /// Resolves when the connection has closed, with the reason, after the
+    /// last frame (a goodbye) is flushed: a process may exit then.
     pub async fn wait_closed(&self) -> RpcError {
         let mut rx = self.shared.closed_tx.subscribe();
         let seen = rx
@@ -452,6 +744,7 @@ impl Peer {
             .map(|e| e.clone())
             .ok()
             .flatten();
+        self.flushed().await;
         seen.unwrap_or_else(|| RpcError::new(codes::TRANSPORT_CLOSED, "closed"))
     }
 
@@ -469,6 +762,9 @@ impl Peer {
             responses_after_cancel: s.responses_after_cancel.load(SeqCst),
             credit_violations: s.credit_violations.load(SeqCst),
             version_mismatches: s.version_mismatches.load(SeqCst),
+            duplicate_ids: s.duplicate_ids.load(SeqCst),
+            calls_refused: s.calls_refused.load(SeqCst),
+            progress_dropped: s.progress_dropped.load(SeqCst),
         }
     }
 
@@ -494,7 +790,7 @@ impl Peer {
         if was_pending && s.closed.is_none() {
             s.cancelled.insert(id);
             drop(s);
-            self.shared.send(Frame::Cancel {
+            let _ = self.shared.send_now(&Frame::Cancel {
                 v: version(),
                 id,
                 reason: Some(reason.to_owned()),
@@ -503,10 +799,38 @@ impl Peer {
     }
 }
 
+/// Waits at most the write timeout for `fut`; `false` if it failed or
+/// timed out (then the connection closes with why).
+async fn bounded<F>(shared: &Shared, what: &str, fut: F) -> bool
+where
+    F: Future<Output = Result<(), std::io::Error>>,
+{
+    match tokio::time::timeout(shared.config.write_timeout, fut).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            shared.close_all(RpcError::new(
+                codes::TRANSPORT_CLOSED,
+                format!("the transport failed while writing {what}: {e}"),
+            ));
+            false
+        }
+        Err(_) => {
+            shared.close_all(RpcError::new(
+                codes::WRITE_TIMEOUT,
+                format!(
+                    "the peer read nothing for {:?} while this side was writing {what}",
+                    shared.config.write_timeout
+                ),
+            ));
+            false
+        }
+    }
+}
+
 async fn write_loop(
     shared: Arc<Shared>,
     mut writer: crate::transport::FrameSink,
-    mut rx: mpsc::UnboundedReceiver<Frame>,
+    mut rx: mpsc::UnboundedReceiver<Out>,
     mut hello: watch::Receiver<HelloState>,
 ) {
     let hi = Frame::Hello {
@@ -514,90 +838,100 @@ async fn write_loop(
         features: Vec::new(),
         agent: shared.config.agent.clone(),
     };
-    if writer.send(hi.to_text()).await.is_err() {
-        shared.close_all(RpcError::new(
-            codes::TRANSPORT_CLOSED,
-            "the transport closed before hello",
-        ));
-        return;
-    }
-    drop(shared);
+    let mut ok = bounded(&shared, "hello", writer.send(hi.to_text())).await;
     // Nothing but goodbye goes out before the peer's hello.
-    let mut held: Vec<Frame> = Vec::new();
-    loop {
-        let state = hello.borrow().clone();
-        match state {
-            HelloState::Done => break,
-            HelloState::Failed(_) => {
-                // Only a goodbye may still go out.
-                for f in held
-                    .drain(..)
-                    .chain(std::iter::from_fn(|| rx.try_recv().ok()))
-                {
-                    if matches!(f, Frame::Goodbye { .. }) {
-                        let _ = writer.send(f.to_text()).await;
+    let mut open = false;
+    let mut held: VecDeque<Out> = VecDeque::new();
+    let mut timed_out = false;
+    while ok {
+        let item = tokio::select! {
+            biased;
+            changed = hello.changed(), if !open => {
+                if changed.is_err() { break }
+                if *hello.borrow_and_update() == HelloState::Done {
+                    open = true;
+                    while let Some(Out::Frame { text, .. }) = held.pop_front() {
+                        ok = bounded(&shared, "a held frame", writer.feed(text)).await;
+                        if !ok { break }
                     }
+                    ok = ok && bounded(&shared, "held frames", writer.flush()).await;
                 }
-                let _ = writer.close().await;
-                return;
+                continue;
             }
-            HelloState::Waiting => {}
-        }
-        tokio::select! {
-            changed = hello.changed() => if changed.is_err() { return },
-            f = rx.recv() => match f {
-                Some(f @ Frame::Goodbye { .. }) => {
-                    let _ = writer.send(f.to_text()).await;
-                    let _ = writer.close().await;
-                    return;
-                }
-                Some(f) => held.push(f),
-                None => return,
-            },
-        }
-    }
-    for f in held {
-        if writer.feed(f.to_text()).await.is_err() {
-            return;
-        }
-    }
-    if writer.flush().await.is_err() {
-        return;
-    }
-    while let Some(f) = rx.recv().await {
-        let bye = matches!(f, Frame::Goodbye { .. });
-        if writer.feed(f.to_text()).await.is_err() {
-            return;
-        }
-        // Batch what is already queued into one flush (not past a goodbye).
-        if !bye {
-            while let Ok(f) = rx.try_recv() {
-                let last = matches!(f, Frame::Goodbye { .. });
-                if writer.feed(f.to_text()).await.is_err() {
-                    return;
-                }
-                if last {
-                    let _ = writer.flush().await;
-                    let _ = writer.close().await;
-                    return;
-                }
+            item = rx.recv() => item,
+        };
+        let Some(Out::Frame {
+            text,
+            kind,
+            _permit,
+        }) = item
+        else {
+            break; // Close, or every sender gone
+        };
+        if !open && kind != Kind::Goodbye {
+            if held.len() >= shared.config.max_held_frames {
+                shared.goodbye_and_close(
+                    "too many frames before hello",
+                    protocol_err(format!(
+                        "more than {} frames held back waiting for the peer's hello",
+                        shared.config.max_held_frames
+                    )),
+                );
+                continue; // on to the goodbye
             }
+            held.push_back(Out::Frame {
+                text,
+                kind,
+                _permit,
+            });
+            continue;
         }
-        if writer.flush().await.is_err() {
-            return;
+        let bye = kind == Kind::Goodbye;
+        ok = bounded(&shared, kind.as_str(), writer.feed(text)).await;
+        drop(_permit);
+        if ok && (bye || rx.is_empty()) {
+            ok = bounded(&shared, "frames", writer.flush()).await;
+        }
+        if !ok {
+            timed_out = matches!(shared.closed_error().code.as_str(), codes::WRITE_TIMEOUT);
         }
         if bye {
-            let _ = writer.close().await;
-            return;
+            break;
         }
     }
+    drop(held);
+    if timed_out {
+        // Tell the peer why, if it reads at all.
+        let err = shared.closed_error();
+        let bye = Frame::Goodbye {
+            v: version(),
+            reason: Some("write timeout".into()),
+            error: Some(err.to_envelope()),
+        };
+        let _ = tokio::time::timeout(shared.config.write_timeout, writer.send(bye.to_text())).await;
+    }
+    let _ = tokio::time::timeout(shared.config.write_timeout, writer.close()).await;
+    if lock(&shared.state).closed.is_none() {
+        shared.close_all(RpcError::new(codes::TRANSPORT_CLOSED, "the writer stopped"));
+    }
+    shared.writer_done.send_replace(true);
 }
 
 async fn read_loop(peer: Peer, mut reader: crate::transport::FrameStream) {
     let shared = Arc::clone(&peer.shared);
+    let mut closed = shared.closed_tx.subscribe();
     loop {
-        let text = match reader.next().await {
-            Some(Ok(t)) => t,
+        let item = tokio::select! {
+            biased;
+            _ = closed.wait_for(Option::is_some) => return,
+            item = reader.next() => item,
+        };
+        let parsed = match item {
+            Some(Ok(Inbound::Frame(bytes))) if bytes.len() <= shared.config.max_frame_bytes => {
+                parse_frame_bytes(&bytes)
+            }
+            Some(Ok(Inbound::Frame(bytes))) => Err(oversize(&bytes, bytes.len(), &shared)),
+            Some(Ok(Inbound::Oversize { head, size })) => Err(oversize(&head, size, &shared)),
             Some(Err(e)) => {
                 shared.close_all(RpcError::new(
                     codes::TRANSPORT_CLOSED,
@@ -616,55 +950,107 @@ async fn read_loop(peer: Peer, mut reader: crate::transport::FrameStream) {
         if lock(&shared.state).closed.is_some() {
             return;
         }
-        match parse_frame(&text) {
-            Ok(frame) => {
-                if !dispatch(&peer, frame) {
-                    return;
-                }
-            }
-            Err(e) => {
-                let message = format!("malformed frame: {e}");
-                shared.protocol_error(&shared.stats.protocol_errors, message.clone());
-                // Balance: protocol_error counted it twice.
-                shared.stats.protocol_errors.fetch_sub(1, SeqCst);
-                if let (Some(id), Some("request" | "stream-open")) = (e.id, e.kind.as_deref()) {
-                    if !shared.side.owns(id) {
-                        shared.respond(id, Err(RpcError::new(codes::PROTOCOL_ERROR, message)));
-                    }
-                }
-            }
+        let go_on = match parsed {
+            Ok(frame) => dispatch(&peer, frame).await,
+            Err(e) => malformed(&peer, e).await,
+        };
+        if !go_on {
+            return;
         }
     }
 }
 
+fn oversize(head: &[u8], size: usize, shared: &Shared) -> FrameError {
+    let h = read_head(head);
+    FrameError {
+        field: String::new(),
+        message: format!(
+            "the frame is {size} bytes; the limit is {}",
+            shared.config.max_frame_bytes
+        ),
+        kind: h.kind,
+        id: h.id,
+        v: h.v,
+    }
+}
+
+fn version_mismatch(v: &str) -> RpcError {
+    RpcError::new(
+        codes::VERSION_MISMATCH,
+        format!("the peer speaks {v}; this side speaks {PROTOCOL_VERSION}"),
+    )
+}
+
+/// A frame of another MAJOR: a request or stream-open is answered with the
+/// error; anything else ends the connection. `false` stops the reader.
+async fn other_major(shared: &Shared, kind: Option<Kind>, id: Option<Id>, v: &str) -> bool {
+    shared.stats.version_mismatches.fetch_add(1, SeqCst);
+    let err = version_mismatch(v);
+    match (kind, id) {
+        (Some(Kind::Request | Kind::StreamOpen), Some(id)) => {
+            if !lock(&shared.state).serving.contains_key(&id) {
+                shared.respond(id, Err(err)).await;
+            }
+            true
+        }
+        _ => {
+            shared.goodbye_and_close("version mismatch", err);
+            false
+        }
+    }
+}
+
+/// A frame that failed to parse: the call or stream it belongs to fails
+/// with `PROTOCOL_ERROR` naming the field. `false` stops the reader.
+async fn malformed(peer: &Peer, e: FrameError) -> bool {
+    let shared = &peer.shared;
+    if e.other_major() {
+        let v = e.v.clone().unwrap_or_default();
+        return other_major(shared, e.kind, e.id, &v).await;
+    }
+    let what = e.kind.map_or("frame", Kind::as_str);
+    let message = format!("malformed {what}: {e}");
+    shared.count(&shared.stats.protocol_errors, message.clone());
+    let err = protocol_err(message);
+    match (e.kind, e.id) {
+        (Some(Kind::Hello), _) => {
+            shared.goodbye_and_close("malformed hello", err);
+            false
+        }
+        (Some(Kind::Goodbye), _) => {
+            // The peer is leaving all the same.
+            shared.close_all(err);
+            false
+        }
+        (Some(Kind::Request | Kind::StreamOpen), Some(id)) => {
+            if lock(&shared.state).serving.contains_key(&id) {
+                // Answering under this id would resolve the original call.
+                shared.count(
+                    &shared.stats.duplicate_ids,
+                    format!("id {id} is already in flight"),
+                );
+            } else {
+                shared.respond(id, Err(err)).await;
+            }
+            true
+        }
+        (Some(Kind::Response | Kind::Progress | Kind::StreamAck), Some(id)) => {
+            shared.fail_call(id, err);
+            true
+        }
+        (Some(Kind::Cancel | Kind::StreamChunk | Kind::StreamEnd), Some(id)) => {
+            shared.end_serving(id, err).await;
+            true
+        }
+        _ => true, // nothing to attribute it to: counted and logged
+    }
+}
+
 /// Handles one frame; `false` stops the reader.
-fn dispatch(peer: &Peer, frame: Frame) -> bool {
+async fn dispatch(peer: &Peer, frame: Frame) -> bool {
     let shared = &peer.shared;
     if !frame.is_compatible() {
-        shared.stats.version_mismatches.fetch_add(1, SeqCst);
-        let err = RpcError::new(
-            codes::VERSION_MISMATCH,
-            format!(
-                "the peer speaks {}; this side speaks {PROTOCOL_VERSION}",
-                frame.version()
-            ),
-        );
-        match frame {
-            Frame::Hello { .. } => {
-                shared.send(Frame::Goodbye {
-                    v: version(),
-                    reason: Some("version mismatch".into()),
-                    error: Some(err.to_envelope()),
-                });
-                shared.close_all(err);
-                return false;
-            }
-            Frame::Request { id, .. } | Frame::StreamOpen { id, .. } => {
-                shared.respond(id, Err(err))
-            }
-            _ => {}
-        }
-        return true;
+        return other_major(shared, Some(frame.kind_of()), frame.id(), frame.version()).await;
     }
     match frame {
         Frame::Hello { .. } => {
@@ -694,15 +1080,29 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
         Frame::Request {
             id, method, params, ..
         } => {
-            if let Some(token) = accept_peer_id(shared, id) {
-                serve_call(peer, id, method, params.unwrap_or(Value::Null), token);
+            if let Some(token) = accept_peer_id(shared, id).await {
+                serve_call(
+                    peer,
+                    id,
+                    method,
+                    params.unwrap_or_else(Payload::null),
+                    token,
+                )
+                .await;
             }
         }
         Frame::StreamOpen {
             id, method, params, ..
         } => {
-            if let Some(token) = accept_peer_id(shared, id) {
-                serve_stream(peer, id, method, params.unwrap_or(Value::Null), token);
+            if let Some(token) = accept_peer_id(shared, id).await {
+                serve_stream(
+                    peer,
+                    id,
+                    method,
+                    params.unwrap_or_else(Payload::null),
+                    token,
+                )
+                .await;
             }
         }
         Frame::Response { id, outcome, .. } => {
@@ -724,7 +1124,7 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
                 let _ = call.reply.send(result);
             } else if s.cancelled.remove(&id) {
                 shared.stats.responses_after_cancel.fetch_add(1, SeqCst);
-            } else if shared.side.owns(id) && id < shared.next_id.load(SeqCst) {
+            } else if id < shared.next_id.load(SeqCst) {
                 drop(s);
                 shared.protocol_error(
                     &shared.stats.duplicate_responses,
@@ -755,7 +1155,9 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
             let s = lock(&shared.state);
             match s.calls.get(&id) {
                 Some(c) => {
-                    let _ = c.progress.send(progress);
+                    if c.progress.try_send(progress).is_err() {
+                        shared.stats.progress_dropped.fetch_add(1, SeqCst);
+                    }
                 }
                 None if s.cancelled.contains(&id) => {}
                 None => {
@@ -768,57 +1170,44 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
             }
         }
         Frame::StreamChunk { id, seq, data, .. } => {
-            let mut s = lock(&shared.state);
-            let Some(st) = s.in_streams.get_mut(&id) else {
-                drop(s);
-                // Chunks after the receiver finished are late, not wrong.
-                if shared.side.owns(id) || id > lock(&shared.state).last_peer_id {
-                    shared.protocol_error(
-                        &shared.stats.unknown_ids,
-                        format!("a chunk for unknown stream {id}"),
-                    );
-                }
-                return true;
-            };
-            let violation = if seq != st.received + 1 {
-                Some((
-                    codes::PROTOCOL_ERROR,
-                    format!("chunk {seq} out of order (expected {})", st.received + 1),
-                    false,
-                ))
-            } else if seq > st.granted {
-                Some((
-                    codes::STREAM_CREDIT_EXCEEDED,
-                    format!("chunk {seq} is beyond the {} granted", st.granted),
-                    true,
-                ))
-            } else {
-                None
-            };
-            match violation {
-                None => {
-                    st.received = seq;
-                    let _ = st.tx.send(StreamItem::Chunk(seq, data));
-                }
-                Some((code, message, credit)) => {
-                    let st = s.in_streams.remove(&id);
-                    s.serving.remove(&id);
-                    drop(s);
-                    let err = RpcError::new(code, message.clone());
-                    if let Some(st) = st {
-                        st.cancel.cancel();
-                        let _ = st.tx.send(StreamItem::End(Err(err.clone())));
+            // Decide under the lock; answer after it.
+            let verdict = {
+                let mut s = lock(&shared.state);
+                match s.in_streams.get_mut(&id) {
+                    None => Err(None),
+                    Some(st) if seq != st.received + 1 => Err(Some((
+                        false,
+                        format!(
+                            "stream-chunk seq: {seq} is out of order (expected {})",
+                            st.received + 1
+                        ),
+                    ))),
+                    Some(st) if seq > st.granted => Err(Some((
+                        true,
+                        format!("chunk {seq} is beyond the {} granted", st.granted),
+                    ))),
+                    Some(st) => {
+                        st.received = seq;
+                        let _ = st.tx.send(StreamItem::Chunk(seq, data));
+                        Ok(())
                     }
-                    let counter = if credit {
-                        &shared.stats.credit_violations
-                    } else {
-                        &shared.stats.protocol_errors
-                    };
-                    shared.protocol_error(counter, message);
-                    if !credit {
-                        shared.stats.protocol_errors.fetch_sub(1, SeqCst);
-                    }
-                    shared.respond(id, Err(err));
+                }
+            };
+            match verdict {
+                Ok(()) => {}
+                // Late chunks after the receiver finished look the same.
+                Err(None) => shared.count(
+                    &shared.stats.unknown_ids,
+                    format!("a chunk for unknown stream {id}"),
+                ),
+                Err(Some((false, message))) => {
+                    shared.count(&shared.stats.protocol_errors, message.clone());
+                    shared.end_serving(id, protocol_err(message)).await;
+                }
+                Err(Some((true, message))) => {
+                    shared.protocol_error(&shared.stats.credit_violations, message.clone());
+                    let err = RpcError::new(codes::STREAM_CREDIT_EXCEEDED, message);
+                    shared.end_serving(id, err).await;
                 }
             }
         }
@@ -837,7 +1226,7 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
         Frame::StreamAck { id, credit, .. } => {
             let mut s = lock(&shared.state);
             if let Some(o) = s.out_streams.get_mut(&id) {
-                o.granted = o.granted.saturating_add(credit);
+                o.granted = o.granted.saturating_add(credit).min(MAX_ID);
                 o.notify.notify_waiters();
                 o.notify.notify_one();
             }
@@ -846,42 +1235,59 @@ fn dispatch(peer: &Peer, frame: Frame) -> bool {
     true
 }
 
-/// A new id from the peer: its parity and strictly increasing.
-fn accept_peer_id(shared: &Shared, id: Id) -> Option<CancelToken> {
-    let mut s = lock(&shared.state);
-    if shared.side.owns(id) || id <= s.last_peer_id {
-        drop(s);
-        let why = if shared.side.owns(id) {
-            "has this side's parity"
+/// A new request or stream from the peer: any id not already in flight,
+/// within the limit of calls served at once.
+async fn accept_peer_id(shared: &Shared, id: Id) -> Option<CancelToken> {
+    let refused = {
+        let mut s = lock(&shared.state);
+        if s.serving.contains_key(&id) {
+            Some(None)
+        } else if s.serving.len() >= shared.config.max_inbound_calls {
+            Some(Some(s.serving.len()))
         } else {
-            "was already used"
-        };
-        shared.protocol_error(&shared.stats.unknown_ids, format!("id {id} {why}"));
-        shared.respond(
-            id,
-            Err(RpcError::new(
-                codes::PROTOCOL_ERROR,
-                format!("id {id} {why}"),
-            )),
-        );
-        return None;
+            let token = CancelToken::default();
+            s.serving.insert(id, token.clone());
+            return Some(token);
+        }
+    };
+    match refused {
+        Some(Some(serving)) => {
+            shared.stats.calls_refused.fetch_add(1, SeqCst);
+            let err = RpcError::new(
+                codes::TOO_MANY_CALLS,
+                format!(
+                    "{serving} calls in flight; the limit is {}",
+                    shared.config.max_inbound_calls
+                ),
+            );
+            shared.respond(id, Err(err)).await;
+        }
+        _ => {
+            // Answering under this id would resolve the original call.
+            shared.protocol_error(
+                &shared.stats.duplicate_ids,
+                format!("id {id} is already in flight"),
+            );
+        }
     }
-    s.last_peer_id = id;
-    let token = CancelToken::default();
-    s.serving.insert(id, token.clone());
-    Some(token)
+    None
 }
 
 fn lookup(shared: &Shared, method: &str) -> Option<Handler> {
     shared.handlers.read().ok()?.get(method).cloned()
 }
 
-fn finish_serving(shared: &Shared, id: Id, result: Result<Value, RpcError>, cancel: &CancelToken) {
-    let mut s = lock(&shared.state);
-    let still = s.serving.remove(&id).is_some();
-    s.in_streams.remove(&id);
-    let closed = s.closed.is_some();
-    drop(s);
+async fn finish_serving(
+    shared: &Shared,
+    id: Id,
+    result: Result<Payload, RpcError>,
+    cancel: &CancelToken,
+) {
+    let (still, closed) = {
+        let mut s = lock(&shared.state);
+        s.in_streams.remove(&id);
+        (s.serving.remove(&id).is_some(), s.closed.is_some())
+    };
     if closed || !still {
         return;
     }
@@ -891,35 +1297,24 @@ fn finish_serving(shared: &Shared, id: Id, result: Result<Value, RpcError>, canc
     } else {
         result
     };
-    shared.respond(id, result);
+    shared.respond(id, result).await;
 }
 
-fn serve_call(peer: &Peer, id: Id, method: String, params: Value, cancel: CancelToken) {
-    let shared = Arc::clone(&peer.shared);
-    let handler = match lookup(&shared, &method) {
+async fn serve_call(peer: &Peer, id: Id, method: String, params: Payload, cancel: CancelToken) {
+    let shared = &peer.shared;
+    let handler = match lookup(shared, &method) {
         Some(Handler::Call(h)) => h,
         Some(Handler::Stream(_)) => {
-            finish_serving(
-                &shared,
-                id,
-                Err(RpcError::new(
-                    codes::UNKNOWN_METHOD,
-                    format!("{method:?} takes a stream, not a call"),
-                )),
-                &cancel,
+            let e = RpcError::new(
+                codes::UNKNOWN_METHOD,
+                format!("{method:?} takes a stream, not a call"),
             );
+            finish_serving(shared, id, Err(e), &cancel).await;
             return;
         }
         None => {
-            finish_serving(
-                &shared,
-                id,
-                Err(RpcError::new(
-                    codes::UNKNOWN_METHOD,
-                    format!("no method {method:?}"),
-                )),
-                &cancel,
-            );
+            let e = RpcError::new(codes::UNKNOWN_METHOD, format!("no method {method:?}"));
+            finish_serving(shared, id, Err(e), &cancel).await;
             return;
         }
     };
@@ -929,7 +1324,7 @@ fn serve_call(peer: &Peer, id: Id, method: String, params: Value, cancel: Cancel
 /// Runs a handler with its context and answers with what it returns.
 fn spawn_handler<F>(peer: &Peer, id: Id, method: String, cancel: CancelToken, run: F)
 where
-    F: FnOnce(Context) -> BoxFuture<'static, Result<Value, RpcError>>,
+    F: FnOnce(Context) -> BoxFuture<'static, Result<Payload, RpcError>>,
 {
     let shared = Arc::clone(&peer.shared);
     let ctx = Context {
@@ -941,28 +1336,24 @@ where
     let fut = run(ctx);
     tokio::spawn(async move {
         let result = fut.await;
-        finish_serving(&shared, id, result, &cancel);
+        finish_serving(&shared, id, result, &cancel).await;
     });
 }
 
-fn serve_stream(peer: &Peer, id: Id, method: String, params: Value, cancel: CancelToken) {
-    let shared = Arc::clone(&peer.shared);
-    let handler = match lookup(&shared, &method) {
+async fn serve_stream(peer: &Peer, id: Id, method: String, params: Payload, cancel: CancelToken) {
+    let shared = &peer.shared;
+    let handler = match lookup(shared, &method) {
         Some(Handler::Stream(h)) => h,
         _ => {
-            finish_serving(
-                &shared,
-                id,
-                Err(RpcError::new(
-                    codes::UNKNOWN_METHOD,
-                    format!("no stream method {method:?}"),
-                )),
-                &cancel,
+            let e = RpcError::new(
+                codes::UNKNOWN_METHOD,
+                format!("no stream method {method:?}"),
             );
+            finish_serving(shared, id, Err(e), &cancel).await;
             return;
         }
     };
-    let window = shared.config.stream_window.max(1);
+    let window = shared.config.stream_window.clamp(1, MAX_ID);
     let (tx, rx) = mpsc::unbounded_channel();
     lock(&shared.state).in_streams.insert(
         id,
@@ -973,18 +1364,19 @@ fn serve_stream(peer: &Peer, id: Id, method: String, params: Value, cancel: Canc
             cancel: cancel.clone(),
         },
     );
-    shared.send(Frame::StreamAck {
-        v: version(),
-        id,
-        ack: 0,
-        credit: window,
-    });
+    let _ = shared
+        .send_wait(&Frame::StreamAck {
+            v: version(),
+            id,
+            ack: 0,
+            credit: window,
+        })
+        .await;
     let receiver = StreamReceiver {
         id,
         rx,
         peer: peer.clone(),
         unacked: 0,
-        last_seq: 0,
         window,
         done: false,
     };
@@ -997,11 +1389,11 @@ fn serve_stream(peer: &Peer, id: Id, method: String, params: Value, cancel: Canc
 /// sends `cancel`.
 pub struct Call {
     id: Id,
-    rx: oneshot::Receiver<Result<Value, RpcError>>,
+    rx: oneshot::Receiver<Result<Payload, RpcError>>,
     peer: Peer,
     done: bool,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
-    progress: mpsc::UnboundedReceiver<Value>,
+    progress: mpsc::Receiver<Payload>,
 }
 
 impl Call {
@@ -1022,7 +1414,7 @@ impl Call {
     }
 
     /// The next `progress` value, or `None` once the call is over.
-    pub async fn next_progress(&mut self) -> Option<Value> {
+    pub async fn next_progress(&mut self) -> Option<Payload> {
         if self.done {
             return None;
         }
@@ -1035,7 +1427,7 @@ impl Call {
 }
 
 impl Future for Call {
-    type Output = Result<Value, RpcError>;
+    type Output = Result<Payload, RpcError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         if self.done {
@@ -1089,12 +1481,14 @@ impl StreamSender {
     }
 
     /// Chunks sent and not yet acknowledged never exceed the credit granted.
-    pub async fn send(&mut self, data: Value) -> Result<(), RpcError> {
+    /// A chunk over the frame limit fails alone; the stream goes on.
+    pub async fn send(&mut self, data: impl Into<Payload>) -> Result<(), RpcError> {
+        let mut data = Some(data.into());
         loop {
             let n = self.notify.notified();
             tokio::pin!(n);
             n.as_mut().enable();
-            {
+            let text = {
                 let mut s = lock(&self.peer.shared.state);
                 if let Some(err) = s.closed.clone() {
                     return Err(err);
@@ -1109,19 +1503,29 @@ impl StreamSender {
                     return Err(err);
                 }
                 if o.sent < o.granted {
-                    o.sent += 1;
-                    let seq = o.sent;
-                    drop(s);
-                    self.peer.shared.send(Frame::StreamChunk {
+                    let frame = Frame::StreamChunk {
                         v: version(),
                         id: self.id,
-                        seq,
-                        data,
-                    });
-                    return Ok(());
+                        seq: o.sent + 1,
+                        data: data.take().unwrap_or_else(Payload::null),
+                    };
+                    let text = self.peer.shared.encode(&frame)?;
+                    o.sent += 1;
+                    Some(text)
+                } else {
+                    None
                 }
+            };
+            match text {
+                Some(text) => {
+                    return self
+                        .peer
+                        .shared
+                        .send_text_wait(text, Kind::StreamChunk)
+                        .await
+                }
+                None => n.await,
             }
-            n.await;
         }
     }
 
@@ -1134,15 +1538,22 @@ impl StreamSender {
     }
 
     /// Ends the stream and waits for the receiver's result.
-    pub async fn finish(mut self) -> Result<Value, RpcError> {
+    pub async fn finish(mut self) -> Result<Payload, RpcError> {
         self.ended = true;
-        self.peer.shared.send(Frame::StreamEnd {
-            v: version(),
-            id: self.id,
-            outcome: Outcome::Ok(Value::Null),
-        });
+        let sent = self
+            .peer
+            .shared
+            .send_wait(&Frame::StreamEnd {
+                v: version(),
+                id: self.id,
+                outcome: Outcome::Ok(Payload::null()),
+            })
+            .await;
         match self.result.take() {
-            Some(call) => call.await,
+            Some(call) => {
+                sent?;
+                call.await
+            }
             None => Err(RpcError::new(codes::CANCELLED, "already finished")),
         }
     }
@@ -1150,17 +1561,19 @@ impl StreamSender {
     /// Ends the stream with an error.
     pub fn abort(mut self, err: RpcError) {
         self.ended = true;
-        self.peer.shared.send(Frame::StreamEnd {
+        let env = err.to_envelope_bounded(self.peer.shared.config.max_cause_depth);
+        let _ = self.peer.shared.send_now(&Frame::StreamEnd {
             v: version(),
             id: self.id,
-            outcome: Outcome::Err(err.to_envelope()),
+            outcome: Outcome::Err(env),
         });
         if let Some(mut call) = self.result.take() {
             call.done = true;
             let mut s = lock(&self.peer.shared.state);
-            s.calls.remove(&self.id);
+            if s.calls.remove(&self.id).is_some() {
+                s.cancelled.insert(self.id);
+            }
             s.out_streams.remove(&self.id);
-            s.cancelled.insert(self.id);
         }
     }
 }
@@ -1180,35 +1593,44 @@ pub struct StreamReceiver {
     rx: mpsc::UnboundedReceiver<StreamItem>,
     peer: Peer,
     unacked: u64,
-    last_seq: u64,
     window: u64,
     done: bool,
 }
 
 impl StreamReceiver {
     /// The next chunk; `None` after the sender's ok end; an error if the
-    /// sender aborted, cancelled or went away.
-    pub async fn next(&mut self) -> Option<Result<Value, RpcError>> {
+    /// sender aborted, cancelled, broke the protocol or went away.
+    pub async fn next(&mut self) -> Option<Result<Payload, RpcError>> {
         if self.done {
             return None;
         }
         match self.rx.recv().await {
             Some(StreamItem::Chunk(seq, data)) => {
-                self.last_seq = seq;
                 self.unacked += 1;
                 // Grant credit back in batches of half the window.
                 if self.unacked >= (self.window / 2).max(1) {
                     let credit = std::mem::take(&mut self.unacked);
-                    let mut s = lock(&self.peer.shared.state);
-                    if let Some(st) = s.in_streams.get_mut(&self.id) {
-                        st.granted += credit;
-                        drop(s);
-                        self.peer.shared.send(Frame::StreamAck {
-                            v: version(),
-                            id: self.id,
-                            ack: seq,
-                            credit,
-                        });
+                    let still = {
+                        let mut s = lock(&self.peer.shared.state);
+                        match s.in_streams.get_mut(&self.id) {
+                            Some(st) => {
+                                st.granted += credit;
+                                true
+                            }
+                            None => false,
+                        }
+                    };
+                    if still {
+                        let _ = self
+                            .peer
+                            .shared
+                            .send_wait(&Frame::StreamAck {
+                                v: version(),
+                                id: self.id,
+                                ack: seq,
+                                credit,
+                            })
+                            .await;
                     }
                 }
                 Some(Ok(data))

@@ -2,13 +2,13 @@
 
 use hostwire_worker_rpc::error::{codes, RpcError};
 use hostwire_worker_rpc::frame::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
 fn env(code: &str) -> ErrorEnvelope {
     ErrorEnvelope {
         code: code.into(),
         message: "m".into(),
-        data: Some(json!({"k": 1})),
+        data: Some(json!({"k": 1}).into()),
         cause: Some(Box::new(ErrorEnvelope::new("INNER", "i"))),
     }
 }
@@ -20,7 +20,7 @@ fn all_frames() -> Vec<Frame> {
             v: v(),
             id: 1,
             method: "echo".into(),
-            params: Some(json!({"a": [1, 2]})),
+            params: Some(json!({"a": [1, 2]}).into()),
         },
         Frame::Request {
             v: v(),
@@ -31,7 +31,7 @@ fn all_frames() -> Vec<Frame> {
         Frame::Response {
             v: v(),
             id: 1,
-            outcome: Outcome::Ok(json!("ok")),
+            outcome: Outcome::Ok(json!("ok").into()),
         },
         Frame::Response {
             v: v(),
@@ -51,24 +51,24 @@ fn all_frames() -> Vec<Frame> {
         Frame::Progress {
             v: v(),
             id: 7,
-            progress: json!({"done": 3, "total": 10}),
+            progress: json!({"done": 3, "total": 10}).into(),
         },
         Frame::StreamOpen {
             v: v(),
             id: 9,
             method: "upload".into(),
-            params: Some(json!(null)),
+            params: Some(json!(null).into()),
         },
         Frame::StreamChunk {
             v: v(),
             id: 9,
             seq: 1,
-            data: json!("chunk"),
+            data: json!("chunk").into(),
         },
         Frame::StreamEnd {
             v: v(),
             id: 9,
-            outcome: Outcome::Ok(Value::Null),
+            outcome: Outcome::Ok(Payload::null()),
         },
         Frame::StreamEnd {
             v: v(),
@@ -121,7 +121,7 @@ fn response_and_stream_end_are_discriminated_by_ok() {
         Frame::Response {
             v: "1.0.0".into(),
             id: 1,
-            outcome: Outcome::Ok(Value::Null)
+            outcome: Outcome::Ok(Payload::null())
         }
     );
     let err = parse_frame(
@@ -218,7 +218,7 @@ fn malformed_frames_name_the_field() {
     }
     // The id of a malformed request is kept, so it can be answered.
     let e = parse_frame(r#"{"v":"1.0.0","kind":"request","id":7}"#).unwrap_err();
-    assert_eq!((e.id, e.kind.as_deref()), (Some(7), Some("request")));
+    assert_eq!((e.id, e.kind), (Some(7), Some(Kind::Request)));
 }
 
 #[test]

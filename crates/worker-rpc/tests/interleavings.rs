@@ -49,7 +49,7 @@ async fn run(n: usize, ops: Vec<Op>) {
     let finished = Arc::new(Mutex::new(Vec::<i64>::new()));
     let (g, f) = (Arc::clone(&gates), Arc::clone(&finished));
     worker.register("task", move |p, ctx| {
-        let i = p.as_i64().unwrap();
+        let i = p.parse::<i64>().unwrap();
         let (tx, rx) = oneshot::channel();
         g.lock().unwrap().insert(i, tx);
         let f = Arc::clone(&f);
@@ -97,7 +97,7 @@ async fn run(n: usize, ops: Vec<Op>) {
                         let r = c.await;
                         // Answered, or cancelled first by the handler side.
                         resolved[i].push(match r {
-                            Ok(v) => Resolution::Answered(v),
+                            Ok(v) => Resolution::Answered(v.to_value().unwrap()),
                             Err(e) => panic!("call {i} failed: {e}"),
                         });
                     }
@@ -135,7 +135,7 @@ async fn run(n: usize, ops: Vec<Op>) {
     for (i, c) in calls.iter_mut().enumerate() {
         if let Some(c) = c.take() {
             match c.await {
-                Ok(v) => resolved[i].push(Resolution::Answered(v)),
+                Ok(v) => resolved[i].push(Resolution::Answered(v.to_value().unwrap())),
                 Err(e) => panic!("call {i} failed: {e}"),
             }
         }
