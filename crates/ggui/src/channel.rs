@@ -1,0 +1,1382 @@
+//! The live channel as a state machine (the quinn-proto shape): events go
+//! in through `connection_opened`, `frame_received`, `connection_closed`
+//! and the agent-side calls; what to do comes out of [`Channel::poll_output`]:
+//! frames for connections (serialized once, shared when fanned out),
+//! closes with codes, records to persist, and wake-ups for long polls.
+//! Time is the caller's `now_ms`; nothing here touches a socket or a clock.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use hostwire_core::TokenBucket;
+
+use crate::buffer::{is_reserved_channel, Ledger, StreamBuffer};
+use crate::decode::{
+    decode_client_frame, non_negative_integer, parse_stream_spec, ClientFrame, SubscribeRequest,
+    MAX_FRAME_BYTES, MAX_ID_BYTES,
+};
+use crate::frames::{
+    codes, encode_error, encode_frame, frame_types, make_error_payload, AckPayload, ActionEnvelope,
+    ChannelErrorPayload, ConsumeEventEntry, ContractErrorPayload, DrainAckPayload, ErrorPayload,
+    GguiSessionEvent, PropsUpdatePayload, ReplayPolicy, StreamChannelMode, StreamEnvelope,
+    CONTRACT_ERROR_CHANNEL, EVENT_TYPE_DATA_SUBMIT, LEDGER_UI_UPDATED, LEDGER_USER_SUBMITTED,
+};
+use crate::validate::{contract_violation, ActionSpec, EVENT_HINT, EVENT_TOOL};
+use crate::{iso_timestamp, PROTOCOL_SCHEMA_VERSION};
+
+/// The app a session belongs to when nobody names one.
+pub const DEFAULT_APP_ID: &str = "conformance";
+/// Bound on live sessions.
+pub const MAX_SESSIONS: usize = 10_000;
+/// Bound on subscribers of one session.
+pub const MAX_SUBSCRIBERS_PER_SESSION: usize = 64;
+/// Frames per second a connection may send, sustained.
+pub const RATE_LIMIT_PER_SECOND: f64 = 100.0;
+/// Frames a connection may send in a burst.
+pub const RATE_LIMIT_BURST: u32 = 200;
+/// Frames dropped in a row for the rate limit before the connection is closed (1008).
+pub const RATE_LIMITED_FRAMES_BEFORE_CLOSE: u32 = 1_000;
+/// Ledger entries retained per session (older ones pass the replay horizon).
+pub const LEDGER_MAX_EVENTS: usize = 10_000;
+/// Bytes of ledger frames retained per session.
+pub const LEDGER_MAX_BYTES: usize = 16 * 1024 * 1024;
+/// Envelopes of `all` channels kept per session.
+pub const STREAM_BUFFER_MAX: usize = 256;
+/// Bytes of buffered envelopes per session.
+pub const STREAM_BUFFER_MAX_BYTES: usize = 16 * 1024 * 1024;
+/// Actions submitted and not yet drained by the agent, per session.
+pub const MAX_PENDING_ACTIONS: usize = 1_024;
+/// Ledger entries per replay page.
+pub const REPLAY_PAGE_SIZE: usize = 100;
+/// The longest an agent's consume may wait for actions.
+pub const LONG_POLL_MAX_MS: u64 = 25_000;
+/// Channels a stream spec may declare.
+pub const MAX_STREAM_CHANNELS: usize = 256;
+/// Close code for a policy violation (auth-free flood, strict version).
+pub const CLOSE_POLICY_VIOLATION: u16 = 1008;
+/// Close code after `UPGRADE_REQUIRED` under the strict policy.
+pub const CLOSE_UPGRADE_REQUIRED: u16 = 1000;
+
+/// A long poll's wait: the requested time, at most [`LONG_POLL_MAX_MS`].
+pub fn clamp_long_poll_ms(requested_ms: Option<u64>) -> u64 {
+    requested_ms
+        .unwrap_or(LONG_POLL_MAX_MS)
+        .min(LONG_POLL_MAX_MS)
+}
+
+/// A connection, named by the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ConnId(pub u64);
+
+/// What a version mismatch does to the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionPolicy {
+    /// `UPGRADE_REQUIRED`, then close.
+    Strict,
+    /// `UPGRADE_REQUIRED`; the connection stays open.
+    Advisory,
+}
+
+/// Settings of a channel. Every bound has a default named above.
+#[derive(Debug, Clone)]
+pub struct ChannelConfig {
+    pub default_app_id: String,
+    /// The version acks advertise (an operator may override it).
+    pub advertised_version: String,
+    pub version_policy: VersionPolicy,
+    /// When set, a connection the server did not authenticate (bearer
+    /// header or `?token=`) must present it as the subscribe's `wsToken`.
+    pub ws_token: Option<String>,
+    pub max_sessions: usize,
+    pub max_subscribers_per_session: usize,
+    pub rate_per_second: f64,
+    pub rate_burst: u32,
+    pub ledger_max_events: usize,
+    pub ledger_max_bytes: usize,
+    pub stream_buffer_max: usize,
+    pub stream_buffer_max_bytes: usize,
+    pub max_pending_actions: usize,
+}
+
+impl Default for ChannelConfig {
+    fn default() -> Self {
+        Self {
+            default_app_id: DEFAULT_APP_ID.to_owned(),
+            advertised_version: PROTOCOL_SCHEMA_VERSION.to_owned(),
+            version_policy: VersionPolicy::Strict,
+            ws_token: None,
+            max_sessions: MAX_SESSIONS,
+            max_subscribers_per_session: MAX_SUBSCRIBERS_PER_SESSION,
+            rate_per_second: RATE_LIMIT_PER_SECOND,
+            rate_burst: RATE_LIMIT_BURST,
+            ledger_max_events: LEDGER_MAX_EVENTS,
+            ledger_max_bytes: LEDGER_MAX_BYTES,
+            stream_buffer_max: STREAM_BUFFER_MAX,
+            stream_buffer_max_bytes: STREAM_BUFFER_MAX_BYTES,
+            max_pending_actions: MAX_PENDING_ACTIONS,
+        }
+    }
+}
+
+/// What the server does next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Write this frame to the connection.
+    Send { conn: ConnId, frame: Arc<str> },
+    /// Close the connection with this code (after the frames before it).
+    Close {
+        conn: ConnId,
+        code: u16,
+        reason: String,
+    },
+    /// Store this record (ledgers and stream buffers survive a restart).
+    Persist(Box<Record>),
+    /// Actions arrived: wake the agent's long polls on this session.
+    ActionsAvailable { session_id: String },
+}
+
+/// What a session is, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRecord {
+    pub session_id: String,
+    pub app_id: String,
+    pub action_spec: Option<Value>,
+    pub stream_spec: Option<Value>,
+    pub host_context: Option<Map<String, Value>>,
+    pub props: Option<Map<String, Value>>,
+    pub version_override: Option<String>,
+    pub created_at_ms: u64,
+}
+
+/// A record to persist. Applying them in order rebuilds what
+/// [`Channel::restore_session`] needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    /// Insert or replace the session row.
+    Session(SessionRecord),
+    /// Append to the session's ledger.
+    LedgerEvent {
+        session_id: String,
+        event: GguiSessionEvent,
+    },
+    /// Ledger entries up to this `seq` were evicted: they may be deleted.
+    LedgerTrimmed { session_id: String, horizon: u64 },
+    /// Append to the session's stream buffer.
+    StreamEntry {
+        session_id: String,
+        envelope: StreamEnvelope,
+        policy: ReplayPolicy,
+    },
+    /// The stream `seq` advanced without a buffered entry (policy `none`).
+    StreamSeq { session_id: String, seq: u64 },
+    /// These buffered entries left the buffer: they may be deleted.
+    StreamEntriesDropped { session_id: String, seqs: Vec<u64> },
+    /// The agent drained the actions up to this ledger `seq`.
+    ActionsDrained { session_id: String, up_to: u64 },
+}
+
+/// Everything persisted about one session, to rebuild it after a restart.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RestoredSession {
+    pub record: Option<SessionRecord>,
+    /// Retained ledger entries, ascending `seq`.
+    pub ledger: Vec<GguiSessionEvent>,
+    /// The ledger's high-water mark (covers entries no longer stored).
+    pub ledger_last_sequence: u64,
+    /// Buffered stream entries, ascending `seq`.
+    pub stream: Vec<(StreamEnvelope, ReplayPolicy)>,
+    /// The last assigned stream `seq`.
+    pub stream_seq: u64,
+    /// Actions drained up to this ledger `seq`.
+    pub drained_up_to: u64,
+}
+
+/// Errors of the agent-side calls; each maps to an HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidField(String),
+    #[error("session '{0}' does not exist")]
+    SessionNotFound(String),
+    #[error("session '{session_id}' belongs to a different app than '{app_id}'")]
+    AppMismatch { session_id: String, app_id: String },
+    #[error("the server holds its limit of {0} sessions")]
+    SessionLimit(usize),
+    #[error("the frame would be {size} bytes; the limit is {limit}")]
+    PayloadTooLarge { size: usize, limit: usize },
+}
+
+impl ApiError {
+    /// The protocol's error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidField(_) => codes::INVALID_MESSAGE,
+            Self::SessionNotFound(_) => codes::SESSION_NOT_FOUND,
+            Self::AppMismatch { .. } => codes::APP_MISMATCH,
+            Self::SessionLimit(_) => codes::SESSION_CREATE_FAILED,
+            Self::PayloadTooLarge { .. } => codes::FRAME_TOO_LARGE,
+        }
+    }
+
+    /// The HTTP status an API answers with.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Self::InvalidField(_) => 400,
+            Self::SessionNotFound(_) => 404,
+            Self::AppMismatch { .. } => 409,
+            Self::SessionLimit(_) => 503,
+            Self::PayloadTooLarge { .. } => 413,
+        }
+    }
+}
+
+/// `create_session`'s input: a caller-chosen id; the rest optional.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CreateSession {
+    pub session_id: String,
+    pub app_id: Option<String>,
+    /// Action name → `{schema?, nextStep?}`.
+    pub action_spec: Option<Value>,
+    /// Channel name → `{replay?}`.
+    pub stream_spec: Option<Value>,
+    /// The version this session advertises instead of the server's.
+    pub version_override: Option<String>,
+}
+
+/// A session as the agent reads it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionView {
+    pub session_id: String,
+    pub app_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_context: Option<Map<String, Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub props: Option<Map<String, Value>>,
+    /// The ledger's last `seq`.
+    pub sequence: u64,
+    /// The stream buffer's last `seq`.
+    pub stream_seq: u64,
+    /// The version subscribers are told.
+    pub server_version: String,
+    pub subscribers: usize,
+    pub pending_actions: usize,
+}
+
+struct PendingAction {
+    seq: u64,
+    entry: ConsumeEventEntry,
+}
+
+struct Session {
+    id: String,
+    app_id: String,
+    action_spec: Option<ActionSpec>,
+    stream_spec_source: Option<Value>,
+    stream_spec: HashMap<String, ReplayPolicy>,
+    host_context: Option<Map<String, Value>>,
+    props: Option<Map<String, Value>>,
+    version_override: Option<String>,
+    created_at_ms: u64,
+    ledger: Ledger,
+    stream: StreamBuffer,
+    subscribers: Vec<ConnId>,
+    pending: VecDeque<PendingAction>,
+    drained_up_to: u64,
+}
+
+impl Session {
+    fn record(&self) -> SessionRecord {
+        SessionRecord {
+            session_id: self.id.clone(),
+            app_id: self.app_id.clone(),
+            action_spec: self.action_spec.as_ref().map(|s| s.source().clone()),
+            stream_spec: self.stream_spec_source.clone(),
+            host_context: self.host_context.clone(),
+            props: self.props.clone(),
+            version_override: self.version_override.clone(),
+            created_at_ms: self.created_at_ms,
+        }
+    }
+
+    fn policy_of(&self, channel: &str) -> ReplayPolicy {
+        if is_reserved_channel(channel) {
+            return ReplayPolicy::All;
+        }
+        self.stream_spec.get(channel).copied().unwrap_or_default()
+    }
+}
+
+struct Conn {
+    subscribed: Option<String>,
+    authenticated: bool,
+    bucket: TokenBucket,
+    limited_in_row: u32,
+    closing: bool,
+}
+
+/// The live channel: every session and connection of one server.
+pub struct Channel {
+    config: ChannelConfig,
+    sessions: HashMap<String, Session>,
+    conns: HashMap<ConnId, Conn>,
+    outputs: VecDeque<Output>,
+}
+
+fn parse_action_spec(spec: Option<&Value>) -> Result<Option<ActionSpec>, ApiError> {
+    spec.map(ActionSpec::from_json)
+        .transpose()
+        .map_err(ApiError::InvalidField)
+}
+
+fn parse_stream_policies(spec: Option<&Value>) -> Result<HashMap<String, ReplayPolicy>, ApiError> {
+    let Some(spec) = spec else {
+        return Ok(HashMap::new());
+    };
+    let parsed = parse_stream_spec(spec).map_err(ApiError::InvalidField)?;
+    if parsed.len() > MAX_STREAM_CHANNELS {
+        return Err(ApiError::InvalidField(format!(
+            "streamSpec declares more than {MAX_STREAM_CHANNELS} channels"
+        )));
+    }
+    Ok(parsed.into_iter().collect())
+}
+
+fn check_id(field: &str, id: &str) -> Result<(), ApiError> {
+    if id.is_empty() || id.len() > MAX_ID_BYTES {
+        return Err(ApiError::InvalidField(format!(
+            "{field} must be 1 to {MAX_ID_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+impl Channel {
+    pub fn new(config: ChannelConfig) -> Self {
+        Self {
+            config,
+            sessions: HashMap::new(),
+            conns: HashMap::new(),
+            outputs: VecDeque::new(),
+        }
+    }
+
+    pub fn config(&self) -> &ChannelConfig {
+        &self.config
+    }
+
+    /// The next thing to do, in order.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// Outputs waiting to be polled.
+    pub fn pending_outputs(&self) -> usize {
+        self.outputs.len()
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn connection_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    fn send(&mut self, conn: ConnId, frame: Arc<str>) {
+        self.outputs.push_back(Output::Send { conn, frame });
+    }
+
+    fn send_error(&mut self, conn: ConnId, payload: ErrorPayload, request_id: Option<&str>) {
+        let frame = encode_error(&payload, request_id);
+        self.send(conn, frame);
+    }
+
+    fn error(
+        &mut self,
+        conn: ConnId,
+        code: &str,
+        message: impl Into<String>,
+        request_id: Option<&str>,
+    ) {
+        self.send_error(conn, make_error_payload(code, message, None), request_id);
+    }
+
+    fn close(&mut self, conn: ConnId, code: u16, reason: &str) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.closing = true;
+        }
+        self.outputs.push_back(Output::Close {
+            conn,
+            code,
+            reason: reason.to_owned(),
+        });
+    }
+
+    fn persist(&mut self, record: Record) {
+        self.outputs.push_back(Output::Persist(Box::new(record)));
+    }
+
+    fn advertised(&self, session: Option<&Session>) -> String {
+        session
+            .and_then(|s| s.version_override.clone())
+            .unwrap_or_else(|| self.config.advertised_version.clone())
+    }
+
+    // ----- connections ---------------------------------------------------
+
+    /// A WebSocket was accepted. `authenticated`: the server verified a
+    /// bearer token (or none is configured).
+    pub fn connection_opened(&mut self, conn: ConnId, now_ms: u64, authenticated: bool) {
+        self.conns.insert(
+            conn,
+            Conn {
+                subscribed: None,
+                authenticated: authenticated || self.config.ws_token.is_none(),
+                bucket: TokenBucket::new(
+                    self.config.rate_per_second,
+                    self.config.rate_burst,
+                    now_ms,
+                ),
+                limited_in_row: 0,
+                closing: false,
+            },
+        );
+    }
+
+    /// The connection is gone.
+    pub fn connection_closed(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.remove(&conn) {
+            if let Some(sid) = c.subscribed {
+                if let Some(s) = self.sessions.get_mut(&sid) {
+                    s.subscribers.retain(|&c| c != conn);
+                }
+            }
+        }
+    }
+
+    /// One frame (text message) from a connection.
+    pub fn frame_received(&mut self, conn: ConnId, bytes: &[u8], now_ms: u64) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.closing {
+            return;
+        }
+        if !c.bucket.try_take(now_ms) {
+            c.limited_in_row += 1;
+            let n = c.limited_in_row;
+            if n == 1 {
+                let message = format!(
+                    "more than {} frames per second (burst {}); frames are dropped until the rate falls",
+                    self.config.rate_per_second, self.config.rate_burst
+                );
+                self.error(conn, codes::RATE_LIMITED, message, None);
+            }
+            if n >= RATE_LIMITED_FRAMES_BEFORE_CLOSE {
+                self.close(conn, CLOSE_POLICY_VIOLATION, "rate limit exceeded");
+            }
+            return;
+        }
+        c.limited_in_row = 0;
+        let subscribed = c.subscribed.is_some();
+        let frame = match decode_client_frame(bytes, subscribed) {
+            Ok(f) => f,
+            Err(e) => {
+                self.error(conn, e.code, e.message, e.request_id.as_deref());
+                if let Some(code) = e.close {
+                    self.close(conn, code, e.code);
+                }
+                return;
+            }
+        };
+        self.handle_frame(conn, frame, now_ms);
+    }
+
+    /// A frame already decoded (tests and fuzzing drive this too).
+    pub fn handle_frame(&mut self, conn: ConnId, frame: ClientFrame, now_ms: u64) {
+        match frame {
+            ClientFrame::Subscribe {
+                request_id,
+                payload,
+            } => self.on_subscribe(conn, payload, request_id.as_deref(), now_ms),
+            ClientFrame::Ping { request_id } => {
+                let frame = encode_frame(frame_types::PONG, &json!({}), request_id.as_deref());
+                self.send(conn, frame);
+            }
+            ClientFrame::Action {
+                request_id,
+                envelope,
+            } => self.on_action(conn, envelope, request_id.as_deref(), now_ms),
+            ClientFrame::HostContextObserved {
+                request_id,
+                session_id,
+                host_context,
+            } => {
+                let Some(sid) = self.subscribed_to(
+                    conn,
+                    &session_id,
+                    "host_context_observed",
+                    request_id.as_deref(),
+                ) else {
+                    return;
+                };
+                if let Some(s) = self.sessions.get_mut(&sid) {
+                    // Idempotent overwrite, no merge.
+                    s.host_context = Some(host_context);
+                    let record = s.record();
+                    self.persist(Record::Session(record));
+                }
+            }
+            ClientFrame::ChannelSubscribe {
+                request_id,
+                session_id,
+                channel_name,
+            } => {
+                let Some(sid) = self.subscribed_to(
+                    conn,
+                    &session_id,
+                    "channel_subscribe",
+                    request_id.as_deref(),
+                ) else {
+                    return;
+                };
+                let payload = ChannelErrorPayload {
+                    session_id: sid,
+                    message: format!("channel '{channel_name}' has no source tool on this server"),
+                    channel_name,
+                    code: codes::CHANNEL_UNKNOWN.to_owned(),
+                    details: None,
+                };
+                let frame =
+                    encode_frame(frame_types::CHANNEL_ERROR, &payload, request_id.as_deref());
+                self.send(conn, frame);
+            }
+            // Idempotent; nothing is polled, so nothing to stop.
+            ClientFrame::ChannelUnsubscribe { .. } => {}
+        }
+    }
+
+    /// The session a connection is subscribed to, if it is `session_id`;
+    /// otherwise answers `NOT_SUBSCRIBED` / `SESSION_MISMATCH`.
+    fn subscribed_to(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        what: &str,
+        request_id: Option<&str>,
+    ) -> Option<String> {
+        let subscribed = self.conns.get(&conn).and_then(|c| c.subscribed.clone());
+        match subscribed {
+            None => {
+                self.error(
+                    conn,
+                    codes::NOT_SUBSCRIBED,
+                    format!("subscribe before sending {what}"),
+                    request_id,
+                );
+                None
+            }
+            Some(sid) if sid != session_id => {
+                self.error(
+                    conn,
+                    codes::SESSION_MISMATCH,
+                    format!(
+                        "payload.sessionId '{session_id}' is not the subscribed session '{sid}'"
+                    ),
+                    request_id,
+                );
+                None
+            }
+            Some(sid) => {
+                if self.sessions.contains_key(&sid) {
+                    Some(sid)
+                } else {
+                    self.error(
+                        conn,
+                        codes::SESSION_NOT_FOUND,
+                        format!("session '{sid}' no longer exists"),
+                        request_id,
+                    );
+                    None
+                }
+            }
+        }
+    }
+
+    fn on_subscribe(
+        &mut self,
+        conn: ConnId,
+        p: SubscribeRequest,
+        request_id: Option<&str>,
+        now_ms: u64,
+    ) {
+        // 1. Version handshake.
+        let advertised = self.advertised(self.sessions.get(&p.session_id));
+        if let Some(versions) = &p.supported_versions {
+            if !versions.contains(&advertised) {
+                let policy = match self.config.version_policy {
+                    VersionPolicy::Strict => "reject",
+                    VersionPolicy::Advisory => "advisory",
+                };
+                let mut payload = make_error_payload(
+                    codes::UPGRADE_REQUIRED,
+                    format!(
+                        "server advertises '{advertised}'; client supports [{}]",
+                        versions.join(", ")
+                    ),
+                    Some(json!({
+                        "serverVersion": advertised,
+                        "clientSupportedVersions": versions,
+                        "policy": policy,
+                    })),
+                );
+                payload.server_version = Some(advertised);
+                self.send_error(conn, payload, request_id);
+                if self.config.version_policy == VersionPolicy::Strict {
+                    self.close(conn, CLOSE_UPGRADE_REQUIRED, codes::UPGRADE_REQUIRED);
+                }
+                return;
+            }
+        }
+        // 2. Authentication.
+        let authenticated = self.conns.get(&conn).is_some_and(|c| c.authenticated);
+        if !authenticated {
+            let ok = match (&self.config.ws_token, &p.ws_token) {
+                (Some(expected), Some(given)) => bool::from(subtle::ConstantTimeEq::ct_eq(
+                    expected.as_bytes(),
+                    given.as_bytes(),
+                )),
+                _ => false,
+            };
+            if !ok {
+                let message = if p.ws_token.is_some() {
+                    "payload.wsToken is not valid"
+                } else {
+                    "this server needs a bearer token or payload.wsToken"
+                };
+                self.error(conn, codes::UNAUTHENTICATED, message, request_id);
+                return;
+            }
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.authenticated = true;
+            }
+        }
+        // 3. Tenancy: an existing session must belong to the app named (or
+        // to the default app); an unknown one is provisioned for it.
+        let app_id = p
+            .app_id
+            .clone()
+            .unwrap_or_else(|| self.config.default_app_id.clone());
+        match self.sessions.get(&p.session_id) {
+            Some(s) if s.app_id != app_id => {
+                let message = format!("GguiSession {} belongs to a different app", p.session_id);
+                self.error(conn, codes::APP_MISMATCH, message, request_id);
+                return;
+            }
+            Some(_) => {}
+            None => {
+                if let Err(e) = self.insert_session(
+                    &p.session_id,
+                    &app_id,
+                    None,
+                    HashMap::new(),
+                    None,
+                    None,
+                    now_ms,
+                ) {
+                    self.error(
+                        conn,
+                        codes::SESSION_CREATE_FAILED,
+                        e.to_string(),
+                        request_id,
+                    );
+                    return;
+                }
+            }
+        }
+        // 4. The subscriber bound.
+        let previous = self.conns.get(&conn).and_then(|c| c.subscribed.clone());
+        let max_subscribers = self.config.max_subscribers_per_session;
+        let Some(session) = self.sessions.get_mut(&p.session_id) else {
+            return;
+        };
+        if !session.subscribers.contains(&conn) {
+            if session.subscribers.len() >= max_subscribers {
+                let message = format!(
+                    "session {} has its limit of {max_subscribers} subscribers",
+                    p.session_id
+                );
+                self.error(conn, codes::TOO_MANY_SUBSCRIBERS, message, request_id);
+                return;
+            }
+            session.subscribers.push(conn);
+        }
+        // 5. Ack, then ledger replay, then stream replay; the live tail follows.
+        let (stream_frames, truncated) =
+            session.stream.replay(p.from_seq, |c| session.policy_of(c));
+        let ack = AckPayload {
+            sequence: session.ledger.last_sequence(),
+            timestamp: now_ms,
+            session: None,
+            stream_seq: Some(session.stream.current_seq()),
+            server_version: Some(advertised.clone()),
+            replay_truncated: truncated.then_some(true),
+            session_token: None,
+        };
+        let mut frames = vec![encode_frame(frame_types::ACK, &ack, request_id)];
+        let mut trailing_error = None;
+        if let Some(raw) = &p.since_sequence {
+            match non_negative_integer(raw) {
+                None => {
+                    trailing_error = Some(make_error_payload(
+                        codes::INVALID_SINCE_SEQUENCE,
+                        "payload.sinceSequence must be a non-negative integer",
+                        None,
+                    ));
+                }
+                Some(since) => {
+                    let (last, horizon) =
+                        (session.ledger.last_sequence(), session.ledger.horizon());
+                    if since > last || since < horizon {
+                        trailing_error = Some(make_error_payload(
+                            codes::REPLAY_HORIZON_PASSED,
+                            format!(
+                                "cursor {since} is outside replayable range [{horizon}, {last}]"
+                            ),
+                            Some(json!({ "currentSequence": last })),
+                        ));
+                    } else {
+                        // Pages of REPLAY_PAGE_SIZE, in seq order.
+                        let mut cursor = since;
+                        loop {
+                            let before = frames.len();
+                            for e in session.ledger.page(cursor, REPLAY_PAGE_SIZE) {
+                                frames.push(e.frame.clone());
+                                cursor = e.event.seq;
+                            }
+                            if frames.len() - before < REPLAY_PAGE_SIZE {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for f in frames {
+            self.send(conn, f);
+        }
+        if let Some(e) = trailing_error {
+            self.send_error(conn, e, request_id);
+        }
+        for f in stream_frames {
+            self.send(conn, f);
+        }
+        if let Some(prev) = previous.filter(|prev| *prev != p.session_id) {
+            if let Some(s) = self.sessions.get_mut(&prev) {
+                s.subscribers.retain(|&c| c != conn);
+            }
+        }
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.subscribed = Some(p.session_id);
+        }
+    }
+
+    fn on_action(
+        &mut self,
+        conn: ConnId,
+        mut envelope: ActionEnvelope,
+        request_id: Option<&str>,
+        now_ms: u64,
+    ) {
+        let Some(sid) =
+            self.subscribed_to(conn, &envelope.session_id.clone(), "action", request_id)
+        else {
+            return;
+        };
+        let max_pending = self.config.max_pending_actions;
+        let Some(session) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        if envelope.event_type == EVENT_TYPE_DATA_SUBMIT {
+            if let Some(spec) = &session.action_spec {
+                let result = spec.validate_action_data(envelope.payload.as_ref());
+                if !result.valid() {
+                    let (message, details) =
+                        contract_violation(EVENT_TOOL, &result.violations, EVENT_HINT);
+                    let payload =
+                        make_error_payload(codes::CONTRACT_VIOLATION, message, Some(details));
+                    self.send_error(conn, payload, request_id);
+                    return;
+                }
+                // The server, not the client, names the tool an action routes to.
+                if let Some(Value::Object(p)) = envelope.payload.as_mut() {
+                    let action = p
+                        .get("action")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned();
+                    if let Some(tool) = spec.next_step(&action) {
+                        p.insert("tool".into(), Value::String(tool.to_owned()));
+                    }
+                }
+            }
+        }
+        if session.pending.len() >= max_pending {
+            let message = format!("session {sid} has {max_pending} actions the agent has not drained; action not appended");
+            self.error(conn, codes::APPEND_FAILED, message, request_id);
+            return;
+        }
+        let timestamp = iso_timestamp(now_ms);
+        let data = serde_json::to_value(&envelope).unwrap_or(Value::Null);
+        let (entry, trimmed) =
+            session
+                .ledger
+                .append(LEDGER_USER_SUBMITTED, timestamp.clone(), data);
+        let seq = entry.event.seq;
+        let payload = envelope.payload.as_ref();
+        let intent = payload
+            .and_then(|p| p.get("action"))
+            .and_then(Value::as_str)
+            .unwrap_or(&envelope.event_type)
+            .to_owned();
+        let mut ui_context = Map::new();
+        if let Some(tool) = payload.and_then(|p| p.get("tool")) {
+            ui_context.insert("tool".into(), tool.clone());
+        }
+        session.pending.push_back(PendingAction {
+            seq,
+            entry: ConsumeEventEntry {
+                entry_type: "action".into(),
+                stack_item_id: envelope.stack_item_id.clone().unwrap_or_default(),
+                intent,
+                action_data: payload
+                    .and_then(|p| p.get("data"))
+                    .cloned()
+                    .unwrap_or(Value::Null),
+                ui_context,
+                action_id: seq.to_string(),
+                fired_at: timestamp,
+            },
+        });
+        let horizon = session.ledger.horizon();
+        self.persist(Record::LedgerEvent {
+            session_id: sid.clone(),
+            event: entry.event,
+        });
+        if trimmed {
+            self.persist(Record::LedgerTrimmed {
+                session_id: sid.clone(),
+                horizon,
+            });
+        }
+        let ack = AckPayload {
+            sequence: seq,
+            timestamp: now_ms,
+            session: None,
+            stream_seq: None,
+            server_version: None,
+            replay_truncated: None,
+            session_token: None,
+        };
+        let frame = encode_frame(frame_types::ACK, &ack, request_id);
+        self.send(conn, frame);
+        self.outputs
+            .push_back(Output::ActionsAvailable { session_id: sid });
+    }
+
+    // ----- the agent's side ----------------------------------------------
+
+    #[allow(clippy::too_many_arguments)]
+    fn insert_session(
+        &mut self,
+        id: &str,
+        app_id: &str,
+        action_spec: Option<ActionSpec>,
+        stream_spec: HashMap<String, ReplayPolicy>,
+        stream_spec_source: Option<Value>,
+        version_override: Option<String>,
+        now_ms: u64,
+    ) -> Result<(), ApiError> {
+        if self.sessions.len() >= self.config.max_sessions {
+            return Err(ApiError::SessionLimit(self.config.max_sessions));
+        }
+        let session = Session {
+            id: id.to_owned(),
+            app_id: app_id.to_owned(),
+            action_spec,
+            stream_spec_source,
+            stream_spec,
+            host_context: None,
+            props: None,
+            version_override,
+            created_at_ms: now_ms,
+            ledger: Ledger::new(self.config.ledger_max_events, self.config.ledger_max_bytes),
+            stream: StreamBuffer::new(
+                self.config.stream_buffer_max,
+                self.config.stream_buffer_max_bytes,
+            ),
+            subscribers: Vec::new(),
+            pending: VecDeque::new(),
+            drained_up_to: 0,
+        };
+        let record = session.record();
+        self.sessions.insert(id.to_owned(), session);
+        self.persist(Record::Session(record));
+        Ok(())
+    }
+
+    /// Creates a session with a caller-chosen id, or updates it: the call
+    /// is idempotent. Returns whether it was created. A session belongs to
+    /// `app_id` or, when none is given, to the default app; naming another
+    /// app than an existing session's is `APP_MISMATCH`.
+    pub fn create_session(&mut self, req: CreateSession, now_ms: u64) -> Result<bool, ApiError> {
+        check_id("sessionId", &req.session_id)?;
+        if let Some(app) = &req.app_id {
+            check_id("appId", app)?;
+        }
+        if let Some(v) = &req.version_override {
+            check_id("versionOverride", v)?;
+        }
+        let spec = parse_action_spec(req.action_spec.as_ref())?;
+        let streams = parse_stream_policies(req.stream_spec.as_ref())?;
+        let app_id = req
+            .app_id
+            .clone()
+            .unwrap_or_else(|| self.config.default_app_id.clone());
+        if let Some(s) = self.sessions.get_mut(&req.session_id) {
+            if s.app_id != app_id {
+                return Err(ApiError::AppMismatch {
+                    session_id: req.session_id,
+                    app_id,
+                });
+            }
+            if spec.is_some() {
+                s.action_spec = spec;
+            }
+            if req.stream_spec.is_some() {
+                s.stream_spec = streams;
+                s.stream_spec_source = req.stream_spec;
+            }
+            if req.version_override.is_some() {
+                s.version_override = req.version_override;
+            }
+            let record = s.record();
+            self.persist(Record::Session(record));
+            return Ok(false);
+        }
+        self.insert_session(
+            &req.session_id,
+            &app_id,
+            spec,
+            streams,
+            req.stream_spec,
+            req.version_override,
+            now_ms,
+        )?;
+        Ok(true)
+    }
+
+    /// Sets (or clears) the version a session advertises.
+    pub fn set_version_override(
+        &mut self,
+        session_id: &str,
+        version: Option<String>,
+    ) -> Result<(), ApiError> {
+        if let Some(v) = &version {
+            check_id("versionOverride", v)?;
+        }
+        let s = self
+            .sessions
+            .get_mut(session_id)
+            .ok_or_else(|| ApiError::SessionNotFound(session_id.to_owned()))?;
+        s.version_override = version;
+        let record = s.record();
+        self.persist(Record::Session(record));
+        Ok(())
+    }
+
+    /// Emits a stream envelope on a channel: assigns the session's next
+    /// `seq`, keeps it per the channel's replay policy, and fans the frame
+    /// (serialized once) out to every subscriber.
+    pub fn emit(
+        &mut self,
+        session_id: &str,
+        channel: &str,
+        mode: StreamChannelMode,
+        payload: Value,
+        complete: Option<bool>,
+    ) -> Result<StreamEnvelope, ApiError> {
+        check_id("channel", channel)?;
+        let advertised = self.advertised(self.sessions.get(session_id));
+        let s = self
+            .sessions
+            .get_mut(session_id)
+            .ok_or_else(|| ApiError::SessionNotFound(session_id.to_owned()))?;
+        let envelope = StreamEnvelope {
+            session_id: session_id.to_owned(),
+            channel: channel.to_owned(),
+            mode,
+            payload,
+            complete,
+            seq: Some(s.stream.next_seq()),
+            schema_version: Some(advertised),
+        };
+        let size = hostwire_core::json::json_size(&envelope.payload);
+        if size > MAX_FRAME_BYTES {
+            return Err(ApiError::PayloadTooLarge {
+                size,
+                limit: MAX_FRAME_BYTES,
+            });
+        }
+        let policy = s.policy_of(channel);
+        let recorded = s.stream.record(envelope, policy);
+        let subscribers = s.subscribers.clone();
+        let seq = recorded.entry.seq();
+        for conn in subscribers {
+            self.send(conn, recorded.entry.frame.clone());
+        }
+        let sid = session_id.to_owned();
+        if recorded.buffered {
+            self.persist(Record::StreamEntry {
+                session_id: sid.clone(),
+                envelope: recorded.entry.envelope.clone(),
+                policy: recorded.entry.policy,
+            });
+        } else {
+            self.persist(Record::StreamSeq {
+                session_id: sid.clone(),
+                seq,
+            });
+        }
+        if !recorded.dropped.is_empty() {
+            self.persist(Record::StreamEntriesDropped {
+                session_id: sid,
+                seqs: recorded.dropped,
+            });
+        }
+        Ok(recorded.entry.envelope)
+    }
+
+    /// Delivers a `ContractErrorPayload` on `_ggui:contract-error`.
+    pub fn emit_contract_error(
+        &mut self,
+        session_id: &str,
+        payload: &ContractErrorPayload,
+    ) -> Result<StreamEnvelope, ApiError> {
+        let value = serde_json::to_value(payload).unwrap_or(Value::Null);
+        self.emit(
+            session_id,
+            CONTRACT_ERROR_CHANNEL,
+            StreamChannelMode::Append,
+            value,
+            None,
+        )
+    }
+
+    /// Replaces the session's props: a `props_update` frame to every
+    /// subscriber and a `ui.updated` ledger entry. Returns its `seq`.
+    pub fn push_props(
+        &mut self,
+        session_id: &str,
+        props: Map<String, Value>,
+        epoch: Option<u64>,
+        now_ms: u64,
+    ) -> Result<u64, ApiError> {
+        let s = self
+            .sessions
+            .get_mut(session_id)
+            .ok_or_else(|| ApiError::SessionNotFound(session_id.to_owned()))?;
+        let payload = PropsUpdatePayload {
+            session_id: session_id.to_owned(),
+            props,
+            epoch,
+        };
+        let frame = encode_frame(frame_types::PROPS_UPDATE, &payload, None);
+        if frame.len() > MAX_FRAME_BYTES {
+            return Err(ApiError::PayloadTooLarge {
+                size: frame.len(),
+                limit: MAX_FRAME_BYTES,
+            });
+        }
+        let data = serde_json::to_value(&payload).unwrap_or(Value::Null);
+        let (entry, trimmed) = s
+            .ledger
+            .append(LEDGER_UI_UPDATED, iso_timestamp(now_ms), data);
+        s.props = Some(payload.props);
+        let subscribers = s.subscribers.clone();
+        let record = s.record();
+        let horizon = s.ledger.horizon();
+        let seq = entry.event.seq;
+        for conn in subscribers {
+            self.send(conn, frame.clone());
+        }
+        self.persist(Record::Session(record));
+        self.persist(Record::LedgerEvent {
+            session_id: session_id.to_owned(),
+            event: entry.event,
+        });
+        if trimmed {
+            self.persist(Record::LedgerTrimmed {
+                session_id: session_id.to_owned(),
+                horizon,
+            });
+        }
+        Ok(seq)
+    }
+
+    /// Actions submitted and not yet drained, oldest first, at most `max`.
+    /// Nothing is removed: the agent drains what it handled with
+    /// [`Channel::drain_actions`], so a crash between the two loses nothing.
+    pub fn pending_actions(
+        &self,
+        session_id: &str,
+        max: usize,
+    ) -> Result<Vec<ConsumeEventEntry>, ApiError> {
+        let s = self
+            .sessions
+            .get(session_id)
+            .ok_or_else(|| ApiError::SessionNotFound(session_id.to_owned()))?;
+        Ok(s.pending
+            .iter()
+            .take(max)
+            .map(|p| p.entry.clone())
+            .collect())
+    }
+
+    /// Removes the pending actions up to ledger `seq` `up_to` (the last
+    /// `actionId` handled) and tells subscribers with one `drain_ack`
+    /// each. Returns how many were drained.
+    pub fn drain_actions(
+        &mut self,
+        session_id: &str,
+        up_to: u64,
+        now_ms: u64,
+    ) -> Result<usize, ApiError> {
+        let s = self
+            .sessions
+            .get_mut(session_id)
+            .ok_or_else(|| ApiError::SessionNotFound(session_id.to_owned()))?;
+        let mut frames = Vec::new();
+        let drained_at = iso_timestamp(now_ms);
+        while s.pending.front().is_some_and(|p| p.seq <= up_to) {
+            if let Some(p) = s.pending.pop_front() {
+                let ack = DrainAckPayload {
+                    app_id: s.app_id.clone(),
+                    session_id: s.id.clone(),
+                    event_id: p.entry.action_id,
+                    drained_at: drained_at.clone(),
+                };
+                frames.push(encode_frame(frame_types::DRAIN_ACK, &ack, None));
+            }
+        }
+        let n = frames.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        s.drained_up_to = s.drained_up_to.max(up_to);
+        let drained = s.drained_up_to;
+        let subscribers = s.subscribers.clone();
+        for f in frames {
+            for &conn in &subscribers {
+                self.send(conn, f.clone());
+            }
+        }
+        self.persist(Record::ActionsDrained {
+            session_id: session_id.to_owned(),
+            up_to: drained,
+        });
+        Ok(n)
+    }
+
+    /// [`Channel::pending_actions`] then [`Channel::drain_actions`] of what was returned.
+    pub fn consume_actions(
+        &mut self,
+        session_id: &str,
+        max: usize,
+        now_ms: u64,
+    ) -> Result<Vec<ConsumeEventEntry>, ApiError> {
+        let entries = self.pending_actions(session_id, max)?;
+        if let Some(last) = entries.last().and_then(|e| e.action_id.parse::<u64>().ok()) {
+            self.drain_actions(session_id, last, now_ms)?;
+        }
+        Ok(entries)
+    }
+
+    /// A session as the agent reads it.
+    pub fn read_session(&self, session_id: &str) -> Option<SessionView> {
+        let s = self.sessions.get(session_id)?;
+        Some(SessionView {
+            session_id: s.id.clone(),
+            app_id: s.app_id.clone(),
+            host_context: s.host_context.clone(),
+            props: s.props.clone(),
+            sequence: s.ledger.last_sequence(),
+            stream_seq: s.stream.current_seq(),
+            server_version: self.advertised(Some(s)),
+            subscribers: s.subscribers.len(),
+            pending_actions: s.pending.len(),
+        })
+    }
+
+    /// Rebuilds a session from its persisted records (after a restart),
+    /// before any connection is accepted. Pending actions are the retained
+    /// `user.submitted` entries after the drained cursor.
+    pub fn restore_session(&mut self, restored: RestoredSession) -> Result<(), ApiError> {
+        let Some(record) = restored.record else {
+            return Err(ApiError::InvalidField(
+                "restored session has no session record".into(),
+            ));
+        };
+        check_id("sessionId", &record.session_id)?;
+        let spec = parse_action_spec(record.action_spec.as_ref())?;
+        let streams = parse_stream_policies(record.stream_spec.as_ref())?;
+        let mut ledger = Ledger::new(self.config.ledger_max_events, self.config.ledger_max_bytes);
+        let mut pending = VecDeque::new();
+        for event in restored.ledger {
+            if event.event_type == LEDGER_USER_SUBMITTED && event.seq > restored.drained_up_to {
+                let env: Option<ActionEnvelope> = serde_json::from_value(event.data.clone()).ok();
+                if let Some(env) = env {
+                    let payload = env.payload.as_ref();
+                    let mut ui_context = Map::new();
+                    if let Some(tool) = payload.and_then(|p| p.get("tool")) {
+                        ui_context.insert("tool".into(), tool.clone());
+                    }
+                    pending.push_back(PendingAction {
+                        seq: event.seq,
+                        entry: ConsumeEventEntry {
+                            entry_type: "action".into(),
+                            stack_item_id: env.stack_item_id.clone().unwrap_or_default(),
+                            intent: payload
+                                .and_then(|p| p.get("action"))
+                                .and_then(Value::as_str)
+                                .unwrap_or(&env.event_type)
+                                .to_owned(),
+                            action_data: payload
+                                .and_then(|p| p.get("data"))
+                                .cloned()
+                                .unwrap_or(Value::Null),
+                            ui_context,
+                            action_id: event.seq.to_string(),
+                            fired_at: event.timestamp.clone(),
+                        },
+                    });
+                }
+            }
+            ledger.restore(event).map_err(ApiError::InvalidField)?;
+        }
+        ledger.restore_last_sequence(restored.ledger_last_sequence);
+        let mut stream = StreamBuffer::new(
+            self.config.stream_buffer_max,
+            self.config.stream_buffer_max_bytes,
+        );
+        for (envelope, policy) in restored.stream {
+            stream
+                .restore(envelope, policy)
+                .map_err(ApiError::InvalidField)?;
+        }
+        stream.restore_seq(restored.stream_seq);
+        while pending.len() > self.config.max_pending_actions {
+            pending.pop_front();
+        }
+        if !self.sessions.contains_key(&record.session_id)
+            && self.sessions.len() >= self.config.max_sessions
+        {
+            return Err(ApiError::SessionLimit(self.config.max_sessions));
+        }
+        let session = Session {
+            id: record.session_id.clone(),
+            app_id: record.app_id,
+            action_spec: spec,
+            stream_spec_source: record.stream_spec,
+            stream_spec: streams,
+            host_context: record.host_context,
+            props: record.props,
+            version_override: record.version_override,
+            created_at_ms: record.created_at_ms,
+            ledger,
+            stream,
+            subscribers: Vec::new(),
+            pending,
+            drained_up_to: restored.drained_up_to,
+        };
+        self.sessions.insert(record.session_id, session);
+        Ok(())
+    }
+
+    /// Folds persisted records (in the order they were output) into the
+    /// per-session input of [`Channel::restore_session`]. A store may
+    /// instead keep rows and build [`RestoredSession`] itself.
+    pub fn fold_records(records: impl IntoIterator<Item = Record>) -> Vec<RestoredSession> {
+        let mut by_id: HashMap<String, RestoredSession> = HashMap::new();
+        let mut order: Vec<String> = Vec::new();
+        fn slot<'a>(
+            by_id: &'a mut HashMap<String, RestoredSession>,
+            order: &mut Vec<String>,
+            id: &str,
+        ) -> &'a mut RestoredSession {
+            if !by_id.contains_key(id) {
+                order.push(id.to_owned());
+            }
+            by_id.entry(id.to_owned()).or_default()
+        }
+        for r in records {
+            match r {
+                Record::Session(rec) => {
+                    let id = rec.session_id.clone();
+                    slot(&mut by_id, &mut order, &id).record = Some(rec);
+                }
+                Record::LedgerEvent { session_id, event } => {
+                    let s = slot(&mut by_id, &mut order, &session_id);
+                    s.ledger_last_sequence = s.ledger_last_sequence.max(event.seq);
+                    s.ledger.push(event);
+                }
+                Record::LedgerTrimmed {
+                    session_id,
+                    horizon,
+                } => {
+                    slot(&mut by_id, &mut order, &session_id)
+                        .ledger
+                        .retain(|e| e.seq > horizon);
+                }
+                Record::StreamEntry {
+                    session_id,
+                    envelope,
+                    policy,
+                } => {
+                    let s = slot(&mut by_id, &mut order, &session_id);
+                    s.stream_seq = s.stream_seq.max(envelope.seq.unwrap_or(0));
+                    s.stream.push((envelope, policy));
+                }
+                Record::StreamSeq { session_id, seq } => {
+                    let s = slot(&mut by_id, &mut order, &session_id);
+                    s.stream_seq = s.stream_seq.max(seq);
+                }
+                Record::StreamEntriesDropped { session_id, seqs } => {
+                    slot(&mut by_id, &mut order, &session_id)
+                        .stream
+                        .retain(|(e, _)| !seqs.contains(&e.seq.unwrap_or(0)));
+                }
+                Record::ActionsDrained { session_id, up_to } => {
+                    let s = slot(&mut by_id, &mut order, &session_id);
+                    s.drained_up_to = s.drained_up_to.max(up_to);
+                }
+            }
+        }
+        order
+            .into_iter()
+            .filter_map(|id| by_id.remove(&id))
+            .collect()
+    }
+
+    /// Subscribers of a session (for metrics and tests).
+    pub fn subscriber_count(&self, session_id: &str) -> usize {
+        self.sessions
+            .get(session_id)
+            .map_or(0, |s| s.subscribers.len())
+    }
+}
