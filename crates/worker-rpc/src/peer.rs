@@ -474,9 +474,10 @@ impl Shared {
         });
     }
 
-    /// Fails one of this side's calls (and its stream), tells the peer to
-    /// stop with `cancel`, and expects its late response.
-    fn fail_call(&self, id: Id, err: RpcError) -> bool {
+    /// Fails one of this side's calls (and its stream). Unless the peer
+    /// has already answered it (`answered`), tells the peer to stop with
+    /// `cancel` and expects its late response.
+    fn fail_call(&self, id: Id, err: RpcError, answered: bool) -> bool {
         let mut s = lock(&self.state);
         let Some(call) = s.calls.remove(&id) else {
             return false;
@@ -485,9 +486,14 @@ impl Shared {
             o.notify.notify_waiters();
             o.notify.notify_one();
         }
-        s.cancelled.insert(id);
+        if !answered {
+            s.cancelled.insert(id);
+        }
         drop(s);
         let _ = call.reply.send(Err(err));
+        if answered {
+            return true;
+        }
         let _ = self.send_now(&Frame::Cancel {
             v: version(),
             id,
@@ -1034,8 +1040,12 @@ async fn malformed(peer: &Peer, e: FrameError) -> bool {
             }
             true
         }
-        (Some(Kind::Response | Kind::Progress | Kind::StreamAck), Some(id)) => {
-            shared.fail_call(id, err);
+        (Some(Kind::Response), Some(id)) => {
+            shared.fail_call(id, err, true);
+            true
+        }
+        (Some(Kind::Progress | Kind::StreamAck), Some(id)) => {
+            shared.fail_call(id, err, false);
             true
         }
         (Some(Kind::Cancel | Kind::StreamChunk | Kind::StreamEnd), Some(id)) => {
