@@ -361,10 +361,13 @@ impl Session {
                 .map(|s| s + self.cfg.timing.authority_away_ms));
         }
         at(self.finished_close_at_ms);
-        match self.phase {
-            Phase::Loading => at(self.ready_deadline_ms),
-            Phase::Countdown { ends_at_ms } => at(Some(ends_at_ms)),
-            _ => {}
+        // Lifecycle deadlines matter only once the authority can start.
+        if self.authority_instance().is_some() {
+            match self.phase {
+                Phase::Loading => at(self.ready_deadline_ms),
+                Phase::Countdown { ends_at_ms } => at(Some(ends_at_ms)),
+                _ => {}
+            }
         }
         t
     }
