@@ -210,6 +210,12 @@ pub fn spawn_worker(mut command: Command) -> io::Result<(Transport, Child)> {
 }
 
 /// The worker's side of [`spawn_worker`]: this process's stdin / stdout.
+///
+/// tokio reads stdin and writes stdout on blocking threads, which a
+/// runtime waits for when it shuts down: after [`crate::Peer::wait_closed`]
+/// (which returns once the goodbye is flushed) exit the process with
+/// `std::process::exit` rather than returning from `main`, or a peer that
+/// keeps our stdin open keeps the process alive.
 pub fn stdio() -> Transport {
     ndjson(tokio::io::stdin(), tokio::io::stdout())
 }

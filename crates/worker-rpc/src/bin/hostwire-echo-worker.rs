@@ -6,7 +6,9 @@
 //! ({a, b} → a + b), `wait` (sends progress, then waits until cancelled),
 //! `fail` (an error with a cause), `emit` ({bytes} → a string of that many
 //! `x`), `call_back` ({method, params} → calls the host and returns its
-//! answer); stream method `sum` (adds the numbers streamed to it).
+//! answer), `produce` ({n, method} → streams 0..n to the host's stream
+//! handler `method` and returns its answer); stream method `sum` (adds the
+//! numbers streamed to it).
 //!
 //! Limits come from the environment (defaults in `PeerConfig`):
 //! `WORKER_RPC_MAX_FRAME_BYTES`, `WORKER_RPC_MAX_INBOUND_CALLS`,
@@ -89,6 +91,16 @@ async fn main() {
             .timeout(Duration::from_secs(30))
             .await
     });
+    peer.register("produce", |p, ctx| async move {
+        let p = params(&p)?;
+        let n = number(&p, "n")? as u64;
+        let method = p["method"].as_str().unwrap_or("").to_owned();
+        let mut tx = ctx.peer.open_stream(&method, Value::Null);
+        for i in 0..n {
+            tx.send(json!(i)).await?;
+        }
+        tx.finish().await
+    });
     peer.register_stream("sum", |_p, mut rx, _ctx| async move {
         let mut total = 0.0;
         while let Some(item) = rx.next().await {
@@ -96,6 +108,12 @@ async fn main() {
         }
         Ok(Value::from(total))
     });
+    // Returns once the last frame (a goodbye) is flushed or the write
+    // timeout passed.
     let why = peer.wait_closed().await;
     eprintln!("worker: closed: {why}");
+    // Exit now: tokio's stdin and stdout block in threads of their own,
+    // and a runtime waits for those at shutdown (a peer that neither
+    // closes our stdin nor reads our stdout would keep us alive).
+    std::process::exit(0);
 }
