@@ -35,7 +35,7 @@ pub fn content_hash(code: &str) -> String {
 
 /// The canonical value: NFC strings and keys, prose keys stripped when
 /// `strip_prose`. Keys that collide after NFC keep the value of the one
-/// sorting last, as the protocol's canonicalizer does.
+/// that comes last in the object, as the protocol's canonicalizer does.
 pub fn canonicalize_value(value: &Value, strip_prose: bool) -> Value {
     match value {
         Value::String(s) => Value::String(s.nfc().collect()),
@@ -121,6 +121,12 @@ mod tests {
         let c = json!({"agentCapabilities": {"tools": {"t": {"serverInfo": {"name": "m", "version": "2"}}}}});
         assert_eq!(blueprint_key(Some(&a)), blueprint_key(Some(&b)));
         assert_ne!(blueprint_key(Some(&a)), blueprint_key(Some(&c)));
+    }
+
+    #[test]
+    fn keys_colliding_after_nfc_keep_the_last() {
+        let c = canonicalize_contract(Some(&json!({"cafe\u{301}": 1, "caf\u{e9}": 2})));
+        assert_eq!(c, "{\"caf\u{e9}\":2}");
     }
 
     #[test]

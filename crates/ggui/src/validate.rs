@@ -74,22 +74,7 @@ impl std::fmt::Debug for ActionSpec {
     }
 }
 
-impl Clone for ActionSpec {
-    fn clone(&self) -> Self {
-        // Compiled validators are rebuilt; the spec was valid when built.
-        Self::from_json(&self.source).unwrap_or_else(|_| Self::empty())
-    }
-}
-
 impl ActionSpec {
-    fn empty() -> Self {
-        Self {
-            entries: Vec::new(),
-            index: HashMap::new(),
-            source: Value::Object(Map::new()),
-        }
-    }
-
     /// Reads and compiles an action spec. A schema that is not a valid
     /// draft-07 schema, or refers outside itself, is refused with the
     /// field at fault (no schema is ever fetched from the network).
