@@ -382,6 +382,20 @@ mod tests {
     }
 
     #[test]
+    fn ledger_byte_bound_evicts_but_keeps_the_newest() {
+        let mut l = Ledger::new(1000, 1024);
+        for _ in 0..10 {
+            l.append("user.submitted", "t".into(), json!("x".repeat(300)));
+        }
+        assert!(l.bytes <= 1024, "{}", l.bytes);
+        assert_eq!(l.last_sequence(), 10);
+        assert_eq!(l.horizon(), 10 - l.len() as u64);
+        // One entry larger than the bound is still kept: the newest stays.
+        l.append("user.submitted", "t".into(), json!("y".repeat(5000)));
+        assert_eq!((l.len(), l.horizon()), (1, 10));
+    }
+
+    #[test]
     fn ledger_restore_refuses_gaps() {
         let mut l = Ledger::new(10, usize::MAX);
         let ev = |seq| GguiSessionEvent {
