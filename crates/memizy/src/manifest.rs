@@ -6,11 +6,14 @@ use crate::settings::{
     mode_name, same_json, LocalizedText, SelectOption, SettingDefinition, SettingKind,
 };
 use crate::types::{HostAs, Mode, View};
-use hostwire_core::json::{from_str_bounded, JsonLimits};
+use hostwire_core::json::{from_str_bounded, JsonError, JsonLimits};
 use hostwire_core::Version;
-use scraper::{Html, Selector};
+use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 use std::fmt;
+
+mod island;
+pub use island::{find_data_island, DataIsland};
 
 /// The media type of the manifest data island.
 pub const MANIFEST_SCRIPT_TYPE: &str = "application/oqse-manifest+json";
@@ -172,45 +175,58 @@ impl PluginManifest {
     }
 }
 
-/// Finds the manifest data island in plugin HTML with a real HTML parser
-/// and returns its text. Nothing in the page runs.
+/// Finds the manifest data island in plugin HTML and returns its text.
+/// Nothing in the page runs; see [`find_data_island`].
 pub fn extract_manifest_text(html: &str) -> Result<String, ManifestError> {
-    let doc = Html::parse_document(html);
-    let scripts = Selector::parse("script").expect("static selector");
-    let islands: Vec<String> = doc
-        .select(&scripts)
-        .filter(|el| {
-            el.value()
-                .attr("type")
-                .is_some_and(|t| t.trim().eq_ignore_ascii_case(MANIFEST_SCRIPT_TYPE))
-        })
-        .map(|el| el.text().collect::<String>())
-        .collect();
-    match islands.len() {
-        0 => Err(ManifestError::NoDataIsland),
-        1 => {
-            let text = islands.into_iter().next().unwrap_or_default();
-            if text.trim().is_empty() {
-                Err(ManifestError::EmptyDataIsland)
-            } else {
-                Ok(text)
-            }
-        }
-        count => Err(ManifestError::SeveralDataIslands { count }),
-    }
+    find_data_island(html).map(|island| island.text)
 }
 
-/// Reads and validates the manifest of a plugin HTML file.
+/// Reads and validates the manifest of a plugin HTML file, in time linear
+/// in `html` and without building its document tree.
 pub fn read_plugin_manifest(html: &str) -> Result<PluginManifest, ManifestError> {
-    let text = extract_manifest_text(html)?;
-    let value: Value = from_str_bounded(
-        &text,
-        JsonLimits::new(MANIFEST_MAX_BYTES, MANIFEST_MAX_DEPTH),
-    )
-    .map_err(|e| ManifestError::InvalidJson {
-        message: e.to_string(),
-    })?;
+    let island = find_data_island(html)?;
+    let value = parse_island(&island)?;
     parse_plugin_manifest(value)
+}
+
+/// Parses the island's JSON. A syntax error names the line of the HTML file
+/// (not of the island), so that an editor can go to it.
+fn parse_island(island: &DataIsland) -> Result<Value, ManifestError> {
+    let limits = JsonLimits::new(MANIFEST_MAX_BYTES, MANIFEST_MAX_DEPTH);
+    match from_str_bounded::<Value>(&island.text, limits) {
+        Ok(v) => Ok(v),
+        Err(JsonError::Invalid { message }) => {
+            // The size and depth checks passed, so serde_json's own error,
+            // which carries the position, is had again cheaply.
+            let message = match serde_json::from_str::<IgnoredAny>(&island.text) {
+                Err(e) if e.line() > 0 => {
+                    let text = e.to_string();
+                    let what = text
+                        .rfind(" at line ")
+                        .map_or(text.as_str(), |at| &text[..at]);
+                    let line = island.line + e.line() as u64 - 1;
+                    if e.line() == 1 {
+                        // The island's first line shares the file's line
+                        // with the start tag, whose column is not known.
+                        format!(
+                            "{what} at line {line} of the HTML file (column {} of the data island)",
+                            e.column()
+                        )
+                    } else {
+                        format!(
+                            "{what} at line {line} column {} of the HTML file",
+                            e.column()
+                        )
+                    }
+                }
+                _ => message,
+            };
+            Err(ManifestError::InvalidJson { message })
+        }
+        Err(e) => Err(ManifestError::InvalidJson {
+            message: e.to_string(),
+        }),
+    }
 }
 
 /// Validates a manifest document.

@@ -4,7 +4,7 @@
 use hostwire_core::Version;
 use hostwire_memizy::manifest::{
     extract_manifest_text, parse_plugin_manifest, read_plugin_manifest, ManifestError, Orientation,
-    SetUsage, SettingsScreenSize,
+    SetUsage, SettingsScreenSize, MANIFEST_MAX_BYTES,
 };
 use hostwire_memizy::negotiate::check_manifest_protocol;
 use hostwire_memizy::policy::{allow_attribute, content_policy, SANDBOX};
@@ -12,6 +12,7 @@ use hostwire_memizy::settings::{resolve_settings, LocalizedText};
 use hostwire_memizy::{
     check_compatibility, negotiate_protocol_version, HostAs, Mode, ProtocolErrorCode, View,
 };
+use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
 const QUIZ: &str = include_str!("../../../examples/quiz-race.html");
@@ -137,6 +138,255 @@ fn missing_empty_or_second_island_is_an_error() {
         read_plugin_manifest(bad_json),
         Err(ManifestError::InvalidJson { .. })
     ));
+}
+
+/// What the tree-building HTML parser finds: every `script` element whose
+/// `type` is the manifest's, and its text. The tokenizer-only lookup must
+/// agree with it.
+fn islands_by_tree(html: &str) -> Result<String, ManifestError> {
+    let doc = scraper::Html::parse_document(html);
+    let scripts = scraper::Selector::parse("script").unwrap();
+    let islands: Vec<String> = doc
+        .select(&scripts)
+        .filter(|el| {
+            el.value().attr("type").is_some_and(|t| {
+                t.trim()
+                    .eq_ignore_ascii_case("application/oqse-manifest+json")
+            })
+        })
+        .map(|el| el.text().collect::<String>())
+        .collect();
+    match islands.len() {
+        0 => Err(ManifestError::NoDataIsland),
+        1 if islands[0].trim().is_empty() => Err(ManifestError::EmptyDataIsland),
+        1 => Ok(islands[0].clone()),
+        count => Err(ManifestError::SeveralDataIslands { count }),
+    }
+}
+
+/// Pieces of HTML that change how the rest is tokenized.
+const HTML_PIECES: &[&str] = &[
+    "<script type=\"application/oqse-manifest+json\">",
+    "<SCRIPT id=m TYPE=' Application/OQSE-Manifest+JSON '>",
+    "<script type=application/oqse-manifest+json/>",
+    "<script>",
+    "<script type=\"text/javascript\">",
+    "</script>",
+    "</SCRIPT >",
+    "</script x=\">\">",
+    "{\"version\":\"1.0\"}",
+    " a ",
+    "\n",
+    "\r\n",
+    "\r",
+    "\0",
+    "&amp;",
+    "&lt;/script&gt;",
+    "<",
+    "</",
+    ">",
+    "<!--",
+    "-->",
+    "<!-- c -->",
+    "<!--<script>",
+    "<!DOCTYPE html>",
+    "<html>",
+    "<head>",
+    "</head>",
+    "<body>",
+    "</body>",
+    "</html>",
+    "<div>",
+    "</div>",
+    "<p>",
+    "</p>",
+    "<b>",
+    "<br/>",
+    "</br>",
+    "<style>",
+    "</style>",
+    "<textarea>",
+    "</textarea>",
+    "<title>",
+    "</title>",
+    "<noscript>",
+    "</noscript>",
+    "<iframe>",
+    "</iframe>",
+    "<xmp>",
+    "</xmp>",
+    "<noembed>",
+    "<noframes>",
+    "<plaintext>",
+    "<template>",
+    "</template>",
+    "<table>",
+    "<td>",
+    "<svg>",
+    "</svg>",
+    "<svg/>",
+    "<math>",
+    "</math>",
+    "<foreignObject>",
+    "</foreignObject>",
+    "<desc>",
+    "</desc>",
+    "<mi>",
+    "</mi>",
+    "<mglyph>",
+    "<annotation-xml>",
+    "</annotation-xml>",
+    "<font color=red>",
+    "<font>",
+    "<![CDATA[",
+    "]]>",
+    "<script/>",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4000))]
+
+    /// The lookup finds the same island, or the same error, as the
+    /// tree-building parser did, on pages made of the pieces that matter.
+    #[test]
+    fn island_lookup_agrees_with_the_tree_builder(
+        pieces in proptest::collection::vec(proptest::sample::select(HTML_PIECES), 0..24)
+    ) {
+        let html: String = pieces.concat();
+        prop_assert_eq!(extract_manifest_text(&html), islands_by_tree(&html), "{:?}", html);
+    }
+}
+
+#[test]
+fn island_lookup_follows_foreign_content_and_raw_text() {
+    let island = r#"{"version":"1.0"}"#;
+    let m = |attrs: &str| format!(r#"<script {attrs}type="application/oqse-manifest+json">"#);
+    let cases = [
+        // An SVG `script`: its text is all the text inside, CDATA included.
+        format!("<svg>{}<![CDATA[{island}]]></script></svg>", m("")),
+        // Inside an integration point the HTML rules are back.
+        format!(
+            "<svg><foreignObject>{}{island}</script></foreignObject></svg>",
+            m("")
+        ),
+        format!("<math><mi>{}{island}</script></mi></math>", m("")),
+        // A breakout tag ends foreign content.
+        format!("<svg><g><p>{}{island}</script>", m("")),
+        format!("<svg><font color=red>{}{island}</script>", m("")),
+        // Foreign `<style>` is not raw text, HTML `<style>` is.
+        format!("<svg><style>{}{island}</script></style></svg>", m("")),
+        format!(
+            "<style>{}{{}}</script></style>{}{island}</script>",
+            m(""),
+            m("id=b ")
+        ),
+        format!(
+            "<textarea>{}{{}}</script></textarea>{}{island}</script>",
+            m(""),
+            m("")
+        ),
+        format!(
+            "<noscript>{}{{}}</script></noscript>{}{island}</script>",
+            m(""),
+            m("")
+        ),
+        format!("<plaintext>{}{island}</script>", m("")),
+        // Self-closing is ignored on an HTML script, honoured on an SVG one.
+        format!(r#"<script type="application/oqse-manifest+json"/>{island}</script>"#),
+        r#"<svg><script type="application/oqse-manifest+json"/></svg>"#.to_owned(),
+    ];
+    for html in cases {
+        assert_eq!(
+            extract_manifest_text(&html),
+            islands_by_tree(&html),
+            "{html}"
+        );
+    }
+}
+
+/// `tag` repeated to `size` bytes, then the example's data island.
+fn hostile_page(tag: &str, size: usize) -> String {
+    let start = QUIZ
+        .find("<script TYPE=\"Application/OQSE-Manifest+JSON\"")
+        .unwrap();
+    let end = start + QUIZ[start..].find("</script>").unwrap() + "</script>".len();
+    let island = &QUIZ[start..end];
+    let mut html = tag.repeat((size - island.len()) / tag.len());
+    html.push_str(island);
+    html
+}
+
+// The tree-building reader took minutes on these (quadratic in nesting);
+// the tokenizer takes one pass. The time is measured by the
+// `manifest_lookup` bench.
+#[test]
+fn a_mebibyte_of_nested_divs_is_read() {
+    let html = hostile_page("<div>", 1024 * 1024);
+    assert!(html.len() > 1_000_000);
+    let m = read_plugin_manifest(&html).unwrap();
+    assert_eq!(m.app_name, "Quiz Race");
+    assert_eq!(m.runtime.settings.len(), 4);
+}
+
+#[test]
+fn eight_mebibytes_of_bold_tags_are_read() {
+    let html = hostile_page("<b>", 8 * 1024 * 1024);
+    let m = read_plugin_manifest(&html).unwrap();
+    assert_eq!(m.app_name, "Quiz Race");
+    // Deep foreign content costs no more than HTML.
+    let html = format!("<svg>{}", hostile_page("<g>", 1024 * 1024));
+    assert_eq!(read_plugin_manifest(&html).unwrap().app_name, "Quiz Race");
+}
+
+#[test]
+fn an_island_over_the_manifest_limit_is_refused() {
+    let big = format!(
+        r#"<script type="application/oqse-manifest+json">{{"a":"{}"}}</script>"#,
+        "x".repeat(MANIFEST_MAX_BYTES)
+    );
+    match read_plugin_manifest(&big) {
+        Err(ManifestError::InvalidJson { message }) => {
+            assert!(message.contains("larger than"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_json_syntax_error_names_the_line_of_the_html_file() {
+    let html = "<!DOCTYPE html>\n<html>\n<head>\n<script type=\"application/oqse-manifest+json\">\n{\n  \"version\": \"1.0\",\n  \"id\": oops\n}\n</script>\n";
+    match read_plugin_manifest(html) {
+        Err(ManifestError::InvalidJson { message }) => {
+            // `oops` is on line 7 of the file (line 3 of the island).
+            assert!(
+                message.contains("at line 7 column 9 of the HTML file"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // An error on the island's first line: the file's line, the island's column.
+    let html = "\n\n<script type=\"application/oqse-manifest+json\">{\"version\" 1}</script>";
+    match read_plugin_manifest(html) {
+        Err(ManifestError::InvalidJson { message }) => {
+            assert!(
+                message.contains("at line 3 of the HTML file (column 12 of the data island)"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Line ends of every kind count, as an editor counts them.
+    let html = "\r\n\r<script type=\"application/oqse-manifest+json\">\r\n{\r\n,}</script>";
+    match read_plugin_manifest(html) {
+        Err(ManifestError::InvalidJson { message }) => {
+            assert!(
+                message.contains("at line 5 column 1 of the HTML file"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

@@ -1,0 +1,554 @@
+//! Finding the manifest data island in plugin HTML with the HTML tokenizer
+//! alone: one pass over the input, no document tree, time linear in the
+//! input and memory bounded by the island (at most `MANIFEST_MAX_BYTES`)
+//! plus one chunk of input.
+//!
+//! Which `<script>` counts is unchanged from the tree-building reader: any
+//! `script` element whose `type`, trimmed, is `MANIFEST_SCRIPT_TYPE` in any
+//! ASCII case; its text is the island. The tokenizer needs to be told what a
+//! tree builder would tell it (that `<script>` content is script data, that
+//! `<style>` content is raw text, when CDATA sections are allowed); that
+//! much of tree construction is followed here, including foreign content
+//! (`<svg>`, `<math>`), whose elements are tracked on a stack of their own.
+//! What is not followed is the rest of tree construction: which open HTML
+//! element an end tag closes, and the insertion modes that drop a start tag
+//! (`<frameset>` pages, `<svg>` inside `<select>`). A page has to be built
+//! to hit those cases, and the browser reading the same page is the one
+//! that runs it.
+
+use super::{ManifestError, MANIFEST_MAX_BYTES, MANIFEST_SCRIPT_TYPE};
+use html5ever::tendril::StrTendril;
+use html5ever::tokenizer::states::RawKind;
+use html5ever::tokenizer::{
+    BufferQueue, Tag, TagKind, Token, TokenSink, TokenSinkResult, Tokenizer, TokenizerOpts,
+};
+use html5ever::{local_name, LocalName};
+
+/// An end tag is matched against at most this many open elements, nearest
+/// first: tree construction searches the whole stack of open elements,
+/// which is what made deep nesting quadratic. Pages that close an element
+/// from more than this many levels inside it are not read as a browser
+/// would; a plugin page is nowhere near that deep.
+const END_TAG_SEARCH_DEPTH: usize = 256;
+
+/// The input is handed to the tokenizer this many bytes at a time, so a
+/// lookup holds one chunk of copied input, not a copy of all of it.
+const TOKENIZER_CHUNK_BYTES: usize = 64 * 1024;
+
+/// The manifest data island of a plugin page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataIsland {
+    /// The script element's text (line ends normalised to `\n`, as the
+    /// HTML parser does).
+    pub text: String,
+    /// The line of the HTML file on which the text starts (1-based): the
+    /// line of the `>` that ends the `<script …>` start tag.
+    pub line: u64,
+}
+
+/// Finds the one manifest data island in `html`.
+pub fn find_data_island(html: &str) -> Result<DataIsland, ManifestError> {
+    let mut tokenizer = Tokenizer::new(IslandSink::default(), TokenizerOpts::default());
+    let mut queue = BufferQueue::default();
+    let mut rest = html;
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(TOKENIZER_CHUNK_BYTES);
+        while !rest.is_char_boundary(cut) {
+            cut += 1;
+        }
+        let (chunk, tail) = rest.split_at(cut);
+        rest = tail;
+        queue.push_back(StrTendril::from_slice(chunk));
+        // The sink never asks the tokenizer to pause, so each feed takes all
+        // of the queue except what it must keep to look ahead.
+        let _ = tokenizer.feed(&mut queue);
+    }
+    tokenizer.end();
+    let sink = tokenizer.sink;
+    match sink.islands {
+        0 => Err(ManifestError::NoDataIsland),
+        1 if sink.too_large => Err(ManifestError::InvalidJson {
+            message: format!(
+                "the data island is larger than {MANIFEST_MAX_BYTES} bytes, the limit for a manifest"
+            ),
+        }),
+        1 if sink.text.trim().is_empty() => Err(ManifestError::EmptyDataIsland),
+        1 => Ok(DataIsland {
+            text: sink.text,
+            line: sink.line,
+        }),
+        count => Err(ManifestError::SeveralDataIslands { count }),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ns {
+    Svg,
+    MathMl,
+}
+
+/// An open element of foreign content (SVG or MathML), with the HTML
+/// elements opened inside it when it is an integration point.
+#[derive(Debug)]
+struct Foreign {
+    name: LocalName,
+    ns: Ns,
+    /// HTML elements open inside this one, outermost first. While any is
+    /// open, the current node is an HTML element.
+    html: Vec<LocalName>,
+}
+
+impl Foreign {
+    /// An HTML integration point: start tags inside follow the HTML rules.
+    fn html_integration_point(&self) -> bool {
+        // Tag names arrive lower-cased (`foreignobject`).
+        self.ns == Ns::Svg && matches!(&*self.name, "foreignobject" | "desc" | "title")
+    }
+
+    /// A MathML text integration point: start tags other than `mglyph`
+    /// and `malignmark` follow the HTML rules.
+    fn mathml_text_integration_point(&self) -> bool {
+        self.ns == Ns::MathMl && matches!(&*self.name, "mi" | "mo" | "mn" | "ms" | "mtext")
+    }
+
+    fn integration_point(&self) -> bool {
+        self.html_integration_point() || self.mathml_text_integration_point()
+    }
+}
+
+#[derive(Default)]
+struct IslandSink {
+    /// Manifest `<script>` elements seen.
+    islands: usize,
+    /// The first island's text so far, at most `MANIFEST_MAX_BYTES`.
+    text: String,
+    too_large: bool,
+    line: u64,
+    /// Collecting the first island's text.
+    collecting: bool,
+    /// For an island in foreign content: it ends when the stack of open
+    /// foreign elements is cut to this length or less.
+    island_depth: Option<usize>,
+    /// Open SVG and MathML elements, outermost first.
+    foreign: Vec<Foreign>,
+    /// A newline right after `<textarea>`, `<pre>` or `<listing>` is not
+    /// part of the text.
+    skip_newline: bool,
+    /// HTML elements open outside foreign content, outermost first (as far
+    /// as end tags tell; implied ends are not followed).
+    html: Vec<LocalName>,
+}
+
+/// Closes the nearest open element named `name` (and those inside it), as
+/// an end tag in the body does: an end tag for one of the "special"
+/// elements looks through to the nearest scope boundary (a table cell, a
+/// template, …), any other one stops at the nearest special element. Only
+/// `END_TAG_SEARCH_DEPTH` elements are looked at. Returns whether one was
+/// closed.
+fn close_html(open: &mut Vec<LocalName>, name: &LocalName) -> bool {
+    let stops: fn(&str) -> bool = if is_special(name) {
+        is_scope_boundary
+    } else {
+        is_special
+    };
+    let nearest = open.len().saturating_sub(END_TAG_SEARCH_DEPTH);
+    for i in (nearest..open.len()).rev() {
+        if open[i] == *name {
+            open.truncate(i);
+            return true;
+        }
+        if stops(&open[i]) {
+            return false;
+        }
+    }
+    false
+}
+
+/// Elements whose end tag ignores the elements inside them.
+fn is_scope_boundary(name: &str) -> bool {
+    matches!(
+        name,
+        "applet" | "caption" | "html" | "table" | "td" | "th" | "marquee" | "object" | "template"
+    )
+}
+
+/// The HTML parser's "special" category.
+fn is_special(name: &str) -> bool {
+    matches!(
+        name,
+        "address"
+            | "applet"
+            | "area"
+            | "article"
+            | "aside"
+            | "base"
+            | "basefont"
+            | "bgsound"
+            | "blockquote"
+            | "body"
+            | "br"
+            | "button"
+            | "caption"
+            | "center"
+            | "col"
+            | "colgroup"
+            | "dd"
+            | "details"
+            | "dir"
+            | "div"
+            | "dl"
+            | "dt"
+            | "embed"
+            | "fieldset"
+            | "figcaption"
+            | "figure"
+            | "footer"
+            | "form"
+            | "frame"
+            | "frameset"
+            | "h1"
+            | "h2"
+            | "h3"
+            | "h4"
+            | "h5"
+            | "h6"
+            | "head"
+            | "header"
+            | "hgroup"
+            | "hr"
+            | "html"
+            | "iframe"
+            | "img"
+            | "input"
+            | "keygen"
+            | "li"
+            | "link"
+            | "listing"
+            | "main"
+            | "marquee"
+            | "menu"
+            | "meta"
+            | "nav"
+            | "noembed"
+            | "noframes"
+            | "noscript"
+            | "object"
+            | "ol"
+            | "p"
+            | "param"
+            | "plaintext"
+            | "pre"
+            | "script"
+            | "search"
+            | "section"
+            | "select"
+            | "source"
+            | "style"
+            | "summary"
+            | "table"
+            | "tbody"
+            | "td"
+            | "template"
+            | "textarea"
+            | "tfoot"
+            | "th"
+            | "thead"
+            | "title"
+            | "tr"
+            | "track"
+            | "ul"
+            | "wbr"
+            | "xmp"
+    )
+}
+
+fn is_manifest_script(tag: &Tag) -> bool {
+    tag.name == local_name!("script")
+        && tag.attrs.iter().any(|a| {
+            a.name.local == local_name!("type")
+                && a.value.trim().eq_ignore_ascii_case(MANIFEST_SCRIPT_TYPE)
+        })
+}
+
+/// Start tags that end foreign content (`<font>` too, with `color`, `face`
+/// or `size`).
+fn breaks_out_of_foreign_content(tag: &Tag) -> bool {
+    match &*tag.name {
+        "b" | "big" | "blockquote" | "body" | "br" | "center" | "code" | "dd" | "div" | "dl"
+        | "dt" | "em" | "embed" | "h1" | "h2" | "h3" | "h4" | "h5" | "h6" | "head" | "hr" | "i"
+        | "img" | "li" | "listing" | "menu" | "meta" | "nobr" | "ol" | "p" | "pre" | "ruby"
+        | "s" | "small" | "span" | "strong" | "strike" | "sub" | "sup" | "table" | "tt" | "u"
+        | "ul" | "var" => true,
+        "font" => tag
+            .attrs
+            .iter()
+            .any(|a| matches!(&*a.name.local, "color" | "face" | "size")),
+        _ => false,
+    }
+}
+
+/// HTML elements that are never open (they have no end tag).
+fn is_void(name: &LocalName) -> bool {
+    matches!(
+        &**name,
+        "area"
+            | "base"
+            | "basefont"
+            | "bgsound"
+            | "br"
+            | "col"
+            | "embed"
+            | "frame"
+            | "hr"
+            | "image"
+            | "img"
+            | "input"
+            | "keygen"
+            | "link"
+            | "meta"
+            | "param"
+            | "source"
+            | "track"
+            | "wbr"
+    )
+}
+
+impl IslandSink {
+    /// Whether the current node is an SVG or MathML element.
+    fn in_foreign_node(&self) -> bool {
+        self.foreign.last().is_some_and(|f| f.html.is_empty())
+    }
+
+    /// Whether a start tag is handled by the rules for foreign content.
+    fn start_tag_is_foreign(&self, tag: &Tag) -> bool {
+        let Some(top) = self.foreign.last().filter(|f| f.html.is_empty()) else {
+            return false;
+        };
+        if top.html_integration_point() {
+            return false;
+        }
+        if top.mathml_text_integration_point() && !matches!(&*tag.name, "mglyph" | "malignmark") {
+            return false;
+        }
+        if top.ns == Ns::MathMl && &*top.name == "annotation-xml" && tag.name == local_name!("svg")
+        {
+            return false;
+        }
+        true
+    }
+
+    fn truncate_foreign(&mut self, len: usize) {
+        self.foreign.truncate(len);
+        if self.island_depth.is_some_and(|d| len <= d) {
+            self.island_depth = None;
+            self.collecting = false;
+        }
+    }
+
+    /// Closes foreign elements until the current node is HTML or an
+    /// integration point.
+    fn break_out(&mut self) {
+        while self
+            .foreign
+            .last()
+            .is_some_and(|f| f.html.is_empty() && !f.integration_point())
+        {
+            self.truncate_foreign(self.foreign.len() - 1);
+        }
+    }
+
+    fn start_island(&mut self, line: u64, depth: Option<usize>) {
+        self.islands += 1;
+        if self.islands == 1 {
+            self.collecting = true;
+            self.line = line;
+            self.island_depth = depth;
+        }
+    }
+
+    fn start_tag(&mut self, tag: Tag, line: u64) -> TokenSinkResult<()> {
+        if !self.start_tag_is_foreign(&tag) {
+            return self.html_start_tag(tag, line);
+        }
+        if breaks_out_of_foreign_content(&tag) {
+            self.break_out();
+            return self.html_start_tag(tag, line);
+        }
+        let ns = self.foreign.last().map_or(Ns::Svg, |f| f.ns);
+        if is_manifest_script(&tag) {
+            // An SVG or MathML `script`: its text is all the text inside.
+            self.start_island(line, Some(self.foreign.len()));
+        }
+        if tag.self_closing {
+            if self.island_depth == Some(self.foreign.len()) {
+                self.island_depth = None;
+                self.collecting = false;
+            }
+        } else {
+            self.foreign.push(Foreign {
+                name: tag.name,
+                ns,
+                html: Vec::new(),
+            });
+        }
+        TokenSinkResult::Continue
+    }
+
+    /// A start tag by the HTML rules. A self-closing flag is ignored on
+    /// HTML elements.
+    fn html_start_tag(&mut self, tag: Tag, line: u64) -> TokenSinkResult<()> {
+        self.skip_newline = matches!(&*tag.name, "textarea" | "pre" | "listing");
+        let result = match tag.name {
+            local_name!("script") => {
+                if is_manifest_script(&tag) {
+                    self.start_island(line, None);
+                }
+                TokenSinkResult::RawData(RawKind::ScriptData)
+            }
+            local_name!("style")
+            | local_name!("xmp")
+            | local_name!("iframe")
+            | local_name!("noembed")
+            | local_name!("noframes")
+            // Scripting is on, as in a browser.
+            | local_name!("noscript") => TokenSinkResult::RawData(RawKind::Rawtext),
+            local_name!("textarea") | local_name!("title") => {
+                TokenSinkResult::RawData(RawKind::Rcdata)
+            }
+            local_name!("plaintext") => TokenSinkResult::Plaintext,
+            local_name!("svg") | local_name!("math") => {
+                if !tag.self_closing {
+                    let ns = if tag.name == local_name!("svg") {
+                        Ns::Svg
+                    } else {
+                        Ns::MathMl
+                    };
+                    self.foreign.push(Foreign {
+                        name: tag.name,
+                        ns,
+                        html: Vec::new(),
+                    });
+                }
+                return TokenSinkResult::Continue;
+            }
+            _ => TokenSinkResult::Continue,
+        };
+        // HTML elements are tracked until their end tag, so that the
+        // current node is known inside an integration point, and an end
+        // tag in foreign content can close an HTML element around it.
+        // (`html`, `head` and `body` are never closed by an end tag in the
+        // body, only left; table parts are dropped outside a table, and
+        // tables are not followed.)
+        if !is_void(&tag.name)
+            && !matches!(
+                &*tag.name,
+                "html"
+                    | "head"
+                    | "body"
+                    | "caption"
+                    | "colgroup"
+                    | "tbody"
+                    | "td"
+                    | "tfoot"
+                    | "th"
+                    | "thead"
+                    | "tr"
+            )
+        {
+            match self.foreign.last_mut() {
+                Some(top) => top.html.push(tag.name),
+                None => self.html.push(tag.name),
+            }
+        }
+        result
+    }
+
+    fn end_tag(&mut self, tag: Tag) {
+        if self.collecting && self.island_depth.is_none() {
+            // In script data the only end tag the tokenizer gives is the
+            // script's own.
+            self.collecting = false;
+        }
+        let Some(top) = self.foreign.last_mut() else {
+            close_html(&mut self.html, &tag.name);
+            return;
+        };
+        if !top.html.is_empty() {
+            // An HTML end tag closes its element; an integration point is
+            // never closed from inside by the HTML rules.
+            close_html(&mut top.html, &tag.name);
+            return;
+        }
+        if matches!(&*tag.name, "br" | "p") {
+            self.break_out();
+            return;
+        }
+        // From the current node down: a foreign element of that name is
+        // closed; the first HTML elements below follow the HTML rules.
+        let nearest = self.foreign.len().saturating_sub(END_TAG_SEARCH_DEPTH);
+        for i in (nearest..self.foreign.len()).rev() {
+            if self.foreign[i].name.eq_ignore_ascii_case(&tag.name) {
+                self.truncate_foreign(i);
+                return;
+            }
+            if i > 0 && !self.foreign[i - 1].html.is_empty() {
+                if close_html(&mut self.foreign[i - 1].html, &tag.name) {
+                    self.truncate_foreign(i);
+                }
+                return;
+            }
+        }
+        if nearest == 0 && close_html(&mut self.html, &tag.name) {
+            self.truncate_foreign(0);
+        }
+    }
+
+    fn push_text(&mut self, text: &str) {
+        if !self.collecting || self.too_large {
+            return;
+        }
+        if self.text.len() + text.len() > MANIFEST_MAX_BYTES {
+            self.too_large = true;
+            self.text = String::new();
+        } else {
+            self.text.push_str(text);
+        }
+    }
+}
+
+impl TokenSink for IslandSink {
+    type Handle = ();
+
+    fn process_token(&mut self, token: Token, line: u64) -> TokenSinkResult<()> {
+        let skip_newline = std::mem::take(&mut self.skip_newline);
+        match token {
+            Token::TagToken(tag) => match tag.kind {
+                TagKind::StartTag => return self.start_tag(tag, line),
+                TagKind::EndTag => self.end_tag(tag),
+            },
+            Token::CharacterTokens(text) => match text.strip_prefix('\n') {
+                Some(rest) if skip_newline => self.push_text(rest),
+                _ => self.push_text(&text),
+            },
+            // The tokenizer gives a bare NUL only in data; foreign content
+            // keeps it as U+FFFD, HTML (and an integration point) drops it.
+            Token::NullCharacterToken
+                if self.in_foreign_node()
+                    && self.foreign.last().is_some_and(|f| !f.integration_point()) =>
+            {
+                self.push_text("\u{fffd}")
+            }
+            Token::NullCharacterToken => {}
+            Token::DoctypeToken(_)
+            | Token::CommentToken(_)
+            | Token::EOFToken
+            | Token::ParseError(_) => {}
+        }
+        TokenSinkResult::Continue
+    }
+
+    fn adjusted_current_node_present_but_not_in_html_namespace(&self) -> bool {
+        // CDATA sections are text only in foreign content.
+        self.in_foreign_node()
+    }
+}
