@@ -630,20 +630,27 @@ impl Check {
         if let Some(list) = m.get("settings") {
             let sp = join(path, "settings");
             if let Some(list) = self.array(list, &sp) {
+                // Ids are compared whatever else is wrong with either
+                // setting, so that one report names every problem.
+                let mut ids: Vec<(&str, usize)> = Vec::new();
                 for (i, s) in list.iter().enumerate() {
                     let p = format!("{sp}[{i}]");
-                    if let Some(def) = self.setting(s, &p) {
-                        if settings.iter().any(|d: &SettingDefinition| d.id == def.id) {
-                            self.bad(
-                                &join(&p, "id"),
-                                format!(
-                                    "{:?} is used by another setting; ids must be unique",
-                                    def.id
-                                ),
-                            );
-                        } else {
-                            settings.push(def);
-                        }
+                    let def = self.setting(s, &p);
+                    let Some(id) = s.get("id").and_then(Value::as_str) else {
+                        continue;
+                    };
+                    if let Some((_, first)) = ids.iter().find(|(seen, _)| *seen == id) {
+                        self.bad(
+                            &join(&p, "id"),
+                            format!(
+                                "{id:?} is used by another setting ({sp}[{first}]); ids must be unique"
+                            ),
+                        );
+                        continue;
+                    }
+                    ids.push((id, i));
+                    if let Some(def) = def {
+                        settings.push(def);
                     }
                 }
             }
@@ -1118,26 +1125,17 @@ fn is_setting_id(s: &str) -> bool {
         && b.all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
 }
 
-/// `lang[-subtag]*`: 2–8 letters, then 1–8 alphanumerics per subtag.
+/// A well-formed BCP 47 language tag (RFC 5646).
 fn is_bcp47(tag: &str) -> bool {
-    let mut parts = tag.split('-');
-    let first_ok = parts
-        .next()
-        .is_some_and(|p| (2..=8).contains(&p.len()) && p.bytes().all(|c| c.is_ascii_alphabetic()));
-    first_ok
-        && parts.all(|p| (1..=8).contains(&p.len()) && p.bytes().all(|c| c.is_ascii_alphanumeric()))
+    language_tags::LanguageTag::parse(tag).is_ok()
 }
 
+/// A URL with a host (`https://…`, `tag://…`), as a browser parses it, and
+/// written without the spaces and control characters a URL parser would
+/// silently drop (the id is compared as written).
 fn is_url(s: &str) -> bool {
-    let Some((scheme, rest)) = s.split_once("://") else {
-        return false;
-    };
-    let mut sb = scheme.bytes();
-    matches!(sb.next(), Some(c) if c.is_ascii_alphabetic())
-        && sb.all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.'))
-        && !rest.is_empty()
-        && !rest.starts_with('/')
-        && !s.chars().any(char::is_whitespace)
+    !s.chars().any(|c| c.is_whitespace() || c.is_control())
+        && url::Url::parse(s).is_ok_and(|u| u.has_host())
 }
 
 fn is_urn_uuid(s: &str) -> bool {
@@ -1152,67 +1150,47 @@ fn is_urn_uuid(s: &str) -> bool {
             .all(|(g, n)| g.len() == n && g.bytes().all(|c| c.is_ascii_hexdigit()))
 }
 
+/// A SemVer 2.0.0 version.
 fn is_semver(s: &str) -> bool {
-    let core = s.split(['-', '+']).next().unwrap_or("");
-    let rest = &s[core.len()..];
-    let nums: Vec<&str> = core.split('.').collect();
-    let ident_ok = |part: &str| {
-        !part.is_empty()
-            && part.split('.').all(|id| {
-                !id.is_empty() && id.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
-            })
-    };
-    let rest_ok = if rest.is_empty() {
-        true
-    } else if let Some(r) = rest.strip_prefix('-') {
-        match r.split_once('+') {
-            Some((pre, build)) => ident_ok(pre) && ident_ok(build),
-            None => ident_ok(r),
-        }
-    } else if let Some(b) = rest.strip_prefix('+') {
-        ident_ok(b)
-    } else {
-        false
-    };
-    nums.len() == 3
-        && nums.iter().all(|n| {
-            !n.is_empty()
-                && n.bytes().all(|c| c.is_ascii_digit())
-                && (n.len() == 1 || !n.starts_with('0'))
-        })
-        && rest_ok
+    semver::Version::parse(s).is_ok()
 }
 
 /// `https://host[:port]` or `wss://host[:port]`, no path, query or user.
+/// The origin goes into a Content Security Policy as written, so it must
+/// be plain ASCII, and a domain must be LDH labels (a URL parser lets
+/// `;`, `*` and quotes through in a host).
 pub fn is_network_origin(s: &str) -> bool {
-    let Some(rest) = s
-        .strip_prefix("https://")
-        .or_else(|| s.strip_prefix("wss://"))
-    else {
+    let Ok(u) = url::Url::parse(s) else {
         return false;
     };
-    let (host, port) = match rest.rsplit_once(':') {
-        Some((h, p)) => (h, Some(p)),
-        None => (rest, None),
+    let host_ok = match u.host() {
+        Some(url::Host::Domain(d)) => {
+            d.len() <= 253
+                && d.split('.').all(|label| {
+                    !label.is_empty()
+                        && label.len() <= 63
+                        && label
+                            .bytes()
+                            .all(|c| c.is_ascii_alphanumeric() || c == b'-')
+                        && !label.starts_with('-')
+                        && !label.ends_with('-')
+                })
+        }
+        Some(url::Host::Ipv4(_) | url::Host::Ipv6(_)) => true,
+        None => false,
     };
-    let host_ok = !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || c == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        });
-    let port_ok = port.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 5
-            && p.bytes().all(|c| c.is_ascii_digit())
-            && p.parse::<u32>().is_ok_and(|n| (1..=65535).contains(&n))
-    });
-    host_ok && port_ok
+    // Nothing but the host and the port after the scheme: no user, path
+    // (not even `/` or `/.`), query or fragment.
+    let written = s.split_once("://").map_or("", |(_, rest)| rest);
+    let host = u.host_str().unwrap_or_default();
+    let bare = written.eq_ignore_ascii_case(host)
+        || u.port_or_known_default()
+            .is_some_and(|port| written.eq_ignore_ascii_case(&format!("{host}:{port}")));
+    s.bytes().all(|c| c.is_ascii_graphic())
+        && matches!(u.scheme(), "https" | "wss")
+        && host_ok
+        && u.port() != Some(0)
+        && bare
 }
 
 /// A one-line description of a mode list, for summaries.

@@ -729,6 +729,123 @@ fn setting_rules() {
 }
 
 #[test]
+fn a_duplicate_setting_id_is_found_when_either_setting_has_other_problems() {
+    let p = "appSpecific.memizy.settings";
+    // The first has an empty label, the second an unknown type: the
+    // duplicate id is reported all the same, with both other problems.
+    let dup = memizy(
+        "settings",
+        json!([
+            {"id": "a", "type": "boolean", "label": "", "default": true},
+            {"id": "b", "type": "boolean", "label": "B", "default": true},
+            {"id": "a", "type": "color", "label": "L", "default": 1}
+        ]),
+    );
+    let found = problems(dup);
+    for needle in [
+        format!("{p}[2].id: \"a\" is used by another setting ({p}[0])"),
+        format!("{p}[0].label: must not be empty"),
+        format!("{p}[2].type: must be one of"),
+    ] {
+        assert!(
+            found.iter().any(|m| m.contains(&needle)),
+            "{needle} missing from {found:#?}"
+        );
+    }
+    // Only the later setting is named, once per repeat.
+    let three = memizy(
+        "settings",
+        json!([
+            {"id": "a", "type": "boolean", "label": "L", "default": true},
+            {"id": "a", "type": "boolean", "label": "L"},
+            {"id": "a", "type": "boolean", "label": "L", "default": true}
+        ]),
+    );
+    let found = problems(three);
+    let dups: Vec<&String> = found
+        .iter()
+        .filter(|m| m.contains("used by another"))
+        .collect();
+    assert_eq!(dups.len(), 2, "{found:#?}");
+    assert!(dups[0].starts_with(&format!("{p}[1].id")));
+    assert!(dups[1].starts_with(&format!("{p}[2].id")));
+}
+
+#[test]
+fn urls_versions_and_language_tags_follow_their_standards() {
+    // SemVer 2.0.0: no leading zero in a numeric pre-release identifier;
+    // build metadata may have one.
+    assert_problem(
+        with(&["pluginVersion"], json!("1.0.0-01")),
+        "pluginVersion: must be a SemVer",
+    );
+    assert_problem(
+        with(&["pluginVersion"], json!("v1.0.0")),
+        "pluginVersion: must be a SemVer",
+    );
+    assert!(problems(with(&["pluginVersion"], json!("1.0.0+build.01"))).is_empty());
+
+    // BCP 47: a singleton needs a subtag after it; private-use and
+    // grandfathered tags are tags.
+    let label = |lang: &str| {
+        memizy(
+            "settings",
+            json!([{"id": "a", "type": "boolean", "label": {lang: "x"}, "default": true}]),
+        )
+    };
+    for bad in ["en-a", "e", "en--US", "toolonglang"] {
+        assert_problem(label(bad), "is not a BCP 47 language tag");
+    }
+    for good in [
+        "en",
+        "cs-CZ",
+        "zh-Hant-TW",
+        "de-CH-1901",
+        "x-private",
+        "i-klingon",
+    ] {
+        assert!(problems(label(good)).is_empty(), "{good}");
+    }
+
+    // The id: a URL with a host, as a URL parser reads it.
+    for bad in [
+        "https://a.org:99999/p",
+        "https://[::1/p",
+        "https://a.org/p q",
+        "https:",
+    ] {
+        assert_problem(with(&["id"], json!(bad)), "id: must be a URL");
+    }
+    for good in ["https://[::1]/p", "https://example.org:8443/plugins/p?v=1"] {
+        assert!(problems(with(&["id"], json!(good))).is_empty(), "{good}");
+    }
+
+    // Network origins: IP hosts and an explicit port are origins; anything
+    // after the host and port is not, nor a host a CSP would misread.
+    let ok = [
+        "wss://[::1]:8443",
+        "https://192.0.2.1:8443",
+        "https://a.org:443",
+    ];
+    assert!(problems(memizy("permissions", json!({"network": ok}))).is_empty());
+    for bad in [
+        "https://a.org/.",
+        "https://a.org#",
+        "https://a.org?",
+        "https:a.org",
+        "https://a;b.org",
+        "https://a.org 'unsafe-inline'",
+        "https://*.a.org",
+        "https://bücher.de",
+    ] {
+        assert_problem(
+            memizy("permissions", json!({"network": [bad]})),
+            "permissions.network[0]",
+        );
+    }
+}
+
+#[test]
 fn every_problem_is_reported_not_only_the_first() {
     let doc = json!({
         "version": "3.0", "id": "nope", "appName": "",

@@ -31,6 +31,12 @@ use html5ever::{local_name, LocalName};
 /// would; a plugin page is nowhere near that deep.
 const END_TAG_SEARCH_DEPTH: usize = 256;
 
+/// Open elements are tracked this deep, in HTML and in foreign content
+/// (as browsers stop nesting deeper, at 512 in some): deeper ones are
+/// counted, not kept, so that a lookup's memory does not grow with the
+/// nesting of hostile input.
+const TRACKED_NESTING_DEPTH: usize = 512;
+
 /// The input is handed to the tokenizer this many bytes at a time, so a
 /// lookup holds one chunk of copied input, not a copy of all of it.
 const TOKENIZER_CHUNK_BYTES: usize = 64 * 1024;
@@ -131,6 +137,8 @@ struct IslandSink {
     island_depth: Option<usize>,
     /// Open SVG and MathML elements, outermost first.
     foreign: Vec<Foreign>,
+    /// Foreign elements open beyond `TRACKED_NESTING_DEPTH`.
+    foreign_untracked: usize,
     /// A newline right after `<textarea>`, `<pre>` or `<listing>` is not
     /// part of the text.
     skip_newline: bool,
@@ -337,7 +345,20 @@ impl IslandSink {
         true
     }
 
+    fn push_foreign(&mut self, name: LocalName, ns: Ns) {
+        if self.foreign.len() < TRACKED_NESTING_DEPTH {
+            self.foreign.push(Foreign {
+                name,
+                ns,
+                html: Vec::new(),
+            });
+        } else {
+            self.foreign_untracked += 1;
+        }
+    }
+
     fn truncate_foreign(&mut self, len: usize) {
+        self.foreign_untracked = 0;
         self.foreign.truncate(len);
         if self.island_depth.is_some_and(|d| len <= d) {
             self.island_depth = None;
@@ -348,6 +369,7 @@ impl IslandSink {
     /// Closes foreign elements until the current node is HTML or an
     /// integration point.
     fn break_out(&mut self) {
+        self.foreign_untracked = 0;
         while self
             .foreign
             .last()
@@ -385,11 +407,7 @@ impl IslandSink {
                 self.collecting = false;
             }
         } else {
-            self.foreign.push(Foreign {
-                name: tag.name,
-                ns,
-                html: Vec::new(),
-            });
+            self.push_foreign(tag.name, ns);
         }
         TokenSinkResult::Continue
     }
@@ -423,11 +441,7 @@ impl IslandSink {
                     } else {
                         Ns::MathMl
                     };
-                    self.foreign.push(Foreign {
-                        name: tag.name,
-                        ns,
-                        html: Vec::new(),
-                    });
+                    self.push_foreign(tag.name, ns);
                 }
                 return TokenSinkResult::Continue;
             }
@@ -455,9 +469,12 @@ impl IslandSink {
                     | "tr"
             )
         {
-            match self.foreign.last_mut() {
-                Some(top) => top.html.push(tag.name),
-                None => self.html.push(tag.name),
+            let open = match self.foreign.last_mut() {
+                Some(top) => &mut top.html,
+                None => &mut self.html,
+            };
+            if open.len() < TRACKED_NESTING_DEPTH {
+                open.push(tag.name);
             }
         }
         result
@@ -481,6 +498,11 @@ impl IslandSink {
         }
         if matches!(&*tag.name, "br" | "p") {
             self.break_out();
+            return;
+        }
+        if self.foreign_untracked > 0 {
+            // Deeper than tracked: the end tag closes the innermost.
+            self.foreign_untracked -= 1;
             return;
         }
         // From the current node down: a foreign element of that name is
