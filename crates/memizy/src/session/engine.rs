@@ -315,6 +315,11 @@ impl Session {
         self.snapshot.as_deref()
     }
 
+    /// Whether an instance is attached (it gets replies and calls).
+    pub fn is_attached(&self, instance: InstanceId) -> bool {
+        self.instances.contains_key(&instance)
+    }
+
     pub fn instance_count(&self) -> usize {
         self.instances.len()
     }
