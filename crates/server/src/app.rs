@@ -11,16 +11,17 @@
 //! pub fn router(state: Arc<MyProtocol>) -> Router { … }
 //! ```
 //!
-//! [`router`] merges them. Paths are the protocol's own (`/api/…` and `/ws`
+//! [`router`] merges them, and `/metrics` renders each protocol's counters
+//! (its own type implementing [`Render`]). Paths are the protocol's own (`/api/…` and `/ws`
 //! for the Memizy relay); a module nests its HTTP API, adds its CORS and
 //! origin rules from [`crate::http`], and answers 404 and 405 under its
 //! prefix itself. Its state is built in [`App::start`] from the shared
-//! [`Metrics`], [`StoreWriter`] and clock, and whatever it must do at
+//! [`StoreWriter`] and clock, with counters of its own, and whatever it must do at
 //! shutdown (close sockets, flush) is awaited in [`App::shutdown`] before
 //! the store is flushed.
 
-use crate::memizy::{self, Relay, RelayConfig};
-use crate::metrics::Metrics;
+use crate::memizy::{self, Relay, RelayConfig, RelayMetrics};
+use crate::metrics::{Render, StoreMetrics};
 use crate::store_writer::StoreWriter;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -34,16 +35,23 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+/// Every part of `/metrics`: each protocol's counters and the store's.
+type Exposition = Arc<[Arc<dyn Render>]>;
+
 /// Every protocol's routes, and `/metrics`.
-pub fn router(relay: Arc<Relay>, metrics: Arc<Metrics>) -> Router {
+pub fn router(relay: Arc<Relay>, metrics: Exposition) -> Router {
     Router::new()
         .merge(memizy::router(relay))
         .route("/metrics", get(metrics_handler).with_state(metrics))
         .fallback(|| async { (StatusCode::NOT_FOUND, "hostwire") })
 }
 
-async fn metrics_handler(State(metrics): State<Arc<Metrics>>) -> Response {
-    let mut r = metrics.render().into_response();
+async fn metrics_handler(State(parts): State<Exposition>) -> Response {
+    let mut text = String::new();
+    for p in parts.iter() {
+        p.render(&mut text);
+    }
+    let mut r = text.into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -67,11 +75,13 @@ impl App {
         clock: Arc<dyn Clock>,
         store: Arc<dyn RelayStore>,
     ) -> anyhow::Result<App> {
-        let metrics = Arc::new(Metrics::default());
+        let store_metrics = Arc::new(StoreMetrics::default());
+        let relay_metrics = Arc::new(RelayMetrics::default());
         let stored = store.load_rooms()?;
         let loaded = stored.len();
-        let writer = StoreWriter::start(store, Arc::clone(&metrics));
-        let relay = Relay::start(config, clock, Arc::clone(&metrics), writer, stored);
+        let writer = StoreWriter::start(store, Arc::clone(&store_metrics));
+        let relay = Relay::start(config, clock, Arc::clone(&relay_metrics), writer, stored);
+        let metrics: Exposition = Arc::new([relay_metrics as Arc<dyn Render>, store_metrics]);
         let addr = listener.local_addr()?;
         // Without TCP_NODELAY, small frames wait for delayed ACKs (~40 ms).
         let listener =

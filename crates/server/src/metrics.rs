@@ -1,172 +1,131 @@
-//! Counters for `GET /metrics` (Prometheus text format). Atomics only: no
-//! lock on the forwarding path.
+//! Counters for `GET /metrics` (Prometheus text format), fed with typed
+//! events where they happen. Atomics only: no lock on the forwarding path.
+//!
+//! The building blocks know no protocol: a protocol module keeps its own
+//! counters (labelled by its own enums through [`Label`]) and renders them
+//! with [`Render`]; the store writer's are [`StoreMetrics`].
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Client frame types, as counted.
-pub const FRAME_TYPES: &[&str] = &[
-    "host", "join", "to", "open", "kick", "close", "up", "rename", "ping", "other", "invalid",
-];
-/// Server frame types, as counted.
-pub const OUT_TYPES: &[&str] = &["data", "from", "control"];
-pub const ERROR_CODES: &[&str] = &[
-    "BAD_MESSAGE",
-    "UNSUPPORTED_PROTOCOL",
-    "ROOM_NOT_FOUND",
-    "ROOM_CLOSED",
-    "ROOM_FULL",
-    "NOT_ALLOWED",
-    "KICKED",
-    "RATE_LIMITED",
-    "TOO_LARGE",
-];
+/// Something that writes its part of the exposition.
+pub trait Render: Send + Sync {
+    fn render(&self, out: &mut String);
+}
+
+/// A label's values, as a closed enum: every value has a counter from the
+/// start, so a scrape shows zeros instead of missing series.
+pub trait Label: Copy + 'static {
+    /// Every value, in the order they are rendered.
+    const ALL: &'static [Self];
+    /// The value's name in the exposition.
+    fn name(self) -> &'static str;
+    /// The value's position in [`Label::ALL`].
+    fn index(self) -> usize;
+}
+
+/// One counter per value of a label.
+pub struct Counters<L: Label> {
+    counts: Box<[AtomicU64]>,
+    label: PhantomData<L>,
+}
+
+impl<L: Label> Default for Counters<L> {
+    fn default() -> Self {
+        Self {
+            counts: L::ALL.iter().map(|_| AtomicU64::new(0)).collect(),
+            label: PhantomData,
+        }
+    }
+}
+
+impl<L: Label> Counters<L> {
+    pub fn add(&self, l: L, n: u64) {
+        self.counts[l.index()].fetch_add(n, Relaxed);
+    }
+
+    pub fn get(&self, l: L) -> u64 {
+        self.counts[l.index()].load(Relaxed)
+    }
+
+    /// `# HELP`, `# TYPE` and one line per value: `name{key="value"} n`.
+    pub fn render(&self, out: &mut String, name: &str, help: &str, key: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for l in L::ALL {
+            let _ = writeln!(out, "{name}{{{key}=\"{}\"}} {}", l.name(), self.get(*l));
+        }
+    }
+}
+
+/// `# HELP`, `# TYPE gauge` and the value.
+pub fn write_gauge(out: &mut String, name: &str, help: &str, v: i64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+}
+
+/// `# HELP`, `# TYPE counter` and the value.
+pub fn write_counter(out: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+    );
+}
+
 /// Store write latency buckets, in microseconds.
 const LATENCY_BUCKETS_US: &[u64] = &[
     100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
 ];
 
+/// The store writer's counters.
 #[derive(Default)]
-pub struct Metrics {
-    pub rooms: AtomicI64,
-    pub connections: AtomicI64,
-    frames_in: [AtomicU64; 11],
-    frames_out: [AtomicU64; 3],
-    errors: [AtomicU64; 9],
-    pub rate_limited: AtomicU64,
-    pub bytes_forwarded: AtomicU64,
-    pub slow_consumers_closed: AtomicU64,
-    pub rooms_created: AtomicU64,
-    pub rooms_expired: AtomicU64,
-    store_latency: [AtomicU64; 13],
-    store_latency_sum_us: AtomicU64,
-    store_writes: AtomicU64,
-    pub store_errors: AtomicU64,
+pub struct StoreMetrics {
+    latency: [AtomicU64; LATENCY_BUCKETS_US.len() + 1],
+    latency_sum_us: AtomicU64,
+    writes: AtomicU64,
+    errors: AtomicU64,
 }
 
-fn index_of(list: &[&str], name: &str) -> usize {
-    list.iter()
-        .position(|n| *n == name)
-        .unwrap_or(list.len() - 1)
-}
-
-impl Metrics {
-    pub fn frame_in(&self, t: &str) {
-        self.frames_in[index_of(FRAME_TYPES, t)].fetch_add(1, Relaxed);
-    }
-
-    pub fn frame_out(&self, t: &str) {
-        self.frames_out[index_of(OUT_TYPES, t)].fetch_add(1, Relaxed);
-    }
-
-    pub fn error(&self, code: &str) {
-        if let Some(i) = ERROR_CODES.iter().position(|c| *c == code) {
-            self.errors[i].fetch_add(1, Relaxed);
-        }
-    }
-
-    pub fn store_write(&self, micros: u64) {
+impl StoreMetrics {
+    /// One batch written in `micros`.
+    pub fn write(&self, micros: u64) {
         let i = LATENCY_BUCKETS_US
             .iter()
             .position(|b| micros <= *b)
             .unwrap_or(LATENCY_BUCKETS_US.len());
-        self.store_latency[i].fetch_add(1, Relaxed);
-        self.store_latency_sum_us.fetch_add(micros, Relaxed);
-        self.store_writes.fetch_add(1, Relaxed);
+        self.latency[i].fetch_add(1, Relaxed);
+        self.latency_sum_us.fetch_add(micros, Relaxed);
+        self.writes.fetch_add(1, Relaxed);
     }
 
-    /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
-        let mut s = String::new();
-        let gauge = |s: &mut String, name: &str, help: &str, v: i64| {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        };
-        gauge(
-            &mut s,
-            "hostwire_relay_rooms",
-            "Live relay rooms.",
-            self.rooms.load(Relaxed),
-        );
-        gauge(
-            &mut s,
-            "hostwire_relay_connections",
-            "Open relay WebSocket connections.",
-            self.connections.load(Relaxed),
-        );
-        let counter = |s: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
-        };
-        let _ = writeln!(s, "# HELP hostwire_relay_frames_in_total Client frames received, by type.\n# TYPE hostwire_relay_frames_in_total counter");
-        for (i, t) in FRAME_TYPES.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "hostwire_relay_frames_in_total{{type=\"{t}\"}} {}",
-                self.frames_in[i].load(Relaxed)
-            );
-        }
-        let _ = writeln!(s, "# HELP hostwire_relay_frames_out_total Server frames queued, by type.\n# TYPE hostwire_relay_frames_out_total counter");
-        for (i, t) in OUT_TYPES.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "hostwire_relay_frames_out_total{{type=\"{t}\"}} {}",
-                self.frames_out[i].load(Relaxed)
-            );
-        }
-        let _ = writeln!(s, "# HELP hostwire_relay_errors_total Error frames sent, by code.\n# TYPE hostwire_relay_errors_total counter");
-        for (i, c) in ERROR_CODES.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "hostwire_relay_errors_total{{code=\"{c}\"}} {}",
-                self.errors[i].load(Relaxed)
-            );
-        }
-        counter(
-            &mut s,
-            "hostwire_relay_rate_limited_total",
-            "Frames dropped by a rate limit.",
-            self.rate_limited.load(Relaxed),
-        );
-        counter(
-            &mut s,
-            "hostwire_relay_forwarded_bytes_total",
-            "Bytes of forwarded frames (to, up).",
-            self.bytes_forwarded.load(Relaxed),
-        );
-        counter(
-            &mut s,
-            "hostwire_relay_slow_consumers_closed_total",
-            "Connections closed because their outbound queue was full.",
-            self.slow_consumers_closed.load(Relaxed),
-        );
-        counter(
-            &mut s,
-            "hostwire_relay_rooms_created_total",
-            "Rooms created.",
-            self.rooms_created.load(Relaxed),
-        );
-        counter(
-            &mut s,
-            "hostwire_relay_rooms_expired_total",
-            "Rooms closed by expiry.",
-            self.rooms_expired.load(Relaxed),
-        );
-        counter(
-            &mut s,
+    /// One batch failed.
+    pub fn error(&self) {
+        self.errors.fetch_add(1, Relaxed);
+    }
+
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Relaxed)
+    }
+}
+
+impl Render for StoreMetrics {
+    fn render(&self, s: &mut String) {
+        write_counter(
+            s,
             "hostwire_store_errors_total",
             "Failed store writes.",
-            self.store_errors.load(Relaxed),
+            self.errors.load(Relaxed),
         );
         let _ = writeln!(s, "# HELP hostwire_store_write_seconds Latency of one store write batch.\n# TYPE hostwire_store_write_seconds histogram");
         let mut cumulative = 0;
         for (i, b) in LATENCY_BUCKETS_US.iter().enumerate() {
-            cumulative += self.store_latency[i].load(Relaxed);
+            cumulative += self.latency[i].load(Relaxed);
             let _ = writeln!(
                 s,
                 "hostwire_store_write_seconds_bucket{{le=\"{}\"}} {cumulative}",
                 *b as f64 / 1e6
             );
         }
-        cumulative += self.store_latency[LATENCY_BUCKETS_US.len()].load(Relaxed);
+        cumulative += self.latency[LATENCY_BUCKETS_US.len()].load(Relaxed);
         let _ = writeln!(
             s,
             "hostwire_store_write_seconds_bucket{{le=\"+Inf\"}} {cumulative}"
@@ -174,13 +133,59 @@ impl Metrics {
         let _ = writeln!(
             s,
             "hostwire_store_write_seconds_sum {}",
-            self.store_latency_sum_us.load(Relaxed) as f64 / 1e6
+            self.latency_sum_us.load(Relaxed) as f64 / 1e6
         );
         let _ = writeln!(
             s,
             "hostwire_store_write_seconds_count {}",
-            self.store_writes.load(Relaxed)
+            self.writes.load(Relaxed)
         );
-        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Copy)]
+    enum Colour {
+        Red,
+        Blue,
+    }
+
+    impl Label for Colour {
+        const ALL: &'static [Self] = &[Colour::Red, Colour::Blue];
+        fn name(self) -> &'static str {
+            match self {
+                Colour::Red => "red",
+                Colour::Blue => "blue",
+            }
+        }
+        fn index(self) -> usize {
+            self as usize
+        }
+    }
+
+    #[test]
+    fn every_label_value_is_rendered_with_its_count() {
+        let c = Counters::<Colour>::default();
+        c.add(Colour::Blue, 2);
+        let mut s = String::new();
+        c.render(&mut s, "x_total", "X.", "colour");
+        assert!(s.contains("x_total{colour=\"red\"} 0\n"), "{s}");
+        assert!(s.contains("x_total{colour=\"blue\"} 2\n"), "{s}");
+    }
+
+    #[test]
+    fn store_latency_lands_in_its_bucket() {
+        let m = StoreMetrics::default();
+        m.write(300);
+        m.write(2_000_000);
+        let mut s = String::new();
+        m.render(&mut s);
+        assert!(s.contains("hostwire_store_write_seconds_bucket{le=\"0.00025\"} 0"));
+        assert!(s.contains("hostwire_store_write_seconds_bucket{le=\"0.0005\"} 1"));
+        assert!(s.contains("hostwire_store_write_seconds_bucket{le=\"+Inf\"} 2"));
+        assert!(s.contains("hostwire_store_write_seconds_count 2"));
     }
 }

@@ -1,7 +1,7 @@
 //! Durable changes are written behind the rooms by one thread: rooms never
 //! wait for the disk, and everything queued is written before shutdown.
 
-use crate::metrics::Metrics;
+use crate::metrics::StoreMetrics;
 use hostwire_memizy::relay::RoomChange;
 use hostwire_store::RelayStore;
 use std::sync::mpsc;
@@ -24,7 +24,7 @@ pub struct StoreWriter {
 const MAX_BATCH: usize = 4096;
 
 impl StoreWriter {
-    pub fn start(store: Arc<dyn RelayStore>, metrics: Arc<Metrics>) -> StoreWriter {
+    pub fn start(store: Arc<dyn RelayStore>, metrics: Arc<StoreMetrics>) -> StoreWriter {
         let (tx, rx) = mpsc::channel::<Msg>();
         std::thread::Builder::new()
             .name("hostwire-store".into())
@@ -51,9 +51,9 @@ impl StoreWriter {
                     } else {
                         let t = Instant::now();
                         let r = store.apply(&batch);
-                        metrics.store_write(t.elapsed().as_micros() as u64);
+                        metrics.write(t.elapsed().as_micros() as u64);
                         if let Err(e) = &r {
-                            metrics.store_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            metrics.error();
                             tracing::error!(error = %e, changes = batch.len(), "store write failed");
                         }
                         r.is_ok()

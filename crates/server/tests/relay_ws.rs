@@ -409,7 +409,10 @@ async fn bad_frames() {
         .await;
     assert_eq!(a.recv().await["t"], "data");
     // Far beyond the cap, the WebSocket layer closes the connection.
+    // The WebSocket layer's refusal is known by its error type: the client
+    // is told why before the close.
     c.send_text(&"x".repeat(4096)).await;
+    c.expect_error("TOO_LARGE", true).await;
     assert_eq!(c.ended().await, Ended::Closed(1009));
     // Ping is answered with the server's clock.
     let mut p = t.client().await;
@@ -653,4 +656,98 @@ async fn the_server_pings_every_30_seconds_and_a_pong_keeps_the_connection() {
         }
     }
     assert_eq!(pings, 3, "one ping per 30 s in 100 s");
+}
+
+/// A counter of `/metrics`, by its full name with labels.
+async fn metric(t: &TestRelay, series: &str) -> u64 {
+    let text = reqwest::get(format!("{}/metrics", t.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+}
+
+#[tokio::test]
+async fn metrics_count_frames_by_type_and_errors_by_code() {
+    let t = TestRelay::start(config()).await;
+    let (mut host, pin, _) = t.host().await;
+    let (mut a, a_id, _) = t.player(&pin, "A").await;
+    host.recv().await;
+    host.send(json!({"t": "to", "to": a_id, "data": [1, 2]}))
+        .await;
+    assert_eq!(a.recv().await["t"], "data");
+    a.send(json!({"t": "up", "data": "x"})).await;
+    assert_eq!(host.recv().await["t"], "from");
+    a.send_text("{").await;
+    a.expect_error("BAD_MESSAGE", false).await;
+    a.send(json!({"t": "to", "to": a_id})).await;
+    a.expect_error("NOT_ALLOWED", false).await;
+    let mut lost = t.client().await;
+    lost.send(json!({"t": "join", "protocol": 1, "pin": "999999"}))
+        .await;
+    lost.expect_error("ROOM_NOT_FOUND", true).await;
+    a.until_pong().await;
+
+    assert_eq!(
+        metric(&t, r#"hostwire_relay_frames_in_total{type="host"}"#).await,
+        1
+    );
+    assert_eq!(
+        metric(&t, r#"hostwire_relay_frames_in_total{type="join"}"#).await,
+        2
+    );
+    assert_eq!(
+        metric(&t, r#"hostwire_relay_frames_in_total{type="to"}"#).await,
+        2
+    );
+    assert_eq!(
+        metric(&t, r#"hostwire_relay_frames_in_total{type="up"}"#).await,
+        1
+    );
+    assert_eq!(
+        metric(&t, r#"hostwire_relay_frames_in_total{type="ping"}"#).await,
+        1
+    );
+    assert_eq!(
+        metric(&t, r#"hostwire_relay_frames_in_total{type="invalid"}"#).await,
+        1
+    );
+    assert_eq!(
+        metric(&t, r#"hostwire_relay_frames_out_total{type="data"}"#).await,
+        1
+    );
+    assert_eq!(
+        metric(&t, r#"hostwire_relay_frames_out_total{type="from"}"#).await,
+        1
+    );
+    assert_eq!(
+        metric(&t, r#"hostwire_relay_frames_out_total{type="error"}"#).await,
+        3
+    );
+    assert_eq!(
+        metric(&t, r#"hostwire_relay_frames_out_total{type="hosting"}"#).await,
+        1
+    );
+    assert_eq!(
+        metric(&t, r#"hostwire_relay_errors_total{code="BAD_MESSAGE"}"#).await,
+        1
+    );
+    assert_eq!(
+        metric(&t, r#"hostwire_relay_errors_total{code="NOT_ALLOWED"}"#).await,
+        1
+    );
+    assert_eq!(
+        metric(&t, r#"hostwire_relay_errors_total{code="ROOM_NOT_FOUND"}"#).await,
+        1
+    );
+    // `{"t":"data","data":[1,2]}` and `{"t":"from","from":"p-…","data":"x"}`.
+    let from_len = format!(r#"{{"t":"from","from":"{a_id}","data":"x"}}"#).len() as u64;
+    assert_eq!(
+        metric(&t, "hostwire_relay_forwarded_bytes_total").await,
+        25 + from_len
+    );
 }

@@ -5,9 +5,9 @@
 //! opaque `data` of `to` / `up` is kept as a byte range of the received
 //! frame, so forwarding copies it once, into the outgoing frame.
 
-use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
 
@@ -96,7 +96,72 @@ pub enum RelayClientMessage {
     },
 }
 
+/// What a client frame was, as counted: its `t`, `other` for a `t` this
+/// server does not know, `invalid` for a frame that did not decode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClientFrameKind {
+    Host,
+    Join,
+    To,
+    Open,
+    Kick,
+    Close,
+    Up,
+    Rename,
+    Ping,
+    Other,
+    Invalid,
+}
+
+impl ClientFrameKind {
+    pub const ALL: &'static [ClientFrameKind] = &[
+        ClientFrameKind::Host,
+        ClientFrameKind::Join,
+        ClientFrameKind::To,
+        ClientFrameKind::Open,
+        ClientFrameKind::Kick,
+        ClientFrameKind::Close,
+        ClientFrameKind::Up,
+        ClientFrameKind::Rename,
+        ClientFrameKind::Ping,
+        ClientFrameKind::Other,
+        ClientFrameKind::Invalid,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ClientFrameKind::Host => "host",
+            ClientFrameKind::Join => "join",
+            ClientFrameKind::To => "to",
+            ClientFrameKind::Open => "open",
+            ClientFrameKind::Kick => "kick",
+            ClientFrameKind::Close => "close",
+            ClientFrameKind::Up => "up",
+            ClientFrameKind::Rename => "rename",
+            ClientFrameKind::Ping => "ping",
+            ClientFrameKind::Other => "other",
+            ClientFrameKind::Invalid => "invalid",
+        }
+    }
+}
+
 impl RelayClientMessage {
+    pub fn kind(&self) -> ClientFrameKind {
+        match self {
+            RelayClientMessage::Host { .. } => ClientFrameKind::Host,
+            RelayClientMessage::Join { .. } => ClientFrameKind::Join,
+            RelayClientMessage::To { .. } => ClientFrameKind::To,
+            RelayClientMessage::Open { .. } => ClientFrameKind::Open,
+            RelayClientMessage::Kick { .. } => ClientFrameKind::Kick,
+            RelayClientMessage::Close => ClientFrameKind::Close,
+            RelayClientMessage::Up { .. } => ClientFrameKind::Up,
+            RelayClientMessage::Rename { .. } => ClientFrameKind::Rename,
+            RelayClientMessage::Ping => ClientFrameKind::Ping,
+            RelayClientMessage::Other { .. } => ClientFrameKind::Other,
+        }
+    }
+
+    /// The frame's `t`, as a client wrote it.
     pub fn type_name(&self) -> &str {
         match self {
             RelayClientMessage::Host { .. } => "host",
@@ -295,23 +360,170 @@ impl ClosedReason {
     }
 }
 
-/// Server frames, serialized once into shareable bytes.
+/// A server frame, typed until it is written. `from` and `data` carry the
+/// forwarded `data` as a byte range of the client frame that is being
+/// handled, so that it is copied once, into the written frame: encode them
+/// with that frame ([`RelayServerMessage::encode`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayServerMessage {
+    Hosting {
+        pin: String,
+        players: Vec<RelayPlayer>,
+    },
+    Joined {
+        pin: String,
+        player_id: String,
+        token: String,
+        name: String,
+        host_connected: bool,
+    },
+    Presence {
+        player: RelayPlayer,
+        event: PresenceEvent,
+    },
+    HostPresence {
+        connected: bool,
+    },
+    From {
+        from: String,
+        data: Option<Range<usize>>,
+    },
+    Data {
+        data: Option<Range<usize>>,
+    },
+    Error {
+        code: RelayErrorCode,
+        message: Cow<'static, str>,
+        fatal: bool,
+    },
+    Closed {
+        reason: ClosedReason,
+    },
+    Pong {
+        time: u64,
+    },
+}
+
+/// What a server frame is, as counted: its `t`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServerFrameKind {
+    Hosting,
+    Joined,
+    Presence,
+    HostPresence,
+    From,
+    Data,
+    Error,
+    Closed,
+    Pong,
+}
+
+impl ServerFrameKind {
+    pub const ALL: &'static [ServerFrameKind] = &[
+        ServerFrameKind::Hosting,
+        ServerFrameKind::Joined,
+        ServerFrameKind::Presence,
+        ServerFrameKind::HostPresence,
+        ServerFrameKind::From,
+        ServerFrameKind::Data,
+        ServerFrameKind::Error,
+        ServerFrameKind::Closed,
+        ServerFrameKind::Pong,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ServerFrameKind::Hosting => "hosting",
+            ServerFrameKind::Joined => "joined",
+            ServerFrameKind::Presence => "presence",
+            ServerFrameKind::HostPresence => "host-presence",
+            ServerFrameKind::From => "from",
+            ServerFrameKind::Data => "data",
+            ServerFrameKind::Error => "error",
+            ServerFrameKind::Closed => "closed",
+            ServerFrameKind::Pong => "pong",
+        }
+    }
+
+    /// `from` and `data` forward what a client sent.
+    pub const fn is_forwarded(self) -> bool {
+        matches!(self, ServerFrameKind::From | ServerFrameKind::Data)
+    }
+}
+
+impl RelayServerMessage {
+    /// `{t:'error', code, message, fatal}`.
+    pub fn error(code: RelayErrorCode, message: impl Into<Cow<'static, str>>, fatal: bool) -> Self {
+        RelayServerMessage::Error {
+            code,
+            message: message.into(),
+            fatal,
+        }
+    }
+
+    pub fn kind(&self) -> ServerFrameKind {
+        match self {
+            RelayServerMessage::Hosting { .. } => ServerFrameKind::Hosting,
+            RelayServerMessage::Joined { .. } => ServerFrameKind::Joined,
+            RelayServerMessage::Presence { .. } => ServerFrameKind::Presence,
+            RelayServerMessage::HostPresence { .. } => ServerFrameKind::HostPresence,
+            RelayServerMessage::From { .. } => ServerFrameKind::From,
+            RelayServerMessage::Data { .. } => ServerFrameKind::Data,
+            RelayServerMessage::Error { .. } => ServerFrameKind::Error,
+            RelayServerMessage::Closed { .. } => ServerFrameKind::Closed,
+            RelayServerMessage::Pong { .. } => ServerFrameKind::Pong,
+        }
+    }
+
+    /// The error code of an `error` frame.
+    pub fn error_code(&self) -> Option<RelayErrorCode> {
+        match self {
+            RelayServerMessage::Error { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// The frame's JSON text. `source` is the client frame that `from` and
+    /// `data` ranges point into (other frames ignore it).
+    pub fn encode(&self, source: &str) -> String {
+        let slice = |r: &Option<Range<usize>>| r.as_ref().and_then(|r| source.get(r.clone()));
+        match self {
+            RelayServerMessage::Hosting { pin, players } => frames::hosting(pin, players),
+            RelayServerMessage::Joined {
+                pin,
+                player_id,
+                token,
+                name,
+                host_connected,
+            } => frames::joined(pin, player_id, token, name, *host_connected),
+            RelayServerMessage::Presence { player, event } => frames::presence(player, *event),
+            RelayServerMessage::HostPresence { connected } => frames::host_presence(*connected),
+            RelayServerMessage::From { from, data } => frames::from(from, slice(data)),
+            RelayServerMessage::Data { data } => frames::data(slice(data)),
+            RelayServerMessage::Error {
+                code,
+                message,
+                fatal,
+            } => frames::error(*code, message, *fatal),
+            RelayServerMessage::Closed { reason } => frames::closed(*reason),
+            RelayServerMessage::Pong { time } => frames::pong(*time),
+        }
+    }
+}
+
+/// Server frames as JSON text.
 pub mod frames {
     use super::*;
     use serde_json::json;
 
-    fn to_bytes(v: serde_json::Value) -> Bytes {
-        Bytes::from(v.to_string())
+    pub fn error(code: RelayErrorCode, message: &str, fatal: bool) -> String {
+        json!({"t": "error", "code": code.as_str(), "message": message, "fatal": fatal}).to_string()
     }
-
-    pub fn error(code: RelayErrorCode, message: &str, fatal: bool) -> Bytes {
-        to_bytes(json!({"t": "error", "code": code.as_str(), "message": message, "fatal": fatal}))
+    pub fn pong(time_ms: u64) -> String {
+        json!({"t": "pong", "time": time_ms}).to_string()
     }
-    pub fn pong(time_ms: u64) -> Bytes {
-        to_bytes(json!({"t": "pong", "time": time_ms}))
-    }
-    pub fn hosting(pin: &str, players: &[RelayPlayer]) -> Bytes {
-        to_bytes(json!({"t": "hosting", "pin": pin, "players": players}))
+    pub fn hosting(pin: &str, players: &[RelayPlayer]) -> String {
+        json!({"t": "hosting", "pin": pin, "players": players}).to_string()
     }
     pub fn joined(
         pin: &str,
@@ -319,45 +531,43 @@ pub mod frames {
         token: &str,
         name: &str,
         host_connected: bool,
-    ) -> Bytes {
-        to_bytes(
-            json!({"t": "joined", "pin": pin, "playerId": player_id, "token": token, "name": name, "hostConnected": host_connected}),
-        )
+    ) -> String {
+        json!({"t": "joined", "pin": pin, "playerId": player_id, "token": token, "name": name, "hostConnected": host_connected}).to_string()
     }
-    pub fn presence(player: &RelayPlayer, event: PresenceEvent) -> Bytes {
-        to_bytes(json!({"t": "presence", "player": player, "event": event.as_str()}))
+    pub fn presence(player: &RelayPlayer, event: PresenceEvent) -> String {
+        json!({"t": "presence", "player": player, "event": event.as_str()}).to_string()
     }
-    pub fn host_presence(connected: bool) -> Bytes {
-        to_bytes(json!({"t": "host-presence", "connected": connected}))
+    pub fn host_presence(connected: bool) -> String {
+        json!({"t": "host-presence", "connected": connected}).to_string()
     }
-    pub fn closed(reason: ClosedReason) -> Bytes {
-        to_bytes(json!({"t": "closed", "reason": reason.as_str()}))
+    pub fn closed(reason: ClosedReason) -> String {
+        json!({"t": "closed", "reason": reason.as_str()}).to_string()
     }
 
     /// `{"t":"from","from":ID,"data":DATA}` with DATA copied as received.
-    pub fn from(player_id: &str, data: Option<&str>) -> Bytes {
+    pub fn from(player_id: &str, data: Option<&str>) -> String {
         let id = serde_json::to_string(player_id).unwrap_or_default();
-        let mut b = BytesMut::with_capacity(32 + id.len() + data.map_or(0, str::len));
-        b.put_slice(b"{\"t\":\"from\",\"from\":");
-        b.put_slice(id.as_bytes());
+        let mut b = String::with_capacity(32 + id.len() + data.map_or(0, str::len));
+        b.push_str("{\"t\":\"from\",\"from\":");
+        b.push_str(&id);
         if let Some(d) = data {
-            b.put_slice(b",\"data\":");
-            b.put_slice(d.as_bytes());
+            b.push_str(",\"data\":");
+            b.push_str(d);
         }
-        b.put_u8(b'}');
-        b.freeze()
+        b.push('}');
+        b
     }
 
     /// `{"t":"data","data":DATA}` with DATA copied as received.
-    pub fn data(data: Option<&str>) -> Bytes {
-        let mut b = BytesMut::with_capacity(24 + data.map_or(0, str::len));
-        b.put_slice(b"{\"t\":\"data\"");
+    pub fn data(data: Option<&str>) -> String {
+        let mut b = String::with_capacity(24 + data.map_or(0, str::len));
+        b.push_str("{\"t\":\"data\"");
         if let Some(d) = data {
-            b.put_slice(b",\"data\":");
-            b.put_slice(d.as_bytes());
+            b.push_str(",\"data\":");
+            b.push_str(d);
         }
-        b.put_u8(b'}');
-        b.freeze()
+        b.push('}');
+        b
     }
 }
 
@@ -465,11 +675,11 @@ mod tests {
     #[test]
     fn forwarded_frames_copy_data_verbatim() {
         assert_eq!(
-            &frames::from("p-1", Some(r#"{"a": 1}"#))[..],
-            br#"{"t":"from","from":"p-1","data":{"a": 1}}"#
+            frames::from("p-1", Some(r#"{"a": 1}"#)),
+            r#"{"t":"from","from":"p-1","data":{"a": 1}}"#
         );
-        assert_eq!(&frames::data(None)[..], br#"{"t":"data"}"#);
-        let v: serde_json::Value = serde_json::from_slice(&frames::data(Some("[1,2]"))).unwrap();
+        assert_eq!(frames::data(None), r#"{"t":"data"}"#);
+        let v: serde_json::Value = serde_json::from_str(&frames::data(Some("[1,2]"))).unwrap();
         assert_eq!(v["data"], serde_json::json!([1, 2]));
         assert!(is_pin("123456") && !is_pin("12345") && !is_pin("12345a"));
     }

@@ -2,7 +2,7 @@
 //! relay or the room's task, and turns the answer into a response.
 
 use super::room::RoomCmd;
-use super::Relay;
+use super::{CreateError, Relay};
 use crate::http::error::{method_not_allowed, not_found, JSON_UTF8};
 use crate::http::origins::{preflight_no_content, require_allowed_origin};
 use crate::http::{client_ip, json_response, ApiError};
@@ -13,9 +13,8 @@ use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use hostwire_memizy::manifest::extract_manifest_text;
-use hostwire_memizy::relay::is_pin;
-use serde_json::{json, Value};
+use hostwire_memizy::relay::{is_pin, parse_bundle};
+use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,13 +76,18 @@ async fn create_room(
         .into_response();
     }
     match relay.create_room().await {
-        Some((pin, token)) => json_response(
+        Ok((pin, token)) => json_response(
             StatusCode::CREATED,
             &json!({"pin": pin, "hostToken": token}),
         ),
-        None => ApiError::new(
+        Err(CreateError::NotStored) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "The room could not be stored; try again.",
+        )
+        .into_response(),
+        Err(CreateError::NoPin) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "No free PIN right now; try again.",
         )
         .into_response(),
     }
@@ -178,30 +182,10 @@ async fn put_bundle(
         Ok(b) => b,
         Err(_) => return BUNDLE_TOO_LARGE.into_response(),
     };
-    let parsed: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(_) => return ApiError::new(StatusCode::BAD_REQUEST, "Invalid JSON").into_response(),
+    let app_name = match parse_bundle(&body) {
+        Ok(b) => b.app_name,
+        Err(e) => return ApiError::new(StatusCode::BAD_REQUEST, e.message()).into_response(),
     };
-    if !parsed.get("pluginHtml").is_some_and(Value::is_string)
-        || !parsed.get("set").is_some_and(Value::is_object)
-    {
-        return ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "Expected { pluginHtml: string, set: object }",
-        )
-        .into_response();
-    }
-    let html = parsed["pluginHtml"].as_str().unwrap_or("");
-    // appName is read from the manifest data island, without validating the rest.
-    let app_name = extract_manifest_text(html)
-        .ok()
-        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-        .and_then(|m| match m.get("appName") {
-            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
-            Some(Value::Number(n)) => Some(n.to_string()),
-            Some(Value::Bool(b)) => Some(b.to_string()),
-            _ => None,
-        });
     let (tx, rx) = oneshot::channel();
     let _ = room
         .tx

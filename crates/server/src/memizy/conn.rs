@@ -2,9 +2,9 @@
 //! buffer sizes), a reader that decodes frames and hands them to the room,
 //! and a writer that drains the connection's bounded outbound queue.
 
-use super::room::{count_out, RoomCmd, RoomHandle};
+use super::metrics::RelayMetrics;
+use super::room::{RoomCmd, RoomHandle};
 use super::Relay;
-use crate::metrics::Metrics;
 use crate::outbound;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -87,7 +87,7 @@ const TOO_SLOW: outbound::Close = (CLOSE_TOO_SLOW, "too slow: outbound queue ful
 impl Outbound {
     /// Sends a frame: at once when the connection is idle, else queued; a
     /// full queue closes the connection (1013).
-    pub(super) fn frame(&self, frame: Utf8Bytes, metrics: &Metrics) -> bool {
+    pub(super) fn frame(&self, frame: Utf8Bytes, metrics: &RelayMetrics) -> bool {
         match self
             .0
             .push_or_write(frame, TOO_SLOW, |f| self.0.parked().write_now(f))
@@ -202,7 +202,6 @@ fn read_loop(
         relay,
         conn,
         out,
-        room: None,
     };
     // An async block, not an async fn: what it captures is used in place,
     // where an async fn would keep its arguments twice in its state.
@@ -247,7 +246,7 @@ fn read_loop(
                     }
                 }
                 Flow::RoomBusy(cmd) => {
-                    let Some(r) = &reader.room else { break };
+                    let Some(r) = reader.state.room() else { break };
                     if Box::pin(r.tx.send(*cmd)).await.is_err() {
                         break;
                     }
@@ -263,11 +262,10 @@ async fn finish(reader: Reader, mut writer: JoinHandle<()>) {
     let Reader {
         relay,
         out,
-        room,
+        mut state,
         conn,
-        ..
     } = reader;
-    if let Some(r) = room {
+    if let Some(r) = state.detach() {
         let _ = r.tx.send(RoomCmd::Detach { conn }).await;
     }
     let too_slow = out
@@ -287,13 +285,13 @@ async fn finish(reader: Reader, mut writer: JoinHandle<()>) {
     relay.metrics.connections.fetch_sub(1, Relaxed);
 }
 
-/// One connection's reading side, between frames.
+/// One connection's reading side, between frames. The connection's rules
+/// and the room it is attached to are in `state`.
 struct Reader {
     relay: Arc<Relay>,
     conn: ConnId,
     out: Outbound,
-    state: ConnectionState,
-    room: Option<RoomHandle>,
+    state: ConnectionState<RoomHandle>,
 }
 
 /// What the reader does after a message (rare cases boxed, to keep this
@@ -308,28 +306,60 @@ enum Flow {
 
 struct AttachJob {
     target: RoomHandle,
-    pin: String,
     msg: RelayClientMessage,
+    already_attached: bool,
+}
+
+/// Whether the WebSocket layer refused a frame for its size (over twice
+/// the protocol's cap).
+fn is_oversized(e: axum::Error) -> bool {
+    e.into_inner()
+        .downcast_ref::<tungstenite::Error>()
+        .is_some_and(|e| matches!(e, tungstenite::Error::Capacity(_)))
 }
 
 impl Reader {
-    fn error(&self, code: RelayErrorCode, message: &str, fatal: bool) {
-        send_now(
-            &self.out,
-            &self.relay.metrics,
-            frames::error(code, message, fatal),
-        );
+    /// Queues a frame of the connection's own (never a forwarded one).
+    fn send(&self, frame: &RelayServerMessage) {
+        let text = Utf8Bytes::from(frame.encode(""));
+        self.relay.metrics.frame_out(frame, text.len(), 1);
+        self.out.frame(text, &self.relay.metrics);
+    }
+
+    /// Carries out an answer of the connection's rules.
+    fn act(&self, step: ConnStep) -> Flow {
+        let metrics = &self.relay.metrics;
+        match step {
+            ConnStep::Reply { received, frame } => {
+                metrics.frame_in(received);
+                self.send(&frame);
+                Flow::Go
+            }
+            ConnStep::Fatal {
+                received,
+                frame,
+                close: (code, reason),
+            } => {
+                metrics.frame_in(received);
+                self.send(&frame);
+                self.out.close(code, reason);
+                Flow::Stop
+            }
+            ConnStep::RateLimited(frame) => {
+                metrics.rate_limited.fetch_add(1, Relaxed);
+                self.send(&frame);
+                Flow::Go
+            }
+            // Frames only: `on_message` routes these.
+            ConnStep::Attach { .. } | ConnStep::Forward(_) => Flow::Go,
+        }
     }
 
     fn on_message(&mut self, next: Option<Result<Message, axum::Error>>) -> Flow {
-        let relay = &self.relay;
-        let out = &self.out;
         let text = match next {
             Some(Err(e)) => {
-                // tungstenite's capacity error: a frame over twice the cap.
-                if e.to_string().contains("Space limit exceeded") {
-                    self.error(RelayErrorCode::TooLarge, "Frame too large.", true);
-                    out.close(CLOSE_TOO_BIG, "frame too large");
+                if is_oversized(e) {
+                    self.act(self.state.on_oversized());
                 }
                 return Flow::Stop;
             }
@@ -337,67 +367,31 @@ impl Reader {
             Some(Ok(Message::Text(t))) => t,
             Some(Ok(Message::Binary(b))) => match Utf8Bytes::try_from(b) {
                 Ok(t) => t,
-                Err(_) => {
-                    relay.metrics.frame_in("invalid");
-                    self.error(RelayErrorCode::BadMessage, "Invalid JSON.", false);
-                    return Flow::Go;
-                }
+                Err(_) => return self.act(self.state.on_not_text()),
             },
             Some(Ok(Message::Close(_))) => return Flow::Stop,
             Some(Ok(_)) => return Flow::Go,
         };
-        let now = relay.clock.now_ms();
+        let now = self.relay.clock.now_ms();
         match self.state.on_frame(&text, now) {
-            ConnStep::Reply(f) => {
-                relay
-                    .metrics
-                    .frame_in(if f.starts_with(b"{\"t\":\"pong\"") {
-                        "ping"
-                    } else {
-                        "invalid"
-                    });
-                send_now(out, &relay.metrics, f);
-                Flow::Go
-            }
-            ConnStep::RateLimited(f) => {
-                relay.metrics.rate_limited.fetch_add(1, Relaxed);
-                send_now(out, &relay.metrics, f);
-                Flow::Go
-            }
-            ConnStep::Fatal(f, code) => {
-                relay.metrics.frame_in("invalid");
-                send_now(out, &relay.metrics, f);
-                out.close(CLOSE_POLICY, code.as_str());
-                Flow::Stop
-            }
-            ConnStep::Attach { pin, msg } => {
-                relay.metrics.frame_in(msg.type_name());
-                let Some(target) = relay.room(&pin) else {
-                    let m = if matches!(msg, RelayClientMessage::Host { .. }) {
-                        "The room does not exist (anymore)."
-                    } else {
-                        "No game with this PIN."
-                    };
-                    self.error(RelayErrorCode::RoomNotFound, m, true);
-                    out.close(CLOSE_POLICY, RelayErrorCode::RoomNotFound.as_str());
-                    return Flow::Stop;
-                };
-                if self.room.is_some() {
-                    self.error(
-                        RelayErrorCode::NotAllowed,
-                        "This connection is already attached.",
-                        false,
-                    );
-                    return Flow::Go;
+            ConnStep::Attach {
+                pin,
+                msg,
+                already_attached,
+            } => match self.relay.room(&pin) {
+                None => self.act(self.state.room_not_found(&msg)),
+                Some(target) => {
+                    self.relay.metrics.frame_in(msg.kind());
+                    Flow::Attach(Box::new(AttachJob {
+                        target,
+                        msg,
+                        already_attached,
+                    }))
                 }
-                Flow::Attach(Box::new(AttachJob { target, pin, msg }))
-            }
+            },
             ConnStep::Forward(msg) => {
-                relay.metrics.frame_in(match msg {
-                    RelayClientMessage::Other { .. } => "other",
-                    ref m => m.type_name(),
-                });
-                let Some(r) = &self.room else {
+                self.relay.metrics.frame_in(msg.kind());
+                let Some(r) = self.state.room() else {
                     return Flow::Go;
                 };
                 // A small frame shares tungstenite's read buffer, which
@@ -418,41 +412,51 @@ impl Reader {
                     Err(mpsc::error::TrySendError::Closed(_)) => Flow::Stop,
                 }
             }
+            step => self.act(step),
         }
     }
 
-    /// Attaches the connection to its room; false when refused (the error
-    /// and the close are queued).
+    /// Attaches the connection to its room; false when the connection is
+    /// to stop (a fatal refusal: the error and the close are queued).
     async fn attach(&mut self, job: AttachJob) -> bool {
-        let AttachJob { target, pin, msg } = job;
+        let AttachJob {
+            target,
+            msg,
+            already_attached,
+        } = job;
         let (reply, answer) = oneshot::channel();
         let cmd = RoomCmd::Attach {
             conn: self.conn,
             out: self.out.clone(),
             msg,
+            already_attached,
             reply,
         };
-        if target.tx.send(cmd).await.is_err() {
-            self.error(RelayErrorCode::RoomNotFound, "No game with this PIN.", true);
-            self.out
-                .close(CLOSE_POLICY, RelayErrorCode::RoomNotFound.as_str());
+        if let Err(mpsc::error::SendError(cmd)) = target.tx.send(cmd).await {
+            // The room closed since it was looked up.
+            if let RoomCmd::Attach { msg, .. } = cmd {
+                let step = self.state.room_not_found(&msg);
+                // Counted already, as the frame it was.
+                if let ConnStep::Fatal {
+                    frame,
+                    close: (code, reason),
+                    ..
+                } = step
+                {
+                    self.send(&frame);
+                    self.out.close(code, reason);
+                }
+            }
             return false;
         }
         match answer.await {
-            Ok(Some(host)) => {
+            Ok(AttachOutcome::Attached { host }) => {
                 self.state
-                    .on_attached(&pin, host, self.relay.clock.now_ms());
-                self.room = Some(target);
+                    .on_attached(target, host, self.relay.clock.now_ms());
                 true
             }
-            _ => false,
+            Ok(AttachOutcome::Refused { fatal }) => !fatal,
+            Err(_) => false,
         }
-    }
-}
-
-fn send_now(out: &Outbound, metrics: &Metrics, frame: Bytes) {
-    if let Ok(t) = Utf8Bytes::try_from(frame) {
-        count_out(metrics, &t);
-        out.frame(t, metrics);
     }
 }

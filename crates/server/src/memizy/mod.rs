@@ -12,20 +12,21 @@
 
 pub mod api;
 pub mod conn;
+pub mod metrics;
 pub mod room;
 
 use crate::http::AllowedOrigins;
-use crate::metrics::Metrics;
 use crate::store_writer::StoreWriter;
 use axum::routing::get;
 use axum::Router;
 use hostwire_core::Clock;
 use hostwire_memizy::limits::RelayLimits;
-use hostwire_memizy::relay::{ConnId, Room, RoomChange};
+use hostwire_memizy::relay::{choose_pin, ConnId, Room, RoomCreationLimit};
 use hostwire_store::StoredRoom;
+pub use metrics::RelayMetrics;
 use room::{RoomCmd, RoomHandle};
 use serde_json::{json, Value};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -53,15 +54,24 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/ws", get(conn::ws_upgrade).with_state(relay))
 }
 
+/// Why no room was created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CreateError {
+    /// The store did not take it.
+    NotStored,
+    /// Every PIN tried is taken.
+    NoPin,
+}
+
 /// Everything the relay's handlers, rooms and connections share.
 pub struct Relay {
     config: RelayConfig,
     origins: Arc<AllowedOrigins>,
     clock: Arc<dyn Clock>,
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<RelayMetrics>,
     writer: StoreWriter,
     rooms: Mutex<HashMap<String, RoomHandle>>,
-    rooms_by_ip: Mutex<HashMap<String, VecDeque<u64>>>,
+    creation_limit: Mutex<RoomCreationLimit>,
     next_conn: AtomicU64,
     players: Arc<AtomicU64>,
 }
@@ -71,35 +81,29 @@ impl Relay {
     pub fn start(
         config: RelayConfig,
         clock: Arc<dyn Clock>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<RelayMetrics>,
         writer: StoreWriter,
         stored: Vec<StoredRoom>,
     ) -> Arc<Relay> {
         let relay = Arc::new(Relay {
             origins: Arc::new(config.allowed_origins.clone()),
+            creation_limit: Mutex::new(RoomCreationLimit::new(config.rooms_per_ip_per_hour)),
             config,
             clock,
             metrics,
             writer,
             rooms: Mutex::new(HashMap::new()),
-            rooms_by_ip: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             players: Arc::new(AtomicU64::new(0)),
         });
         let now = relay.clock.now_ms();
+        let mut fix_ups = Vec::new();
         for s in stored {
-            let pin = s.record.pin.clone();
-            let away_missing = s.record.host_away_since_ms.is_none();
-            let room = Room::restore(s.record, now, relay.config.limits);
-            if away_missing {
-                // The host was attached when the server stopped: away from now.
-                relay.writer.write_behind(vec![RoomChange::HostAway {
-                    pin: pin.clone(),
-                    since_ms: Some(now),
-                }]);
-            }
+            let (room, fix_up) = Room::restore(s.record, now, relay.config.limits);
+            fix_ups.extend(fix_up);
             relay.spawn_room(room, s.bundle_text);
         }
+        relay.writer.write_behind(fix_ups);
         relay
     }
 
@@ -136,43 +140,28 @@ impl Relay {
     }
 
     /// Creates a room, durable before its PIN is handed out.
-    async fn create_room(self: &Arc<Self>) -> Option<(String, String)> {
+    async fn create_room(self: &Arc<Self>) -> Result<(String, String), CreateError> {
         let now = self.clock.now_ms();
         let pin = {
-            let rooms = self.rooms.lock().ok()?;
-            loop {
-                let pin = rand::random::<u32>() % 900_000 + 100_000;
-                let pin = pin.to_string();
-                if !rooms.contains_key(&pin) {
-                    break pin;
-                }
-            }
+            let rooms = self.rooms.lock().map_err(|_| CreateError::NotStored)?;
+            choose_pin(rand::random::<u32>, |p| rooms.contains_key(p)).ok_or(CreateError::NoPin)?
         };
         let (room, created) = Room::create(pin.clone(), now, self.config.limits);
         let token = room.host_token().as_str().to_owned();
         if !self.writer.write_durable(vec![created]).await {
-            return None;
+            return Err(CreateError::NotStored);
         }
         self.spawn_room(room, None);
         self.metrics.rooms_created.fetch_add(1, Relaxed);
         tracing::info!(pin = %pin, "room created");
-        Some((pin, token))
+        Ok((pin, token))
     }
 
     fn allow_room_creation(&self, ip: &str) -> bool {
         let now = self.clock.now_ms();
-        let Ok(mut map) = self.rooms_by_ip.lock() else {
-            return false;
-        };
-        let times = map.entry(ip.to_owned()).or_default();
-        while times.front().is_some_and(|t| *t + 3_600_000 <= now) {
-            times.pop_front();
-        }
-        if times.len() >= self.config.rooms_per_ip_per_hour as usize {
-            return false;
-        }
-        times.push_back(now);
-        true
+        self.creation_limit
+            .lock()
+            .is_ok_and(|mut l| l.try_create(ip, now))
     }
 
     /// Runs one sweep over every room now (the timer calls it every 30 s).
@@ -181,13 +170,8 @@ impl Relay {
             let _ = h.tx.send(RoomCmd::Sweep).await;
         }
         let now = self.clock.now_ms();
-        if let Ok(mut map) = self.rooms_by_ip.lock() {
-            map.retain(|_, times| {
-                while times.front().is_some_and(|t| *t + 3_600_000 <= now) {
-                    times.pop_front();
-                }
-                !times.is_empty()
-            });
+        if let Ok(mut l) = self.creation_limit.lock() {
+            l.sweep(now);
         }
         // Let the rooms act on the sweep before returning.
         for h in self.handles() {

@@ -1,10 +1,12 @@
 //! One task per room: it owns the room's state (`hostwire_memizy::relay::Room`)
 //! and handles its commands in order, so "in order, at most once" holds by
-//! construction with no lock on the forwarding path.
+//! construction with no lock on the forwarding path. The room's outputs are
+//! typed frames; each is encoded once here, however many connections it
+//! goes to, and counted by its type.
 
 use super::conn::Outbound;
+use super::metrics::RelayMetrics;
 use super::Relay;
-use crate::metrics::Metrics;
 use axum::extract::ws::Utf8Bytes;
 use bytes::Bytes;
 use hostwire_memizy::relay::*;
@@ -18,11 +20,13 @@ pub(super) enum RoomCmd {
         conn: ConnId,
         out: Outbound,
         msg: RelayClientMessage,
-        reply: oneshot::Sender<Option<bool>>,
+        already_attached: bool,
+        reply: oneshot::Sender<AttachOutcome>,
     },
     Frame {
         conn: ConnId,
         msg: RelayClientMessage,
+        /// The client frame: `msg`'s data ranges point into it.
         text: Utf8Bytes,
     },
     Detach {
@@ -50,6 +54,39 @@ pub(super) struct RoomHandle {
     pub(super) tx: mpsc::Sender<RoomCmd>,
 }
 
+/// A frame encoded for writing, and counted as queued for `copies`
+/// connections.
+fn encode(
+    metrics: &RelayMetrics,
+    frame: &RelayServerMessage,
+    source: &str,
+    copies: usize,
+) -> Utf8Bytes {
+    // A `String` is UTF-8 already: no check on the way to the socket.
+    let text = Utf8Bytes::from(frame.encode(source));
+    metrics.frame_out(frame, text.len(), copies);
+    text
+}
+
+/// The connection being attached, until the room has answered it.
+type Attaching = Option<(ConnId, Outbound, oneshot::Sender<AttachOutcome>)>;
+
+/// Where a frame for `conn` goes: a connection of the room, or the one
+/// being attached (a refused connection is not the room's, but its answer
+/// goes to it).
+fn target<'a>(
+    conns: &'a HashMap<ConnId, Outbound>,
+    attaching: &'a Attaching,
+    conn: ConnId,
+) -> Option<&'a Outbound> {
+    conns.get(&conn).or_else(|| {
+        attaching
+            .as_ref()
+            .filter(|(c, ..)| *c == conn)
+            .map(|(_, o, _)| o)
+    })
+}
+
 /// The room's task: handles commands until the room closes.
 pub(super) async fn run(
     relay: Arc<Relay>,
@@ -58,42 +95,56 @@ pub(super) async fn run(
     mut rx: mpsc::Receiver<RoomCmd>,
 ) {
     let pin = room.pin().to_owned();
+    let metrics = &relay.metrics;
     let mut conns: HashMap<ConnId, Outbound> = HashMap::new();
     let mut out: Vec<RoomOutput> = Vec::new();
-    let mut pending_attach: Option<(ConnId, oneshot::Sender<Option<bool>>)> = None;
     let mut closed = false;
     let mut players_before = room.player_count();
     while let Some(cmd) = rx.recv().await {
         let now = relay.clock.now_ms();
-        let mut durable_ack: Option<oneshot::Sender<Option<u64>>> = None;
-        let mut bundle_version = None;
+        let mut durable_ack: Option<(oneshot::Sender<Option<u64>>, u64)> = None;
+        let mut attaching: Attaching = None;
+        let mut outcome = AttachOutcome::Refused { fatal: false };
+        // The client frame that `data` ranges of this command's outputs
+        // point into.
+        let mut source = Utf8Bytes::from_static("");
         match cmd {
             RoomCmd::Attach {
                 conn,
                 out: o,
                 msg,
+                already_attached,
                 reply,
             } => {
-                conns.insert(conn, o);
-                pending_attach = Some((conn, reply));
-                match &msg {
+                outcome = match &msg {
                     RelayClientMessage::Host { host_token, .. } => {
-                        room.attach_host(conn, host_token.as_deref(), &mut out)
+                        room.attach_host(conn, host_token.as_deref(), already_attached, &mut out)
                     }
-                    RelayClientMessage::Join { name, token, .. } => {
-                        room.attach_player(conn, name.as_deref(), token.as_deref(), &mut out)
-                    }
-                    _ => {}
+                    RelayClientMessage::Join { name, token, .. } => room.attach_player(
+                        conn,
+                        name.as_deref(),
+                        token.as_deref(),
+                        already_attached,
+                        &mut out,
+                    ),
+                    _ => AttachOutcome::Refused { fatal: false },
+                };
+                if matches!(outcome, AttachOutcome::Attached { .. }) {
+                    conns.insert(conn, o.clone());
                 }
+                attaching = Some((conn, o, reply));
             }
-            RoomCmd::Frame { conn, msg, text } => room.frame(conn, &msg, &text, now, &mut out),
+            RoomCmd::Frame { conn, msg, text } => {
+                room.frame(conn, &msg, now, &mut out);
+                source = text;
+            }
             RoomCmd::Detach { conn } => {
                 room.detach(conn, now, &mut out);
                 conns.remove(&conn);
             }
             RoomCmd::Sweep => {
                 if room.sweep(now, &mut out) {
-                    relay.metrics.rooms_expired.fetch_add(1, Relaxed);
+                    metrics.rooms_expired.fetch_add(1, Relaxed);
                     tracing::info!(pin = %pin, "room expired");
                 }
             }
@@ -114,8 +165,8 @@ pub(super) async fn run(
             } => {
                 if room.host_token().matches(&token) {
                     bundle = Some(text.clone());
-                    bundle_version = Some(room.set_bundle(text, app_name, &mut out));
-                    durable_ack = Some(reply);
+                    let version = room.set_bundle(text, app_name, &mut out);
+                    durable_ack = Some((reply, version));
                 } else {
                     let _ = reply.send(None);
                 }
@@ -130,58 +181,47 @@ pub(super) async fn run(
             }
         }
         let mut changes = Vec::new();
-        let mut last: Option<(Bytes, Utf8Bytes)> = None;
         for o in out.drain(..) {
             match o {
                 RoomOutput::Send { conn, frame } => {
-                    let Some(target) = conns.get(&conn) else {
-                        continue;
-                    };
-                    // A frame shared by many connections is converted once.
-                    let text = match &last {
-                        Some((b, u)) if b.as_ptr() == frame.as_ptr() && b.len() == frame.len() => {
-                            u.clone()
-                        }
-                        _ => match Utf8Bytes::try_from(frame.clone()) {
-                            Ok(u) => {
-                                last = Some((frame.clone(), u.clone()));
-                                u
-                            }
-                            Err(_) => continue,
-                        },
-                    };
-                    count_out(&relay.metrics, &text);
-                    target.frame(text, &relay.metrics);
-                }
-                RoomOutput::Close { conn, code, reason } => {
-                    if let Some(target) = conns.remove(&conn) {
-                        target.close(code, reason);
+                    if let Some(t) = target(&conns, &attaching, conn) {
+                        t.frame(encode(metrics, &frame, &source, 1), metrics);
                     }
                 }
-                RoomOutput::Attached { conn, host } => {
-                    if let Some((c, reply)) = pending_attach.take() {
-                        if c == conn {
-                            let _ = reply.send(Some(host));
+                RoomOutput::Broadcast { conns: to, frame } => {
+                    let targets: Vec<&Outbound> = to.iter().filter_map(|c| conns.get(c)).collect();
+                    if !targets.is_empty() {
+                        let text = encode(metrics, &frame, &source, targets.len());
+                        for t in targets {
+                            t.frame(text.clone(), metrics);
                         }
+                    }
+                }
+                RoomOutput::Close { conn, code, reason } => {
+                    if let Some(t) = conns.remove(&conn) {
+                        t.close(code, reason);
+                    } else if let Some(t) = target(&conns, &attaching, conn) {
+                        t.close(code, reason);
                     }
                 }
                 RoomOutput::Persist(c) => changes.push(c),
                 RoomOutput::RoomClosed => closed = true,
             }
         }
-        if let Some((_, reply)) = pending_attach.take() {
-            // The room refused the connection (the error is queued).
-            let _ = reply.send(None);
+        // Answered once its frames are queued: the reader's next frames
+        // come after them.
+        if let Some((_, _, reply)) = attaching.take() {
+            let _ = reply.send(outcome);
         }
-        match (durable_ack, bundle_version) {
-            (Some(reply), Some(version)) => {
+        match durable_ack {
+            Some((reply, version)) => {
                 let writer = relay.writer.clone();
                 tokio::spawn(async move {
                     let ok = writer.write_durable(changes).await;
                     let _ = reply.send(ok.then_some(version));
                 });
             }
-            _ => relay.writer.write_behind(changes),
+            None => relay.writer.write_behind(changes),
         }
         let players_now = room.player_count();
         if players_now != players_before {
@@ -204,29 +244,6 @@ pub(super) async fn run(
         rooms.remove(&pin);
     }
     relay.players.fetch_sub(room.player_count() as u64, Relaxed);
-    relay.metrics.rooms.fetch_sub(1, Relaxed);
+    metrics.rooms.fetch_sub(1, Relaxed);
     tracing::info!(pin = %pin, "room closed");
-}
-
-pub(super) fn count_out(metrics: &Metrics, text: &str) {
-    if text.starts_with("{\"t\":\"data\"") {
-        metrics.frame_out("data");
-        metrics
-            .bytes_forwarded
-            .fetch_add(text.len() as u64, Relaxed);
-    } else if text.starts_with("{\"t\":\"from\"") {
-        metrics.frame_out("from");
-        metrics
-            .bytes_forwarded
-            .fetch_add(text.len() as u64, Relaxed);
-    } else {
-        // Error frames are ours (`frames::error`): the code is the first
-        // `"code":"…"`, read without parsing the frame again.
-        if let Some(rest) = text.strip_prefix("{\"t\":\"error\",\"code\":\"") {
-            if let Some(end) = rest.find('"') {
-                metrics.error(&rest[..end]);
-            }
-        }
-        metrics.frame_out("control");
-    }
 }

@@ -1,0 +1,270 @@
+//! An in-memory relay for tests: connections ([`ConnectionState`]) and
+//! rooms ([`Room`]) driven together on a manual clock, with every output
+//! carried out as the server would (frames encoded and read back as JSON,
+//! closes, durable changes), and no socket, task or wall time.
+
+use super::*;
+use crate::limits::{RelayLimits, RELAY_LIMITS};
+use hostwire_core::{Clock, ManualClock};
+use serde_json::Value;
+use std::collections::{HashMap, VecDeque};
+
+pub const T0: u64 = 1_800_000_000_000;
+
+pub struct World {
+    pub clock: ManualClock,
+    pub limits: RelayLimits,
+    pub rooms: HashMap<String, Room>,
+    conns: HashMap<ConnId, ConnectionState<String>>,
+    inbox: HashMap<ConnId, VecDeque<Value>>,
+    closes: HashMap<ConnId, (u16, &'static str)>,
+    pub persisted: Vec<RoomChange>,
+    next_conn: ConnId,
+    next_random: u32,
+}
+
+impl World {
+    pub fn new() -> Self {
+        Self::with_limits(RELAY_LIMITS)
+    }
+
+    pub fn with_limits(limits: RelayLimits) -> Self {
+        Self {
+            clock: ManualClock::new(T0),
+            limits,
+            rooms: HashMap::new(),
+            conns: HashMap::new(),
+            inbox: HashMap::new(),
+            closes: HashMap::new(),
+            persisted: Vec::new(),
+            next_conn: 1,
+            next_random: 0,
+        }
+    }
+
+    pub fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// A new room, as `POST /api/rooms` makes it: (PIN, host token).
+    pub fn create_room(&mut self) -> (String, String) {
+        let rooms = &self.rooms;
+        let mut n = self.next_random;
+        let pin = choose_pin(
+            || {
+                n += 1;
+                n
+            },
+            |p| rooms.contains_key(p),
+        )
+        .unwrap();
+        self.next_random = n;
+        let (room, created) = Room::create(pin.clone(), self.now(), self.limits);
+        let token = room.host_token().as_str().to_owned();
+        self.persisted.push(created);
+        self.rooms.insert(pin.clone(), room);
+        (pin, token)
+    }
+
+    /// A room as a store held it, after a restart.
+    pub fn restore(&mut self, record: RoomRecord) {
+        let (room, fix_up) = Room::restore(record, self.now(), self.limits);
+        self.persisted.extend(fix_up);
+        self.rooms.insert(room.pin().to_owned(), room);
+    }
+
+    pub fn connect(&mut self) -> ConnId {
+        let c = self.next_conn;
+        self.next_conn += 1;
+        self.conns
+            .insert(c, ConnectionState::new(self.now(), self.limits));
+        c
+    }
+
+    /// A host attached to a new room: (connection, PIN, host token).
+    pub fn host(&mut self) -> (ConnId, String, String) {
+        let (pin, token) = self.create_room();
+        let h = self.connect();
+        self.send(
+            h,
+            serde_json::json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token}),
+        );
+        assert_eq!(self.recv(h)["t"], "hosting");
+        (h, pin, token)
+    }
+
+    /// A player joined to `pin`: (connection, player id, token).
+    pub fn player(&mut self, pin: &str, name: &str) -> (ConnId, String, String) {
+        let p = self.connect();
+        self.send(
+            p,
+            serde_json::json!({"t": "join", "protocol": 1, "pin": pin, "name": name}),
+        );
+        let j = self.recv(p);
+        assert_eq!(j["t"], "joined", "{j}");
+        (
+            p,
+            j["playerId"].as_str().unwrap().to_owned(),
+            j["token"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    pub fn send(&mut self, conn: ConnId, v: Value) {
+        self.send_text(conn, &v.to_string());
+    }
+
+    /// A text frame from `conn`, as the connection's reader hands it on.
+    pub fn send_text(&mut self, conn: ConnId, text: &str) {
+        assert!(!self.closes.contains_key(&conn), "{conn} is closed");
+        let now = self.now();
+        let state = self.conns.get_mut(&conn).expect("a connection");
+        match state.on_frame(text, now) {
+            ConnStep::Reply { frame, .. } | ConnStep::RateLimited(frame) => {
+                self.deliver(conn, &frame, "")
+            }
+            ConnStep::Fatal { frame, close, .. } => {
+                self.deliver(conn, &frame, "");
+                self.close(conn, close);
+            }
+            ConnStep::Attach {
+                pin,
+                msg,
+                already_attached,
+            } => {
+                let Some(room) = self.rooms.get_mut(&pin) else {
+                    let step = state.room_not_found(&msg);
+                    let ConnStep::Fatal { frame, close, .. } = step else {
+                        panic!("{step:?}")
+                    };
+                    self.deliver(conn, &frame, "");
+                    return self.close(conn, close);
+                };
+                let mut out = Vec::new();
+                let outcome = match &msg {
+                    RelayClientMessage::Host { host_token, .. } => {
+                        room.attach_host(conn, host_token.as_deref(), already_attached, &mut out)
+                    }
+                    RelayClientMessage::Join { name, token, .. } => room.attach_player(
+                        conn,
+                        name.as_deref(),
+                        token.as_deref(),
+                        already_attached,
+                        &mut out,
+                    ),
+                    other => panic!("{other:?}"),
+                };
+                if let AttachOutcome::Attached { host } = outcome {
+                    state.on_attached(pin.clone(), host, now);
+                }
+                self.apply(&pin, out, "");
+            }
+            ConnStep::Forward(msg) => {
+                let pin = state.room().cloned().expect("attached");
+                let mut out = Vec::new();
+                if let Some(room) = self.rooms.get_mut(&pin) {
+                    room.frame(conn, &msg, now, &mut out);
+                }
+                self.apply(&pin, out, text);
+            }
+        }
+    }
+
+    /// The connection went away (its socket closed).
+    pub fn disconnect(&mut self, conn: ConnId) {
+        let now = self.now();
+        let pin = self.conns.get_mut(&conn).and_then(|s| s.detach());
+        if let Some(pin) = pin {
+            let mut out = Vec::new();
+            if let Some(room) = self.rooms.get_mut(&pin) {
+                room.detach(conn, now, &mut out);
+            }
+            self.apply(&pin, out, "");
+        }
+    }
+
+    /// One sweep of every room; the PINs of the rooms it closed.
+    pub fn sweep(&mut self) -> Vec<String> {
+        let now = self.now();
+        let mut expired = Vec::new();
+        let pins: Vec<String> = self.rooms.keys().cloned().collect();
+        for pin in pins {
+            let mut out = Vec::new();
+            if self.rooms.get_mut(&pin).unwrap().sweep(now, &mut out) {
+                expired.push(pin.clone());
+            }
+            self.apply(&pin, out, "");
+        }
+        expired
+    }
+
+    fn deliver(&mut self, conn: ConnId, frame: &RelayServerMessage, source: &str) {
+        if self.closes.contains_key(&conn) {
+            return;
+        }
+        let text = frame.encode(source);
+        let v: Value = serde_json::from_str(&text).expect("a server frame is JSON");
+        assert_eq!(v["t"], frame.kind().as_str(), "typed as it is encoded");
+        self.inbox.entry(conn).or_default().push_back(v);
+    }
+
+    fn close(&mut self, conn: ConnId, close: CloseWith) {
+        if self.closes.insert(conn, close).is_none() {
+            // Its reader stops and leaves the room.
+            self.disconnect(conn);
+        }
+    }
+
+    fn apply(&mut self, pin: &str, out: Vec<RoomOutput>, source: &str) {
+        for o in out {
+            match o {
+                RoomOutput::Send { conn, frame } => self.deliver(conn, &frame, source),
+                RoomOutput::Broadcast { conns, frame } => {
+                    for c in conns {
+                        self.deliver(c, &frame, source);
+                    }
+                }
+                RoomOutput::Close { conn, code, reason } => self.close(conn, (code, reason)),
+                RoomOutput::Persist(c) => self.persisted.push(c),
+                RoomOutput::RoomClosed => {
+                    self.rooms.remove(pin);
+                }
+            }
+        }
+    }
+
+    /// The next frame `conn` got.
+    pub fn recv(&mut self, conn: ConnId) -> Value {
+        self.inbox
+            .get_mut(&conn)
+            .and_then(VecDeque::pop_front)
+            .unwrap_or_else(|| panic!("no frame for {conn}"))
+    }
+
+    /// Every frame `conn` got since the last look.
+    pub fn drain(&mut self, conn: ConnId) -> Vec<Value> {
+        self.inbox
+            .get_mut(&conn)
+            .map(|q| q.drain(..).collect())
+            .unwrap_or_default()
+    }
+
+    /// How `conn` was closed, if it was.
+    pub fn closed(&self, conn: ConnId) -> Option<(u16, &'static str)> {
+        self.closes.get(&conn).copied()
+    }
+
+    /// The next frame is this error.
+    pub fn expect_error(&mut self, conn: ConnId, code: RelayErrorCode, fatal: bool) -> Value {
+        let v = self.recv(conn);
+        assert_eq!(
+            (v["t"].as_str(), v["code"].as_str(), v["fatal"].as_bool()),
+            (Some("error"), Some(code.as_str()), Some(fatal)),
+            "{v}"
+        );
+        v
+    }
+
+    pub fn is_attached(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_some_and(|s| s.room().is_some())
+    }
+}
