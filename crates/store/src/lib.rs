@@ -5,7 +5,7 @@
 //! implement the same trait to serve several nodes.
 
 use bytes::Bytes;
-use hostwire_memizy::relay::{BundleMeta, PlayerRecord, RoomChange, RoomRecord};
+use hostwire_relay_records::{BundleMeta, PlayerRecord, RoomChange, RoomRecord};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
 use std::sync::Mutex;

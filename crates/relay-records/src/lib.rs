@@ -1,0 +1,65 @@
+//! What a Memizy relay room keeps across a restart: the records the relay's
+//! rules (`hostwire_memizy::relay`) produce and a store
+//! (`hostwire_store`) holds. A crate of its own so that a store needs
+//! neither the protocol crate nor what it depends on (an HTML parser).
+
+use bytes::Bytes;
+
+/// A player as it is stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlayerRecord {
+    pub id: String,
+    pub name: String,
+    pub token: String,
+}
+
+/// The uploaded bundle's metadata (the text itself is stored beside it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BundleMeta {
+    pub version: u64,
+    pub app_name: Option<String>,
+}
+
+/// Everything a room needs to go on after a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoomRecord {
+    pub pin: String,
+    pub host_token: String,
+    pub created_at_ms: u64,
+    pub host_away_since_ms: Option<u64>,
+    pub open: bool,
+    pub players: Vec<PlayerRecord>,
+    pub kicked_tokens: Vec<String>,
+    pub bundle: Option<BundleMeta>,
+}
+
+/// A durable change of a room, written behind forwarding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoomChange {
+    Created(RoomRecord),
+    HostAway {
+        pin: String,
+        since_ms: Option<u64>,
+    },
+    Open {
+        pin: String,
+        open: bool,
+    },
+    Player {
+        pin: String,
+        player: PlayerRecord,
+    },
+    Kicked {
+        pin: String,
+        player_id: String,
+        token: String,
+    },
+    Bundle {
+        pin: String,
+        meta: BundleMeta,
+        text: Bytes,
+    },
+    Deleted {
+        pin: String,
+    },
+}
