@@ -28,13 +28,24 @@ use indexmap::IndexMap;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Number;
+use smol_str::SmolStr;
 use std::fmt;
 use std::sync::Arc;
 
-/// The members of a [`Json`] object, in insertion order.
-pub type JsonMap = IndexMap<Arc<str>, Json>;
+/// The members of a [`Json`] object, in insertion order. Hashed with
+/// foldhash (randomly seeded per process): several times faster than
+/// SipHash on short member names.
+pub type JsonMap = IndexMap<SmolStr, Json, foldhash::fast::RandomState>;
+
+/// An empty [`JsonMap`].
+pub fn json_map() -> JsonMap {
+    JsonMap::default()
+}
 
 /// An immutable JSON value whose strings, arrays and objects are shared.
+///
+/// Strings and member names of up to 23 bytes are held inline (no
+/// allocation, no reference count); longer ones behind an `Arc`.
 ///
 /// Equality is JSON equality (object member order does not matter; numbers
 /// compare as `serde_json::Number` does). Values nest only as deep as the
@@ -46,20 +57,21 @@ pub enum Json {
     Null,
     Bool(bool),
     Number(Number),
-    String(Arc<str>),
-    Array(Arc<Vec<Json>>),
+    String(SmolStr),
+    Array(Arc<[Json]>),
     Object(Arc<JsonMap>),
 }
 
 impl Json {
     /// True when both are the same allocation (or equal scalars): the test
     /// of structural sharing.
+    #[inline]
     pub fn ptr_eq(&self, other: &Json) -> bool {
         match (self, other) {
             (Json::Null, Json::Null) => true,
             (Json::Bool(a), Json::Bool(b)) => a == b,
             (Json::Number(a), Json::Number(b)) => a == b,
-            (Json::String(a), Json::String(b)) => Arc::ptr_eq(a, b),
+            (Json::String(a), Json::String(b)) => str_shared(a, b),
             (Json::Array(a), Json::Array(b)) => Arc::ptr_eq(a, b),
             (Json::Object(a), Json::Object(b)) => Arc::ptr_eq(a, b),
             _ => false,
@@ -67,11 +79,11 @@ impl Json {
     }
 
     pub fn string(s: &str) -> Json {
-        Json::String(Arc::from(s))
+        Json::String(SmolStr::new(s))
     }
 
     pub fn array(items: Vec<Json>) -> Json {
-        Json::Array(Arc::new(items))
+        Json::Array(Arc::from(items))
     }
 
     pub fn object(map: JsonMap) -> Json {
@@ -157,7 +169,7 @@ impl From<&serde_json::Value> for Json {
             Value::Array(a) => Json::array(a.iter().map(Json::from).collect()),
             Value::Object(m) => Json::object(
                 m.iter()
-                    .map(|(k, v)| (Arc::from(k.as_str()), Json::from(v)))
+                    .map(|(k, v)| (SmolStr::new(k), Json::from(v)))
                     .collect(),
             ),
         }
@@ -176,7 +188,7 @@ impl PartialEq for Json {
             (Json::Null, Json::Null) => true,
             (Json::Bool(a), Json::Bool(b)) => a == b,
             (Json::Number(a), Json::Number(b)) => a == b,
-            (Json::String(a), Json::String(b)) => Arc::ptr_eq(a, b) || a == b,
+            (Json::String(a), Json::String(b)) => a == b,
             (Json::Array(a), Json::Array(b)) => Arc::ptr_eq(a, b) || a[..] == b[..],
             (Json::Object(a), Json::Object(b)) => Arc::ptr_eq(a, b) || maps_equal(a, b),
             _ => false,
@@ -199,8 +211,17 @@ fn maps_equal(a: &JsonMap, b: &JsonMap) -> bool {
     })
 }
 
-fn key_eq(a: &Arc<str>, b: &Arc<str>) -> bool {
-    Arc::ptr_eq(a, b) || a == b
+fn key_eq(a: &SmolStr, b: &SmolStr) -> bool {
+    a == b
+}
+
+/// The same heap allocation, or equal inline strings (which have none).
+fn str_shared(a: &SmolStr, b: &SmolStr) -> bool {
+    if a.is_heap_allocated() || b.is_heap_allocated() {
+        std::ptr::eq(a.as_str(), b.as_str())
+    } else {
+        a == b
+    }
 }
 
 impl fmt::Debug for Json {
@@ -232,7 +253,7 @@ impl Serialize for Json {
             Json::Object(m) => {
                 let mut map = s.serialize_map(Some(m.len()))?;
                 for (k, v) in m.iter() {
-                    map.serialize_entry(&**k, v)?;
+                    map.serialize_entry(k.as_str(), v)?;
                 }
                 map.end()
             }
@@ -278,7 +299,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
         Ok(Json::string(v))
     }
     fn visit_string<E>(self, v: String) -> Result<Json, E> {
-        Ok(Json::String(Arc::from(v)))
+        Ok(Json::String(SmolStr::from(v)))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
         // The size hint comes from the input: never trust it for capacity.
@@ -289,12 +310,12 @@ impl<'de> Visitor<'de> for JsonVisitor {
         Ok(Json::array(items))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
-        let mut members = JsonMap::new();
+        let mut members = json_map();
         while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             let v: Json = map.next_value()?;
             // A repeated name keeps its first position and its last value,
             // as serde_json's own map does.
-            members.insert(Arc::from(&*k), v);
+            members.insert(SmolStr::new(&*k), v);
         }
         Ok(Json::object(members))
     }
@@ -308,7 +329,7 @@ pub struct JsonDelta(pub Json);
 impl JsonDelta {
     /// The delta that changes nothing: `{}`.
     pub fn empty() -> Self {
-        JsonDelta(Json::object(JsonMap::new()))
+        JsonDelta(Json::object(json_map()))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -337,15 +358,15 @@ pub struct DeltaError {
 /// The delta that turns `a` into `b`. Subtrees that are the same
 /// allocation in both are skipped without being looked at.
 pub fn diff(a: &Json, b: &Json) -> JsonDelta {
-    JsonDelta(diff_value(a, b).unwrap_or_else(|| Json::object(JsonMap::new())))
+    JsonDelta(diff_value(a, b).unwrap_or_else(|| Json::object(json_map())))
 }
 
 fn replace(v: &Json) -> Json {
-    Json::array(vec![v.clone()])
+    Json::Array(Arc::from([v.clone()]))
 }
 
 fn removal() -> Json {
-    Json::array(Vec::new())
+    Json::Array(Arc::from([]))
 }
 
 /// `None` when equal.
@@ -362,7 +383,7 @@ fn diff_value(a: &Json, b: &Json) -> Option<Json> {
 }
 
 fn diff_object(x: &JsonMap, y: &JsonMap) -> Option<Json> {
-    let mut patch = JsonMap::new();
+    let mut patch = json_map();
     let mut kept = 0usize;
     for (i, (k, va)) in x.iter().enumerate() {
         let vb = match y.get_index(i) {
@@ -393,10 +414,10 @@ fn diff_object(x: &JsonMap, y: &JsonMap) -> Option<Json> {
 
 fn diff_array(x: &[Json], y: &[Json], whole: &Json) -> Option<Json> {
     let common = x.len().min(y.len());
-    let mut patch = JsonMap::new();
+    let mut patch = json_map();
     for i in 0..common {
         if let Some(d) = diff_value(&x[i], &y[i]) {
-            patch.insert(Arc::from(i.to_string()), d);
+            patch.insert(index_key(i), d);
         }
     }
     // An insertion or removal near the front shifts every later element:
@@ -405,11 +426,19 @@ fn diff_array(x: &[Json], y: &[Json], whole: &Json) -> Option<Json> {
         return Some(replace(whole));
     }
     if y.len() > x.len() {
-        patch.insert(Arc::from("+"), Json::array(y[common..].to_vec()));
+        patch.insert(
+            SmolStr::new_static("+"),
+            Json::Array(Arc::from(&y[common..])),
+        );
     } else if y.len() < x.len() {
-        patch.insert(Arc::from("-"), Json::Number(y.len().into()));
+        patch.insert(SmolStr::new_static("-"), Json::Number(y.len().into()));
     }
     (!patch.is_empty()).then(|| Json::object(patch))
+}
+
+/// An array index as a member name, without allocating.
+fn index_key(i: usize) -> SmolStr {
+    smol_str::ToSmolStr::to_smolstr(&i)
 }
 
 /// `a` with `delta` applied. Unchanged subtrees of the result are `a`'s own

@@ -15,7 +15,6 @@ use hostwire_core::delta::{Json, JsonMap};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 pub const GRID: i64 = 9;
 pub const FLAG: (i64, i64) = (4, 4);
@@ -64,7 +63,7 @@ fn o<const N: usize>(members: [(&str, Json); N]) -> Json {
     Json::object(
         members
             .into_iter()
-            .map(|(k, v)| (Arc::from(k), v))
+            .map(|(k, v)| (k.into(), v))
             .collect::<JsonMap>(),
     )
 }
@@ -104,15 +103,15 @@ impl Ridge {
     }
 
     fn unit_json(u: &Unit, with_team: bool, with_order: bool) -> Json {
-        let mut m = JsonMap::new();
-        m.insert(Arc::from("role"), Json::string(&u.role));
+        let mut m = JsonMap::default();
+        m.insert("role".into(), Json::string(&u.role));
         if with_team {
-            m.insert(Arc::from("team"), Json::string(&u.team));
+            m.insert("team".into(), Json::string(&u.team));
         }
-        m.insert(Arc::from("x"), n(u.x));
-        m.insert(Arc::from("y"), n(u.y));
+        m.insert("x".into(), n(u.x));
+        m.insert("y".into(), n(u.y));
         if with_order {
-            m.insert(Arc::from("order"), Json::string(&u.order));
+            m.insert("order".into(), Json::string(&u.order));
         }
         Json::object(m)
     }
@@ -121,7 +120,7 @@ impl Ridge {
         Json::object(
             self.scores
                 .iter()
-                .map(|(t, s)| (Arc::from(t.as_str()), Json::Number((*s).into())))
+                .map(|(t, s)| (t.as_str().into(), Json::Number((*s).into())))
                 .collect(),
         )
     }
@@ -345,12 +344,12 @@ impl Game for Ridge {
             Some(DetailRequest::Sections(v)) => v.iter().any(|x| x == s),
             None => false,
         };
-        let mut m = JsonMap::new();
-        m.insert(Arc::from("tick"), Json::Number(self.tick.into()));
-        m.insert(Arc::from("role"), Json::string(&u.role));
-        m.insert(Arc::from("x"), n(u.x));
-        m.insert(Arc::from("y"), n(u.y));
-        m.insert(Arc::from("order"), Json::string(&u.order));
+        let mut m = JsonMap::default();
+        m.insert("tick".into(), Json::Number(self.tick.into()));
+        m.insert("role".into(), Json::string(&u.role));
+        m.insert("x".into(), n(u.x));
+        m.insert("y".into(), n(u.y));
+        m.insert("order".into(), Json::string(&u.order));
         if wants("surroundings") {
             let near = self
                 .units
@@ -358,10 +357,10 @@ impl Game for Ridge {
                 .filter(|e| e.team != u.team && (e.x - u.x).abs() + (e.y - u.y).abs() <= u.sight)
                 .map(|e| Self::unit_json(e, false, false))
                 .collect();
-            m.insert(Arc::from("enemies"), Json::array(near));
+            m.insert("enemies".into(), Json::array(near));
         }
         if wants("scores") {
-            m.insert(Arc::from("scores"), self.scores_json());
+            m.insert("scores".into(), self.scores_json());
         }
         Json::object(m)
     }

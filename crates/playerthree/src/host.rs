@@ -234,7 +234,7 @@ fn obj<const N: usize>(members: [(&str, Json); N]) -> Json {
     Json::object(
         members
             .into_iter()
-            .map(|(k, v)| (Arc::from(k), v))
+            .map(|(k, v)| (k.into(), v))
             .collect::<JsonMap>(),
     )
 }
