@@ -52,6 +52,65 @@ impl From<ModeArg> for Mode {
     }
 }
 
+/// Which file a problem is in: its path is a JSON path inside that file's
+/// JSON (the plugin's manifest data island, or the set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Document {
+    Manifest,
+    Set,
+}
+
+impl Document {
+    fn as_str(self) -> &'static str {
+        match self {
+            Document::Manifest => "manifest",
+            Document::Set => "set",
+        }
+    }
+}
+
+/// One problem: the document, the JSON path in it, and what is wrong.
+struct Problem {
+    document: Document,
+    path: String,
+    message: String,
+}
+
+impl Problem {
+    fn manifest(path: &str, message: impl Into<String>) -> Problem {
+        Problem {
+            document: Document::Manifest,
+            path: path.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    /// A compatibility problem, written `path: message` with the JSON path
+    /// inside the set.
+    fn set(problem: &str) -> Problem {
+        let (path, message) = problem.split_once(": ").unwrap_or(("", problem));
+        Problem {
+            document: Document::Set,
+            path: path.to_owned(),
+            message: message.to_owned(),
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({"document": self.document.as_str(), "path": self.path, "message": self.message})
+    }
+
+    fn line(&self) -> String {
+        let place = match (self.document, self.path.is_empty()) {
+            (Document::Manifest, true) => String::new(),
+            (Document::Manifest, false) => format!("{}: ", self.path),
+            (Document::Set, true) => "set: ".to_owned(),
+            (Document::Set, false) => format!("set {}: ", self.path),
+        };
+        format!("{place}{}", self.message)
+    }
+}
+
 const EXIT_VALID: u8 = 0;
 const EXIT_INVALID: u8 = 1;
 const EXIT_UNREADABLE: u8 = 2;
@@ -80,7 +139,7 @@ fn check(args: &CheckArgs) -> (u8, String) {
         let out = if args.json {
             format!(
                 "{}\n",
-                json!({"valid": false, "unreadable": true, "problems": [{"path": "", "message": message}]})
+                json!({"valid": false, "unreadable": true, "problems": [{"document": null, "path": "", "message": message}]})
             )
         } else {
             format!("error: {message}\n")
@@ -107,15 +166,15 @@ fn check(args: &CheckArgs) -> (u8, String) {
         Err(e) => return invalid_manifest(args, &e),
     };
 
-    let mut problems: Vec<(String, String)> = Vec::new();
+    let mut problems: Vec<Problem> = Vec::new();
     if let Err(e) = check_manifest_protocol(HOST_SUPPORTED_VERSIONS, manifest.runtime.protocol) {
-        problems.push(("appSpecific.memizy.protocol".into(), e.detail().to_owned()));
+        problems.push(Problem::manifest("appSpecific.memizy.protocol", e.detail()));
     }
     let mode = args.mode.map(Mode::from);
     if let Some(mode) = mode {
         if !manifest.runtime.supports(mode) {
-            problems.push((
-                "appSpecific.memizy.modes".into(),
+            problems.push(Problem::manifest(
+                "appSpecific.memizy.modes",
                 format!("the plugin does not declare {}", mode_str(mode)),
             ));
         }
@@ -128,9 +187,7 @@ fn check(args: &CheckArgs) -> (u8, String) {
     .unwrap_or_default();
     let compat = set.as_ref().map(|s| check_compatibility(&manifest, s));
     if let Some(c) = &compat {
-        for p in &c.problems {
-            problems.push(("set".into(), p.clone()));
-        }
+        problems.extend(c.problems.iter().map(|p| Problem::set(p)));
     }
     let csp = content_policy(Some(&manifest.runtime), args.host_origin.as_deref());
     let code = if problems.is_empty() {
@@ -158,12 +215,13 @@ fn check(args: &CheckArgs) -> (u8, String) {
 }
 
 fn invalid_manifest(args: &CheckArgs, e: &ManifestError) -> (u8, String) {
-    let problems = e.problems();
+    let problems: Vec<Problem> = e
+        .problems()
+        .into_iter()
+        .map(|p| Problem::manifest(&p.path, p.message))
+        .collect();
     let out = if args.json {
-        let list: Vec<Value> = problems
-            .iter()
-            .map(|p| json!({"path": p.path, "message": p.message}))
-            .collect();
+        let list: Vec<Value> = problems.iter().map(Problem::json).collect();
         format!(
             "{}\n",
             serde_json::to_string_pretty(&json!({"valid": false, "problems": list}))
@@ -176,7 +234,7 @@ fn invalid_manifest(args: &CheckArgs, e: &ManifestError) -> (u8, String) {
             problems.len()
         );
         for p in &problems {
-            let _ = writeln!(s, "  ✗ {p}");
+            let _ = writeln!(s, "  ✗ {}", p.line());
         }
         s
     };
@@ -244,7 +302,7 @@ fn summary_text(
     mode: Option<Mode>,
     csp: &str,
     compat: Option<&Compatibility>,
-    problems: &[(String, String)],
+    problems: &[Problem],
 ) -> String {
     let r = &m.runtime;
     let mut s = String::new();
@@ -320,8 +378,8 @@ fn summary_text(
     if problems.is_empty() {
         let _ = writeln!(s, "✓ valid");
     } else {
-        for (path, message) in problems {
-            let _ = writeln!(s, "  ✗ {path}: {message}");
+        for p in problems {
+            let _ = writeln!(s, "  ✗ {}", p.line());
         }
         let _ = writeln!(s, "✗ {} problem(s)", problems.len());
     }
@@ -337,7 +395,7 @@ fn summary_json(
     settings: &Map<String, Value>,
     csp: &str,
     compat: Option<&Compatibility>,
-    problems: &[(String, String)],
+    problems: &[Problem],
 ) -> Value {
     let r = &m.runtime;
     let settings_list: Vec<Value> = r
@@ -375,6 +433,6 @@ fn summary_json(
             "playableItems": c.playable_items, "totalItems": c.total_items,
             "unsupportedTypes": c.unsupported_types,
         })),
-        "problems": problems.iter().map(|(p, m)| json!({"path": p, "message": m})).collect::<Vec<_>>(),
+        "problems": problems.iter().map(Problem::json).collect::<Vec<_>>(),
     })
 }

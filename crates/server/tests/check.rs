@@ -165,3 +165,69 @@ fn unreadable_input_exits_2() {
     assert_eq!(code, 2);
     assert!(out.contains("not valid JSON"), "{out}");
 }
+
+#[test]
+fn set_problems_name_their_json_path_in_the_set() {
+    let set = temp(
+        "set.json",
+        r#"{"version": "2.0", "items": [{"id": "a", "type": "mcq-single"}, {"id": "b"}]}"#,
+    );
+    let (code, out) = run(&[
+        "examples/quiz-race.html",
+        "--set",
+        set.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let problems = v["problems"].as_array().unwrap();
+    let find = |path: &str| {
+        problems
+            .iter()
+            .find(|p| p["path"] == path)
+            .unwrap_or_else(|| panic!("no problem at {path}: {problems:#?}"))
+    };
+    let untyped = find("items[1].type");
+    assert_eq!(untyped["document"], "set");
+    assert_eq!(untyped["message"], "is required");
+    let version = find("version");
+    assert_eq!(version["document"], "set");
+    assert!(
+        version["message"].as_str().unwrap().starts_with("OQSE 2.0"),
+        "{version}"
+    );
+    // In text, the set's problems say so, then give the path.
+    let (_, out) = run(&["examples/quiz-race.html", "--set", set.to_str().unwrap()]);
+    assert!(out.contains("✗ set items[1].type: is required"), "{out}");
+}
+
+#[test]
+fn manifest_problems_name_their_json_path_and_document() {
+    // A repeated setting id is found even though both settings have other
+    // problems.
+    let html = r#"<script type="application/oqse-manifest+json">{"version":"1.0","id":"https://a.org/p","appName":"A","capabilities":{"types":["*"]},"appSpecific":{"memizy":{"protocol":"1.0","modes":{"solo":{}},"settings":[{"id":"t","type":"number","label":"T"},{"id":"t","type":"boolean","label":"","default":true}]}}}</script>"#;
+    let p = temp("dup.html", html);
+    let (code, out) = run(&[p.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let problems = v["problems"].as_array().unwrap();
+    for path in [
+        "appSpecific.memizy.settings[0].default",
+        "appSpecific.memizy.settings[1].label",
+        "appSpecific.memizy.settings[1].id",
+    ] {
+        let found = problems.iter().find(|p| p["path"] == path);
+        let found = found.unwrap_or_else(|| panic!("no problem at {path}: {problems:#?}"));
+        assert_eq!(found["document"], "manifest");
+    }
+}
+
+#[test]
+fn a_json_syntax_error_names_the_line_of_the_plugin_file() {
+    let html = "<!DOCTYPE html>\n<html>\n<head>\n  <script type=\"application/oqse-manifest+json\">\n  {\n    \"version\": \"1.0\",\n    \"appName\": \"A\"\n    \"id\": \"https://a.org/p\"\n  }\n  </script>\n";
+    let p = temp("syntax.html", html);
+    let (code, out) = run(&[p.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    // The missing comma is noticed at `"id"`, line 8 of the file.
+    assert!(out.contains("at line 8 column 5 of the HTML file"), "{out}");
+}
