@@ -314,6 +314,11 @@ impl<G: Game> Match<G> {
             }
         }
         m.refresh_agent_cards();
+        let recordings = records
+            .iter()
+            .filter(|r| matches!(r, Record::State { .. }))
+            .count();
+        m.feed.continue_after(recordings as u64);
         m.record_frames(now);
         m.publish_views();
         m.check_outcomes();

@@ -67,11 +67,20 @@ pub struct ObserverFeed {
     /// The match is over: the final frame of each perspective is the last.
     closed: bool,
     agent_cards: Arc<Vec<ObserverAgentCard>>,
+    /// The last sequence of every perspective before a restart.
+    base_sequence: u64,
 }
 
 impl ObserverFeed {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// After a restart: sequences go on after `last` (the number of
+    /// recordings before it), and the first new frame is a keyframe, so an
+    /// observer resuming with `after` never sees a sequence twice.
+    pub fn continue_after(&mut self, last: u64) {
+        self.base_sequence = last;
     }
 
     /// Keeps frames long enough for a grant with this delay.
@@ -98,7 +107,14 @@ impl ObserverFeed {
         world: Json,
         outcomes: Option<Arc<BTreeMap<String, Outcome>>>,
     ) {
-        let log = self.logs.entry(perspective.to_owned()).or_default();
+        let base = self.base_sequence;
+        let log = self
+            .logs
+            .entry(perspective.to_owned())
+            .or_insert_with(|| PerspectiveLog {
+                next_sequence: base,
+                ..PerspectiveLog::default()
+            });
         let (delta, world) = match log.frames.back() {
             Some(prev) if !log.resync => {
                 let d = diff(&prev.world, &world);

@@ -885,6 +885,32 @@ fn a_restarted_match_keeps_tokens_revocations_and_the_last_tick() {
     assert!(out[0].contains("out_of_scope"), "{out:?}");
     m.tick(now + TICK_MS);
     assert_eq!(m.game().tick(), 6);
+    // An observer resumes with a keyframe whose sequence comes after every
+    // sequence recorded before the restart (one recording per tick, 0 to 5).
+    let watcher = m
+        .mint(observer(ObserverGrant::Omniscient {
+            teams: vec!["red".into(), "blue".into()],
+            delay_ms: 0,
+        }))
+        .unwrap();
+    m.connect(4, watcher.as_str(), now).unwrap();
+    m.handle_message(
+        4,
+        r#"{"op":"observer","perspective":"red","after":6}"#,
+        now + TICK_MS,
+    );
+    let frames: Vec<Value> = m
+        .take_outputs()
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Send { conn: 4, text } => serde_json::from_str::<Value>(&text).ok(),
+            _ => None,
+        })
+        .filter(|v| v.get("frame").is_some())
+        .collect();
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(frames[0]["frame"]["sequence"], 8);
+    assert!(frames[0]["frame"].get("world").is_some());
 }
 
 #[test]
