@@ -24,7 +24,6 @@
 //! member names never need escaping: a member named `"+"` on an object is
 //! just a member.
 
-use indexmap::IndexMap;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Number;
@@ -32,14 +31,117 @@ use smol_str::SmolStr;
 use std::fmt;
 use std::sync::Arc;
 
-/// The members of a [`Json`] object, in insertion order. Hashed with
-/// foldhash (randomly seeded per process): several times faster than
-/// SipHash on short member names.
-pub type JsonMap = IndexMap<SmolStr, Json, foldhash::fast::RandomState>;
+/// Objects with more members than this also keep a hash index; smaller
+/// ones are searched in place (faster, and one allocation fewer to copy).
+pub const JSON_MAP_INDEX_FROM: usize = 16;
+
+type Index = std::collections::HashMap<SmolStr, usize, foldhash::fast::RandomState>;
+
+/// The members of a [`Json`] object, in insertion order. A repeated name
+/// keeps its first position and its last value. Large objects are indexed
+/// by a hash map (foldhash, randomly seeded per process).
+#[derive(Clone, Default)]
+pub struct JsonMap {
+    entries: Vec<(SmolStr, Json)>,
+    index: Option<Index>,
+}
+
+impl JsonMap {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn position(&self, key: &str) -> Option<usize> {
+        match &self.index {
+            Some(ix) => ix.get(key).copied(),
+            None => self.entries.iter().position(|(k, _)| k == key),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Json> {
+        self.position(key).map(|i| &self.entries[i].1)
+    }
+
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut Json> {
+        self.position(key).map(|i| &mut self.entries[i].1)
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.position(key).is_some()
+    }
+
+    /// The member at position `i`.
+    pub fn get_index(&self, i: usize) -> Option<(&SmolStr, &Json)> {
+        self.entries.get(i).map(|(k, v)| (k, v))
+    }
+
+    /// Sets a member; an existing one keeps its position. Returns the old value.
+    pub fn insert(&mut self, key: SmolStr, value: Json) -> Option<Json> {
+        if let Some(i) = self.position(&key) {
+            return Some(std::mem::replace(&mut self.entries[i].1, value));
+        }
+        if let Some(ix) = &mut self.index {
+            ix.insert(key.clone(), self.entries.len());
+        }
+        self.entries.push((key, value));
+        if self.index.is_none() && self.entries.len() > JSON_MAP_INDEX_FROM {
+            self.reindex();
+        }
+        None
+    }
+
+    /// Removes a member, keeping the order of the others.
+    pub fn shift_remove(&mut self, key: &str) -> Option<Json> {
+        let i = self.position(key)?;
+        let (_, v) = self.entries.remove(i);
+        if self.index.is_some() {
+            self.reindex();
+        }
+        Some(v)
+    }
+
+    fn reindex(&mut self) {
+        let mut ix = Index::with_capacity_and_hasher(self.entries.len(), Default::default());
+        for (i, (k, _)) in self.entries.iter().enumerate() {
+            ix.insert(k.clone(), i);
+        }
+        self.index = Some(ix);
+    }
+
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&SmolStr, &Json)> {
+        self.entries.iter().map(|(k, v)| (k, v))
+    }
+
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &SmolStr> {
+        self.entries.iter().map(|(k, _)| k)
+    }
+
+    pub fn values(&self) -> impl ExactSizeIterator<Item = &Json> {
+        self.entries.iter().map(|(_, v)| v)
+    }
+}
+
+impl<K: Into<SmolStr>> FromIterator<(K, Json)> for JsonMap {
+    fn from_iter<I: IntoIterator<Item = (K, Json)>>(iter: I) -> Self {
+        let mut m = JsonMap::new();
+        for (k, v) in iter {
+            m.insert(k.into(), v);
+        }
+        m
+    }
+}
 
 /// An empty [`JsonMap`].
 pub fn json_map() -> JsonMap {
-    JsonMap::default()
+    JsonMap::new()
 }
 
 /// An immutable JSON value whose strings, arrays and objects are shared.
@@ -498,11 +600,11 @@ fn apply_object(m: &JsonMap, p: &JsonMap, path: &mut String) -> Result<Json, Del
         push_segment(path, k);
         match sub {
             Json::Array(v) if v.is_empty() => {
-                if out.shift_remove(&**k).is_none() {
+                if out.shift_remove(k).is_none() {
                     return Err(err(path, "removes a member that does not exist"));
                 }
             }
-            _ => match out.get_mut(&**k) {
+            _ => match out.get_mut(k) {
                 Some(slot) => {
                     *slot = apply_value(slot, sub, path)?;
                 }
@@ -790,6 +892,52 @@ mod tests {
             assert_shared(&ja, d2.as_json(), &out)?;
             // The base is untouched.
             prop_assert_eq!(diff(&ja, &out).is_empty(), ja == jb);
+        }
+
+        #[test]
+        fn a_json_map_behaves_as_an_ordered_map_small_or_indexed(
+            ops in prop::collection::vec((any::<bool>(), 0u8..40, any::<i8>()), 0..200),
+        ) {
+            let mut m = JsonMap::new();
+            let mut model: Vec<(String, i8)> = Vec::new();
+            for (insert, k, v) in ops {
+                let key = format!("k{k}");
+                if insert {
+                    let old = m.insert(SmolStr::new(&key), Json::Number(v.into()));
+                    match model.iter_mut().find(|(mk, _)| *mk == key) {
+                        Some(e) => { prop_assert_eq!(old, Some(Json::Number(e.1.into()))); e.1 = v; }
+                        None => { prop_assert!(old.is_none()); model.push((key, v)); }
+                    }
+                } else {
+                    let old = m.shift_remove(&key);
+                    let at = model.iter().position(|(mk, _)| *mk == key);
+                    prop_assert_eq!(old.is_some(), at.is_some());
+                    if let Some(i) = at { model.remove(i); }
+                }
+                prop_assert_eq!(m.len(), model.len());
+            }
+            let keys: Vec<&str> = m.keys().map(|k| k.as_str()).collect();
+            let want: Vec<&str> = model.iter().map(|(k, _)| k.as_str()).collect();
+            prop_assert_eq!(keys, want);
+            for (k, v) in &model {
+                prop_assert_eq!(m.get(k), Some(&Json::Number((*v).into())));
+            }
+            prop_assert!(m.get("absent").is_none());
+        }
+
+        #[test]
+        fn apply_of_diff_gives_b_for_wide_objects(
+            a in prop::collection::btree_map("[a-z]{1,2}", any::<i8>(), 0..60),
+            b in prop::collection::btree_map("[a-z]{1,2}", any::<i8>(), 0..60),
+        ) {
+            let to = |m: std::collections::BTreeMap<String, i8>| {
+                Json::from(serde_json::Value::Object(m.into_iter().map(|(k, v)| (k, v.into())).collect()))
+            };
+            let (ja, jb) = (to(a), to(b));
+            let d = diff(&ja, &jb);
+            let out = apply(&ja, &d).unwrap();
+            prop_assert_eq!(&out, &jb);
+            assert_shared(&ja, d.as_json(), &out)?;
         }
 
         #[test]

@@ -104,7 +104,7 @@ impl Fields<'_> {
                         .map
                         .get("args")
                         .cloned()
-                        .unwrap_or_else(|| Json::object(JsonMap::default())),
+                        .unwrap_or_else(|| Json::object(JsonMap::new())),
                 }
             }
             "stream" => {

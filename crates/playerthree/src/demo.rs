@@ -60,12 +60,7 @@ fn unit(role: &str, team: &str, sight: i64, x: i64, y: i64) -> Unit {
 }
 
 fn o<const N: usize>(members: [(&str, Json); N]) -> Json {
-    Json::object(
-        members
-            .into_iter()
-            .map(|(k, v)| (k.into(), v))
-            .collect::<JsonMap>(),
-    )
+    Json::object(members.into_iter().collect::<JsonMap>())
 }
 
 fn n(v: i64) -> Json {
@@ -103,7 +98,7 @@ impl Ridge {
     }
 
     fn unit_json(u: &Unit, with_team: bool, with_order: bool) -> Json {
-        let mut m = JsonMap::default();
+        let mut m = JsonMap::new();
         m.insert("role".into(), Json::string(&u.role));
         if with_team {
             m.insert("team".into(), Json::string(&u.team));
@@ -120,7 +115,7 @@ impl Ridge {
         Json::object(
             self.scores
                 .iter()
-                .map(|(t, s)| (t.as_str().into(), Json::Number((*s).into())))
+                .map(|(t, s)| (t.as_str(), Json::Number((*s).into())))
                 .collect(),
         )
     }
@@ -344,7 +339,7 @@ impl Game for Ridge {
             Some(DetailRequest::Sections(v)) => v.iter().any(|x| x == s),
             None => false,
         };
-        let mut m = JsonMap::default();
+        let mut m = JsonMap::new();
         m.insert("tick".into(), Json::Number(self.tick.into()));
         m.insert("role".into(), Json::string(&u.role));
         m.insert("x".into(), n(u.x));

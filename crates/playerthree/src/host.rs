@@ -231,12 +231,7 @@ fn err(code: Code, message: impl Into<String>) -> ProtocolError {
 }
 
 fn obj<const N: usize>(members: [(&str, Json); N]) -> Json {
-    Json::object(
-        members
-            .into_iter()
-            .map(|(k, v)| (k.into(), v))
-            .collect::<JsonMap>(),
-    )
+    Json::object(members.into_iter().collect::<JsonMap>())
 }
 
 impl<G: Game> Match<G> {
