@@ -82,6 +82,14 @@ async fn host_call(host: &Peer, raw: &mut Raw) -> (hostwire_worker_rpc::Call, Id
     (call, id)
 }
 
+/// `fut`, or a failure if it has not ended within 10 s: a call that hangs
+/// fails its test instead of hanging it.
+async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), fut)
+        .await
+        .expect("no end within 10 s: a call hung")
+}
+
 fn assert_protocol_error(e: &RpcError, field: &str) {
     assert_eq!(e.code, codes::PROTOCOL_ERROR, "{e}");
     assert!(e.message.contains(field), "{e} should name {field}");
@@ -98,7 +106,7 @@ async fn a_response_whose_error_has_no_code_fails_its_call() {
         "error": {"name": "TypeError", "message": "x is undefined"}}),
     )
     .await;
-    assert_protocol_error(&call.await.unwrap_err(), "error.code");
+    assert_protocol_error(&within(call).await.unwrap_err(), "error.code");
     // A second answer is a duplicate, and the connection goes on.
     raw.send(json!({"v": "1.0.0", "kind": "response", "id": id, "ok": true}))
         .await;
@@ -116,7 +124,7 @@ async fn malformed_progress_and_stream_ack_fail_their_call() {
     let (call, id) = host_call(&host, &mut raw).await;
     raw.send(json!({"v": "1.0.0", "kind": "progress", "id": id}))
         .await;
-    assert_protocol_error(&call.await.unwrap_err(), "progress");
+    assert_protocol_error(&within(call).await.unwrap_err(), "progress");
     // The peer is told to stop.
     assert!(matches!(raw.recv().await, Frame::Cancel { id: i, .. } if i == id));
     let mut tx = host.open_stream("up", json!(null));
@@ -132,7 +140,7 @@ async fn malformed_progress_and_stream_ack_fail_their_call() {
         e.code == codes::CANCELLED || e.code == codes::PROTOCOL_ERROR,
         "{e}"
     );
-    assert_protocol_error(&tx.finish().await.unwrap_err(), "credit");
+    assert_protocol_error(&within(tx.finish()).await.unwrap_err(), "credit");
 }
 
 #[tokio::test]
@@ -186,7 +194,7 @@ async fn malformed_stream_frames_end_the_stream_with_the_field() {
         let e = raw.error_for(1).await;
         assert_eq!(e.code, codes::PROTOCOL_ERROR, "{e:?}");
         assert!(e.message.contains(field), "{e:?}");
-        let e = seen.recv().await.unwrap();
+        let e = within(seen.recv()).await.unwrap();
         assert_protocol_error(&e, field);
     }
 }
@@ -216,8 +224,8 @@ async fn a_goodbye_whose_reason_is_a_number_still_ends_every_call() {
     let (call, _) = host_call(&host, &mut raw).await;
     raw.send(json!({"v": "1.0.0", "kind": "goodbye", "reason": 42}))
         .await;
-    assert_protocol_error(&call.await.unwrap_err(), "reason");
-    assert_protocol_error(&host.wait_closed().await, "reason");
+    assert_protocol_error(&within(call).await.unwrap_err(), "reason");
+    assert_protocol_error(&within(host.wait_closed()).await, "reason");
 }
 
 #[tokio::test]
@@ -231,7 +239,7 @@ async fn a_malformed_hello_is_answered_with_a_goodbye_that_says_why() {
     };
     assert_eq!(e.code, codes::PROTOCOL_ERROR);
     assert!(e.message.contains("features"), "{e:?}");
-    assert_protocol_error(&host.ready().await.unwrap_err(), "features");
+    assert_protocol_error(&within(host.ready()).await.unwrap_err(), "features");
     // The transport closes after it.
     assert_eq!(raw.recv_inbound().await, None);
 }
@@ -317,7 +325,7 @@ async fn a_lone_surrogate_in_error_data_reaches_the_caller() {
         r#"{{"v":"1.0.0","kind":"response","id":{id},"ok":false,"error":{{"code":"E","message":"m","data":{{"s":"\ud800"}}}}}}"#
     ))
     .await;
-    let e = call.await.unwrap_err();
+    let e = within(call).await.unwrap_err();
     assert_eq!(e.data.unwrap().get(), r#"{"s":"\ud800"}"#);
 }
 
@@ -340,7 +348,10 @@ async fn a_frame_of_another_major_of_any_kind_is_a_version_mismatch() {
             panic!("expected a goodbye after {bad}")
         };
         assert_eq!(e.code, codes::VERSION_MISMATCH);
-        assert_eq!(call.await.unwrap_err().code, codes::VERSION_MISMATCH);
+        assert_eq!(
+            within(call).await.unwrap_err().code,
+            codes::VERSION_MISMATCH
+        );
         assert_eq!(raw.recv_inbound().await, None, "the transport closes");
     }
     // A request of another major, even malformed, gets an error response.
@@ -451,7 +462,7 @@ async fn calls_in_flight_are_bounded_on_both_sides() {
     // This side's own calls: the third fails at once, nothing is sent.
     let _a = peer.call("x", json!(1));
     let _b = peer.call("x", json!(2));
-    let e = peer.call("x", json!(3)).await.unwrap_err();
+    let e = within(peer.call("x", json!(3))).await.unwrap_err();
     assert_eq!(e.code, codes::TOO_MANY_CALLS);
     for _ in 0..2 {
         assert!(matches!(raw.recv().await, Frame::Request { .. }));
@@ -477,7 +488,7 @@ async fn frames_held_before_hello_are_bounded() {
     assert_eq!(e.code, codes::PROTOCOL_ERROR);
     assert!(e.message.contains("held back"), "{e:?}");
     assert_eq!(raw.recv_inbound().await, None);
-    assert_eq!(peer.wait_closed().await.code, codes::PROTOCOL_ERROR);
+    assert_eq!(within(peer.wait_closed()).await.code, codes::PROTOCOL_ERROR);
 }
 
 #[tokio::test(start_paused = true)]
@@ -503,7 +514,10 @@ async fn a_peer_that_stops_reading_gets_back_pressure_then_a_goodbye() {
     let pending = peer.call("x", json!(null));
     // The handlers' answers wait for room; the writer waits for the reader
     // for 30 s, then the connection ends.
-    assert_eq!(pending.await.unwrap_err().code, codes::WRITE_TIMEOUT);
+    let e = tokio::time::timeout(Duration::from_secs(600), pending)
+        .await
+        .expect("the call ends once the write timeout has passed");
+    assert_eq!(e.unwrap_err().code, codes::WRITE_TIMEOUT);
     // What the reader finds when it reads again ends with the goodbye.
     let mut last = None;
     let mut answers = 0;
@@ -583,9 +597,12 @@ async fn progress_for_a_caller_that_does_not_read_is_bounded() {
     });
     let mut call = host.call("chatty", json!(null));
     // Let the whole answer arrive before reading anything.
-    while host.stats().progress_dropped < 8 {
-        tokio::task::yield_now().await;
-    }
+    within(async {
+        while host.stats().progress_dropped < 8 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
     assert_eq!(call.next_progress().await.unwrap(), json!(0));
     assert_eq!(call.await.unwrap(), json!("done"));
     assert_eq!(host.stats().progress_dropped, 8);
