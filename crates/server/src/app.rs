@@ -141,26 +141,34 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn stop_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Resolves on Ctrl-C or SIGTERM. The handlers are in place when this
+/// returns (before the future is polled): a signal sent once the server has
+/// said where it listens stops it cleanly.
+pub fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {},
-                    _ = term.recv() => {},
+        use tokio::signal::unix::{signal, SignalKind};
+        let handlers = signal(SignalKind::terminate())
+            .and_then(|term| signal(SignalKind::interrupt()).map(|int| (term, int)));
+        async move {
+            match handlers {
+                Ok((mut term, mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {},
+                        _ = int.recv() => {},
+                    }
                 }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "no SIGTERM handler: only Ctrl-C stops the server");
-                let _ = ctrl_c.await;
+                Err(e) => {
+                    tracing::warn!(error = %e, "no SIGTERM handler: only Ctrl-C stops the server");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// Raises the open-file soft limit to the hard limit: every connection is a

@@ -5,11 +5,13 @@ use crate::app::{self, App};
 use crate::check;
 use crate::http::AllowedOrigins;
 use crate::memizy::{RelayConfig, OUTBOUND_QUEUE};
+use anyhow::anyhow;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hostwire_core::SystemClock;
 use hostwire_memizy::RELAY_LIMITS;
 use hostwire_store::{RelayStore, SqliteStore};
-use std::path::PathBuf;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -64,10 +66,18 @@ pub struct ServeArgs {
     /// Rooms one client IP may create per hour (a school shares one IP).
     #[arg(long, env = "ROOMS_PER_IP_PER_HOUR", default_value_t = RELAY_LIMITS.rooms_per_ip_per_hour)]
     pub rooms_per_ip_per_hour: u32,
-    /// Log format.
+    /// Log format. Text has colours only on a terminal (and without
+    /// NO_COLOR).
     #[arg(long, env = "HOSTWIRE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Which logs to print: a level (error, warn, info, debug, trace) or
+    /// directives per module, e.g. "info,hostwire=debug".
+    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    pub log_filter: String,
 }
+
+/// The database file in the data directory.
+pub const DB_FILE: &str = "hostwire.db";
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub enum LogFormat {
@@ -109,41 +119,88 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logs(format: LogFormat) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+fn init_logs(format: LogFormat, filter: &str) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .map_err(|e| anyhow!("invalid log filter {filter:?} (--log-filter, RUST_LOG): {e}"))?;
+    let colours = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colours)
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
     };
+    Ok(())
+}
+
+/// Why the port cannot be listened on, in one line with a hint.
+fn bind_error(addr: &str, e: &std::io::Error) -> anyhow::Error {
+    use std::io::ErrorKind;
+    let hint = match e.kind() {
+        ErrorKind::AddrInUse => {
+            "another process listens there: stop it, or choose another port with --port or PORT (0 picks a free one)"
+        }
+        ErrorKind::PermissionDenied => "ports below 1024 need privileges: choose a higher one with --port or PORT",
+        ErrorKind::AddrNotAvailable => {
+            "this machine has no such address: use 127.0.0.1, or 0.0.0.0 for every interface, with --host or HOST"
+        }
+        _ => "check --host / HOST and --port / PORT",
+    };
+    anyhow!("cannot listen on {addr}: {e}. Hint: {hint}")
+}
+
+/// Creates the data directory; returns it as an absolute path.
+fn data_dir(dir: &Path) -> anyhow::Result<PathBuf> {
+    let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
+    std::fs::create_dir_all(&abs).map_err(|e| {
+        anyhow!(
+            "cannot create the data directory {}: {e}. Hint: choose a writable directory with --data-dir or HOSTWIRE_DATA_DIR",
+            abs.display()
+        )
+    })?;
+    Ok(std::fs::canonicalize(&abs).unwrap_or(abs))
+}
+
+/// Opens the database, with one line naming the file when it cannot.
+fn open_store(db: &Path) -> anyhow::Result<SqliteStore> {
+    SqliteStore::open(db).map_err(|e| {
+        let reason = e.reason();
+        anyhow!(
+            "cannot open the database {}: {reason}. Hint: the data directory must be writable (SQLite keeps {DB_FILE}-wal and {DB_FILE}-shm beside it); choose another with --data-dir or HOSTWIRE_DATA_DIR",
+            db.display()
+        )
+    })
 }
 
 /// `hostwire serve`.
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    init_logs(args.log_format);
-    let files = app::raise_open_file_limit();
-    tracing::info!(
-        open_files = files,
-        "open-file limit (each connection uses one)"
-    );
-    let rt = app::runtime()?;
+    init_logs(args.log_format, &args.log_filter)?;
+    let rt = app::runtime().map_err(|e| anyhow!("cannot start the runtime: {e}"))?;
     rt.block_on(async move {
-        std::fs::create_dir_all(&args.data_dir)?;
-        let db = args.data_dir.join("hostwire.db");
-        let store: Arc<dyn RelayStore> = Arc::new(SqliteStore::open(&db)?);
-        let listener = TcpListener::bind((args.host.as_str(), args.port)).await?;
+        // The port first: a server that cannot listen leaves no files.
+        let addr = format!("{}:{}", args.host, args.port);
+        let listener = TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .map_err(|e| bind_error(&addr, &e))?;
+        let dir = data_dir(&args.data_dir)?;
+        let db = dir.join(DB_FILE);
+        let store: Arc<dyn RelayStore> = Arc::new(open_store(&db)?);
+        let files = app::raise_open_file_limit();
+        tracing::info!(
+            open_files = files,
+            "open-file limit (each connection uses one)"
+        );
         let config = relay_config(&args);
         if config.allowed_origins == AllowedOrigins::Any {
             tracing::warn!("ALLOWED_ORIGINS=* accepts every origin: for development only");
         }
         let server = App::start(listener, config, Arc::new(SystemClock), store)?;
+        let stop = app::stop_signal();
         // A line for scripts and tests: where we listen.
         println!("hostwire relay listening on http://{}", server.addr);
         tracing::info!(db = %db.display(), origins = %args.allowed_origins, "serving");
-        app::stop_signal().await;
+        stop.await;
         tracing::info!("shutting down");
         server.shutdown().await;
         tracing::info!("stopped");

@@ -18,6 +18,17 @@ pub enum StoreError {
     Poisoned,
 }
 
+impl StoreError {
+    /// What went wrong, without the database's path: SQLite's own messages
+    /// repeat it, and the caller names the file once.
+    pub fn reason(&self) -> String {
+        match self {
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) => f.to_string(),
+            other => other.to_string(),
+        }
+    }
+}
+
 /// A room as loaded at start-up, with its bundle text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredRoom {
