@@ -1,6 +1,7 @@
 //! The peer over real transports: a child process (NDJSON on stdin and
 //! stdout) and a WebSocket on 127.0.0.1.
 
+use futures_util::{SinkExt, StreamExt};
 use hostwire_worker_rpc::transport::{spawn_worker, websocket};
 use hostwire_worker_rpc::{codes, Peer, PeerConfig, Side};
 use serde_json::{json, Value};
@@ -108,4 +109,61 @@ async fn over_a_websocket() {
         .unwrap()
         .unwrap();
     assert_eq!(why.code, codes::PEER_GOODBYE);
+}
+
+#[tokio::test]
+async fn a_binary_websocket_message_that_is_not_utf8_fails_one_frame() {
+    use tokio_tungstenite::tungstenite::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        let worker = Peer::new(Side::Worker, websocket(ws), PeerConfig::default());
+        worker.register("echo", |p, _| async move { Ok(p) });
+        worker.wait_closed().await
+    });
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}"))
+        .await
+        .unwrap();
+    assert!(next_text(&mut ws).await.contains("hello"));
+    ws.send(Message::text(r#"{"v":"1.0.0","kind":"hello"}"#))
+        .await
+        .unwrap();
+    let mut bad = br#"{"v":"1.0.0","kind":"request","id":3,"method":"echo","params":""#.to_vec();
+    bad.extend_from_slice(b"\xc3\x28\"}");
+    ws.send(Message::binary(bad)).await.unwrap();
+    let answer = next_text(&mut ws).await;
+    assert!(
+        answer.contains(r#""id":3,"ok":false"#) && answer.contains("not UTF-8"),
+        "{answer}"
+    );
+    // The connection goes on; binary UTF-8 is read like text.
+    ws.send(Message::binary(
+        br#"{"v":"1.0.0","kind":"request","id":4,"method":"echo","params":"ok"}"#.to_vec(),
+    ))
+    .await
+    .unwrap();
+    let answer = next_text(&mut ws).await;
+    assert!(
+        answer.contains(r#""id":4,"ok":true,"result":"ok""#),
+        "{answer}"
+    );
+}
+
+async fn next_text<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>) -> String
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .unwrap()
+        {
+            Some(Ok(Message::Text(t))) => return t.to_string(),
+            Some(Ok(_)) => continue,
+            other => panic!("{other:?}"),
+        }
+    }
 }
