@@ -8,6 +8,19 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use hostwire_core::delta::{apply, diff, Json};
+use std::time::Duration;
+
+/// CPU time of this thread: on a machine shared with other work, wall time
+/// also counts the time the thread waited for a core.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
 
 fn fixture(name: &str) -> (String, Json) {
     let path = format!(
@@ -52,6 +65,32 @@ fn delta(c: &mut Criterion) {
         b.iter(|| {
             let d = diff(black_box(&before), black_box(&shared));
             black_box(apply(&before, &d).unwrap())
+        })
+    });
+    g.finish();
+
+    // The same two runs in CPU time (the figure compared with the
+    // JavaScript libraries' CPU time in bench/peers/delta-libs.mjs).
+    let mut g = c.benchmark_group("delta_cpu/quiz_21k_5_scores_1_answer");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("diff+apply", |b| {
+        b.iter_custom(|iters| {
+            let t0 = thread_cpu_time();
+            for _ in 0..iters {
+                let d = diff(black_box(&before), black_box(&after));
+                black_box(apply(&before, &d).unwrap());
+            }
+            thread_cpu_time() - t0
+        })
+    });
+    g.bench_function("diff+apply, shared subtrees", |b| {
+        b.iter_custom(|iters| {
+            let t0 = thread_cpu_time();
+            for _ in 0..iters {
+                let d = diff(black_box(&before), black_box(&shared));
+                black_box(apply(&before, &d).unwrap());
+            }
+            thread_cpu_time() - t0
         })
     });
     g.finish();
