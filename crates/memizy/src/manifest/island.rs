@@ -172,6 +172,65 @@ fn close_html(open: &mut Vec<LocalName>, name: &LocalName) -> bool {
     false
 }
 
+/// Start tags that first close an open `p` (in button scope).
+fn closes_p(name: &LocalName) -> bool {
+    matches!(
+        &**name,
+        "address"
+            | "article"
+            | "aside"
+            | "blockquote"
+            | "center"
+            | "details"
+            | "dialog"
+            | "dir"
+            | "div"
+            | "dl"
+            | "fieldset"
+            | "figcaption"
+            | "figure"
+            | "footer"
+            | "header"
+            | "hgroup"
+            | "main"
+            | "menu"
+            | "nav"
+            | "ol"
+            | "p"
+            | "search"
+            | "section"
+            | "summary"
+            | "ul"
+            | "h1"
+            | "h2"
+            | "h3"
+            | "h4"
+            | "h5"
+            | "h6"
+            | "pre"
+            | "listing"
+            | "form"
+            | "plaintext"
+            | "hr"
+            | "xmp"
+    )
+}
+
+/// Closes the nearest open `p` unless a scope boundary (or `button`)
+/// comes first.
+fn close_p(open: &mut Vec<LocalName>) {
+    let nearest = open.len().saturating_sub(END_TAG_SEARCH_DEPTH);
+    for i in (nearest..open.len()).rev() {
+        if &*open[i] == "p" {
+            open.truncate(i);
+            return;
+        }
+        if is_scope_boundary(&open[i]) || &*open[i] == "button" {
+            return;
+        }
+    }
+}
+
 /// Elements whose end tag ignores the elements inside them.
 fn is_scope_boundary(name: &str) -> bool {
     matches!(
@@ -415,6 +474,13 @@ impl IslandSink {
     /// A start tag by the HTML rules. A self-closing flag is ignored on
     /// HTML elements.
     fn html_start_tag(&mut self, tag: Tag, line: u64) -> TokenSinkResult<()> {
+        if closes_p(&tag.name) {
+            let open = match self.foreign.last_mut() {
+                Some(top) => &mut top.html,
+                None => &mut self.html,
+            };
+            close_p(open);
+        }
         self.skip_newline = matches!(&*tag.name, "textarea" | "pre" | "listing");
         let result = match tag.name {
             local_name!("script") => {
