@@ -1,20 +1,22 @@
 //! Finding the manifest data island in plugin HTML with the HTML tokenizer
 //! alone: one pass over the input, no document tree, time linear in the
-//! input and memory bounded by the island (at most `MANIFEST_MAX_BYTES`)
-//! plus one chunk of input.
+//! input. Memory: the island (at most `MANIFEST_MAX_BYTES`), one chunk of
+//! input, open elements to a fixed depth, and what the tokenizer holds of
+//! one token (a comment or an attribute value, at most the input).
 //!
 //! Which `<script>` counts is unchanged from the tree-building reader: any
 //! `script` element whose `type`, trimmed, is `MANIFEST_SCRIPT_TYPE` in any
 //! ASCII case; its text is the island. The tokenizer needs to be told what a
 //! tree builder would tell it (that `<script>` content is script data, that
-//! `<style>` content is raw text, when CDATA sections are allowed); that
-//! much of tree construction is followed here, including foreign content
-//! (`<svg>`, `<math>`), whose elements are tracked on a stack of their own.
-//! What is not followed is the rest of tree construction: which open HTML
-//! element an end tag closes, and the insertion modes that drop a start tag
-//! (`<frameset>` pages, `<svg>` inside `<select>`). A page has to be built
-//! to hit those cases, and the browser reading the same page is the one
-//! that runs it.
+//! `<style>` content is raw text, when CDATA sections are allowed), and for
+//! that the open elements are followed: foreign content (`<svg>`, `<math>`)
+//! and its integration points, HTML elements as far as end tags and the
+//! start tags that close a `p` tell. Not followed: the insertion modes that
+//! drop a start tag (`<frameset>` pages, `<svg>` inside `<select>`), tables
+//! (foster parenting), the reopening of formatting elements, and nesting
+//! deeper than `TRACKED_NESTING_DEPTH`. Only pages that nest foreign content
+//! and HTML with stray end tags are read differently; the browser reading
+//! the same page is the one that runs it.
 
 use super::{ManifestError, MANIFEST_MAX_BYTES, MANIFEST_SCRIPT_TYPE};
 use html5ever::tendril::StrTendril;
