@@ -770,6 +770,12 @@ mod tests {
     }
 
     #[test]
+    fn a_value_is_32_bytes_so_decoded_text_costs_at_most_16_times_its_size() {
+        // The densest JSON, `[0,0,…]`, spends 2 bytes of text per value.
+        assert!(std::mem::size_of::<Json>() <= 32);
+    }
+
+    #[test]
     fn equality_ignores_member_order() {
         let a: Json = serde_json::from_str(r#"{"a":1,"b":[true,null]}"#).unwrap();
         let b: Json = serde_json::from_str(r#"{"b":[true,null],"a":1}"#).unwrap();

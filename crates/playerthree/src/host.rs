@@ -6,6 +6,25 @@
 //! once however many readers it has), connections to close, records to
 //! persist, tells for agents. It never reads a clock: every event carries
 //! `now` in milliseconds.
+//!
+//! How a server drives one match (one task owns it):
+//!
+//! - create: [`Match::new`]; after a restart: [`Match::restore`] with the
+//!   stored [`Record`]s and the game's restore function;
+//! - operator HTTP API: [`Match::mint`] any principal, [`Match::revoke`],
+//!   [`Match::set_card`], [`Match::set_paused`];
+//! - a socket joins: [`Match::connect`] with the token text (an error is
+//!   the protocol's `bad_token`, `not_in_match` or `busy`: close the socket);
+//!   every text frame: [`Match::handle_message`]; gone: [`Match::disconnect`];
+//! - MCP: [`Match::connect`] a session with the agent's seat token, then
+//!   [`Match::handle_client`] for tool calls, [`Match::control_methods`] for
+//!   the tool list and schemas, [`Match::team_view`] for the resource,
+//!   [`Match::take_inbox`] for tells, [`Match::proposal_status`];
+//! - time: [`Match::tick`] at the game's rate, and
+//!   [`Match::poll_observers`] at [`Match::next_timeout`];
+//! - after each call: [`Match::take_outputs`] and perform them in order
+//!   (`Send` the shared text, `Close`, `Persist` the record, hand `Told` to
+//!   the agent's session, log `GuardViolation`).
 
 use crate::decode::{decode_inbound, Inbound};
 use crate::game::{
