@@ -344,6 +344,13 @@ fn eight_mebibytes_of_bold_tags_are_read() {
     let html = hostile_page("<b>", 8 * 1024 * 1024);
     let m = read_plugin_manifest(&html).unwrap();
     assert_eq!(m.app_name, "Quiz Race");
+    // Nor end tags that close nothing, under open elements to look through.
+    let html = format!(
+        "{}{}",
+        "<b>".repeat(600),
+        hostile_page("</i>", 4 * 1024 * 1024)
+    );
+    assert_eq!(read_plugin_manifest(&html).unwrap().app_name, "Quiz Race");
     // Deep foreign content costs no more than HTML.
     let html = format!("<svg>{}", hostile_page("<g>", 1024 * 1024));
     assert_eq!(read_plugin_manifest(&html).unwrap().app_name, "Quiz Race");

@@ -31,7 +31,7 @@ use html5ever::{local_name, LocalName};
 /// which is what made deep nesting quadratic. Pages that close an element
 /// from more than this many levels inside it are not read as a browser
 /// would; a plugin page is nowhere near that deep.
-const END_TAG_SEARCH_DEPTH: usize = 256;
+const END_TAG_SEARCH_DEPTH: usize = 64;
 
 /// Open elements are tracked this deep, in HTML and in foreign content
 /// (as browsers stop nesting deeper, at 512 in some): deeper ones are
@@ -103,7 +103,7 @@ struct Foreign {
     ns: Ns,
     /// HTML elements open inside this one, outermost first. While any is
     /// open, the current node is an HTML element.
-    html: Vec<LocalName>,
+    html: OpenElements,
 }
 
 impl Foreign {
@@ -146,32 +146,103 @@ struct IslandSink {
     skip_newline: bool,
     /// HTML elements open outside foreign content, outermost first (as far
     /// as end tags tell; implied ends are not followed).
-    html: Vec<LocalName>,
+    html: OpenElements,
 }
 
-/// Closes the nearest open element named `name` (and those inside it), as
-/// an end tag in the body does: an end tag for one of the "special"
-/// elements looks through to the nearest scope boundary (a table cell, a
-/// template, …), any other one stops at the nearest special element. Only
-/// `END_TAG_SEARCH_DEPTH` elements are looked at. Returns whether one was
-/// closed.
-fn close_html(open: &mut Vec<LocalName>, name: &LocalName) -> bool {
-    let stops: fn(&str) -> bool = if is_special(name) {
-        is_scope_boundary
-    } else {
-        is_special
-    };
-    let nearest = open.len().saturating_sub(END_TAG_SEARCH_DEPTH);
-    for i in (nearest..open.len()).rev() {
-        if open[i] == *name {
-            open.truncate(i);
-            return true;
+/// Open HTML elements, outermost first, each with what an end tag's
+/// search needs to know of it, and how many are `p`.
+#[derive(Debug, Default)]
+struct OpenElements {
+    open: Vec<(LocalName, u8)>,
+    paragraphs: usize,
+}
+
+/// In the "special" category: the search of an end tag for a name outside
+/// it stops here.
+const SPECIAL: u8 = 1;
+/// A scope boundary: the search of an end tag for a special name stops here.
+const SCOPE_BOUNDARY: u8 = 2;
+/// `button`: ends the search for a `p` to close.
+const BUTTON: u8 = 4;
+
+impl OpenElements {
+    fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    fn push(&mut self, name: LocalName) {
+        if self.open.len() >= TRACKED_NESTING_DEPTH {
+            return;
         }
-        if stops(&open[i]) {
-            return false;
+        let mut class = 0;
+        if is_special(&name) {
+            class |= SPECIAL;
+        }
+        if is_scope_boundary(&name) {
+            class |= SCOPE_BOUNDARY;
+        }
+        if name == local_name!("button") {
+            class |= BUTTON;
+        }
+        if name == local_name!("p") {
+            self.paragraphs += 1;
+        }
+        self.open.push((name, class));
+    }
+
+    fn truncate(&mut self, len: usize) {
+        let closed_p = self.open[len.min(self.open.len())..]
+            .iter()
+            .filter(|(n, _)| *n == local_name!("p"))
+            .count();
+        self.paragraphs -= closed_p;
+        self.open.truncate(len);
+    }
+
+    /// Closes the nearest open element named `name` (and those inside
+    /// it), as an end tag in the body does: an end tag for one of the
+    /// "special" elements looks through to the nearest scope boundary (a
+    /// table cell, a template, …), any other one stops at the nearest
+    /// special element. Only `END_TAG_SEARCH_DEPTH` elements are looked at.
+    /// Returns whether one was closed.
+    fn close(&mut self, name: &LocalName) -> bool {
+        let stop = if is_special(name) {
+            SCOPE_BOUNDARY
+        } else {
+            SPECIAL
+        };
+        let nearest = self.open.len().saturating_sub(END_TAG_SEARCH_DEPTH);
+        for i in (nearest..self.open.len()).rev() {
+            let (open, class) = &self.open[i];
+            if open == name {
+                self.truncate(i);
+                return true;
+            }
+            if class & stop != 0 {
+                return false;
+            }
+        }
+        false
+    }
+
+    /// Closes the nearest open `p` unless a scope boundary or a `button`
+    /// comes first.
+    fn close_p(&mut self) {
+        if self.paragraphs == 0 {
+            return;
+        }
+        let nearest = self.open.len().saturating_sub(END_TAG_SEARCH_DEPTH);
+        for i in (nearest..self.open.len()).rev() {
+            let (open, class) = &self.open[i];
+            if *open == local_name!("p") {
+                self.truncate(i);
+                return;
+            }
+            if class & (SCOPE_BOUNDARY | BUTTON) != 0 {
+                return;
+            }
         }
     }
-    false
 }
 
 /// Start tags that first close an open `p` (in button scope).
@@ -216,21 +287,6 @@ fn closes_p(name: &LocalName) -> bool {
             | "hr"
             | "xmp"
     )
-}
-
-/// Closes the nearest open `p` unless a scope boundary (or `button`)
-/// comes first.
-fn close_p(open: &mut Vec<LocalName>) {
-    let nearest = open.len().saturating_sub(END_TAG_SEARCH_DEPTH);
-    for i in (nearest..open.len()).rev() {
-        if &*open[i] == "p" {
-            open.truncate(i);
-            return;
-        }
-        if is_scope_boundary(&open[i]) || &*open[i] == "button" {
-            return;
-        }
-    }
 }
 
 /// Elements whose end tag ignores the elements inside them.
@@ -411,7 +467,7 @@ impl IslandSink {
             self.foreign.push(Foreign {
                 name,
                 ns,
-                html: Vec::new(),
+                html: OpenElements::default(),
             });
         } else {
             self.foreign_untracked += 1;
@@ -481,7 +537,7 @@ impl IslandSink {
                 Some(top) => &mut top.html,
                 None => &mut self.html,
             };
-            close_p(open);
+            open.close_p();
         }
         self.skip_newline = matches!(&*tag.name, "textarea" | "pre" | "listing");
         let result = match tag.name {
@@ -541,9 +597,7 @@ impl IslandSink {
                 Some(top) => &mut top.html,
                 None => &mut self.html,
             };
-            if open.len() < TRACKED_NESTING_DEPTH {
-                open.push(tag.name);
-            }
+            open.push(tag.name);
         }
         result
     }
@@ -555,13 +609,13 @@ impl IslandSink {
             self.collecting = false;
         }
         let Some(top) = self.foreign.last_mut() else {
-            close_html(&mut self.html, &tag.name);
+            self.html.close(&tag.name);
             return;
         };
         if !top.html.is_empty() {
             // An HTML end tag closes its element; an integration point is
             // never closed from inside by the HTML rules.
-            close_html(&mut top.html, &tag.name);
+            top.html.close(&tag.name);
             return;
         }
         if matches!(&*tag.name, "br" | "p") {
@@ -582,13 +636,13 @@ impl IslandSink {
                 return;
             }
             if i > 0 && !self.foreign[i - 1].html.is_empty() {
-                if close_html(&mut self.foreign[i - 1].html, &tag.name) {
+                if self.foreign[i - 1].html.close(&tag.name) {
                     self.truncate_foreign(i);
                 }
                 return;
             }
         }
-        if nearest == 0 && close_html(&mut self.html, &tag.name) {
+        if nearest == 0 && self.html.close(&tag.name) {
             self.truncate_foreign(0);
         }
     }
