@@ -981,14 +981,21 @@ impl<G: Game> Match<G> {
             Principal::Team { team, .. } | Principal::Human { team, .. } => {
                 let targets: Vec<String> = match (&roles, principal) {
                     (Roles::All, Principal::Human { role, .. }) => vec![role.clone()],
+                    // "all" means every seat of the team an agent plays.
                     (Roles::All, _) => self
                         .seats
                         .iter()
-                        .filter(|(_, s)| s.team == *team)
+                        .filter(|(_, s)| s.team == *team && s.controller != Controller::Human)
                         .map(|(r, _)| r.clone())
                         .collect(),
                     (Roles::Some(list), _) => list.clone(),
                 };
+                if targets.is_empty() {
+                    return Err(err(
+                        Code::ModeUnavailable,
+                        "roles: no seat of this team is played by an agent",
+                    ));
+                }
                 for (i, r) in targets.iter().enumerate() {
                     self.authorize(principal, r, Need::Play)
                         .map_err(|e| err(e.code, format!("roles[{i}]: {}", e.message)))?;

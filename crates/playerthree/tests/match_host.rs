@@ -459,6 +459,11 @@ fn tell_reaches_the_agent_and_said_reaches_only_its_owners() {
         )),
         "mode_unavailable"
     );
+    let r = h.op(
+        1,
+        json!({"op":"tell","seq":1,"roles":"all","text":"anyone?"}),
+    );
+    assert_eq!(code(&r), "mode_unavailable");
     h.op(
         1,
         json!({"op":"controller","seq":2,"role":"red-scout","controller":{"kind":"agent"}}),
@@ -478,6 +483,13 @@ fn tell_reaches_the_agent_and_said_reaches_only_its_owners() {
     let told = h.m.take_inbox("red-scout");
     assert_eq!(told.len(), 1);
     assert_eq!(told[0].text, "go east");
+    // "all" reaches every agent of the team and skips seats humans play.
+    let r = h.op(
+        1,
+        json!({"op":"tell","seq":4,"roles":"all","text":"regroup"}),
+    );
+    assert_eq!(r["data"]["delivered"], 1, "{r}");
+    assert_eq!(h.m.take_inbox("red-scout").len(), 1);
     for c in [1, 3, 4] {
         h.take(c);
     }
@@ -500,7 +512,7 @@ fn tell_reaches_the_agent_and_said_reaches_only_its_owners() {
         .iter()
         .filter(|r| matches!(r, Record::Chat { .. }))
         .count();
-    assert_eq!(chats, 2);
+    assert_eq!(chats, 3);
     // Without chat mode, tell is unavailable.
     let mut quiet = Harness::new(
         Ridge::new(),
