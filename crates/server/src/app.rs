@@ -20,6 +20,7 @@
 //! shutdown (close sockets, flush) is awaited in [`App::shutdown`] before
 //! the store is flushed.
 
+use crate::ggui::{self, Ggui, GguiConfig};
 use crate::memizy::{self, Relay, RelayConfig, RelayMetrics};
 use crate::metrics::{Render, StoreMetrics};
 use crate::store_writer::StoreWriter;
@@ -29,6 +30,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use hostwire_core::Clock;
+use hostwire_store::ggui::GguiStore;
 use hostwire_store::RelayStore;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,6 +65,7 @@ async fn metrics_handler(State(parts): State<Exposition>) -> Response {
 pub struct App {
     pub addr: SocketAddr,
     pub relay: Arc<Relay>,
+    pub ggui: Arc<Ggui>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -75,13 +78,31 @@ impl App {
         clock: Arc<dyn Clock>,
         store: Arc<dyn RelayStore>,
     ) -> anyhow::Result<App> {
+        Self::start_with_ggui(listener, config, clock, store, GguiConfig::default(), None)
+    }
+
+    /// [`App::start`] with the ggui live channel's settings and store
+    /// (without one, its sessions are not kept across a restart).
+    pub fn start_with_ggui(
+        listener: TcpListener,
+        config: RelayConfig,
+        clock: Arc<dyn Clock>,
+        store: Arc<dyn RelayStore>,
+        ggui_config: GguiConfig,
+        ggui_store: Option<Arc<dyn GguiStore>>,
+    ) -> anyhow::Result<App> {
+        let ggui = Ggui::start(ggui_config, Arc::clone(&clock), ggui_store)?;
         let store_metrics = Arc::new(StoreMetrics::default());
         let relay_metrics = Arc::new(RelayMetrics::default());
         let stored = store.load_rooms()?;
         let loaded = stored.len();
         let writer = StoreWriter::start(store, Arc::clone(&store_metrics));
         let relay = Relay::start(config, clock, Arc::clone(&relay_metrics), writer, stored);
-        let metrics: Exposition = Arc::new([relay_metrics as Arc<dyn Render>, store_metrics]);
+        let metrics: Exposition = Arc::new([
+            relay_metrics as Arc<dyn Render>,
+            Arc::clone(&ggui.metrics) as Arc<dyn Render>,
+            store_metrics,
+        ]);
         let addr = listener.local_addr()?;
         // Without TCP_NODELAY, small frames wait for delayed ACKs (~40 ms).
         let listener =
@@ -91,15 +112,18 @@ impl App {
                 }
             });
         let (stop, mut stopped) = watch::channel(false);
-        let app =
-            router(Arc::clone(&relay), metrics).into_make_service_with_connect_info::<SocketAddr>();
+        let app = router(Arc::clone(&relay), metrics)
+            .merge(ggui::router(Arc::clone(&ggui)))
+            .into_make_service_with_connect_info::<SocketAddr>();
         tokio::spawn(Arc::clone(&relay).sweep_timer(stop.subscribe()));
         let shutdown_relay = Arc::clone(&relay);
+        let shutdown_ggui = Arc::clone(&ggui);
         let task = tokio::spawn(async move {
             let graceful = async move {
                 let _ = stopped.wait_for(|s| *s).await;
                 // Sockets first (1001), then the store is flushed.
                 shutdown_relay.shutdown().await;
+                shutdown_ggui.shutdown().await;
             };
             if let Err(e) = axum::serve(listener, app)
                 .with_graceful_shutdown(graceful)
@@ -112,6 +136,7 @@ impl App {
         Ok(App {
             addr,
             relay,
+            ggui,
             stop,
             task,
         })
@@ -122,6 +147,7 @@ impl App {
         let _ = self.stop.send(true);
         let _ = self.task.await;
         self.relay.shutdown().await;
+        self.ggui.shutdown().await;
     }
 }
 

@@ -74,6 +74,44 @@ pub struct ServeArgs {
     /// directives per module, e.g. "info,hostwire=debug".
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub log_filter: String,
+    /// ggui: a token the agent API requires as `Authorization: Bearer`,
+    /// and live-channel sockets as a bearer header, `?token=` or the
+    /// subscribe's `wsToken`. Unset: no authentication.
+    #[arg(long, env = "GGUI_TOKEN")]
+    pub ggui_token: Option<String>,
+    /// ggui: the app a session belongs to when none is named.
+    #[arg(long, env = "GGUI_DEFAULT_APP", default_value = hostwire_ggui::channel::DEFAULT_APP_ID)]
+    pub ggui_default_app: String,
+    /// ggui: the version subscribers are told (sessions may override it).
+    #[arg(long, env = "GGUI_SERVER_VERSION", default_value = hostwire_ggui::PROTOCOL_VERSION)]
+    pub ggui_server_version: String,
+    /// ggui: on a version mismatch, `strict` closes the socket after
+    /// UPGRADE_REQUIRED, `advisory` keeps it open.
+    #[arg(long, env = "GGUI_VERSION_POLICY", value_enum, default_value_t = GguiVersionPolicy::Strict)]
+    pub ggui_version_policy: GguiVersionPolicy,
+}
+
+/// What a ggui version mismatch does to the socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GguiVersionPolicy {
+    Strict,
+    Advisory,
+}
+
+/// The ggui live channel's configuration from `serve`'s arguments.
+pub fn ggui_config(args: &ServeArgs) -> crate::ggui::GguiConfig {
+    let mut c = crate::ggui::GguiConfig {
+        allowed_origins: AllowedOrigins::parse(&args.allowed_origins),
+        token: args.ggui_token.clone().filter(|t| !t.is_empty()),
+        ..Default::default()
+    };
+    c.channel.default_app_id = args.ggui_default_app.clone();
+    c.channel.advertised_version = args.ggui_server_version.clone();
+    c.channel.version_policy = match args.ggui_version_policy {
+        GguiVersionPolicy::Strict => hostwire_ggui::VersionPolicy::Strict,
+        GguiVersionPolicy::Advisory => hostwire_ggui::VersionPolicy::Advisory,
+    };
+    c
 }
 
 /// The database file in the data directory.
@@ -185,7 +223,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .map_err(|e| bind_error(&addr, &e))?;
         let dir = data_dir(&args.data_dir)?;
         let db = dir.join(DB_FILE);
-        let store: Arc<dyn RelayStore> = Arc::new(open_store(&db)?);
+        let sqlite = Arc::new(open_store(&db)?);
+        let store: Arc<dyn RelayStore> = Arc::clone(&sqlite) as Arc<dyn RelayStore>;
         let files = app::raise_open_file_limit();
         tracing::info!(
             open_files = files,
@@ -195,7 +234,14 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if config.allowed_origins == AllowedOrigins::Any {
             tracing::warn!("ALLOWED_ORIGINS=* accepts every origin: for development only");
         }
-        let server = App::start(listener, config, Arc::new(SystemClock), store)?;
+        let server = App::start_with_ggui(
+            listener,
+            config,
+            Arc::new(SystemClock),
+            store,
+            ggui_config(&args),
+            Some(sqlite),
+        )?;
         let stop = app::stop_signal();
         // A line for scripts and tests: where we listen.
         println!("hostwire relay listening on http://{}", server.addr);

@@ -8,6 +8,7 @@
 pub mod app;
 pub mod check;
 pub mod cli;
+pub mod ggui;
 pub mod http;
 pub mod memizy;
 pub mod metrics;

@@ -4,6 +4,8 @@
 //! is the embedded default (one file, WAL). A networked database can
 //! implement the same trait to serve several nodes.
 
+pub mod ggui;
+
 use bytes::Bytes;
 use hostwire_relay_records::{BundleMeta, PlayerRecord, RoomChange, RoomRecord};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -85,6 +87,7 @@ impl SqliteStore {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
+        ggui::create_tables(&conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })
@@ -95,6 +98,7 @@ impl SqliteStore {
         let conn = Connection::open_in_memory()?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
+        ggui::create_tables(&conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })

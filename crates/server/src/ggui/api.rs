@@ -1,0 +1,393 @@
+//! The agent side's HTTP API under `/ggui/sessions`: create a session,
+//! emit a stream envelope, push props, consume and drain actions, read a
+//! session, override the advertised version. Every answer is JSON; errors
+//! are `{code, message}` with the protocol's code.
+
+// A ready answer is the error of the parsing helpers: it is returned once
+// per request, so its size does not matter.
+#![allow(clippy::result_large_err)]
+
+use super::ws::presented_token;
+use super::Ggui;
+use crate::http::json_response;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{from_fn_with_state, Next};
+use axum::response::Response;
+use axum::routing::{get, post, put};
+use axum::Router;
+use hostwire_ggui::channel::{clamp_long_poll_ms, ApiError, CreateSession};
+use hostwire_ggui::decode::{MAX_FRAME_BYTES, MAX_FRAME_DEPTH};
+use hostwire_ggui::{codes, StreamChannelMode};
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The largest request body: one frame's payload and its wrapper.
+pub const API_BODY_LIMIT: usize = 2 * MAX_FRAME_BYTES;
+/// Actions returned by one consume when `max` is not given.
+pub const DEFAULT_CONSUME_MAX: usize = 100;
+/// The most actions one consume returns.
+pub const MAX_CONSUME: usize = 1024;
+
+pub fn router(ggui: Arc<Ggui>) -> Router {
+    Router::new()
+        .route("/{id}", put(create_session).get(read_session))
+        .route("/{id}/emit", post(emit))
+        .route("/{id}/props", post(push_props))
+        .route("/{id}/actions", get(consume_actions))
+        .route("/{id}/actions/drain", post(drain_actions))
+        .route("/{id}/version", put(set_version))
+        .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
+        .route_layer(from_fn_with_state(Arc::clone(&ggui), require_token))
+        .with_state(ggui)
+}
+
+fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    json_response(status, &json!({ "code": code, "message": message.into() }))
+}
+
+fn api_error(e: ApiError) -> Response {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+    error(status, e.code(), e.to_string())
+}
+
+fn gone() -> Response {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "SHUTTING_DOWN",
+        "the server is shutting down",
+    )
+}
+
+async fn require_token(
+    State(ggui): State<Arc<Ggui>>,
+    headers: HeaderMap,
+    req: Request,
+    next: Next,
+) -> Response {
+    if ggui.config.token.is_some() && presented_token(&ggui, &headers, None) != Some(true) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            codes::UNAUTHENTICATED,
+            "Authorization: Bearer <token> is required",
+        );
+    }
+    next.run(req).await
+}
+
+/// The body as a JSON object (an empty body is `{}`), with the protocol's
+/// nesting bound checked before parsing.
+fn body_object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, Response> {
+    let body = body.map_err(|r| {
+        let status = r.status();
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            codes::FRAME_TOO_LARGE
+        } else {
+            codes::INVALID_MESSAGE
+        };
+        error(status, code, format!("request body: {}", r.body_text()))
+    })?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    if hostwire_core::json::nesting_depth(&body, MAX_FRAME_DEPTH) > MAX_FRAME_DEPTH {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            codes::INVALID_MESSAGE,
+            format!("request body nests deeper than {MAX_FRAME_DEPTH} levels"),
+        ));
+    }
+    match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(error(
+            StatusCode::BAD_REQUEST,
+            codes::INVALID_MESSAGE,
+            "request body must be a JSON object",
+        )),
+        Err(e) => Err(error(
+            StatusCode::BAD_REQUEST,
+            codes::INVALID_JSON,
+            format!("request body is not JSON: {e}"),
+        )),
+    }
+}
+
+fn invalid(message: String) -> Response {
+    error(StatusCode::BAD_REQUEST, codes::INVALID_MESSAGE, message)
+}
+
+fn opt_string(m: &Map<String, Value>, field: &str) -> Result<Option<String>, Response> {
+    match m.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(invalid(format!("{field} must be a string"))),
+    }
+}
+
+fn opt_object(m: &mut Map<String, Value>, field: &str) -> Result<Option<Value>, Response> {
+    match m.remove(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v @ Value::Object(_)) => Ok(Some(v)),
+        Some(_) => Err(invalid(format!("{field} must be an object"))),
+    }
+}
+
+/// `PUT /ggui/sessions/{id}` `{appId?, actionSpec?, streamSpec?, versionOverride?}`:
+/// 201 created, 200 when it existed (idempotent).
+async fn create_session(
+    State(ggui): State<Arc<Ggui>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let mut m = match body_object(body) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    let req = (|| {
+        Ok::<_, Response>(CreateSession {
+            session_id: id.clone(),
+            app_id: opt_string(&m, "appId")?,
+            version_override: opt_string(&m, "versionOverride")?,
+            action_spec: opt_object(&mut m, "actionSpec")?,
+            stream_spec: opt_object(&mut m, "streamSpec")?,
+        })
+    })();
+    let req = match req {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let answer = ggui
+        .call(move |core| {
+            let now = core.now_ms;
+            core.channel
+                .create_session(req, now)
+                .map(|created| (created, core.channel.read_session(&id)))
+        })
+        .await;
+    match answer {
+        None => gone(),
+        Some(Err(e)) => api_error(e),
+        Some(Ok((created, view))) => {
+            let status = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            json_response(status, &json!({ "created": created, "session": view }))
+        }
+    }
+}
+
+/// `GET /ggui/sessions/{id}`: app, host context, props, sequence,
+/// streamSeq, version.
+async fn read_session(State(ggui): State<Arc<Ggui>>, Path(id): Path<String>) -> Response {
+    let missing = id.clone();
+    match ggui.call(move |core| core.channel.read_session(&id)).await {
+        None => gone(),
+        Some(None) => api_error(ApiError::SessionNotFound(missing)),
+        Some(Some(view)) => json_response(StatusCode::OK, &json!(view)),
+    }
+}
+
+/// `POST /ggui/sessions/{id}/emit` `{channel, mode?, payload, complete?}`:
+/// the stamped envelope with its `seq`.
+async fn emit(
+    State(ggui): State<Arc<Ggui>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let mut m = match body_object(body) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    let channel = match opt_string(&m, "channel") {
+        Ok(Some(c)) => c,
+        Ok(None) => return invalid("channel is required".into()),
+        Err(r) => return r,
+    };
+    let mode = match opt_string(&m, "mode") {
+        Ok(None) => StreamChannelMode::Append,
+        Ok(Some(s)) => match StreamChannelMode::parse(&s) {
+            Some(mode) => mode,
+            None => return invalid("mode must be 'append' or 'replace'".into()),
+        },
+        Err(r) => return r,
+    };
+    let complete = match m.get("complete") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => return invalid("complete must be a boolean".into()),
+    };
+    let Some(payload) = m.remove("payload") else {
+        return invalid("payload is required".into());
+    };
+    let answer = ggui
+        .call(move |core| core.channel.emit(&id, &channel, mode, payload, complete))
+        .await;
+    match answer {
+        None => gone(),
+        Some(Err(e)) => api_error(e),
+        Some(Ok(envelope)) => json_response(StatusCode::OK, &json!(envelope)),
+    }
+}
+
+/// `POST /ggui/sessions/{id}/props` `{props, epoch?}`: `props_update` to
+/// subscribers, `ui.updated` in the ledger; answers its `sequence`.
+async fn push_props(
+    State(ggui): State<Arc<Ggui>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let mut m = match body_object(body) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    let props = match m.remove("props") {
+        Some(Value::Object(p)) => p,
+        _ => return invalid("props must be an object".into()),
+    };
+    let epoch = match m.get("epoch") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(e) => Some(e),
+            None => return invalid("epoch must be a non-negative integer".into()),
+        },
+    };
+    let answer = ggui
+        .call(move |core| {
+            let now = core.now_ms;
+            core.channel.push_props(&id, props, epoch, now)
+        })
+        .await;
+    match answer {
+        None => gone(),
+        Some(Err(e)) => api_error(e),
+        Some(Ok(seq)) => json_response(StatusCode::OK, &json!({ "sequence": seq })),
+    }
+}
+
+/// `GET /ggui/sessions/{id}/actions?max=&waitMs=`: the undrained actions,
+/// oldest first; when there are none, waits for one up to `waitMs`
+/// (at most 25 s) and answers `[]` when none came.
+async fn consume_actions(
+    State(ggui): State<Arc<Ggui>>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let max = match q.get("max").map(|s| s.parse::<usize>()) {
+        None => DEFAULT_CONSUME_MAX,
+        Some(Ok(n)) if (1..=MAX_CONSUME).contains(&n) => n,
+        Some(_) => return invalid(format!("max must be an integer from 1 to {MAX_CONSUME}")),
+    };
+    let wait_ms = match q.get("waitMs").map(|s| s.parse::<u64>()) {
+        None => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(_)) => return invalid("waitMs must be a non-negative integer".into()),
+    };
+    let wait = Duration::from_millis(clamp_long_poll_ms(wait_ms.or(Some(0))));
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let sid = id.clone();
+        let may_wait = tokio::time::Instant::now() < deadline;
+        let answer = ggui
+            .call(move |core| {
+                let entries = core.channel.pending_actions(&sid, max)?;
+                let waiter = if entries.is_empty() && may_wait {
+                    Some(core.wait_for_actions(&sid))
+                } else {
+                    None
+                };
+                Ok::<_, ApiError>((entries, waiter))
+            })
+            .await;
+        let (entries, waiter) = match answer {
+            None => return gone(),
+            Some(Err(e)) => return api_error(e),
+            Some(Ok(x)) => x,
+        };
+        match waiter {
+            None => return json_response(StatusCode::OK, &json!({ "actions": entries })),
+            Some(None) => {
+                return error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    codes::RATE_LIMITED,
+                    format!(
+                        "at most {} long polls may wait on one session",
+                        super::MAX_LONG_POLLS_PER_SESSION
+                    ),
+                )
+            }
+            Some(Some(rx)) => {
+                if tokio::time::timeout_at(deadline, rx).await.is_err() {
+                    return json_response(StatusCode::OK, &json!({ "actions": [] }));
+                }
+            }
+        }
+    }
+}
+
+/// `POST /ggui/sessions/{id}/actions/drain` `{upTo}`: removes the actions
+/// up to that `actionId` and sends `drain_ack` to subscribers.
+async fn drain_actions(
+    State(ggui): State<Arc<Ggui>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let m = match body_object(body) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    // `actionId`s are strings of the ledger `seq`: both forms are taken.
+    let up_to = match m.get("upTo") {
+        Some(Value::Number(n)) => n.as_u64(),
+        Some(Value::String(s)) => s.parse::<u64>().ok(),
+        _ => None,
+    };
+    let Some(up_to) = up_to else {
+        return invalid("upTo must be an actionId (a non-negative integer)".into());
+    };
+    let answer = ggui
+        .call(move |core| {
+            let now = core.now_ms;
+            core.channel.drain_actions(&id, up_to, now)
+        })
+        .await;
+    match answer {
+        None => gone(),
+        Some(Err(e)) => api_error(e),
+        Some(Ok(n)) => json_response(StatusCode::OK, &json!({ "drained": n })),
+    }
+}
+
+/// `PUT /ggui/sessions/{id}/version` `{version}` (`null` clears): the
+/// version this session advertises instead of the server's.
+async fn set_version(
+    State(ggui): State<Arc<Ggui>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let m = match body_object(body) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    let version = match opt_string(&m, "version") {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let answer = ggui
+        .call(move |core| {
+            core.channel
+                .set_version_override(&id, version)
+                .map(|()| core.channel.read_session(&id))
+        })
+        .await;
+    match answer {
+        None => gone(),
+        Some(Err(e)) => api_error(e),
+        Some(Ok(view)) => json_response(StatusCode::OK, &json!(view)),
+    }
+}

@@ -1,0 +1,240 @@
+//! Hostile and buggy peers of the ggui live channel: oversized and deeply
+//! nested frames, floods, readers that never read, and the bounds on
+//! sessions, subscribers and long polls.
+
+mod ggui_common;
+use ggui_common::*;
+use hostwire::ggui::GguiConfig;
+use serde_json::{json, Value};
+
+#[tokio::test]
+async fn a_frame_over_64_kib_before_subscribe_is_refused_with_1009() {
+    let s = Server::start().await;
+    let mut c = s.client().await;
+    let big = format!(
+        r#"{{"type":"ping","payload":{{"pad":"{}"}}}}"#,
+        "x".repeat(70 * 1024)
+    );
+    c.send_text(&big).await;
+    c.expect_error("FRAME_TOO_LARGE").await;
+    assert_eq!(c.ended().await, Ended::Closed(1009));
+}
+
+#[tokio::test]
+async fn a_frame_over_1_mib_after_subscribe_is_refused_with_1009() {
+    let s = Server::start().await;
+    let (mut c, _) = s.subscribed("big").await;
+    // Within 1 MiB after a subscribe: accepted.
+    let fine = format!(
+        r#"{{"type":"ping","payload":{{"pad":"{}"}}}}"#,
+        "x".repeat(512 * 1024)
+    );
+    c.send_text(&fine).await;
+    assert_eq!(c.recv().await["type"], "pong");
+    let big = format!(
+        r#"{{"type":"ping","payload":{{"pad":"{}"}}}}"#,
+        "x".repeat(1024 * 1024 + 1)
+    );
+    c.send_text(&big).await;
+    c.expect_error("FRAME_TOO_LARGE").await;
+    assert_eq!(c.ended().await, Ended::Closed(1009));
+    assert_eq!(s.metric("hostwire_ggui_oversized_frames_total").await, 1);
+}
+
+#[tokio::test]
+async fn deeply_nested_input_is_refused_on_the_socket_and_the_api() {
+    let s = Server::start().await;
+    let (mut c, _) = s.subscribed("deep").await;
+    let deep = format!(
+        r#"{{"type":"action","payload":{{"sessionId":"deep","type":"data:submit","payload":{{"action":"a","data":{}{}}}}}}}"#,
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    c.send_text(&deep).await;
+    let e = c.expect_error("INVALID_MESSAGE").await;
+    assert!(
+        e["payload"]["message"].as_str().unwrap().contains("64"),
+        "{e}"
+    );
+    assert!(c.until_pong().await.is_empty(), "the socket lives on");
+
+    let body = format!(
+        r#"{{"channel":"c","payload":{}1{}}}"#,
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    let r = reqwest::Client::new()
+        .post(format!("{}/ggui/sessions/deep/emit", s.http))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["code"], "INVALID_MESSAGE", "{v}");
+}
+
+#[tokio::test]
+async fn an_api_body_over_its_bound_is_413() {
+    let s = Server::start().await;
+    s.create("b", json!({})).await;
+    let body = format!(
+        r#"{{"channel":"c","payload":"{}"}}"#,
+        "x".repeat(2 * 1024 * 1024 + 10)
+    );
+    let r = reqwest::Client::new()
+        .post(format!("{}/ggui/sessions/b/emit", s.http))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    // A payload within the body bound but over the frame bound.
+    let body = format!(
+        r#"{{"channel":"c","payload":"{}"}}"#,
+        "x".repeat(1024 * 1024 + 10)
+    );
+    let (status, v) = s
+        .api("POST", "b/emit", Some(serde_json::from_str(&body).unwrap()))
+        .await;
+    assert_eq!((status, v["code"].as_str()), (413, Some("FRAME_TOO_LARGE")));
+}
+
+#[tokio::test]
+async fn a_flood_is_rate_limited_once_then_closed_with_1008() {
+    let s = Server::start().await;
+    let (mut c, _) = s.subscribed("flood").await;
+    // The manual clock does not move: the burst (200) is all there is.
+    for _ in 0..1_250 {
+        c.send(json!({"type": "ping"})).await;
+    }
+    let mut pongs = 0;
+    let mut limited = 0;
+    loop {
+        match tokio::time::timeout(GUARD, futures_util::StreamExt::next(&mut c.ws))
+            .await
+            .expect("no close")
+        {
+            Some(Ok(tokio_tungstenite::tungstenite::Message::Text(t))) => {
+                let v: Value = serde_json::from_str(&t).unwrap();
+                match v["type"].as_str() {
+                    Some("pong") => pongs += 1,
+                    Some("error") => {
+                        assert_eq!(v["payload"]["code"], "RATE_LIMITED");
+                        limited += 1
+                    }
+                    _ => panic!("{v}"),
+                }
+            }
+            Some(Ok(tokio_tungstenite::tungstenite::Message::Close(f))) => {
+                assert_eq!(u16::from(f.unwrap().code), 1008);
+                break;
+            }
+            Some(Ok(_)) => {}
+            None | Some(Err(_)) => panic!("dropped without a close"),
+        }
+    }
+    // The subscribe took one token of the burst of 200.
+    assert_eq!((pongs, limited), (199, 1));
+}
+
+#[tokio::test]
+async fn a_subscriber_that_never_reads_is_closed_and_the_others_go_on() {
+    let config = GguiConfig {
+        outbound_queue: 16,
+        ..GguiConfig::default()
+    };
+    let s = Server::with(config).await;
+    s.create("slow", json!({})).await;
+    let mut stuck = Client::connect_with_receive_buffer(&s.ws, 4096).await;
+    stuck
+        .send(json!({"type": "subscribe", "payload": {"sessionId": "slow"}}))
+        .await;
+    let (mut reader, _) = s.subscribed("slow").await;
+    // `stuck` reads nothing more: 64 KiB envelopes fill its socket, then
+    // its queue.
+    let pad = "y".repeat(64 * 1024);
+    let mut n = 0;
+    while s.metric("hostwire_ggui_slow_consumers_closed_total").await == 0 {
+        n += 1;
+        assert!(n < 2_000, "the stuck reader was never closed");
+        s.emit("slow", "feed", json!(pad)).await;
+        // The reading subscriber keeps up.
+        assert_eq!(reader.recv().await["payload"]["seq"], n);
+    }
+    let (_, v) = s.api("GET", "slow", None).await;
+    assert_eq!(v["subscribers"], 1, "the stuck reader left the session");
+    s.emit("slow", "feed", json!("after")).await;
+    assert_eq!(reader.recv().await["payload"]["payload"], "after");
+}
+
+#[tokio::test]
+async fn sessions_subscribers_and_long_polls_are_bounded() {
+    let mut config = GguiConfig::default();
+    config.channel.max_sessions = 2;
+    config.channel.max_subscribers_per_session = 2;
+    let s = Server::with(config).await;
+    s.create("one", json!({})).await;
+    s.create("two", json!({})).await;
+    let (status, v) = s.api("PUT", "three", Some(json!({}))).await;
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (503, Some("SESSION_CREATE_FAILED"))
+    );
+    let mut c = s.client().await;
+    c.send(json!({"type": "subscribe", "payload": {"sessionId": "three"}}))
+        .await;
+    c.expect_error("SESSION_CREATE_FAILED").await;
+    // An existing session is still idempotent at the bound.
+    assert_eq!(s.api("PUT", "two", Some(json!({}))).await.0, 200);
+
+    let _a = s.subscribed("one").await;
+    let _b = s.subscribed("one").await;
+    let mut c = s.client().await;
+    c.send(json!({"type": "subscribe", "payload": {"sessionId": "one"}, "requestId": "x"}))
+        .await;
+    let e = c.expect_error("TOO_MANY_SUBSCRIBERS").await;
+    assert_eq!(e["requestId"], "x");
+    drop(_a);
+    // Once one leaves there is room again (the close is seen first).
+    tokio::time::timeout(GUARD, async {
+        loop {
+            c.send(json!({"type": "subscribe", "payload": {"sessionId": "one"}}))
+                .await;
+            let v = c.recv().await;
+            if v["type"] == "ack" {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+
+    // Long polls: 16 wait, the 17th is refused at once.
+    let mut polls = Vec::new();
+    for _ in 0..16 {
+        let http = s.http.clone();
+        polls.push(tokio::spawn(async move {
+            reqwest::get(format!("{http}/ggui/sessions/two/actions?waitMs=25000"))
+                .await
+                .unwrap()
+                .status()
+        }));
+    }
+    tokio::time::timeout(GUARD, async {
+        while s.metric("hostwire_ggui_long_polls").await < 16 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+    let (status, v) = s.api("GET", "two/actions?waitMs=25000", None).await;
+    assert_eq!((status, v["code"].as_str()), (429, Some("RATE_LIMITED")));
+    // An action wakes them all.
+    let (mut sub, _) = s.subscribed("two").await;
+    sub.send(action("two", "go", json!({}), "r")).await;
+    for p in polls {
+        assert_eq!(tokio::time::timeout(GUARD, p).await.unwrap().unwrap(), 200);
+    }
+}

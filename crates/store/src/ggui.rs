@@ -1,0 +1,318 @@
+//! What the ggui live channel keeps across a restart: each session's row
+//! (app, action spec, stream spec, host context, props, version override),
+//! its event ledger, its stream buffer and three counters (the ledger's last
+//! `seq`, the stream's last `seq`, the drained cursor).
+//!
+//! Rows are opaque JSON written by the server (this crate knows no protocol
+//! crate); the counters are columns so that a restart resumes them even
+//! when the entries they cover were trimmed.
+
+use crate::{SqliteStore, StoreError};
+use rusqlite::{params, Connection};
+
+pub(crate) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS ggui_sessions (
+    session_id TEXT PRIMARY KEY,
+    record TEXT,
+    ledger_last INTEGER NOT NULL DEFAULT 0,
+    stream_seq INTEGER NOT NULL DEFAULT 0,
+    drained_up_to INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS ggui_ledger (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE IF NOT EXISTS ggui_stream (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    entry TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+";
+
+/// Creates the ggui tables (the SQLite store calls this at open).
+pub(crate) fn create_tables(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch(SCHEMA)?;
+    Ok(())
+}
+
+/// One change to what is kept, applied in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GguiChange {
+    /// Insert or replace the session's row (JSON).
+    PutSession { session_id: String, record: String },
+    /// Append a ledger entry (JSON) with its `seq`.
+    PutLedger {
+        session_id: String,
+        seq: u64,
+        event: String,
+    },
+    /// Ledger entries up to `horizon` left the ledger.
+    TrimLedger { session_id: String, horizon: u64 },
+    /// Keep a stream buffer entry (JSON) with its `seq`.
+    PutStream {
+        session_id: String,
+        seq: u64,
+        entry: String,
+    },
+    /// The stream's `seq` advanced to this.
+    StreamSeq { session_id: String, seq: u64 },
+    /// These stream entries left the buffer.
+    DropStream { session_id: String, seqs: Vec<u64> },
+    /// Actions were drained up to this ledger `seq`.
+    Drained { session_id: String, up_to: u64 },
+}
+
+/// A session as loaded at start-up.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GguiStoredSession {
+    pub session_id: String,
+    /// The session's row (JSON).
+    pub record: String,
+    /// Retained ledger entries (JSON), ascending `seq`.
+    pub ledger: Vec<String>,
+    pub ledger_last: u64,
+    /// Retained stream entries (JSON), ascending `seq`.
+    pub stream: Vec<String>,
+    pub stream_seq: u64,
+    pub drained_up_to: u64,
+}
+
+/// The ggui channel's durable state.
+pub trait GguiStore: Send + Sync + 'static {
+    /// Every session, with its ledger and stream buffer.
+    fn ggui_load(&self) -> Result<Vec<GguiStoredSession>, StoreError>;
+    /// Applies changes in order, all or nothing.
+    fn ggui_apply(&self, changes: &[GguiChange]) -> Result<(), StoreError>;
+}
+
+fn ensure_row(tx: &Connection, session_id: &str) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO ggui_sessions (session_id) VALUES (?1) ON CONFLICT(session_id) DO NOTHING",
+        params![session_id],
+    )?;
+    Ok(())
+}
+
+impl GguiStore for SqliteStore {
+    fn ggui_load(&self) -> Result<Vec<GguiStoredSession>, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let mut sessions = Vec::new();
+        {
+            let mut stmt = conn.prepare(
+                "SELECT session_id, record, ledger_last, stream_seq, drained_up_to
+                 FROM ggui_sessions WHERE record IS NOT NULL ORDER BY rowid",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(GguiStoredSession {
+                    session_id: r.get(0)?,
+                    record: r.get(1)?,
+                    ledger_last: r.get::<_, i64>(2)? as u64,
+                    stream_seq: r.get::<_, i64>(3)? as u64,
+                    drained_up_to: r.get::<_, i64>(4)? as u64,
+                    ..Default::default()
+                })
+            })?;
+            for row in rows {
+                sessions.push(row?);
+            }
+        }
+        let mut ledger =
+            conn.prepare("SELECT event FROM ggui_ledger WHERE session_id = ?1 ORDER BY seq")?;
+        let mut stream =
+            conn.prepare("SELECT entry FROM ggui_stream WHERE session_id = ?1 ORDER BY seq")?;
+        for s in &mut sessions {
+            for e in ledger.query_map(params![s.session_id], |r| r.get::<_, String>(0))? {
+                s.ledger.push(e?);
+            }
+            for e in stream.query_map(params![s.session_id], |r| r.get::<_, String>(0))? {
+                s.stream.push(e?);
+            }
+        }
+        Ok(sessions)
+    }
+
+    fn ggui_apply(&self, changes: &[GguiChange]) -> Result<(), StoreError> {
+        let mut conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let tx = conn.transaction()?;
+        for c in changes {
+            match c {
+                GguiChange::PutSession { session_id, record } => {
+                    tx.execute(
+                        "INSERT INTO ggui_sessions (session_id, record) VALUES (?1, ?2)
+                         ON CONFLICT(session_id) DO UPDATE SET record = excluded.record",
+                        params![session_id, record],
+                    )?;
+                }
+                GguiChange::PutLedger {
+                    session_id,
+                    seq,
+                    event,
+                } => {
+                    ensure_row(&tx, session_id)?;
+                    tx.execute(
+                        "INSERT OR REPLACE INTO ggui_ledger (session_id, seq, event) VALUES (?1, ?2, ?3)",
+                        params![session_id, *seq as i64, event],
+                    )?;
+                    tx.execute(
+                        "UPDATE ggui_sessions SET ledger_last = MAX(ledger_last, ?2) WHERE session_id = ?1",
+                        params![session_id, *seq as i64],
+                    )?;
+                }
+                GguiChange::TrimLedger {
+                    session_id,
+                    horizon,
+                } => {
+                    tx.execute(
+                        "DELETE FROM ggui_ledger WHERE session_id = ?1 AND seq <= ?2",
+                        params![session_id, *horizon as i64],
+                    )?;
+                }
+                GguiChange::PutStream {
+                    session_id,
+                    seq,
+                    entry,
+                } => {
+                    ensure_row(&tx, session_id)?;
+                    tx.execute(
+                        "INSERT OR REPLACE INTO ggui_stream (session_id, seq, entry) VALUES (?1, ?2, ?3)",
+                        params![session_id, *seq as i64, entry],
+                    )?;
+                    tx.execute(
+                        "UPDATE ggui_sessions SET stream_seq = MAX(stream_seq, ?2) WHERE session_id = ?1",
+                        params![session_id, *seq as i64],
+                    )?;
+                }
+                GguiChange::StreamSeq { session_id, seq } => {
+                    ensure_row(&tx, session_id)?;
+                    tx.execute(
+                        "UPDATE ggui_sessions SET stream_seq = MAX(stream_seq, ?2) WHERE session_id = ?1",
+                        params![session_id, *seq as i64],
+                    )?;
+                }
+                GguiChange::DropStream { session_id, seqs } => {
+                    let mut del = tx.prepare_cached(
+                        "DELETE FROM ggui_stream WHERE session_id = ?1 AND seq = ?2",
+                    )?;
+                    for s in seqs {
+                        del.execute(params![session_id, *s as i64])?;
+                    }
+                }
+                GguiChange::Drained { session_id, up_to } => {
+                    ensure_row(&tx, session_id)?;
+                    tx.execute(
+                        "UPDATE ggui_sessions SET drained_up_to = MAX(drained_up_to, ?2) WHERE session_id = ?1",
+                        params![session_id, *up_to as i64],
+                    )?;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id() -> String {
+        "s1".to_owned()
+    }
+
+    #[test]
+    fn a_session_comes_back_with_its_ledger_stream_and_counters() {
+        let store = SqliteStore::in_memory().unwrap();
+        store
+            .ggui_apply(&[
+                GguiChange::PutSession {
+                    session_id: id(),
+                    record: "{\"a\":1}".into(),
+                },
+                GguiChange::PutLedger {
+                    session_id: id(),
+                    seq: 1,
+                    event: "e1".into(),
+                },
+                GguiChange::PutLedger {
+                    session_id: id(),
+                    seq: 2,
+                    event: "e2".into(),
+                },
+                GguiChange::TrimLedger {
+                    session_id: id(),
+                    horizon: 1,
+                },
+                GguiChange::PutStream {
+                    session_id: id(),
+                    seq: 1,
+                    entry: "x1".into(),
+                },
+                GguiChange::PutStream {
+                    session_id: id(),
+                    seq: 2,
+                    entry: "x2".into(),
+                },
+                GguiChange::DropStream {
+                    session_id: id(),
+                    seqs: vec![1],
+                },
+                GguiChange::StreamSeq {
+                    session_id: id(),
+                    seq: 5,
+                },
+                GguiChange::Drained {
+                    session_id: id(),
+                    up_to: 2,
+                },
+                GguiChange::PutSession {
+                    session_id: id(),
+                    record: "{\"a\":2}".into(),
+                },
+            ])
+            .unwrap();
+        let loaded = store.ggui_load().unwrap();
+        assert_eq!(
+            loaded,
+            vec![GguiStoredSession {
+                session_id: id(),
+                record: "{\"a\":2}".into(),
+                ledger: vec!["e2".into()],
+                ledger_last: 2,
+                stream: vec!["x2".into()],
+                stream_seq: 5,
+                drained_up_to: 2,
+            }]
+        );
+    }
+
+    #[test]
+    fn counters_never_go_back_and_rows_without_a_record_are_not_loaded() {
+        let store = SqliteStore::in_memory().unwrap();
+        store
+            .ggui_apply(&[
+                GguiChange::StreamSeq {
+                    session_id: "orphan".into(),
+                    seq: 3,
+                },
+                GguiChange::PutSession {
+                    session_id: id(),
+                    record: "{}".into(),
+                },
+                GguiChange::StreamSeq {
+                    session_id: id(),
+                    seq: 9,
+                },
+                GguiChange::StreamSeq {
+                    session_id: id(),
+                    seq: 4,
+                },
+            ])
+            .unwrap();
+        let loaded = store.ggui_load().unwrap();
+        assert_eq!(loaded.len(), 1);
+        assert_eq!(loaded[0].stream_seq, 9);
+    }
+}
