@@ -109,11 +109,20 @@ impl Relay {
 
     fn spawn_room(self: &Arc<Self>, room: Room, bundle: Option<bytes::Bytes>) {
         let (tx, rx) = mpsc::channel(ROOM_QUEUE);
-        let pin = room.pin().to_owned();
-        self.players.fetch_add(room.player_count() as u64, Relaxed);
         if let Ok(mut rooms) = self.rooms.lock() {
-            rooms.insert(pin, RoomHandle { tx });
+            rooms.insert(room.pin().to_owned(), RoomHandle { tx });
         }
+        self.run_room(room, bundle, rx);
+    }
+
+    /// Starts the task of a room whose handle is in `rooms` already.
+    fn run_room(
+        self: &Arc<Self>,
+        room: Room,
+        bundle: Option<bytes::Bytes>,
+        rx: mpsc::Receiver<RoomCmd>,
+    ) {
+        self.players.fetch_add(room.player_count() as u64, Relaxed);
         self.metrics.rooms.fetch_add(1, Relaxed);
         let relay = Arc::clone(self);
         tokio::spawn(async move { room::run(relay, room, bundle, rx).await });
@@ -142,16 +151,26 @@ impl Relay {
     /// Creates a room, durable before its PIN is handed out.
     async fn create_room(self: &Arc<Self>) -> Result<(String, String), CreateError> {
         let now = self.clock.now_ms();
+        let (tx, rx) = mpsc::channel(ROOM_QUEUE);
         let pin = {
-            let rooms = self.rooms.lock().map_err(|_| CreateError::NotStored)?;
-            choose_pin(rand::random::<u32>, |p| rooms.contains_key(p)).ok_or(CreateError::NoPin)?
+            let mut rooms = self.rooms.lock().map_err(|_| CreateError::NotStored)?;
+            let pin = choose_pin(rand::random::<u32>, |p| rooms.contains_key(p))
+                .ok_or(CreateError::NoPin)?;
+            // Taken from now on: a creation running meanwhile cannot choose
+            // it too. Commands wait in the queue until the room's task runs.
+            rooms.insert(pin.clone(), RoomHandle { tx });
+            pin
         };
         let (room, created) = Room::create(pin.clone(), now, self.config.limits);
         let token = room.host_token().as_str().to_owned();
         if !self.writer.write_durable(vec![created]).await {
+            // Dropping the queue's receiver answers whoever waits with 404.
+            if let Ok(mut rooms) = self.rooms.lock() {
+                rooms.remove(&pin);
+            }
             return Err(CreateError::NotStored);
         }
-        self.spawn_room(room, None);
+        self.run_room(room, None, rx);
         self.metrics.rooms_created.fetch_add(1, Relaxed);
         tracing::info!(pin = %pin, "room created");
         Ok((pin, token))
