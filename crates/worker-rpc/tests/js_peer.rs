@@ -1,7 +1,7 @@
 //! Cross-language: a JavaScript peer written from the seed and
 //! docs/protocols/worker-rpc.md (tests/js, plain Node, no packages) drives
 //! `hostwire-echo-worker`, and a Rust host `Peer` drives a JavaScript
-//! worker. Node.js 20 or later must be installed: without it these tests
+//! worker. Node.js 18 or later must be installed: without it these tests
 //! fail, they do not skip.
 
 use hostwire_worker_rpc::transport::spawn_worker;
@@ -32,13 +32,13 @@ fn node() -> &'static str {
                 .and_then(|m| m.parse().ok())
                 .unwrap_or(0);
             assert!(
-                major >= 20,
-                "the cross-language tests need Node.js 20 or later; found {v}"
+                major >= 18,
+                "the cross-language tests need Node.js 18 or later; found {v}"
             );
             "node"
         }
         other => panic!(
-            "the cross-language tests need Node.js 20 or later as `node` on PATH \
+            "the cross-language tests need Node.js 18 or later as `node` on PATH \
              (e.g. `apt-get install nodejs`); running it failed: {other:?}"
         ),
     }
