@@ -23,6 +23,7 @@
 use crate::ggui::{self, Ggui, GguiConfig};
 use crate::memizy::{self, Relay, RelayConfig, RelayMetrics};
 use crate::metrics::{Render, StoreMetrics};
+use crate::playerthree::{self, PlayerThree, PlayerThreeConfig};
 use crate::store_writer::StoreWriter;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -31,6 +32,7 @@ use axum::routing::get;
 use axum::Router;
 use hostwire_core::Clock;
 use hostwire_store::ggui::GguiStore;
+use hostwire_store::playerthree::PlayerThreeStore;
 use hostwire_store::RelayStore;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -66,6 +68,7 @@ pub struct App {
     pub addr: SocketAddr,
     pub relay: Arc<Relay>,
     pub ggui: Arc<Ggui>,
+    pub playerthree: Arc<PlayerThree>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -91,6 +94,34 @@ impl App {
         ggui_config: GguiConfig,
         ggui_store: Option<Arc<dyn GguiStore>>,
     ) -> anyhow::Result<App> {
+        let p3_config = PlayerThreeConfig::new(config.allowed_origins.clone());
+        let p3_store = Arc::new(hostwire_store::SqliteStore::in_memory()?);
+        Self::start_all(
+            listener,
+            config,
+            clock,
+            store,
+            ggui_config,
+            ggui_store,
+            p3_config,
+            p3_store,
+        )
+    }
+
+    /// [`App::start_with_ggui`] with PlayerThree's settings and store
+    /// (matches are kept across a restart in the store given).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_all(
+        listener: TcpListener,
+        config: RelayConfig,
+        clock: Arc<dyn Clock>,
+        store: Arc<dyn RelayStore>,
+        ggui_config: GguiConfig,
+        ggui_store: Option<Arc<dyn GguiStore>>,
+        p3_config: PlayerThreeConfig,
+        p3_store: Arc<dyn PlayerThreeStore>,
+    ) -> anyhow::Result<App> {
+        let playerthree = PlayerThree::start(p3_config, Arc::clone(&clock), p3_store)?;
         let ggui = Ggui::start(ggui_config, Arc::clone(&clock), ggui_store)?;
         let store_metrics = Arc::new(StoreMetrics::default());
         let relay_metrics = Arc::new(RelayMetrics::default());
@@ -101,6 +132,7 @@ impl App {
         let metrics: Exposition = Arc::new([
             relay_metrics as Arc<dyn Render>,
             Arc::clone(&ggui.metrics) as Arc<dyn Render>,
+            Arc::clone(&playerthree.metrics) as Arc<dyn Render>,
             store_metrics,
         ]);
         let addr = listener.local_addr()?;
@@ -114,16 +146,19 @@ impl App {
         let (stop, mut stopped) = watch::channel(false);
         let app = router(Arc::clone(&relay), metrics)
             .merge(ggui::router(Arc::clone(&ggui)))
+            .merge(playerthree::router(Arc::clone(&playerthree)))
             .into_make_service_with_connect_info::<SocketAddr>();
         tokio::spawn(Arc::clone(&relay).sweep_timer(stop.subscribe()));
         let shutdown_relay = Arc::clone(&relay);
         let shutdown_ggui = Arc::clone(&ggui);
+        let shutdown_p3 = Arc::clone(&playerthree);
         let task = tokio::spawn(async move {
             let graceful = async move {
                 let _ = stopped.wait_for(|s| *s).await;
                 // Sockets first (1001), then the store is flushed.
                 shutdown_relay.shutdown().await;
                 shutdown_ggui.shutdown().await;
+                shutdown_p3.shutdown().await;
             };
             if let Err(e) = axum::serve(listener, app)
                 .with_graceful_shutdown(graceful)
@@ -137,6 +172,7 @@ impl App {
             addr,
             relay,
             ggui,
+            playerthree,
             stop,
             task,
         })
@@ -148,6 +184,7 @@ impl App {
         let _ = self.task.await;
         self.relay.shutdown().await;
         self.ggui.shutdown().await;
+        self.playerthree.shutdown().await;
     }
 }
 

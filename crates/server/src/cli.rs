@@ -89,6 +89,9 @@ pub struct ServeArgs {
     /// UPGRADE_REQUIRED, `advisory` keeps it open.
     #[arg(long, env = "GGUI_VERSION_POLICY", value_enum, default_value_t = GguiVersionPolicy::Strict)]
     pub ggui_version_policy: GguiVersionPolicy,
+    /// PlayerThree: milliseconds between two ticks of a match.
+    #[arg(long, env = "PLAYERTHREE_TICK_MS", default_value_t = crate::playerthree::DEFAULT_TICK_MS)]
+    pub playerthree_tick_ms: u64,
 }
 
 /// What a ggui version mismatch does to the socket.
@@ -234,13 +237,18 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if config.allowed_origins == AllowedOrigins::Any {
             tracing::warn!("ALLOWED_ORIGINS=* accepts every origin: for development only");
         }
-        let server = App::start_with_ggui(
+        let mut p3_config =
+            crate::playerthree::PlayerThreeConfig::new(config.allowed_origins.clone());
+        p3_config.tick_ms = args.playerthree_tick_ms.max(1);
+        let server = App::start_all(
             listener,
             config,
             Arc::new(SystemClock),
             store,
             ggui_config(&args),
-            Some(sqlite),
+            Some(Arc::clone(&sqlite) as _),
+            p3_config,
+            sqlite,
         )?;
         let stop = app::stop_signal();
         // A line for scripts and tests: where we listen.

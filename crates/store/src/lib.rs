@@ -5,6 +5,7 @@
 //! implement the same trait to serve several nodes.
 
 pub mod ggui;
+pub mod playerthree;
 
 use bytes::Bytes;
 use hostwire_relay_records::{BundleMeta, PlayerRecord, RoomChange, RoomRecord};
@@ -88,6 +89,7 @@ impl SqliteStore {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
         ggui::create_tables(&conn)?;
+        playerthree::create_tables(&conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })
@@ -99,6 +101,7 @@ impl SqliteStore {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
         ggui::create_tables(&conn)?;
+        playerthree::create_tables(&conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })

@@ -1,0 +1,429 @@
+//! One task per match: it owns the [`Match`], handles commands in the
+//! order they arrive, ticks the game on its timer and releases observer
+//! frames when they are due, then performs the host's outputs (frames to
+//! connections, closes, records to the writer).
+
+use super::ws::ConnOut;
+use super::PlayerThree;
+use axum::extract::ws::Utf8Bytes;
+use hostwire_playerthree::demo::Ridge;
+use hostwire_playerthree::host::{CloseReason, Output, ProposalStatus, Told};
+use hostwire_playerthree::protocol::{ProtocolError, ServerErrorCode};
+use hostwire_playerthree::{
+    ClientMsg, ConnId, ControlMethod, Json, Match, Principal, Record, ServerMsg,
+};
+use hostwire_store::playerthree::PlayerThreeWrite;
+use rmcp::model::ResourceUpdatedNotificationParam;
+use rmcp::service::{Peer, RoleServer};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// Commands waiting for one match.
+pub const MATCH_QUEUE: usize = 4096;
+/// Ticks run at once to catch up after the clock jumped; later ones are
+/// skipped.
+pub const MAX_CATCH_UP_TICKS: u64 = 64;
+
+/// Close codes of `/playerthree/ws`.
+pub const CLOSE_GOING_AWAY: u16 = 1001;
+pub const CLOSE_REVOKED: u16 = 4003;
+pub const CLOSE_RATE_LIMITED: u16 = 4029;
+
+/// An MCP agent's seat, as its session is bound to it.
+#[derive(Debug, Clone)]
+pub struct SeatBinding {
+    pub match_id: String,
+    pub role: String,
+    pub team: String,
+    pub methods: Vec<ControlMethod>,
+}
+
+pub enum MatchCmd {
+    Join {
+        conn: ConnId,
+        token: String,
+        out: ConnOut,
+        reply: oneshot::Sender<Result<(), ProtocolError>>,
+    },
+    Text {
+        conn: ConnId,
+        text: Utf8Bytes,
+    },
+    Leave {
+        conn: ConnId,
+    },
+    Mint {
+        principal: Principal,
+        reply: oneshot::Sender<Result<String, ProtocolError>>,
+    },
+    Revoke {
+        token: String,
+        reply: oneshot::Sender<bool>,
+    },
+    McpJoin {
+        conn: ConnId,
+        token: String,
+        reply: oneshot::Sender<Result<SeatBinding, ProtocolError>>,
+    },
+    McpCall {
+        conn: ConnId,
+        msg: ClientMsg,
+        reply: oneshot::Sender<ServerMsg>,
+    },
+    McpView {
+        team: String,
+        reply: oneshot::Sender<Option<Json>>,
+    },
+    McpSubscribe {
+        conn: ConnId,
+        team: String,
+        peer: Option<Peer<RoleServer>>,
+    },
+    McpInbox {
+        role: String,
+        reply: oneshot::Sender<Vec<Told>>,
+    },
+    McpProposal {
+        id: String,
+        reply: oneshot::Sender<Option<ProposalStatus>>,
+    },
+    /// Runs the due work now (after a manual clock moved).
+    Wake(oneshot::Sender<()>),
+    /// Closes every connection with 1001.
+    Shutdown(oneshot::Sender<()>),
+}
+
+#[derive(Clone)]
+pub struct MatchHandle {
+    pub id: Arc<str>,
+    pub operator_token: Arc<str>,
+    pub tx: mpsc::Sender<MatchCmd>,
+}
+
+struct Subscriber {
+    team: String,
+    peer: Peer<RoleServer>,
+}
+
+struct Actor {
+    p3: Arc<PlayerThree>,
+    m: Match<Ridge>,
+    conns: HashMap<ConnId, ConnOut>,
+    subscribers: HashMap<ConnId, Subscriber>,
+    /// The view each team's subscribers were last told about.
+    notified: HashMap<String, Json>,
+    next_tick: u64,
+}
+
+pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: Arc<str>) -> MatchHandle {
+    let (tx, rx) = mpsc::channel(MATCH_QUEUE);
+    let handle = MatchHandle {
+        id: Arc::from(m.id()),
+        operator_token,
+        tx,
+    };
+    let now = p3.clock.now_ms();
+    let actor = Actor {
+        next_tick: now + p3.config.tick_ms,
+        p3,
+        m,
+        conns: HashMap::new(),
+        subscribers: HashMap::new(),
+        notified: HashMap::new(),
+    };
+    tokio::spawn(actor.run(rx));
+    handle
+}
+
+impl Actor {
+    async fn run(mut self, mut rx: mpsc::Receiver<MatchCmd>) {
+        // Records of the restore itself (none for a new match: its
+        // creator wrote them).
+        self.perform().await;
+        loop {
+            let now = self.p3.clock.now_ms();
+            self.due(now);
+            self.perform().await;
+            let wake_at = self
+                .m
+                .next_timeout()
+                .map_or(self.next_tick, |t| t.min(self.next_tick));
+            // The clock may be a manual one in tests: `Wake` commands move
+            // the match then, and this sleep only bounds the wait.
+            let sleep = Duration::from_millis(wake_at.saturating_sub(now).max(1));
+            tokio::select! {
+                cmd = rx.recv() => match cmd {
+                    None => break,
+                    Some(MatchCmd::Shutdown(done)) => {
+                        for out in self.conns.values() {
+                            out.close(CLOSE_GOING_AWAY, "server shutting down");
+                        }
+                        self.perform().await;
+                        let _ = done.send(());
+                        break;
+                    }
+                    Some(cmd) => {
+                        let now = self.p3.clock.now_ms();
+                        self.handle(cmd, now).await;
+                    }
+                },
+                () = tokio::time::sleep(sleep) => {}
+            }
+        }
+    }
+
+    /// Ticks that are due (catching up at most [`MAX_CATCH_UP_TICKS`]),
+    /// then observer frames released by `now`.
+    fn due(&mut self, now: u64) {
+        let tick_ms = self.p3.config.tick_ms.max(1);
+        let mut n = 0;
+        while now >= self.next_tick && n < MAX_CATCH_UP_TICKS {
+            self.m.tick(self.next_tick);
+            self.next_tick += tick_ms;
+            n += 1;
+        }
+        if now >= self.next_tick {
+            self.next_tick = now + tick_ms;
+        }
+        if self.m.next_timeout().is_some_and(|t| t <= now) {
+            self.m.poll_observers(now);
+        }
+        if n > 0 {
+            self.notify_subscribers();
+        }
+    }
+
+    async fn handle(&mut self, cmd: MatchCmd, now: u64) {
+        match cmd {
+            MatchCmd::Join {
+                conn,
+                token,
+                out,
+                reply,
+            } => {
+                let r = self.m.connect(conn, &token, now);
+                if r.is_ok() {
+                    // The join's answer: a `result` with seq 0 and the
+                    // token's principal, before anything else.
+                    if let Ok(p) = self.m.principal(&token) {
+                        let data = serde_json::to_value(p).unwrap_or_default();
+                        let text = ServerMsg::ok(0, Json::from(data)).to_text();
+                        out.frame(Utf8Bytes::from(text), &self.p3.metrics);
+                    }
+                    self.conns.insert(conn, out);
+                }
+                // The join's own frames (seats, cards, keyframes) first.
+                self.perform().await;
+                let _ = reply.send(r);
+            }
+            MatchCmd::Text { conn, text } => {
+                self.p3.metrics.messages_in.fetch_add(1, Relaxed);
+                self.m.handle_message(conn, text.as_str(), now);
+            }
+            MatchCmd::Leave { conn } => {
+                self.conns.remove(&conn);
+                self.subscribers.remove(&conn);
+                self.m.disconnect(conn);
+            }
+            MatchCmd::Mint { principal, reply } => {
+                let r = self.m.mint(principal);
+                let outputs = self.m.take_outputs();
+                let writes = self.route(outputs);
+                let acked = self.p3.writer.write_acked(writes).await;
+                match r {
+                    Ok(token) => {
+                        let token = token.as_str().to_owned();
+                        // Handed out only once durable, without holding
+                        // the match up meanwhile.
+                        tokio::spawn(async move {
+                            let r = match acked.await {
+                                Ok(true) => Ok(token),
+                                _ => Err(ProtocolError::new(
+                                    ServerErrorCode::Internal,
+                                    "store: the token was not stored",
+                                )),
+                            };
+                            let _ = reply.send(r);
+                        });
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            MatchCmd::Revoke { token, reply } => {
+                let _ = reply.send(self.m.revoke(&token));
+            }
+            MatchCmd::McpJoin { conn, token, reply } => {
+                let r = self.mcp_join(conn, &token, now);
+                let _ = reply.send(r);
+            }
+            MatchCmd::McpCall { conn, msg, reply } => {
+                let r = self.m.handle_client(conn, msg, now);
+                let _ = reply.send(r);
+            }
+            MatchCmd::McpView { team, reply } => {
+                let _ = reply.send(self.m.team_view(&team).cloned());
+            }
+            MatchCmd::McpSubscribe { conn, team, peer } => match peer {
+                Some(peer) => {
+                    if let Some(v) = self.m.team_view(&team) {
+                        self.notified.insert(team.clone(), v.clone());
+                    }
+                    self.subscribers.insert(conn, Subscriber { team, peer });
+                }
+                None => {
+                    self.subscribers.remove(&conn);
+                }
+            },
+            MatchCmd::McpInbox { role, reply } => {
+                let _ = reply.send(self.m.take_inbox(&role));
+            }
+            MatchCmd::McpProposal { id, reply } => {
+                let _ = reply.send(self.m.proposal_status(&id));
+            }
+            MatchCmd::Wake(done) => {
+                self.due(now);
+                self.perform().await;
+                let _ = done.send(());
+            }
+            MatchCmd::Shutdown(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+
+    fn mcp_join(
+        &mut self,
+        conn: ConnId,
+        token: &str,
+        now: u64,
+    ) -> Result<SeatBinding, ProtocolError> {
+        let principal = self.m.principal(token)?.clone();
+        let Principal::Seat { role, team, .. } = principal else {
+            return Err(ProtocolError::new(
+                ServerErrorCode::Forbidden,
+                "token: MCP takes a seat token",
+            ));
+        };
+        self.m.connect(conn, token, now)?;
+        Ok(SeatBinding {
+            match_id: self.m.id().to_owned(),
+            methods: self
+                .m
+                .control_methods(&role)
+                .map(<[ControlMethod]>::to_vec)
+                .unwrap_or_default(),
+            role,
+            team,
+        })
+    }
+
+    /// Tells MCP subscribers whose team view changed.
+    fn notify_subscribers(&mut self) {
+        if self.subscribers.is_empty() {
+            return;
+        }
+        let teams: Vec<String> = self.m.teams().to_vec();
+        for team in teams {
+            let Some(v) = self.m.team_view(&team) else {
+                continue;
+            };
+            if self.notified.get(&team) == Some(v) {
+                continue;
+            }
+            self.notified.insert(team.clone(), v.clone());
+            let uri = super::mcp::view_uri(self.m.id(), &team);
+            for s in self.subscribers.values().filter(|s| s.team == team) {
+                let peer = s.peer.clone();
+                let uri = uri.clone();
+                // A notification never holds the match up.
+                tokio::spawn(async move {
+                    let _ = peer
+                        .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                        .await;
+                });
+            }
+        }
+    }
+
+    /// Performs the host's outputs in order.
+    async fn perform(&mut self) {
+        let outputs = self.m.take_outputs();
+        if outputs.is_empty() {
+            return;
+        }
+        let writes = self.route(outputs);
+        self.p3.writer.write_behind(writes).await;
+    }
+
+    /// Sends and closes what `outputs` say; returns the records to write.
+    fn route(&mut self, outputs: Vec<Output>) -> Vec<PlayerThreeWrite> {
+        let mut writes = Vec::new();
+        // The same text for many readers is converted once.
+        let mut last: Option<(Arc<str>, Utf8Bytes)> = None;
+        for o in outputs {
+            match o {
+                Output::Send { conn, text } => {
+                    let Some(out) = self.conns.get(&conn) else {
+                        continue;
+                    };
+                    let frame = match &last {
+                        Some((t, f)) if Arc::ptr_eq(t, &text) => f.clone(),
+                        _ => {
+                            let f = shared_frame(&text);
+                            last = Some((text, f.clone()));
+                            f
+                        }
+                    };
+                    self.p3.metrics.frames_out.fetch_add(1, Relaxed);
+                    if !out.frame(frame, &self.p3.metrics) {
+                        // Too slow (closing now) or closed: its reader
+                        // sends Leave.
+                    }
+                }
+                Output::Close { conn, reason } => {
+                    if let Some(out) = self.conns.remove(&conn) {
+                        match reason {
+                            CloseReason::Revoked => out.close(CLOSE_REVOKED, "token revoked"),
+                            CloseReason::RateLimited => {
+                                out.close(CLOSE_RATE_LIMITED, "rate limited")
+                            }
+                        }
+                    }
+                    self.subscribers.remove(&conn);
+                }
+                Output::Persist(r) => {
+                    // Every token minted (by the operator or by an owner's
+                    // `mint`) is found by its text from now on.
+                    if let Record::Token { token, .. } = &r {
+                        self.p3.note_token(token, self.m.id());
+                    }
+                    writes.push(super::writer::write_of(self.m.id(), &r));
+                }
+                Output::Told(_) => {}
+                Output::GuardViolation(v) => {
+                    self.p3.metrics.guard_violations.fetch_add(1, Relaxed);
+                    tracing::warn!(r#match = %self.m.id(), violation = %v, "guard withheld game data");
+                }
+            }
+        }
+        writes
+    }
+}
+
+/// A frame that shares the host's text instead of copying it.
+pub fn shared_frame(text: &Arc<str>) -> Utf8Bytes {
+    struct Owner(Arc<str>);
+    impl AsRef<[u8]> for Owner {
+        fn as_ref(&self) -> &[u8] {
+            self.0.as_bytes()
+        }
+    }
+    let bytes = bytes::Bytes::from_owner(Owner(Arc::clone(text)));
+    // Valid UTF-8 by construction (it was a `str`).
+    Utf8Bytes::try_from(bytes).unwrap_or_else(|_| Utf8Bytes::from_static(""))
+}

@@ -1,0 +1,191 @@
+//! The operator's HTTP API under `/playerthree`:
+//!
+//! - `POST /matches` creates a match of the example game; the answer holds
+//!   its id and its operator token (durable before it is answered);
+//! - `POST /matches/{id}/tokens` (operator token as `Authorization:
+//!   Bearer`) mints a token for a principal given without its match, e.g.
+//!   `{"kind":"team","team":"red"}`; durable before it is answered;
+//! - `POST /matches/{id}/revoke` (operator) with `{"token":"…"}` revokes a
+//!   token and closes its connections.
+
+use super::actor::{MatchCmd, MatchHandle};
+use super::{PlayerThree, GAME};
+use crate::http::error::{method_not_allowed, not_found};
+use crate::http::origins::{preflight_no_content, require_allowed_origin};
+use crate::http::{json_response, ApiError};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use hostwire_playerthree::protocol::ServerErrorCode;
+use hostwire_playerthree::Principal;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// The largest request body the API reads (a principal or a token).
+pub const MAX_API_BODY_BYTES: usize = 4096;
+
+const NO_OPERATOR: ApiError = ApiError::new(
+    StatusCode::UNAUTHORIZED,
+    "Authorization: Bearer <the match's operator token> required",
+);
+const MATCH_NOT_FOUND: ApiError = ApiError::new(StatusCode::NOT_FOUND, "Match not found");
+const UNAVAILABLE: ApiError = ApiError::new(
+    StatusCode::SERVICE_UNAVAILABLE,
+    "No match created: the server holds MAX_MATCHES or the store refused it",
+);
+
+pub fn router(p3: Arc<PlayerThree>) -> Router {
+    let cors = p3
+        .origins
+        .cors_layer()
+        .allow_methods([Method::POST, Method::OPTIONS])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]);
+    Router::new()
+        .route("/matches", post(create).fallback(method_not_allowed))
+        .route(
+            "/matches/{id}/tokens",
+            post(mint).fallback(method_not_allowed),
+        )
+        .route(
+            "/matches/{id}/revoke",
+            post(revoke).fallback(method_not_allowed),
+        )
+        .route_layer(from_fn_with_state(
+            Arc::clone(&p3.origins),
+            require_allowed_origin,
+        ))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_API_BODY_BYTES))
+        .with_state(p3)
+        .layer(cors)
+        .layer(from_fn(preflight_no_content))
+}
+
+fn bad_request(message: impl std::fmt::Display) -> Response {
+    json_response(
+        StatusCode::BAD_REQUEST,
+        &json!({ "error": message.to_string() }),
+    )
+}
+
+async fn create(State(p3): State<Arc<PlayerThree>>) -> Response {
+    match p3.create_match().await {
+        Some(h) => json_response(
+            StatusCode::CREATED,
+            &json!({
+                "match": &*h.id,
+                "game": GAME,
+                "operatorToken": &*h.operator_token,
+                "teams": hostwire_playerthree::demo::TEAMS,
+            }),
+        ),
+        None => UNAVAILABLE.into_response(),
+    }
+}
+
+/// The match, if the request carries its operator token.
+fn operated(p3: &PlayerThree, id: &str, headers: &HeaderMap) -> Result<MatchHandle, ApiError> {
+    let h = p3.match_handle(id).ok_or(MATCH_NOT_FOUND)?;
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or(NO_OPERATOR)?;
+    if !same_secret(bearer.as_bytes(), h.operator_token.as_bytes()) {
+        return Err(NO_OPERATOR);
+    }
+    Ok(h)
+}
+
+async fn mint(
+    State(p3): State<Arc<PlayerThree>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let h = match operated(&p3, &id, &headers) {
+        Ok(h) => h,
+        Err(e) => return e.into_response(),
+    };
+    let mut v: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return bad_request(format!("body: not JSON: {e}")),
+    };
+    let Some(obj) = v.as_object_mut() else {
+        return bad_request("body: expected a principal object");
+    };
+    if obj.contains_key("match") {
+        return bad_request("match: given by the path, not the body");
+    }
+    obj.insert("match".into(), Value::String(id.clone()));
+    let principal: Principal = match serde_json::from_value(v) {
+        Ok(p) => p,
+        Err(e) => return bad_request(format!("principal: {e}")),
+    };
+    let (reply, answer) = oneshot::channel();
+    if h.tx
+        .send(MatchCmd::Mint { principal, reply })
+        .await
+        .is_err()
+    {
+        return MATCH_NOT_FOUND.into_response();
+    }
+    match answer.await {
+        Ok(Ok(token)) => json_response(StatusCode::CREATED, &json!({ "token": token })),
+        Ok(Err(e)) => {
+            let status = match e.code {
+                ServerErrorCode::Busy => StatusCode::SERVICE_UNAVAILABLE,
+                ServerErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            json_response(
+                status,
+                &json!({ "error": e.message, "code": e.code.as_str() }),
+            )
+        }
+        Err(_) => MATCH_NOT_FOUND.into_response(),
+    }
+}
+
+async fn revoke(
+    State(p3): State<Arc<PlayerThree>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let h = match operated(&p3, &id, &headers) {
+        Ok(h) => h,
+        Err(e) => return e.into_response(),
+    };
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Revoke {
+        token: String,
+    }
+    let token = match serde_json::from_slice::<Revoke>(&body) {
+        Ok(r) => r.token,
+        Err(e) => return bad_request(format!("body: expected {{\"token\":…}}: {e}")),
+    };
+    let (reply, answer) = oneshot::channel();
+    if h.tx.send(MatchCmd::Revoke { token, reply }).await.is_err() {
+        return MATCH_NOT_FOUND.into_response();
+    }
+    match answer.await {
+        Ok(true) => json_response(StatusCode::OK, &json!({ "revoked": true })),
+        Ok(false) => json_response(
+            StatusCode::NOT_FOUND,
+            &json!({ "error": "token: not a token of this match" }),
+        ),
+        Err(_) => MATCH_NOT_FOUND.into_response(),
+    }
+}
+
+/// Compares secrets in time that does not depend on where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}

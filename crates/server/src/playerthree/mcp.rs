@@ -1,0 +1,460 @@
+//! `/playerthree/mcp`: agents over MCP (streamable HTTP, `rmcp`). Every
+//! request carries the agent's seat token (`Authorization: Bearer`); a
+//! session is bound to the seat of its first request and joins the match
+//! as that seat (its `SeatInfo` shows `live` while the session lasts).
+//!
+//! - tools: one per control method of the seat (the game's input schema),
+//!   `tell` (the agent's reply to its owners), `inbox` (its owners' tells
+//!   waiting for it), `proposal` (where a supervised proposal stands);
+//! - resource: the seat's team view, `playerthree://{match}/view/{team}`,
+//!   readable and subscribable (`notifications/resources/updated` when a
+//!   tick changes it).
+//!
+//! A tool call is a `call` of the seat's own token: scopes, supervision
+//! (the result is a pending proposal) and every refusal are the host's.
+
+use super::actor::{MatchCmd, SeatBinding};
+use super::PlayerThree;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{from_fn_with_state, Next};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use hostwire_playerthree::host::ProposalStatus;
+use hostwire_playerthree::protocol::{token_shape_ok, Roles};
+use hostwire_playerthree::{ClientMsg, ConnId, Json, ServerMsg, MAX_MESSAGE_BYTES};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot, OnceCell};
+
+/// Live MCP sessions one server holds; a new one past it is refused (503).
+pub const MAX_MCP_SESSIONS: u64 = 1024;
+/// The largest MCP request body (a tool call's arguments are a `call`'s).
+pub const MAX_MCP_BODY_BYTES: usize = MAX_MESSAGE_BYTES;
+
+/// The URI of a team's view resource.
+pub fn view_uri(match_id: &str, team: &str) -> String {
+    format!("playerthree://{match_id}/view/{team}")
+}
+
+pub fn router(p3: Arc<PlayerThree>) -> Router {
+    let config = StreamableHttpServerConfig::default()
+        // Hosts are the deployment's; browsers are held to the allowed
+        // origins by `authenticate`.
+        .with_allowed_hosts(Vec::<String>::new())
+        .with_max_request_body_bytes(MAX_MCP_BODY_BYTES);
+    let factory_p3 = Arc::clone(&p3);
+    let service: StreamableHttpService<Agent, LocalSessionManager> = StreamableHttpService::new(
+        move || Ok(Agent::new(Arc::clone(&factory_p3))),
+        Default::default(),
+        config,
+    );
+    Router::new()
+        .nest_service("/playerthree/mcp", service)
+        .layer(from_fn_with_state(p3, authenticate))
+}
+
+fn unauthorized(message: &'static str) -> Response {
+    let mut r = (StatusCode::UNAUTHORIZED, message).into_response();
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"playerthree\""),
+    );
+    r
+}
+
+/// The seat token of a request.
+fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+}
+
+/// Refuses, before MCP sees them, requests from origins not allowed and
+/// requests without a token of a hosted match (its state is the match's
+/// to judge); caps the sessions.
+async fn authenticate(State(p3): State<Arc<PlayerThree>>, req: Request, next: Next) -> Response {
+    if !req.uri().path().starts_with("/playerthree/mcp") {
+        return next.run(req).await;
+    }
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok());
+    // Agents are not browsers and send no Origin; a browser's must be
+    // allowed (no page of another site may drive an agent's seat).
+    if origin.is_some() && !p3.origins.allows(origin) {
+        return (StatusCode::FORBIDDEN, "Origin not allowed").into_response();
+    }
+    let Some(token) = bearer(req.headers()) else {
+        return unauthorized("Authorization: Bearer <seat token> required");
+    };
+    if !token_shape_ok(token) || p3.match_of_token(token).is_none() {
+        return unauthorized("not a seat token of a hosted match");
+    }
+    if !req.headers().contains_key("mcp-session-id")
+        && p3.metrics.mcp_sessions.load(Relaxed) >= MAX_MCP_SESSIONS
+    {
+        return (StatusCode::SERVICE_UNAVAILABLE, "MAX_MCP_SESSIONS reached").into_response();
+    }
+    next.run(req).await
+}
+
+/// One MCP session: the seat it is bound to, once its first request came.
+pub struct Agent {
+    p3: Arc<PlayerThree>,
+    bound: OnceCell<Bound>,
+    seq: AtomicU64,
+}
+
+struct Bound {
+    token: String,
+    seat: SeatBinding,
+    conn: ConnId,
+    tx: mpsc::Sender<MatchCmd>,
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        // The session ended: the seat is no longer live.
+        let _ = self.tx.try_send(MatchCmd::Leave { conn: self.conn });
+    }
+}
+
+fn mcp_error(e: impl std::fmt::Display) -> ErrorData {
+    ErrorData::invalid_request(e.to_string(), None)
+}
+
+impl Agent {
+    fn new(p3: Arc<PlayerThree>) -> Self {
+        Self {
+            p3,
+            bound: OnceCell::new(),
+            seq: AtomicU64::new(1),
+        }
+    }
+
+    /// The session's seat; the first request binds it, later ones must
+    /// carry the same token.
+    async fn seat(&self, ctx: &RequestContext<RoleServer>) -> Result<&Bound, ErrorData> {
+        let token = ctx
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| bearer(&p.headers))
+            .ok_or_else(|| mcp_error("Authorization: Bearer <seat token> required"))?
+            .to_owned();
+        let bound = self
+            .bound
+            .get_or_try_init(|| async {
+                let handle = self
+                    .p3
+                    .match_of_token(&token)
+                    .ok_or_else(|| mcp_error("bad_token: not a live token"))?;
+                let conn = self.p3.next_conn();
+                let (reply, answer) = oneshot::channel();
+                handle
+                    .tx
+                    .send(MatchCmd::McpJoin {
+                        conn,
+                        token: token.clone(),
+                        reply,
+                    })
+                    .await
+                    .map_err(|_| mcp_error("match closed"))?;
+                let seat = answer
+                    .await
+                    .map_err(|_| mcp_error("match closed"))?
+                    .map_err(|e| mcp_error(format!("{}: {}", e.code.as_str(), e.message)))?;
+                self.p3.metrics.mcp_sessions.fetch_add(1, Relaxed);
+                Ok::<_, ErrorData>(Bound {
+                    token: token.clone(),
+                    seat,
+                    conn,
+                    tx: handle.tx.clone(),
+                })
+            })
+            .await?;
+        if bound.token != token {
+            return Err(mcp_error(
+                "forbidden: this session belongs to another token",
+            ));
+        }
+        Ok(bound)
+    }
+
+    async fn ask<T>(
+        &self,
+        b: &Bound,
+        cmd: impl FnOnce(oneshot::Sender<T>) -> MatchCmd,
+    ) -> Result<T, ErrorData> {
+        let (reply, answer) = oneshot::channel();
+        b.tx.send(cmd(reply))
+            .await
+            .map_err(|_| mcp_error("match closed"))?;
+        answer.await.map_err(|_| mcp_error("match closed"))
+    }
+
+    /// A client op of the seat's own token, answered as a tool result.
+    async fn client_op(&self, b: &Bound, msg: ClientMsg) -> Result<CallToolResponse, ErrorData> {
+        let conn = b.conn;
+        let reply = self
+            .ask(b, |reply| MatchCmd::McpCall { conn, msg, reply })
+            .await?;
+        Ok(tool_result(&reply).into())
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if self.bound.initialized() {
+            self.p3.metrics.mcp_sessions.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+/// A `result` as a tool result: `data` on success, `{code, message}` as
+/// an error result.
+fn tool_result(reply: &ServerMsg) -> CallToolResult {
+    let v: Value = serde_json::from_str(&reply.to_text()).unwrap_or(Value::Null);
+    if v["ok"] == Value::Bool(true) {
+        let data = v["data"].clone();
+        CallToolResult::success(vec![ContentBlock::text(data.to_string())])
+    } else {
+        let e = json!({ "code": v["code"], "message": v["message"] });
+        CallToolResult::error(vec![ContentBlock::text(e.to_string())])
+    }
+}
+
+fn schema(v: Value) -> Arc<serde_json::Map<String, Value>> {
+    match v {
+        Value::Object(m) => Arc::new(m),
+        _ => Arc::new(serde_json::Map::new()),
+    }
+}
+
+/// The tools besides the control methods.
+const TELL: &str = "tell";
+const INBOX: &str = "inbox";
+const PROPOSAL: &str = "proposal";
+
+impl ServerHandler for Agent {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .build(),
+        )
+        .with_instructions(
+            "A PlayerThree seat: one tool per control method of the seat; read or subscribe \
+             to the team view resource; `tell` answers your owners; `inbox` holds their \
+             tells; on a supervised seat a call returns a pending proposal, see `proposal`.",
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let b = self.seat(&ctx).await?;
+        let mut tools: Vec<Tool> = b
+            .seat
+            .methods
+            .iter()
+            .map(|m| {
+                Tool::new(
+                    m.name.clone(),
+                    m.description.clone(),
+                    schema(m.input_schema.clone()),
+                )
+            })
+            .collect();
+        tools.push(Tool::new(
+            TELL,
+            "Say something to your team's owners (your reply to their tells).",
+            schema(json!({
+                "type": "object",
+                "properties": {"text": {"type": "string", "maxLength": 4096}},
+                "required": ["text"],
+                "additionalProperties": false
+            })),
+        ));
+        tools.push(Tool::new(
+            INBOX,
+            "Take the tells your owners sent you that you have not read yet.",
+            schema(json!({"type": "object", "additionalProperties": false})),
+        ));
+        tools.push(Tool::new(
+            PROPOSAL,
+            "Where a supervised proposal stands: pending, applied (with its result), rejected or failed.",
+            schema(json!({
+                "type": "object",
+                "properties": {"id": {"type": "string"}},
+                "required": ["id"],
+                "additionalProperties": false
+            })),
+        ));
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let b = self.seat(&ctx).await?;
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let seq = self.seq.fetch_add(1, Relaxed);
+        match request.name.as_ref() {
+            TELL => {
+                let Some(text) = args.get("text").and_then(Value::as_str) else {
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(
+                        "text: expected a string",
+                    )])
+                    .into());
+                };
+                let msg = ClientMsg::Tell {
+                    seq,
+                    roles: Roles::Some(vec![b.seat.role.clone()]),
+                    text: text.to_owned(),
+                    ping: None,
+                };
+                self.client_op(b, msg).await
+            }
+            INBOX => {
+                let role = b.seat.role.clone();
+                let told = self
+                    .ask(b, |reply| MatchCmd::McpInbox { role, reply })
+                    .await?;
+                let list: Vec<Value> = told
+                    .into_iter()
+                    .map(|t| json!({"text": t.text, "tick": t.tick, "ping": t.ping.map(|p| p.to_value())}))
+                    .collect();
+                Ok(CallToolResult::success(vec![ContentBlock::text(
+                    Value::Array(list).to_string(),
+                )])
+                .into())
+            }
+            PROPOSAL => {
+                let Some(id) = args.get("id").and_then(Value::as_str).map(str::to_owned) else {
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(
+                        "id: expected a string",
+                    )])
+                    .into());
+                };
+                let status = self
+                    .ask(b, |reply| MatchCmd::McpProposal { id, reply })
+                    .await?;
+                let v = match status {
+                    None => {
+                        return Ok(CallToolResult::error(vec![ContentBlock::text(
+                            json!({"code": "approval_not_found"}).to_string(),
+                        )])
+                        .into())
+                    }
+                    Some(ProposalStatus::Pending) => json!({"status": "pending"}),
+                    Some(ProposalStatus::Applied(r)) => {
+                        json!({"status": "applied", "result": r.to_value()})
+                    }
+                    Some(ProposalStatus::Rejected) => json!({"status": "rejected"}),
+                    Some(ProposalStatus::Failed(m)) => json!({"status": "failed", "message": m}),
+                };
+                Ok(CallToolResult::success(vec![ContentBlock::text(v.to_string())]).into())
+            }
+            method => {
+                let msg = ClientMsg::Call {
+                    seq,
+                    role: b.seat.role.clone(),
+                    method: method.to_owned(),
+                    args: Json::from(args),
+                };
+                self.client_op(b, msg).await
+            }
+        }
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let b = self.seat(&ctx).await?;
+        let r = Resource::new(view_uri(&b.seat.match_id, &b.seat.team), "team view")
+            .with_description("Your team's fogged view of the match, as JSON.")
+            .with_mime_type("application/json");
+        Ok(ListResourcesResult::with_all_items(vec![r]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let b = self.seat(&ctx).await?;
+        let uri = view_uri(&b.seat.match_id, &b.seat.team);
+        if request.uri != uri {
+            return Err(ErrorData::resource_not_found(
+                format!("uri: this seat reads {uri}"),
+                None,
+            ));
+        }
+        let team = b.seat.team.clone();
+        let view = self
+            .ask(b, |reply| MatchCmd::McpView { team, reply })
+            .await?;
+        let text = view.map_or(Value::Null, |v| v.to_value()).to_string();
+        Ok(ReadResourceResult::new(vec![
+            ResourceContents::text(text, uri).with_mime_type("application/json")
+        ])
+        .into())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let b = self.seat(&ctx).await?;
+        if request.uri != view_uri(&b.seat.match_id, &b.seat.team) {
+            return Err(ErrorData::resource_not_found(
+                "uri: not this seat's view",
+                None,
+            ));
+        }
+        let cmd = MatchCmd::McpSubscribe {
+            conn: b.conn,
+            team: b.seat.team.clone(),
+            peer: Some(ctx.peer.clone()),
+        };
+        b.tx.send(cmd).await.map_err(|_| mcp_error("match closed"))
+    }
+
+    async fn unsubscribe(
+        &self,
+        _request: UnsubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let b = self.seat(&ctx).await?;
+        let cmd = MatchCmd::McpSubscribe {
+            conn: b.conn,
+            team: b.seat.team.clone(),
+            peer: None,
+        };
+        b.tx.send(cmd).await.map_err(|_| mcp_error("match closed"))
+    }
+}

@@ -1,0 +1,310 @@
+//! PlayerThree protocol 1: matches of the example game (Ridge) hosted by
+//! the server, around the sans-IO host of `hostwire_playerthree`.
+//!
+//! - [`api`]: the operator's HTTP API (`/playerthree/matches…`): create a
+//!   match, mint and revoke its tokens;
+//! - [`ws`]: the WebSocket `/playerthree/ws` where players, owners,
+//!   spectators and observers join with a token;
+//! - [`mcp`]: the MCP endpoint `/playerthree/mcp` for agents (streamable
+//!   HTTP), authenticated by a seat token;
+//! - [`actor`]: one task per match owns its [`Match`] and its timer (ticks
+//!   and observer releases), in the order commands arrive;
+//! - [`writer`]: the match records written behind the matches.
+
+pub mod actor;
+pub mod api;
+pub mod mcp;
+pub mod writer;
+pub mod ws;
+
+use crate::http::AllowedOrigins;
+use crate::metrics::Render;
+use actor::{MatchCmd, MatchHandle};
+use axum::Router;
+use hostwire_core::Clock;
+use hostwire_playerthree::demo::Ridge;
+use hostwire_playerthree::{Match, MatchConfig, Record};
+use hostwire_store::playerthree::{PlayerThreeStore, PlayerThreeWrite, StoredMatch};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+
+/// The game every match hosted here plays.
+pub const GAME: &str = "ridge";
+/// Matches one server hosts; creating more is refused (503).
+pub const MAX_MATCHES: usize = 1024;
+/// Frames waiting for one slow reader before it is closed (1013).
+pub const OUTBOUND_QUEUE: usize = 1024;
+/// Characters of a match id (random base64url).
+pub const MATCH_ID_CHARS: usize = 16;
+/// Milliseconds between ticks of a match, unless configured.
+pub const DEFAULT_TICK_MS: u64 = 1000;
+
+#[derive(Debug, Clone)]
+pub struct PlayerThreeConfig {
+    pub allowed_origins: AllowedOrigins,
+    /// Milliseconds between two ticks of a match.
+    pub tick_ms: u64,
+    /// Frames queued for one connection before it counts as too slow.
+    pub outbound_queue: usize,
+}
+
+impl PlayerThreeConfig {
+    pub fn new(allowed_origins: AllowedOrigins) -> Self {
+        Self {
+            allowed_origins,
+            tick_ms: DEFAULT_TICK_MS,
+            outbound_queue: OUTBOUND_QUEUE,
+        }
+    }
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct PlayerThreeMetrics {
+    pub matches: AtomicU64,
+    pub connections: AtomicU64,
+    pub frames_out: AtomicU64,
+    pub messages_in: AtomicU64,
+    pub slow_consumers_closed: AtomicU64,
+    pub oversized: AtomicU64,
+    pub guard_violations: AtomicU64,
+    pub mcp_sessions: AtomicU64,
+}
+
+impl Render for PlayerThreeMetrics {
+    fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        for (name, help, kind, v) in [
+            (
+                "hostwire_playerthree_matches",
+                "Matches hosted.",
+                "gauge",
+                &self.matches,
+            ),
+            (
+                "hostwire_playerthree_connections",
+                "Open WebSocket connections.",
+                "gauge",
+                &self.connections,
+            ),
+            (
+                "hostwire_playerthree_frames_out_total",
+                "Frames queued for connections.",
+                "counter",
+                &self.frames_out,
+            ),
+            (
+                "hostwire_playerthree_messages_in_total",
+                "Messages received.",
+                "counter",
+                &self.messages_in,
+            ),
+            (
+                "hostwire_playerthree_slow_consumers_closed_total",
+                "Connections closed for a full outbound queue.",
+                "counter",
+                &self.slow_consumers_closed,
+            ),
+            (
+                "hostwire_playerthree_oversized_total",
+                "Messages over twice MAX_MESSAGE_BYTES.",
+                "counter",
+                &self.oversized,
+            ),
+            (
+                "hostwire_playerthree_guard_violations_total",
+                "Outbound game data withheld by the closed-vocabulary guard.",
+                "counter",
+                &self.guard_violations,
+            ),
+            (
+                "hostwire_playerthree_mcp_sessions",
+                "Live MCP agent sessions.",
+                "gauge",
+                &self.mcp_sessions,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}",
+                v.load(Relaxed)
+            );
+        }
+    }
+}
+
+/// Everything PlayerThree's handlers and match tasks share.
+pub struct PlayerThree {
+    config: PlayerThreeConfig,
+    origins: Arc<AllowedOrigins>,
+    clock: Arc<dyn Clock>,
+    pub metrics: Arc<PlayerThreeMetrics>,
+    writer: writer::Writer,
+    matches: Mutex<HashMap<String, MatchHandle>>,
+    /// Which match each token belongs to (a token is presented without its
+    /// match). Revoked tokens stay: their match refuses them.
+    tokens: Mutex<HashMap<String, String>>,
+    next_conn: AtomicU64,
+}
+
+/// The routes: `/playerthree/ws`, `/playerthree/mcp` and the HTTP API.
+pub fn router(p3: Arc<PlayerThree>) -> Router {
+    Router::new()
+        .nest("/playerthree", api::router(Arc::clone(&p3)))
+        .merge(ws::router(Arc::clone(&p3)))
+        .merge(mcp::router(p3))
+}
+
+impl PlayerThree {
+    /// Starts PlayerThree with the matches the store holds: each resumes
+    /// from its last recorded tick, its tokens as they were.
+    pub fn start(
+        config: PlayerThreeConfig,
+        clock: Arc<dyn Clock>,
+        store: Arc<dyn PlayerThreeStore>,
+    ) -> anyhow::Result<Arc<PlayerThree>> {
+        let stored = store.load_matches()?;
+        let p3 = Arc::new(PlayerThree {
+            origins: Arc::new(config.allowed_origins.clone()),
+            config,
+            clock,
+            metrics: Arc::new(PlayerThreeMetrics::default()),
+            writer: writer::Writer::start(store),
+            matches: Mutex::new(HashMap::new()),
+            tokens: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+        });
+        let now = p3.clock.now_ms();
+        for s in stored {
+            match Self::restore_match(&s, now) {
+                Ok((m, tokens)) => {
+                    p3.spawn_match(m, tokens, Arc::from(s.operator_token.as_str()));
+                }
+                Err(e) => tracing::error!(r#match = %s.id, error = %e, "match not restored"),
+            }
+        }
+        Ok(p3)
+    }
+
+    fn restore_match(s: &StoredMatch, now: u64) -> anyhow::Result<(Match<Ridge>, Vec<String>)> {
+        if s.game != GAME {
+            anyhow::bail!("unknown game {:?}", s.game);
+        }
+        let records = s
+            .records
+            .iter()
+            .map(|r| serde_json::from_str::<Record>(r))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tokens = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Token { token, .. } => Some(token.clone()),
+                _ => None,
+            })
+            .collect();
+        let m = Match::restore(s.id.clone(), &records, &Ridge::restore, now)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok((m, tokens))
+    }
+
+    fn spawn_match(
+        self: &Arc<Self>,
+        m: Match<Ridge>,
+        tokens: Vec<String>,
+        operator_token: Arc<str>,
+    ) -> MatchHandle {
+        let id = m.id().to_owned();
+        if let Ok(mut t) = self.tokens.lock() {
+            for tok in tokens {
+                t.insert(tok, id.clone());
+            }
+        }
+        let handle = actor::spawn(Arc::clone(self), m, operator_token);
+        if let Ok(mut ms) = self.matches.lock() {
+            ms.insert(id, handle.clone());
+        }
+        self.metrics.matches.fetch_add(1, Relaxed);
+        handle
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    fn next_conn(&self) -> u64 {
+        self.next_conn.fetch_add(1, Relaxed)
+    }
+
+    fn match_handle(&self, id: &str) -> Option<MatchHandle> {
+        self.matches.lock().ok()?.get(id).cloned()
+    }
+
+    /// The match a token belongs to (before any check of the token's state).
+    fn match_of_token(&self, token: &str) -> Option<MatchHandle> {
+        let id = self.tokens.lock().ok()?.get(token).cloned()?;
+        self.match_handle(&id)
+    }
+
+    fn note_token(&self, token: &str, match_id: &str) {
+        if let Ok(mut t) = self.tokens.lock() {
+            t.insert(token.to_owned(), match_id.to_owned());
+        }
+    }
+
+    fn handles(&self) -> Vec<MatchHandle> {
+        self.matches
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn match_count(&self) -> usize {
+        self.matches.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Creates a match, durable before its id and tokens are handed out.
+    async fn create_match(self: &Arc<Self>) -> Option<MatchHandle> {
+        if self.match_count() >= MAX_MATCHES {
+            return None;
+        }
+        let now = self.clock.now_ms();
+        let id = hostwire_core::Token::generate().as_str()[..MATCH_ID_CHARS].to_owned();
+        let operator_token = hostwire_core::Token::generate().as_str().to_owned();
+        let mut m = Match::new(id.clone(), Ridge::new(), MatchConfig::default(), now);
+        let mut writes = vec![PlayerThreeWrite::Match {
+            id: id.clone(),
+            game: GAME.to_owned(),
+            operator_token: operator_token.clone(),
+            created_at_ms: now,
+        }];
+        writes.extend(writer::persisted(&id, m.take_outputs()));
+        if !self.writer.write_durable(writes).await {
+            return None;
+        }
+        Some(self.spawn_match(m, Vec::new(), Arc::from(operator_token)))
+    }
+
+    /// Runs every match's due work at the clock's time now, and returns
+    /// once each has (tests advance a manual clock, then call this).
+    pub async fn wake(&self) {
+        for h in self.handles() {
+            let (tx, rx) = oneshot::channel();
+            if h.tx.send(MatchCmd::Wake(tx)).await.is_ok() {
+                let _ = rx.await;
+            }
+        }
+    }
+
+    /// Closes every connection (1001); matches stay stored. Then flushes.
+    pub async fn shutdown(&self) {
+        for h in self.handles() {
+            let (tx, rx) = oneshot::channel();
+            if h.tx.send(MatchCmd::Shutdown(tx)).await.is_ok() {
+                let _ = rx.await;
+            }
+        }
+        self.writer.flush().await;
+    }
+}

@@ -1,0 +1,271 @@
+//! Agents through MCP (`/playerthree/mcp`, streamable HTTP) with rmcp's own
+//! client: a whole match of the example game played by two agents, the
+//! team view as a subscribable resource, tells, and the approval flow.
+#![allow(deprecated)] // resources/subscribe: the session-era API the server speaks.
+
+mod playerthree_support;
+use playerthree_support::*;
+use rmcp::model::{
+    CallToolRequestParams, ClientInfo, ProtocolVersion, ReadResourceRequestParams,
+    ResourceUpdatedNotificationParam, SubscribeRequestParams,
+};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+struct Agent {
+    updates: mpsc::UnboundedSender<String>,
+}
+
+impl ClientHandler for Agent {
+    fn get_info(&self) -> ClientInfo {
+        // Sessions (and with them subscriptions) are of the handshake era.
+        ClientInfo::default().with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.updates.send(params.uri);
+    }
+}
+
+type Session = RunningService<RoleClient, Agent>;
+
+async fn connect(
+    url: &str,
+    token: &str,
+) -> Result<(Session, mpsc::UnboundedReceiver<String>), String> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token.to_owned()),
+    );
+    let s = tokio::time::timeout(GUARD, Agent { updates: tx }.serve(transport))
+        .await
+        .map_err(|_| "initialize timed out".to_owned())?
+        .map_err(|e| e.to_string())?;
+    Ok((s, rx))
+}
+
+/// A tool call: (is_error, the JSON its text holds).
+async fn tool(s: &Session, name: &str, args: Value) -> (bool, Value) {
+    let mut p = CallToolRequestParams::new(name.to_owned());
+    if let Value::Object(m) = args {
+        p = p.with_arguments(m);
+    }
+    let r = tokio::time::timeout(GUARD, s.call_tool(p))
+        .await
+        .expect("tool call hung")
+        .expect("tool call failed");
+    let block = serde_json::to_value(&r.content[0]).unwrap();
+    let text = block["text"].as_str().unwrap();
+    (
+        r.is_error == Some(true),
+        serde_json::from_str(text).unwrap(),
+    )
+}
+
+async fn read_view(s: &Session, uri: &str) -> Value {
+    let r = s
+        .read_resource(ReadResourceRequestParams::new(uri.to_owned()))
+        .await
+        .unwrap();
+    let c = serde_json::to_value(&r.contents[0]).unwrap();
+    serde_json::from_str(c["text"].as_str().unwrap()).unwrap()
+}
+
+fn unit<'a>(view: &'a Value, role: &str) -> &'a Value {
+    view["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["role"] == role)
+        .unwrap()
+}
+
+/// An owner hands a seat to an agent: controller, then a seat token.
+async fn hand_to_agent(o: &mut Client, seq: u64, role: &str, supervised: bool) -> String {
+    o.expect_ok(json!({"op": "controller", "seq": seq, "role": role, "controller": {"kind": "agent", "supervised": supervised}}))
+        .await;
+    let d = o
+        .expect_ok(json!({"op": "mint", "seq": seq + 1, "role": role}))
+        .await;
+    d["token"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn two_agents_play_a_whole_match_over_mcp() {
+    let t = TestServer::start().await;
+    let (id, op) = create_match(&t.http).await;
+    let red = mint(&t.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+    let blue = mint(&t.http, &id, &op, json!({"kind": "team", "team": "blue"})).await;
+    let (mut red_owner, _) = t.join(&red).await;
+    let (mut blue_owner, _) = t.join(&blue).await;
+    let red_seat = hand_to_agent(&mut red_owner, 1, "red-scout", false).await;
+    let blue_seat = hand_to_agent(&mut blue_owner, 1, "blue-scout", false).await;
+
+    let (ra, mut red_updates) = connect(&t.mcp, &red_seat).await.unwrap();
+    let (ba, _blue_updates) = connect(&t.mcp, &blue_seat).await.unwrap();
+
+    // One tool per control method, with the game's input schema.
+    let tools = ra.list_all_tools().await.unwrap();
+    let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    names.sort();
+    assert_eq!(names, ["hold", "inbox", "move", "proposal", "tell"]);
+    let mv = tools.iter().find(|t| t.name == "move").unwrap();
+    assert_eq!(
+        mv.input_schema["properties"]["dir"]["enum"],
+        json!(["n", "s", "e", "w"])
+    );
+
+    // The team view, read and subscribed.
+    let resources = ra.list_all_resources().await.unwrap();
+    assert_eq!(resources.len(), 1);
+    let uri = resources[0].uri.clone();
+    assert_eq!(uri, format!("playerthree://{id}/view/red"));
+    let view = read_view(&ra, &uri).await;
+    assert_eq!(view["team"], "red");
+    assert_eq!(view["enemies"], json!([]), "fogged: {view}");
+    ra.subscribe(SubscribeRequestParams::new(uri.clone()))
+        .await
+        .unwrap();
+    // Another team's view is not this seat's.
+    assert!(ba
+        .read_resource(ReadResourceRequestParams::new(uri.clone()))
+        .await
+        .is_err());
+
+    // Blue holds; red walks its scout to the flag and holds it.
+    let (err, d) = tool(&ba, "hold", json!({})).await;
+    assert!(!err, "{d}");
+    // An agent acts for its own seat only: the guard is human-played.
+    let (err, d) = tool(&ra, "move", json!({"dir": "x"})).await;
+    assert!(err, "bad args are refused: {d}");
+    assert_eq!(d["code"], "invalid");
+
+    let mut order = String::new();
+    let mut view = view;
+    let mut ticks = 0;
+    while view["phase"] == "playing" {
+        let scout = unit(&view, "red-scout");
+        let (x, y) = (scout["x"].as_i64().unwrap(), scout["y"].as_i64().unwrap());
+        let want = if y < 4 {
+            "s"
+        } else if x < 4 {
+            "e"
+        } else {
+            "hold"
+        };
+        if want != order {
+            let (err, d) = if want == "hold" {
+                tool(&ra, "hold", json!({})).await
+            } else {
+                tool(&ra, "move", json!({"dir": want})).await
+            };
+            assert!(!err, "{d}");
+            assert_eq!(d["order"], want);
+            order = want.to_owned();
+        }
+        t.tick().await;
+        ticks += 1;
+        assert!(ticks <= 60, "the match never ended");
+        let updated = tokio::time::timeout(GUARD, red_updates.recv())
+            .await
+            .expect("no resources/updated after a tick")
+            .unwrap();
+        assert_eq!(updated, uri);
+        view = read_view(&ra, &uri).await;
+    }
+    assert_eq!(view["phase"], "over");
+    assert_eq!(view["scores"]["red"], 5, "{view}");
+    // Scout at the flag at tick 8, then 5 ticks alone on it.
+    assert_eq!(view["tick"], 12, "{view}");
+    let report = red_owner.recv_op("report").await;
+    assert_eq!(report["team"], "red", "{report}");
+    // A call after the end is refused by the host.
+    let (err, d) = tool(&ra, "hold", json!({})).await;
+    assert!(err, "{d}");
+    assert_eq!(d["code"], "paused", "{d}");
+
+    ra.cancel().await.unwrap();
+    ba.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn tells_and_the_approval_flow_over_mcp() {
+    let t = TestServer::start().await;
+    let (id, op) = create_match(&t.http).await;
+    let red = mint(&t.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+    let (mut o, _) = t.join(&red).await;
+    let seat = hand_to_agent(&mut o, 1, "red-guard", true).await;
+    let (a, _) = connect(&t.mcp, &seat).await.unwrap();
+
+    // Tells from the owner wait in the agent's inbox; its tell is `said`.
+    o.expect_ok(json!({"op": "tell", "seq": 3, "roles": ["red-guard"], "text": "guard the flag"}))
+        .await;
+    let (err, inbox) = tool(&a, "inbox", json!({})).await;
+    assert!(!err);
+    assert_eq!(inbox[0]["text"], "guard the flag", "{inbox}");
+    let (err, _) = tool(&a, "tell", json!({"text": "understood"})).await;
+    assert!(!err);
+    let said = o.recv_op("said").await;
+    assert_eq!(
+        (said["role"].as_str(), said["text"].as_str()),
+        (Some("red-guard"), Some("understood"))
+    );
+
+    // Supervised: the call is a proposal; the owner approves it.
+    let (err, p) = tool(&a, "move", json!({"dir": "s"})).await;
+    assert!(!err, "{p}");
+    assert_eq!(p["status"], "pending", "{p}");
+    let pid = p["proposal"].as_str().unwrap().to_owned();
+    let (err, d) = tool(&a, "hold", json!({})).await;
+    assert!(err);
+    assert_eq!(d["code"], "approval_pending");
+    let (_, st) = tool(&a, "proposal", json!({"id": pid})).await;
+    assert_eq!(st["status"], "pending");
+    o.expect_ok(
+        json!({"op": "resolveApproval", "seq": 4, "role": "red-guard", "id": pid, "approve": true}),
+    )
+    .await;
+    let (_, st) = tool(&a, "proposal", json!({"id": pid})).await;
+    assert_eq!(st["status"], "applied", "{st}");
+    assert_eq!(st["result"]["order"], "s");
+    a.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn mcp_refuses_requests_without_a_seat_token() {
+    let t = TestServer::start().await;
+    let (id, op) = create_match(&t.http).await;
+    let red = mint(&t.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+    // No token, a malformed one, an unknown one: 401 before MCP.
+    for token in ["", "not a token", &"Q".repeat(32)] {
+        let r = reqwest::Client::new()
+            .post(&t.mcp)
+            .header("Authorization", format!("Bearer {token}"))
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "{token:?}");
+        assert!(r.headers().contains_key("www-authenticate"));
+    }
+    // A team token is a token of the match, but not a seat: its first
+    // request that needs the seat is refused.
+    let (s, _) = connect(&t.mcp, &red).await.unwrap();
+    assert!(s.list_all_tools().await.is_err());
+    // A revoked seat token stops working.
+    let (mut o, _) = t.join(&red).await;
+    let seat = hand_to_agent(&mut o, 1, "red-scout", false).await;
+    assert_eq!(revoke(&t.http, &id, &op, &seat).await, 200);
+    let (s, _) = connect(&t.mcp, &seat).await.unwrap();
+    assert!(s.list_all_tools().await.is_err());
+}

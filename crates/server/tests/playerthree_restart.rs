@@ -1,0 +1,209 @@
+//! A match survives a restart of the real server in the middle of play:
+//! every token works again (revoked ones stay refused) and play resumes
+//! from the last recorded tick.
+
+mod playerthree_support;
+use playerthree_support::*;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// Milliseconds between ticks of the spawned server: short, so that a
+/// few ticks pass while the test waits for their frames.
+const SERVER_TICK_MS: &str = "400";
+
+struct Server {
+    child: Child,
+    http: String,
+    ws: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_server(dir: &std::path::Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hostwire"))
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--host",
+            "127.0.0.1",
+            "--allowed-origins",
+            ORIGIN,
+            "--playerthree-tick-ms",
+            SERVER_TICK_MS,
+        ])
+        .arg("--data-dir")
+        .arg(dir)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line.trim().rsplit("http://").next().unwrap().to_owned();
+    assert!(addr.starts_with("127.0.0.1:"), "{line}");
+    Server {
+        child,
+        http: format!("http://{addr}"),
+        ws: format!("ws://{addr}/playerthree/ws"),
+    }
+}
+
+/// The tick of the last game state the store holds for match `id`.
+fn last_recorded_tick(db: &std::path::Path, id: &str) -> u64 {
+    use hostwire_store::playerthree::PlayerThreeStore;
+    let store = hostwire_store::SqliteStore::open(db).unwrap();
+    let m = store
+        .load_matches()
+        .unwrap()
+        .into_iter()
+        .find(|m| m.id == id)
+        .unwrap();
+    m.records
+        .iter()
+        .map(|r| serde_json::from_str::<Value>(r).unwrap())
+        .filter(|r| r["record"] == "state")
+        .map(|r| r["tick"].as_u64().unwrap())
+        .max()
+        .unwrap()
+}
+
+async fn join(ws: &str, token: &str) -> (Client, Value) {
+    let mut c = Client::connect(ws).await;
+    c.send(json!({"op": "join", "token": token})).await;
+    let v = c.recv().await;
+    (c, v)
+}
+
+/// The tick of the newest view among the next frames, reading until one
+/// at `at_least` arrives. Views are applied as the protocol says.
+async fn view_tick_at_least(c: &mut Client, state: &mut Option<Value>, at_least: u64) -> u64 {
+    loop {
+        let v = c.recv_op("view").await;
+        if let Some(full) = v.get("view") {
+            *state = Some(full.clone());
+        } else {
+            let base = state.as_ref().expect("a delta without a keyframe");
+            let mut next = base.clone();
+            apply(&mut next, &v["delta"]);
+            *state = Some(next);
+        }
+        let tick = state.as_ref().unwrap()["tick"].as_u64().unwrap();
+        if tick >= at_least {
+            return tick;
+        }
+    }
+}
+
+/// Applies a JSON delta (the protocol page's table) in place.
+fn apply(v: &mut Value, d: &Value) {
+    match d {
+        Value::Array(a) if a.len() == 1 => *v = a[0].clone(),
+        Value::Object(m) => match v {
+            Value::Object(target) => {
+                for (k, sub) in m {
+                    if sub == &json!([]) {
+                        target.remove(k);
+                    } else if let Some(t) = target.get_mut(k) {
+                        apply(t, sub);
+                    } else if let Value::Array(a) = sub {
+                        target.insert(k.clone(), a[0].clone());
+                    }
+                }
+            }
+            Value::Array(arr) => {
+                for (k, sub) in m {
+                    if let Ok(i) = k.parse::<usize>() {
+                        apply(&mut arr[i], sub);
+                    }
+                }
+                if let Some(n) = m.get("-").and_then(Value::as_u64) {
+                    arr.truncate(n as usize);
+                }
+                if let Some(Value::Array(more)) = m.get("+") {
+                    arr.extend(more.iter().cloned());
+                }
+            }
+            _ => panic!("a patch on a scalar"),
+        },
+        other => panic!("not a delta: {other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_restart_in_the_middle_of_a_match_keeps_tokens_and_resumes_from_the_last_tick() {
+    let dir = tempfile::Builder::new()
+        .prefix("hostwire-test-playerthree-restart-")
+        .tempdir()
+        .unwrap();
+    let s = spawn_server(dir.path());
+    let (id, op) = create_match(&s.http).await;
+    let red = mint(&s.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+    let seat = mint(
+        &s.http,
+        &id,
+        &op,
+        json!({"kind": "seat", "team": "red", "role": "red-scout"}),
+    )
+    .await;
+    let gone = mint(&s.http, &id, &op, json!({"kind": "spectator"})).await;
+    assert_eq!(revoke(&s.http, &id, &op, &gone).await, 200);
+
+    let (mut o, v) = join(&s.ws, &red).await;
+    assert_eq!(v["ok"], true, "{v}");
+    o.expect_ok(
+        json!({"op": "controller", "seq": 1, "role": "red-scout", "controller": {"kind": "agent"}}),
+    )
+    .await;
+    o.expect_ok(json!({"op": "call", "seq": 2, "role": "red-scout", "method": "move", "args": {"dir": "s"}}))
+        .await;
+    // A second connection of the owner follows the views from a keyframe.
+    let (mut o, _) = join(&s.ws, &red).await;
+    let mut state = None;
+    let before = view_tick_at_least(&mut o, &mut state, 3).await;
+    let scout_y_before = state.as_ref().unwrap()["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["role"] == "red-scout")
+        .unwrap()["y"]
+        .as_u64()
+        .unwrap();
+    assert!(scout_y_before >= 2, "the scout walked south: {state:?}");
+
+    // Killed in the middle of play: what was recorded is what survives.
+    drop(s);
+    let recorded = last_recorded_tick(&dir.path().join("hostwire.db"), &id);
+    assert!(recorded + 1 >= before, "recorded {recorded}, seen {before}");
+    let s = spawn_server(dir.path());
+    let (mut o, v) = join(&s.ws, &red).await;
+    assert_eq!(v["ok"], true, "the team token works again: {v}");
+    let mut state = None;
+    let after = view_tick_at_least(&mut o, &mut state, 0).await;
+    assert_eq!(after, recorded, "play resumes from the last recorded tick");
+    // Play goes on from there, with the controller and order it had.
+    let later = view_tick_at_least(&mut o, &mut state, after + 2).await;
+    assert!(later > after);
+    let seats_ok = o
+        .expect_ok(json!({"op": "scopes", "seq": 3, "role": "red-scout", "scopes": ["*"]}))
+        .await;
+    let _ = seats_ok;
+    let (mut a, v) = join(&s.ws, &seat).await;
+    assert_eq!(
+        v["data"]["role"], "red-scout",
+        "the seat token works again: {v}"
+    );
+    a.expect_ok(json!({"op": "call", "seq": 1, "role": "red-scout", "method": "hold"}))
+        .await;
+    let (_, v) = join(&s.ws, &gone).await;
+    assert_eq!(v["code"], "bad_token", "a revoked token stays refused: {v}");
+}

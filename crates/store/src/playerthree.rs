@@ -1,0 +1,194 @@
+//! What PlayerThree matches keep across a restart: each match (its id, its
+//! game, when it was created) and the host's records in the order they
+//! happened (config, tokens with their principals, revocations,
+//! controllers, policies, cards, the game's state at each recorded tick,
+//! chat lines). The records are stored as the JSON the protocol crate
+//! writes, with their kind and tick beside them for queries; the store
+//! does not depend on the protocol crate.
+
+use crate::{SqliteStore, StoreError};
+use rusqlite::{params, Connection};
+
+pub(crate) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS playerthree_matches (
+    id TEXT PRIMARY KEY,
+    game TEXT NOT NULL,
+    operator_token TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS playerthree_records (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    match_id TEXT NOT NULL REFERENCES playerthree_matches(id) ON DELETE CASCADE,
+    kind TEXT NOT NULL,
+    tick INTEGER,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS playerthree_records_by_match ON playerthree_records (match_id, seq);
+";
+
+/// Creates the PlayerThree tables (the SQLite store calls it at open).
+pub(crate) fn create_tables(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch(SCHEMA)?;
+    Ok(())
+}
+
+/// A match as loaded at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMatch {
+    pub id: String,
+    pub game: String,
+    /// The token of the match's operator (the HTTP API).
+    pub operator_token: String,
+    pub created_at_ms: u64,
+    /// Each record's JSON text, oldest first.
+    pub records: Vec<String>,
+}
+
+/// One durable change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlayerThreeWrite {
+    /// A new match.
+    Match {
+        id: String,
+        game: String,
+        operator_token: String,
+        created_at_ms: u64,
+    },
+    /// A record of a match, appended after the ones before it.
+    Record {
+        match_id: String,
+        /// The record's kind (`token`, `state`, …).
+        kind: String,
+        tick: Option<u64>,
+        body: String,
+    },
+}
+
+/// The durable state PlayerThree needs.
+pub trait PlayerThreeStore: Send + Sync + 'static {
+    /// Every stored match with its records in order.
+    fn load_matches(&self) -> Result<Vec<StoredMatch>, StoreError>;
+    /// Applies writes in order, all or nothing.
+    fn apply_playerthree(&self, writes: &[PlayerThreeWrite]) -> Result<(), StoreError>;
+}
+
+impl PlayerThreeStore for SqliteStore {
+    fn load_matches(&self) -> Result<Vec<StoredMatch>, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let mut stmt = conn.prepare(
+            "SELECT id, game, operator_token, created_at_ms FROM playerthree_matches ORDER BY created_at_ms, id",
+        )?;
+        let mut matches = stmt
+            .query_map([], |r| {
+                Ok(StoredMatch {
+                    id: r.get(0)?,
+                    game: r.get(1)?,
+                    operator_token: r.get(2)?,
+                    created_at_ms: r.get::<_, i64>(3)? as u64,
+                    records: Vec::new(),
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut records =
+            conn.prepare("SELECT body FROM playerthree_records WHERE match_id = ?1 ORDER BY seq")?;
+        for m in &mut matches {
+            m.records = records
+                .query_map([&m.id], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+        }
+        Ok(matches)
+    }
+
+    fn apply_playerthree(&self, writes: &[PlayerThreeWrite]) -> Result<(), StoreError> {
+        let mut conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let tx = conn.transaction()?;
+        for w in writes {
+            match w {
+                PlayerThreeWrite::Match {
+                    id,
+                    game,
+                    operator_token,
+                    created_at_ms,
+                } => {
+                    tx.execute(
+                        "INSERT OR IGNORE INTO playerthree_matches (id, game, operator_token, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
+                        params![id, game, operator_token, *created_at_ms as i64],
+                    )?;
+                }
+                PlayerThreeWrite::Record {
+                    match_id,
+                    kind,
+                    tick,
+                    body,
+                } => {
+                    tx.execute(
+                        "INSERT INTO playerthree_records (match_id, kind, tick, body) VALUES (?1, ?2, ?3, ?4)",
+                        params![match_id, kind, tick.map(|t| t as i64), body],
+                    )?;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(m: &str, kind: &str, body: &str) -> PlayerThreeWrite {
+        PlayerThreeWrite::Record {
+            match_id: m.into(),
+            kind: kind.into(),
+            tick: None,
+            body: body.into(),
+        }
+    }
+
+    #[test]
+    fn matches_come_back_with_their_records_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        {
+            let s = SqliteStore::open(&path).unwrap();
+            s.apply_playerthree(&[
+                PlayerThreeWrite::Match {
+                    id: "m1".into(),
+                    game: "ridge".into(),
+                    created_at_ms: 5,
+                },
+                record("m1", "config", "{\"a\":1}"),
+                record("m1", "token", "{\"b\":2}"),
+            ])
+            .unwrap();
+            s.apply_playerthree(&[record("m1", "state", "{\"c\":3}")])
+                .unwrap();
+        }
+        let s = SqliteStore::open(&path).unwrap();
+        let loaded = s.load_matches().unwrap();
+        assert_eq!(loaded.len(), 1);
+        assert_eq!(loaded[0].game, "ridge");
+        assert_eq!(loaded[0].operator_token, "op");
+        assert_eq!(
+            loaded[0].records,
+            vec!["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"]
+        );
+    }
+
+    #[test]
+    fn a_record_of_no_match_fails_the_whole_batch() {
+        let s = SqliteStore::in_memory().unwrap();
+        let r = s.apply_playerthree(&[
+            PlayerThreeWrite::Match {
+                id: "m1".into(),
+                game: "ridge".into(),
+                operator_token: "op".into(),
+                created_at_ms: 5,
+            },
+            record("nope", "config", "{}"),
+        ]);
+        assert!(r.is_err());
+        assert!(s.load_matches().unwrap().is_empty());
+    }
+}
