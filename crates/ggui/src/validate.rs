@@ -214,6 +214,10 @@ impl ActionSpec {
             let data = record.get("data");
             let null = Value::Null;
             let instance = data.unwrap_or(&null);
+            // The common case, a valid payload, skips building errors.
+            if validator.is_valid(instance) {
+                return ValidationResult { violations };
+            }
             let prefix = format!("{action}.data");
             for error in validator.iter_errors(instance) {
                 if violations.len() >= MAX_VIOLATIONS {
