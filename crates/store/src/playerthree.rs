@@ -156,6 +156,7 @@ mod tests {
                 PlayerThreeWrite::Match {
                     id: "m1".into(),
                     game: "ridge".into(),
+                    operator_token: "op".into(),
                     created_at_ms: 5,
                 },
                 record("m1", "config", "{\"a\":1}"),
