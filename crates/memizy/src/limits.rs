@@ -129,6 +129,27 @@ pub struct RelayLimits {
     pub room_max_age_ms: u64,
     pub sweep_interval_ms: u64,
     pub idle_timeout_ms: u64,
+    /// Live rooms on one server; a creation beyond it is refused (503).
+    pub max_rooms: usize,
+    /// Bytes queued for one connection before it is closed as too slow
+    /// (1013). One frame is always taken into an empty queue.
+    pub outbound_queue_bytes: usize,
+    /// Bytes the WebSocket layer may hold unsent for one connection (its
+    /// replies to pings included); beyond it the connection is closed.
+    pub ws_write_buffer_bytes: usize,
+    /// Time for a client to send a request's header, and for an idle
+    /// keep-alive connection to start its next one.
+    pub header_read_timeout_ms: u64,
+    /// Time for a client to send a whole request body.
+    pub body_read_timeout_ms: u64,
+    /// Open connections from one client IP.
+    pub connections_per_ip: usize,
+    /// How long a stopping server waits for its connections to end.
+    pub shutdown_grace_ms: u64,
+    /// Bundle uploads read and checked at the same time.
+    pub concurrent_uploads: usize,
+    /// CPU time one bundle's check may take before it is refused.
+    pub bundle_check_timeout_ms: u64,
 }
 
 pub const RELAY_LIMITS: RelayLimits = RelayLimits {
@@ -145,6 +166,15 @@ pub const RELAY_LIMITS: RelayLimits = RelayLimits {
     room_max_age_ms: 6 * 60 * 60 * 1000,
     sweep_interval_ms: 30_000,
     idle_timeout_ms: 60_000,
+    max_rooms: 100_000,
+    outbound_queue_bytes: 8 * 1024 * 1024,
+    ws_write_buffer_bytes: 2 * 3 * 1024 * 1024 + 64 * 1024,
+    header_read_timeout_ms: 10_000,
+    body_read_timeout_ms: 30_000,
+    connections_per_ip: 1_000,
+    shutdown_grace_ms: 10_000,
+    concurrent_uploads: 4,
+    bundle_check_timeout_ms: 5_000,
 };
 
 #[cfg(test)]

@@ -128,6 +128,7 @@ impl App {
         let stored = store.load_rooms()?;
         let loaded = stored.len();
         let writer = StoreWriter::start(store, Arc::clone(&store_metrics));
+        let serve_limits = crate::http::serve::ServeLimits::of(&config.limits);
         let relay = Relay::start(config, clock, Arc::clone(&relay_metrics), writer, stored);
         let metrics: Exposition = Arc::new([
             relay_metrics as Arc<dyn Render>,
@@ -137,17 +138,10 @@ impl App {
         ]);
         let addr = listener.local_addr()?;
         // Without TCP_NODELAY, small frames wait for delayed ACKs (~40 ms).
-        let listener =
-            axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-                if let Err(e) = tcp.set_nodelay(true) {
-                    tracing::debug!(error = %e, "TCP_NODELAY");
-                }
-            });
         let (stop, mut stopped) = watch::channel(false);
         let app = router(Arc::clone(&relay), metrics)
             .merge(ggui::router(Arc::clone(&ggui)))
-            .merge(playerthree::router(Arc::clone(&playerthree)))
-            .into_make_service_with_connect_info::<SocketAddr>();
+            .merge(playerthree::router(Arc::clone(&playerthree)));
         tokio::spawn(Arc::clone(&relay).sweep_timer(stop.subscribe()));
         let shutdown_relay = Arc::clone(&relay);
         let shutdown_ggui = Arc::clone(&ggui);
@@ -160,12 +154,7 @@ impl App {
                 shutdown_ggui.shutdown().await;
                 shutdown_p3.shutdown().await;
             };
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(graceful)
-                .await
-            {
-                tracing::error!(error = %e, "server error");
-            }
+            crate::http::serve::serve(listener, app, serve_limits, graceful).await;
         });
         tracing::info!(%addr, rooms = loaded, "relay listening");
         Ok(App {

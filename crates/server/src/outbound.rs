@@ -40,6 +40,8 @@ const KEEP_CAPACITY: usize = 0;
 
 struct State<T> {
     frames: VecDeque<T>,
+    /// The weight of `frames`, in bytes.
+    bytes: usize,
     /// The writer is at work (from handing it work until it says it is
     /// idle): no frame may be written around it.
     busy: bool,
@@ -53,6 +55,10 @@ struct State<T> {
 struct Shared<T, P> {
     state: Mutex<State<T>>,
     cap: usize,
+    /// The most bytes queued (one frame is always taken into an empty
+    /// queue, whatever its size).
+    max_bytes: usize,
+    weigh: fn(&T) -> usize,
     writer: AtomicWaker,
     reader: AtomicWaker,
     /// Whatever else the connection's ends share (the server keeps the
@@ -73,9 +79,22 @@ impl<T, P> Shared<T, P> {
         if first {
             s.kill = Some(code);
         }
+        // Nothing queued is written after a kill: its memory goes now.
+        Self::discard(&mut s);
         drop(s);
         self.wake_both();
         first
+    }
+
+    fn discard(s: &mut State<T>) {
+        s.frames = VecDeque::new();
+        s.bytes = 0;
+    }
+
+    fn pop(&self, s: &mut State<T>) -> Option<T> {
+        let f = s.frames.pop_front()?;
+        s.bytes = s.bytes.saturating_sub((self.weigh)(&f));
+        Some(f)
     }
 
     fn wake_both(&self) {
@@ -97,9 +116,21 @@ pub struct Drain<T, P = ()> {
 
 /// A queue of at most `cap` frames, and `parked` shared by both ends.
 pub fn queue<T, P>(cap: usize, parked: P) -> (Outbound<T, P>, Drain<T, P>) {
+    queue_bounded(cap, usize::MAX, |_| 0, parked)
+}
+
+/// A queue of at most `cap` frames weighing at most `max_bytes` together
+/// (by `weigh`), and `parked` shared by both ends.
+pub fn queue_bounded<T, P>(
+    cap: usize,
+    max_bytes: usize,
+    weigh: fn(&T) -> usize,
+    parked: P,
+) -> (Outbound<T, P>, Drain<T, P>) {
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             frames: VecDeque::new(),
+            bytes: 0,
             busy: false,
             flush: false,
             ping: false,
@@ -108,6 +139,8 @@ pub fn queue<T, P>(cap: usize, parked: P) -> (Outbound<T, P>, Drain<T, P>) {
             senders: 1,
         }),
         cap: cap.max(1),
+        max_bytes,
+        weigh,
         writer: AtomicWaker::new(),
         reader: AtomicWaker::new(),
         parked,
@@ -183,12 +216,17 @@ impl<T, P> Outbound<T, P> {
         } else {
             frame
         };
-        if s.frames.len() >= self.shared.cap {
+        let weight = (self.shared.weigh)(&frame);
+        let over_bytes =
+            !s.frames.is_empty() && s.bytes.saturating_add(weight) > self.shared.max_bytes;
+        if s.frames.len() >= self.shared.cap || over_bytes {
             s.kill = Some(too_slow);
+            Shared::<T, P>::discard(&mut s);
             drop(s);
             self.shared.wake_both();
             return Err(Refused::Full);
         }
+        s.bytes += weight;
         s.frames.push_back(frame);
         drop(s);
         self.shared.writer.wake();
@@ -259,7 +297,7 @@ impl<T, P> Drain<T, P> {
     /// calls [`Drain::idle`].
     pub fn poll_work(&self, cx: &mut Context<'_>) -> Poll<Work<T>> {
         let mut s = self.shared.lock();
-        match Self::next_work(&mut s) {
+        match self.next_work(&mut s) {
             Some(work) => {
                 s.busy = true;
                 Poll::Ready(work)
@@ -278,11 +316,11 @@ impl<T, P> Drain<T, P> {
         self.shared.lock().busy = false;
     }
 
-    fn next_work(s: &mut State<T>) -> Option<Work<T>> {
+    fn next_work(&self, s: &mut State<T>) -> Option<Work<T>> {
         if let Some(k) = s.kill {
             return Some(Work::Kill(k));
         }
-        if let Some(f) = s.frames.pop_front() {
+        if let Some(f) = self.shared.pop(s) {
             return Some(Work::Frame(f));
         }
         if std::mem::take(&mut s.flush) {
@@ -304,7 +342,7 @@ impl<T, P> Drain<T, P> {
         if s.kill.is_some() {
             return None;
         }
-        let f = s.frames.pop_front();
+        let f = self.shared.pop(&mut s);
         if f.is_none() && s.frames.capacity() > KEEP_CAPACITY {
             s.frames.shrink_to(KEEP_CAPACITY); // at zero: freed
         }
@@ -376,6 +414,36 @@ mod tests {
         assert_eq!(drain.next_frame(), None);
         assert!(!drain.kill((1000, "later")), "only the first kill counts");
         assert_eq!(out.killed(), Some(SLOW));
+    }
+
+    #[test]
+    fn a_queue_over_its_bytes_kills_the_connection_and_frees_them() {
+        let (out, drain) = queue_bounded::<Vec<u8>, ()>(1024, 100, |f| f.len(), ());
+        // An empty queue takes one frame whatever its size.
+        out.push(vec![0; 150], SLOW).unwrap();
+        assert_eq!(work(&drain), Poll::Ready(Work::Frame(vec![0; 150])));
+        drain.idle();
+        out.push(vec![0; 60], SLOW).unwrap();
+        out.push(vec![0; 40], SLOW).unwrap();
+        assert_eq!(drain.shared.lock().bytes, 100);
+        assert_eq!(out.push(vec![0; 1], SLOW), Err(Refused::Full));
+        let s = drain.shared.lock();
+        assert_eq!((s.frames.len(), s.frames.capacity(), s.bytes), (0, 0, 0));
+        drop(s);
+        assert_eq!(work(&drain), Poll::Ready(Work::Kill(SLOW)));
+    }
+
+    #[test]
+    fn taking_frames_gives_back_their_bytes() {
+        let (out, drain) = queue_bounded::<Vec<u8>, ()>(1024, 100, |f| f.len(), ());
+        drain.shared.lock().busy = true;
+        for _ in 0..10 {
+            out.push(vec![0; 50], SLOW).unwrap();
+            out.push(vec![0; 50], SLOW).unwrap();
+            assert!(drain.next_frame().is_some());
+            assert!(drain.next_frame().is_some());
+        }
+        assert_eq!(drain.shared.lock().bytes, 0);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod client_ip;
 pub mod error;
 pub mod origins;
+pub mod serve;
 
 pub use client_ip::client_ip;
 pub use error::{json_response, ApiError};

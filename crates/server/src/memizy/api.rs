@@ -27,6 +27,10 @@ const CORS_MAX_AGE_S: u64 = 600;
 
 const ROOM_NOT_FOUND: ApiError = ApiError::new(StatusCode::NOT_FOUND, "Room not found");
 const NOT_THE_HOST: ApiError = ApiError::new(StatusCode::FORBIDDEN, "Not the host");
+const BODY_TIMEOUT: ApiError = ApiError::new(
+    StatusCode::REQUEST_TIMEOUT,
+    "The body was not received in time (BODY_READ_TIMEOUT)",
+);
 const BUNDLE_TOO_LARGE: ApiError = ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "Bundle too large");
 
 /// The routes under `/api`. Every route but `/health` refuses an origin
@@ -83,6 +87,11 @@ async fn create_room(
         Err(CreateError::NotStored) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "The room could not be stored; try again.",
+        )
+        .into_response(),
+        Err(CreateError::Full) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The server holds as many rooms as it may (MAX_ROOMS); try again later.",
         )
         .into_response(),
         Err(CreateError::NoPin) => ApiError::new(
@@ -180,6 +189,7 @@ async fn put_bundle(
     }
     let body = match axum::body::to_bytes(req.into_body(), limit).await {
         Ok(b) => b,
+        Err(e) if crate::http::serve::is_body_timeout(&e) => return BODY_TIMEOUT.into_response(),
         Err(_) => return BUNDLE_TOO_LARGE.into_response(),
     };
     let app_name = match parse_bundle(&body) {

@@ -31,6 +31,10 @@ const PING_INTERVAL: Duration = Duration::from_secs(30);
 /// frames are copied out of it (see `on_message`).
 const READ_BUFFER: usize = 512;
 
+/// tungstenite's write buffer: frames are written once this much is
+/// buffered (or on flush).
+const WRITE_BUFFER: usize = 16 * 1024;
+
 const WRITER_GRACE: Duration = Duration::from_secs(5);
 
 type WsSink = SplitSink<WebSocket, Message>;
@@ -123,7 +127,11 @@ pub(super) async fn ws_upgrade(
         // Small buffers: an idle connection should cost little memory;
         // big frames are read in more, smaller reads.
         .read_buffer_size(READ_BUFFER)
-        .write_buffer_size(16 * 1024)
+        .write_buffer_size(WRITE_BUFFER)
+        // Unsent bytes, replies to pings included, are bounded: a client
+        // that pings and never reads cannot grow them without limit (a
+        // reply that does not fit replaces the one waiting).
+        .max_write_buffer_size(limits.ws_write_buffer_bytes.max(WRITE_BUFFER + 1))
         .on_upgrade(move |socket| handle_socket(relay, socket))
 }
 
@@ -134,7 +142,12 @@ fn handle_socket(relay: Arc<Relay>, socket: WebSocket) -> impl Future<Output = (
     let conn: ConnId = relay.next_conn();
     relay.metrics.connections.fetch_add(1, Relaxed);
     let (sink, stream) = socket.split();
-    let (out, drain) = outbound::queue(relay.config.outbound_queue, Parked(Mutex::new(Some(sink))));
+    let (out, drain) = outbound::queue_bounded(
+        relay.config.outbound_queue,
+        relay.config.limits.outbound_queue_bytes,
+        |f: &Utf8Bytes| f.len(),
+        Parked(Mutex::new(Some(sink))),
+    );
     let writer = tokio::spawn(write_loop(drain));
     read_loop(relay, conn, stream, Outbound(out), writer)
 }
@@ -234,7 +247,12 @@ fn read_loop(
                 }
                 n = stream.next() => n,
             };
-            last_frame = tokio::time::Instant::now();
+            // A client's ping is not activity: a client that pings and
+            // never reads would otherwise be kept for ever. Its frames and
+            // its pongs (answers to the server's pings) are.
+            if !matches!(next, Some(Ok(Message::Ping(_)))) {
+                last_frame = tokio::time::Instant::now();
+            }
             // The rare waits are boxed: their futures (and what they carry)
             // would otherwise widen every connection's reader for its life.
             match reader.on_message(next) {
@@ -268,15 +286,11 @@ async fn finish(reader: Reader, mut writer: JoinHandle<()>) {
     if let Some(r) = state.detach() {
         let _ = r.tx.send(RoomCmd::Detach { conn }).await;
     }
-    let too_slow = out
-        .0
-        .killed()
-        .is_some_and(|(code, _)| code == CLOSE_TOO_SLOW);
     drop(out);
-    if too_slow {
-        // A reader that does not read gets its socket dropped at once.
-        writer.abort();
-    } else if tokio::time::timeout(WRITER_GRACE, &mut writer)
+    // A reader that fell behind has nothing more queued (the kill dropped
+    // it); the writer finishes the frame it holds and sends 1013 if the
+    // reader reads within the grace time, else the socket is dropped.
+    if tokio::time::timeout(WRITER_GRACE, &mut writer)
         .await
         .is_err()
     {

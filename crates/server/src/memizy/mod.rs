@@ -61,6 +61,8 @@ enum CreateError {
     NotStored,
     /// Every PIN tried is taken.
     NoPin,
+    /// The server holds `max_rooms` rooms already.
+    Full,
 }
 
 /// Everything the relay's handlers, rooms and connections share.
@@ -154,6 +156,11 @@ impl Relay {
         let (tx, rx) = mpsc::channel(ROOM_QUEUE);
         let pin = {
             let mut rooms = self.rooms.lock().map_err(|_| CreateError::NotStored)?;
+            // Capped well below the PIN space, so that the bounded PIN
+            // search below (under this lock) almost never misses.
+            if rooms.len() >= self.config.limits.max_rooms {
+                return Err(CreateError::Full);
+            }
             let pin = choose_pin(rand::random::<u32>, |p| rooms.contains_key(p))
                 .ok_or(CreateError::NoPin)?;
             // Taken from now on: a creation running meanwhile cannot choose

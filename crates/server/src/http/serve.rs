@@ -1,0 +1,303 @@
+//! The accept loop: HTTP/1.1 connections (WebSocket upgrades included)
+//! with the limits a hostile client meets before any handler runs:
+//!
+//! - a cap on open connections per client IP (beyond it the socket is
+//!   closed at once);
+//! - a header read timeout (a silent socket, or a header trickled byte by
+//!   byte, is closed; it also ends idle keep-alive connections);
+//! - a deadline for a whole request body ([`BodyTimeout`]);
+//! - a bounded graceful shutdown: connections still open after the grace
+//!   time are dropped.
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::Router;
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tower_service::Service;
+
+/// The limits of [`serve`].
+#[derive(Debug, Clone, Copy)]
+pub struct ServeLimits {
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub connections_per_ip: usize,
+    pub shutdown_grace: Duration,
+}
+
+impl ServeLimits {
+    /// The relay's settings of these limits.
+    pub fn of(l: &hostwire_memizy::limits::RelayLimits) -> ServeLimits {
+        ServeLimits {
+            header_read_timeout: Duration::from_millis(l.header_read_timeout_ms),
+            body_read_timeout: Duration::from_millis(l.body_read_timeout_ms),
+            connections_per_ip: l.connections_per_ip,
+            shutdown_grace: Duration::from_millis(l.shutdown_grace_ms),
+        }
+    }
+}
+
+/// A request body that took longer than its deadline.
+#[derive(Debug)]
+pub struct BodyTimeout;
+
+impl std::fmt::Display for BodyTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("request body not received in time")
+    }
+}
+
+impl std::error::Error for BodyTimeout {}
+
+/// Whether an error (or one of its sources) is a [`BodyTimeout`].
+pub fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        if e.is::<BodyTimeout>() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// A body that fails with [`BodyTimeout`] once its deadline passes. The
+/// timer is made only when the body is first read: requests without a
+/// body (most of them, WebSocket upgrades included) cost none.
+struct Deadline {
+    inner: Incoming,
+    limit: Duration,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl HttpBody for Deadline {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        if let Poll::Ready(r) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(r.map(|f| f.map_err(Into::into)));
+        }
+        let limit = this.limit;
+        let sleep = this
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimeout)))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Open connections per client IP.
+#[derive(Default)]
+struct PerIp(Mutex<HashMap<IpAddr, usize>>);
+
+/// One open connection of an IP; gives its place back when dropped.
+struct IpSlot {
+    table: Arc<PerIp>,
+    ip: IpAddr,
+}
+
+impl PerIp {
+    fn take(table: &Arc<PerIp>, ip: IpAddr, cap: usize) -> Option<IpSlot> {
+        let mut t = table.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = t.entry(ip).or_insert(0);
+        if *n >= cap {
+            return None;
+        }
+        *n += 1;
+        Some(IpSlot {
+            table: Arc::clone(table),
+            ip,
+        })
+    }
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut t = self.table.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = t.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                t.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// A socket holding its IP's place for as long as it lives: after a
+/// WebSocket upgrade too, since the upgraded connection keeps it.
+struct Counted {
+    stream: tokio::net::TcpStream,
+    _slot: IpSlot,
+    /// Set once the client has sent a byte: until then the header read
+    /// timeout is kept here (the HTTP layer's starts with the first byte).
+    spoke: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl tokio::io::AsyncRead for Counted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.spoke.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for Counted {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// Serves `router` on `listener` until `stop` resolves, then waits at most
+/// `shutdown_grace` for open connections before dropping them.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ServeLimits,
+    stop: impl Future<Output = ()>,
+) {
+    let per_ip = Arc::new(PerIp::default());
+    // Every connection task holds a sender: all are gone once `done`
+    // yields `None`.
+    let (alive, mut done) = tokio::sync::mpsc::channel::<()>(1);
+    let (stopping, stop_rx) = tokio::sync::watch::channel(false);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    tokio::pin!(stop);
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of files, mostly: wait a little, not spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let Some(slot) = PerIp::take(&per_ip, peer.ip(), limits.connections_per_ip) else {
+            tracing::debug!(ip = %peer.ip(), "connection refused: CONNECTIONS_PER_IP reached");
+            drop(stream);
+            continue;
+        };
+        // Without TCP_NODELAY, small frames wait for delayed ACKs (~40 ms).
+        let _ = stream.set_nodelay(true);
+        let spoke = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let header_timeout = limits.header_read_timeout;
+        let router = router.clone();
+        let body_limit = limits.body_read_timeout;
+        let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+            let mut req = req.map(|inner| {
+                Body::new(Deadline {
+                    inner,
+                    limit: body_limit,
+                    sleep: None,
+                })
+            });
+            req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+            router.clone().call(req)
+        });
+        let conn = http
+            .serve_connection(
+                TokioIo::new(Counted {
+                    stream,
+                    _slot: slot,
+                    spoke: Arc::clone(&spoke),
+                }),
+                svc,
+            )
+            .with_upgrades();
+        let alive = alive.clone();
+        let mut stop_rx = stop_rx.clone();
+        tokio::spawn(async move {
+            let _alive = alive;
+            tokio::pin!(conn);
+            let silent = tokio::time::sleep(header_timeout);
+            tokio::pin!(silent);
+            let mut watch_silence = true;
+            loop {
+                tokio::select! {
+                    _ = conn.as_mut() => return,
+                    _ = stop_rx.wait_for(|s| *s) => break,
+                    () = &mut silent, if watch_silence => {
+                        if !spoke.load(std::sync::atomic::Ordering::Relaxed) {
+                            // Not a byte in the header read timeout.
+                            return;
+                        }
+                        watch_silence = false;
+                    }
+                }
+            }
+            // Ends after the request in flight, or at once when idle.
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        });
+    }
+    drop(listener);
+    let _ = stopping.send(true);
+    drop(alive);
+    if tokio::time::timeout(limits.shutdown_grace, done.recv())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the shutdown grace time: dropped");
+    }
+}
