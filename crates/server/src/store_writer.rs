@@ -1,12 +1,14 @@
-//! Durable changes are written behind the rooms by one thread: rooms never
-//! wait for the disk, and everything queued is written before shutdown.
+//! Durable changes are written behind the rooms by one thread, through a
+//! queue of [`STORE_QUEUE`] messages: a room waits for the disk only when
+//! the queue is full (back-pressure instead of unbounded memory), and
+//! everything queued is written before shutdown.
 
 use crate::metrics::StoreMetrics;
 use hostwire_memizy::relay::RoomChange;
 use hostwire_store::RelayStore;
-use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Instant;
+use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 
 enum Msg {
@@ -20,16 +22,20 @@ pub struct StoreWriter {
     tx: mpsc::Sender<Msg>,
 }
 
+/// Messages (each one command's changes) waiting for the writer; a full
+/// queue makes the room that writes wait.
+pub const STORE_QUEUE: usize = 1024;
+
 /// The most changes written in one transaction.
 const MAX_BATCH: usize = 4096;
 
 impl StoreWriter {
     pub fn start(store: Arc<dyn RelayStore>, metrics: Arc<StoreMetrics>) -> StoreWriter {
-        let (tx, rx) = mpsc::channel::<Msg>();
+        let (tx, mut rx) = mpsc::channel::<Msg>(STORE_QUEUE);
         std::thread::Builder::new()
             .name("hostwire-store".into())
             .spawn(move || {
-                while let Ok(first) = rx.recv() {
+                while let Some(first) = rx.blocking_recv() {
                     let mut batch = Vec::new();
                     let mut acks = Vec::new();
                     let mut flushes = Vec::new();
@@ -70,17 +76,23 @@ impl StoreWriter {
         StoreWriter { tx }
     }
 
-    /// Queues changes; returns at once.
-    pub fn write_behind(&self, changes: Vec<RoomChange>) {
+    /// Queues changes; waits only while the queue is full.
+    pub async fn write_behind(&self, changes: Vec<RoomChange>) {
         if !changes.is_empty() {
-            let _ = self.tx.send(Msg::Changes(changes, None));
+            let _ = self.tx.send(Msg::Changes(changes, None)).await;
         }
+    }
+
+    /// Queues changes without waiting (at start-up, when the queue is
+    /// empty); `false` if the queue is full.
+    pub fn try_write_behind(&self, changes: Vec<RoomChange>) -> bool {
+        changes.is_empty() || self.tx.try_send(Msg::Changes(changes, None)).is_ok()
     }
 
     /// Queues changes and resolves once they are durable (`true`) or failed.
     pub async fn write_durable(&self, changes: Vec<RoomChange>) -> bool {
         let (tx, rx) = oneshot::channel();
-        if self.tx.send(Msg::Changes(changes, Some(tx))).is_err() {
+        if self.tx.send(Msg::Changes(changes, Some(tx))).await.is_err() {
             return false;
         }
         rx.await.unwrap_or(false)
@@ -89,7 +101,7 @@ impl StoreWriter {
     /// Resolves once everything queued before it is written.
     pub async fn flush(&self) {
         let (tx, rx) = oneshot::channel();
-        if self.tx.send(Msg::Flush(tx)).is_ok() {
+        if self.tx.send(Msg::Flush(tx)).await.is_ok() {
             let _ = rx.await;
         }
     }

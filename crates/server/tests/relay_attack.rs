@@ -223,3 +223,63 @@ async fn shutdown_ends_within_its_grace_while_a_body_is_half_sent() {
         "shutdown waited for the half-sent body"
     );
 }
+
+#[tokio::test]
+async fn bundle_uploads_beyond_the_concurrent_bound_are_refused_503() {
+    use tokio::io::AsyncWriteExt;
+    let t = TestRelay::start(with_limits(RelayLimits {
+        concurrent_uploads: 1,
+        ..RELAY_LIMITS
+    }))
+    .await;
+    let (pin, token) = t.create_room().await;
+    // One upload holds its place while its body is on its way.
+    let mut tcp = tokio::net::TcpStream::connect(addr(&t)).await.unwrap();
+    let head = format!(
+        "PUT /api/rooms/{pin}/bundle HTTP/1.1\r\nHost: x\r\nOrigin: {ORIGIN}\r\nAuthorization: Bearer {token}\r\nContent-Length: 1000\r\n\r\n{{"
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let put = |body: String| {
+        reqwest::Client::new()
+            .put(format!("{}/api/rooms/{pin}/bundle", t.http))
+            .header("Origin", ORIGIN)
+            .header("Authorization", format!("Bearer {token}"))
+            .body(body)
+            .send()
+    };
+    let bundle = json!({"pluginHtml": "<p>x</p>", "set": {}}).to_string();
+    // The first may not have reached its handler yet: a 200 is retried
+    // until the held upload is seen.
+    let r = tokio::time::timeout(GUARD, async {
+        loop {
+            let r = put(bundle.clone()).await.unwrap();
+            if r.status() != 200 {
+                return r;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("a second upload was never refused");
+    assert_eq!(r.status(), 503);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert!(
+        v["error"].as_str().unwrap().contains("CONCURRENT_UPLOADS"),
+        "{v}"
+    );
+    // Once it is gone, uploads go through again.
+    drop(tcp);
+    let ok = tokio::time::timeout(GUARD, async {
+        loop {
+            if put(bundle.clone()).await.unwrap().status() == 200 {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(
+        ok.is_ok(),
+        "the place of a dropped upload was not given back"
+    );
+}

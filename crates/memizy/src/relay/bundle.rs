@@ -39,6 +39,13 @@ struct WireBundle<'a> {
     set: Option<&'a RawValue>,
 }
 
+/// The one field of a manifest the relay reads.
+#[derive(Deserialize)]
+struct ManifestName<'a> {
+    #[serde(rename = "appName", borrow)]
+    app_name: Option<&'a RawValue>,
+}
+
 /// Checks an uploaded bundle (already within `bundle_bytes`) and reads its
 /// `appName` from the plugin's manifest data island, without validating the
 /// rest of the manifest: a string as it is (empty is none), a number or a
@@ -59,13 +66,20 @@ pub fn parse_bundle(body: &[u8]) -> Result<BundleUpload, BundleError> {
     if !wire.set.is_some_and(|s| s.get().starts_with('{')) {
         return Err(BundleError::WrongShape);
     }
+    // Only `appName` is read: the rest of the manifest is skipped, not
+    // built into a tree.
     let app_name = extract_manifest_text(&html)
         .ok()
-        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-        .and_then(|m| match m.get("appName") {
-            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
-            Some(Value::Number(n)) => Some(n.to_string()),
-            Some(Value::Bool(b)) => Some(b.to_string()),
+        .and_then(|t| {
+            serde_json::from_str::<ManifestName<'_>>(&t)
+                .ok()
+                .and_then(|m| m.app_name)
+                .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        })
+        .and_then(|v| match v {
+            Value::String(s) if !s.is_empty() => Some(s),
+            Value::Number(n) => Some(n.to_string()),
+            Value::Bool(b) => Some(b.to_string()),
             _ => None,
         });
     Ok(BundleUpload { app_name })

@@ -491,12 +491,17 @@ impl Room {
                     return;
                 }
                 let p = &mut self.players[i];
+                // An unchanged name is not written again (a rename flood
+                // at the allowed rate must not load the store).
+                let changed = p.name != name;
                 p.name = name;
                 let (public, record) = (p.public(), p.record());
-                out.push(RoomOutput::Persist(RoomChange::Player {
-                    pin: self.pin.clone(),
-                    player: record,
-                }));
+                if changed {
+                    out.push(RoomOutput::Persist(RoomChange::Player {
+                        pin: self.pin.clone(),
+                        player: record,
+                    }));
+                }
                 self.to_host(
                     out,
                     RelayServerMessage::Presence {
@@ -774,6 +779,11 @@ mod tests {
             w.persisted.last(),
             Some(RoomChange::Player { player, .. }) if player.name == "New name"
         ));
+        // The same name again: told to the host, not written again.
+        let before = w.persisted.len();
+        w.send(p, json!({"t": "rename", "name": "New name"}));
+        assert_eq!(w.recv(h)["event"], "rename");
+        assert_eq!(w.persisted.len(), before, "an unchanged name was written");
     }
 
     #[test]

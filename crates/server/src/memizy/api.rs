@@ -31,6 +31,14 @@ const BODY_TIMEOUT: ApiError = ApiError::new(
     StatusCode::REQUEST_TIMEOUT,
     "The body was not received in time (BODY_READ_TIMEOUT)",
 );
+const TOO_MANY_UPLOADS: ApiError = ApiError::new(
+    StatusCode::SERVICE_UNAVAILABLE,
+    "Too many bundle uploads at once (CONCURRENT_UPLOADS); try again.",
+);
+const CHECK_TIMEOUT: ApiError = ApiError::new(
+    StatusCode::UNPROCESSABLE_ENTITY,
+    "The bundle took too long to check (BUNDLE_CHECK_TIMEOUT)",
+);
 const BUNDLE_TOO_LARGE: ApiError = ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "Bundle too large");
 
 /// The routes under `/api`. Every route but `/health` refuses an origin
@@ -178,7 +186,13 @@ async fn put_bundle(
         Ok(false) => return NOT_THE_HOST.into_response(),
         Ok(true) => {}
     }
-    let limit = relay.config.limits.bundle_bytes;
+    let limits = relay.config.limits;
+    let limit = limits.bundle_bytes;
+    // Held from reading the body until its check ends (in the blocking
+    // pool, where a check that timed out may still run).
+    let Ok(permit) = Arc::clone(&relay.uploads).try_acquire_owned() else {
+        return TOO_MANY_UPLOADS.into_response();
+    };
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -192,10 +206,23 @@ async fn put_bundle(
         Err(e) if crate::http::serve::is_body_timeout(&e) => return BODY_TIMEOUT.into_response(),
         Err(_) => return BUNDLE_TOO_LARGE.into_response(),
     };
-    let app_name = match parse_bundle(&body) {
-        Ok(b) => b.app_name,
-        Err(e) => return ApiError::new(StatusCode::BAD_REQUEST, e.message()).into_response(),
-    };
+    // The check is CPU work over up to `bundle_bytes`: off the async
+    // workers, and bounded in time.
+    let checked = body.clone();
+    let check = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        parse_bundle(&checked)
+    });
+    let app_name =
+        match tokio::time::timeout(Duration::from_millis(limits.bundle_check_timeout_ms), check)
+            .await
+        {
+            Ok(Ok(Ok(b))) => b.app_name,
+            Ok(Ok(Err(e))) => {
+                return ApiError::new(StatusCode::BAD_REQUEST, e.message()).into_response()
+            }
+            Ok(Err(_)) | Err(_) => return CHECK_TIMEOUT.into_response(),
+        };
     let (tx, rx) = oneshot::channel();
     let _ = room
         .tx

@@ -76,6 +76,8 @@ pub struct Relay {
     creation_limit: Mutex<RoomCreationLimit>,
     next_conn: AtomicU64,
     players: Arc<AtomicU64>,
+    /// Bundle uploads being read and checked (`concurrent_uploads`).
+    uploads: Arc<tokio::sync::Semaphore>,
 }
 
 impl Relay {
@@ -87,6 +89,7 @@ impl Relay {
         writer: StoreWriter,
         stored: Vec<StoredRoom>,
     ) -> Arc<Relay> {
+        let uploads = config.limits.concurrent_uploads.max(1);
         let relay = Arc::new(Relay {
             origins: Arc::new(config.allowed_origins.clone()),
             creation_limit: Mutex::new(RoomCreationLimit::new(config.rooms_per_ip_per_hour)),
@@ -97,6 +100,7 @@ impl Relay {
             rooms: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             players: Arc::new(AtomicU64::new(0)),
+            uploads: Arc::new(tokio::sync::Semaphore::new(uploads)),
         });
         let now = relay.clock.now_ms();
         let mut fix_ups = Vec::new();
@@ -105,7 +109,9 @@ impl Relay {
             fix_ups.extend(fix_up);
             relay.spawn_room(room, s.bundle_text);
         }
-        relay.writer.write_behind(fix_ups);
+        if !relay.writer.try_write_behind(fix_ups) {
+            tracing::error!("start-up fix-ups not queued: the store queue is full");
+        }
         relay
     }
 

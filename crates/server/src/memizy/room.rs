@@ -221,7 +221,9 @@ pub(super) async fn run(
                     let _ = reply.send(ok.then_some(version));
                 });
             }
-            None => relay.writer.write_behind(changes),
+            // A full store queue holds this room here: its commands wait
+            // in its own bounded queue, its senders behind that.
+            None => relay.writer.write_behind(changes).await,
         }
         let players_now = room.player_count();
         if players_now != players_before {
