@@ -225,6 +225,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .map_err(|e| bind_error(&addr, &e))?;
         let dir = data_dir(&args.data_dir)?;
+        let _dir_lock = hostwire_store::lock_data_dir(&dir)?;
         let db = dir.join(DB_FILE);
         let sqlite = Arc::new(open_store(&db)?);
         let store: Arc<dyn RelayStore> = Arc::clone(&sqlite) as Arc<dyn RelayStore>;

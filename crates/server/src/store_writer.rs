@@ -106,3 +106,67 @@ impl StoreWriter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hostwire_store::{StoreError, StoredRoom};
+    use std::sync::{Condvar, Mutex};
+
+    /// A store whose writes wait until it is opened (a stalled disk).
+    #[derive(Default)]
+    struct Stalled {
+        open: Mutex<bool>,
+        opened: Condvar,
+    }
+
+    impl RelayStore for Stalled {
+        fn load_rooms(&self) -> Result<Vec<StoredRoom>, StoreError> {
+            Ok(Vec::new())
+        }
+        fn apply(&self, _: &[RoomChange]) -> Result<(), StoreError> {
+            let mut open = self.open.lock().unwrap();
+            while !*open {
+                open = self.opened.wait(open).unwrap();
+            }
+            Ok(())
+        }
+    }
+
+    fn change(i: u64) -> Vec<RoomChange> {
+        vec![RoomChange::HostAway {
+            pin: format!("{}", 100_000 + i),
+            since_ms: Some(i),
+        }]
+    }
+
+    #[tokio::test]
+    async fn a_stalled_store_holds_writers_back_instead_of_queueing_without_bound() {
+        let store = Arc::new(Stalled::default());
+        let writer = StoreWriter::start(
+            Arc::clone(&store) as Arc<dyn RelayStore>,
+            Arc::new(StoreMetrics::default()),
+        );
+        // The writer thread takes one batch and stalls in it; the queue
+        // then fills.
+        let mut queued = 0u64;
+        loop {
+            let w = writer.write_behind(change(queued));
+            match tokio::time::timeout(std::time::Duration::from_millis(200), w).await {
+                Ok(()) => queued += 1,
+                Err(_) => break,
+            }
+            assert!(
+                queued <= 2 * STORE_QUEUE as u64 + MAX_BATCH as u64,
+                "never held back"
+            );
+        }
+        assert!(queued >= STORE_QUEUE as u64, "held back early: {queued}");
+        // Once the disk moves again, the held writer goes on.
+        *store.open.lock().unwrap() = true;
+        store.opened.notify_all();
+        tokio::time::timeout(std::time::Duration::from_secs(10), writer.flush())
+            .await
+            .expect("the queue did not drain");
+    }
+}

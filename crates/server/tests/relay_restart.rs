@@ -322,3 +322,24 @@ async fn on_one_core_the_server_relays_and_stops_cleanly_on_sigterm() {
     assert_eq!(p.ended().await, Ended::Closed(1001));
     assert!(s.child.wait().unwrap().success());
 }
+
+#[test]
+fn a_second_server_on_the_same_data_directory_refuses_to_start() {
+    let dir = temp_dir("locked");
+    let mut first = spawn_server(dir.path());
+    let out = Command::new(env!("CARGO_BIN_EXE_hostwire"))
+        .args(["serve", "--port", "0", "--host", "127.0.0.1"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the second server started");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("another hostwire server is using the data directory"),
+        "{err}"
+    );
+    let _ = first.child.kill();
+    let _ = first.child.wait();
+}

@@ -8,6 +8,37 @@ pub mod ggui;
 pub mod playerthree;
 
 use bytes::Bytes;
+
+/// The lock file a server holds in its data directory while it runs.
+pub const LOCK_FILE: &str = "hostwire.lock";
+
+/// Why a data directory could not be locked.
+#[derive(Debug, thiserror::Error)]
+pub enum DirLockError {
+    #[error("another hostwire server is using the data directory {0} (it holds {0}/{LOCK_FILE}); stop it, or give this one another --data-dir / HOSTWIRE_DATA_DIR")]
+    InUse(String),
+    #[error("cannot create the lock file {0}/{LOCK_FILE}: {1}")]
+    Io(String, std::io::Error),
+}
+
+/// Takes the data directory's exclusive lock: two servers on one
+/// directory would load the same rooms and overwrite each other's
+/// changes. Held until the returned file is dropped (or the process ends,
+/// `kill -9` included: the operating system releases it).
+pub fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, DirLockError> {
+    let shown = dir.display().to_string();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK_FILE))
+        .map_err(|e| DirLockError::Io(shown.clone(), e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(DirLockError::InUse(shown)),
+        Err(std::fs::TryLockError::Error(e)) => Err(DirLockError::Io(shown, e)),
+    }
+}
 use hostwire_relay_records::{BundleMeta, PlayerRecord, RoomChange, RoomRecord};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
