@@ -471,25 +471,112 @@ fn removal() -> Json {
     Json::Array(Arc::from([]))
 }
 
-/// `None` when equal.
+/// `None` when equal. Scalars are settled here, inlined into the loops
+/// that walk containers: most members of a game state are scalars, and a
+/// call per member costs more than comparing it.
+#[inline(always)]
 fn diff_value(a: &Json, b: &Json) -> Option<Json> {
-    if a.ptr_eq(b) {
-        return None;
-    }
     match (a, b) {
-        (Json::Object(x), Json::Object(y)) => diff_object(x, y),
-        (Json::Array(x), Json::Array(y)) => diff_array(x, y, b),
-        _ if a == b => None,
+        (Json::Object(x), Json::Object(y)) => {
+            if Arc::ptr_eq(x, y) {
+                None
+            } else {
+                diff_object(x, y)
+            }
+        }
+        (Json::Array(x), Json::Array(y)) => {
+            if Arc::ptr_eq(x, y) {
+                None
+            } else {
+                diff_array(x, y, b)
+            }
+        }
+        _ if scalar_eq(a, b) => None,
         _ => Some(replace(b)),
     }
 }
 
+/// Equality of two values of which at most one is a container (a container
+/// never equals a scalar). Strings compare their bytes (a shared heap
+/// string has equal bytes too); no allocation.
+#[inline(always)]
+fn scalar_eq(a: &Json, b: &Json) -> bool {
+    match (a, b) {
+        (Json::String(x), Json::String(y)) => str_eq(x, y),
+        (Json::Number(x), Json::Number(y)) => x == y,
+        (Json::Bool(x), Json::Bool(y)) => x == y,
+        (Json::Null, Json::Null) => true,
+        _ => false,
+    }
+}
+
+/// String equality without a call to `memcmp` for the short strings that
+/// fill game states (names, ids, keys): the call costs more than the
+/// comparison. Longer strings fall back to the slice comparison.
+#[inline(always)]
+fn str_eq(a: &SmolStr, b: &SmolStr) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let w8 = |s: &[u8], i: usize| u64::from_le_bytes(s[i..i + 8].try_into().unwrap_or_default());
+    let w4 = |s: &[u8], i: usize| u32::from_le_bytes(s[i..i + 4].try_into().unwrap_or_default());
+    match n {
+        0 => true,
+        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
+        4..=8 => w4(a, 0) == w4(b, 0) && w4(a, n - 4) == w4(b, n - 4),
+        9..=16 => w8(a, 0) == w8(b, 0) && w8(a, n - 8) == w8(b, n - 8),
+        17..=24 => w8(a, 0) == w8(b, 0) && w8(a, 8) == w8(b, 8) && w8(a, n - 8) == w8(b, n - 8),
+        _ => a == b,
+    }
+}
+
+/// Equality as a plain walk (no delta built on the way): the test run
+/// first on every member, since most members of consecutive states are
+/// unchanged. Same member order is walked in step; a name is looked up
+/// only where the orders differ.
+fn same(a: &Json, b: &Json) -> bool {
+    match (a, b) {
+        (Json::Object(x), Json::Object(y)) => {
+            Arc::ptr_eq(x, y)
+                || (x.len() == y.len()
+                    && x.entries
+                        .iter()
+                        .zip(y.entries.iter())
+                        .all(|((ka, va), (kb, vb))| {
+                            if str_eq(ka, kb) {
+                                same_member(va, vb)
+                            } else {
+                                y.get(ka).is_some_and(|vb| same(va, vb))
+                            }
+                        }))
+        }
+        (Json::Array(x), Json::Array(y)) => {
+            Arc::ptr_eq(x, y)
+                || (x.len() == y.len()
+                    && x.iter().zip(y.iter()).all(|(va, vb)| same_member(va, vb)))
+        }
+        _ => scalar_eq(a, b),
+    }
+}
+
+/// [`same`] with scalars settled inline.
+#[inline(always)]
+fn same_member(a: &Json, b: &Json) -> bool {
+    match (a, b) {
+        (Json::Object(_), Json::Object(_)) | (Json::Array(_), Json::Array(_)) => same(a, b),
+        _ => scalar_eq(a, b),
+    }
+}
+
+#[inline(never)]
 fn diff_object(x: &JsonMap, y: &JsonMap) -> Option<Json> {
     let mut patch = json_map();
     let mut kept = 0usize;
-    for (i, (k, va)) in x.iter().enumerate() {
-        let vb = match y.get_index(i) {
-            Some((kb, vb)) if key_eq(k, kb) => Some(vb),
+    for (i, (k, va)) in x.entries.iter().enumerate() {
+        let vb = match y.entries.get(i) {
+            Some((kb, vb)) if str_eq(kb, k) => Some(vb),
             _ => y.get(k),
         };
         match vb {
@@ -498,6 +585,9 @@ fn diff_object(x: &JsonMap, y: &JsonMap) -> Option<Json> {
             }
             Some(vb) => {
                 kept += 1;
+                if same_member(va, vb) {
+                    continue;
+                }
                 if let Some(d) = diff_value(va, vb) {
                     patch.insert(k.clone(), d);
                 }
@@ -514,10 +604,14 @@ fn diff_object(x: &JsonMap, y: &JsonMap) -> Option<Json> {
     (!patch.is_empty()).then(|| Json::object(patch))
 }
 
+#[inline(never)]
 fn diff_array(x: &[Json], y: &[Json], whole: &Json) -> Option<Json> {
     let common = x.len().min(y.len());
     let mut patch = json_map();
     for i in 0..common {
+        if same_member(&x[i], &y[i]) {
+            continue;
+        }
         if let Some(d) = diff_value(&x[i], &y[i]) {
             patch.insert(index_key(i), d);
         }
@@ -868,6 +962,28 @@ mod tests {
             _ => {}
         }
         Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        /// The word-wise short-string comparison agrees with byte
+        /// equality at every length, including strings that differ in
+        /// one byte only (in the middle, where the overlapping words meet).
+        #[test]
+        fn str_eq_is_byte_equality(a in "[ab]{0,40}", flip in any::<prop::sample::Index>()) {
+            let x = SmolStr::new(&a);
+            prop_assert!(str_eq(&x, &SmolStr::new(&a)));
+            if !a.is_empty() {
+                let i = flip.index(a.len());
+                let mut bytes = a.clone().into_bytes();
+                bytes[i] = if bytes[i] == b'a' { b'b' } else { b'a' };
+                let y = SmolStr::new(String::from_utf8(bytes).unwrap());
+                prop_assert!(!str_eq(&x, &y));
+            }
+            let shorter = SmolStr::new(&a[..a.len().saturating_sub(1)]);
+            prop_assert_eq!(str_eq(&x, &shorter), a.is_empty());
+        }
     }
 
     proptest! {
