@@ -69,6 +69,7 @@ pub struct App {
     pub relay: Arc<Relay>,
     pub ggui: Arc<Ggui>,
     pub playerthree: Arc<PlayerThree>,
+    pub sessions: Arc<memizy::session::Sessions>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -123,6 +124,14 @@ impl App {
     ) -> anyhow::Result<App> {
         let playerthree = PlayerThree::start(p3_config, Arc::clone(&clock), p3_store)?;
         let ggui = Ggui::start(ggui_config, Arc::clone(&clock), ggui_store)?;
+        let sessions = memizy::session::Sessions::new(
+            memizy::session::SessionsConfig {
+                allowed_origins: config.allowed_origins.clone(),
+                ..Default::default()
+            },
+            Arc::clone(&clock),
+            Arc::new(hostwire_store::SqliteStore::in_memory()?),
+        );
         let store_metrics = Arc::new(StoreMetrics::default());
         let relay_metrics = Arc::new(RelayMetrics::default());
         let stored = store.load_rooms()?;
@@ -134,6 +143,7 @@ impl App {
             relay_metrics as Arc<dyn Render>,
             Arc::clone(&ggui.metrics) as Arc<dyn Render>,
             Arc::clone(&playerthree.metrics) as Arc<dyn Render>,
+            Arc::clone(&sessions.metrics) as Arc<dyn Render>,
             store_metrics,
         ]);
         let addr = listener.local_addr()?;
@@ -141,7 +151,8 @@ impl App {
         let (stop, mut stopped) = watch::channel(false);
         let app = router(Arc::clone(&relay), metrics)
             .merge(ggui::router(Arc::clone(&ggui)))
-            .merge(playerthree::router(Arc::clone(&playerthree)));
+            .merge(playerthree::router(Arc::clone(&playerthree)))
+            .merge(memizy::session::router(Arc::clone(&sessions)));
         tokio::spawn(Arc::clone(&relay).sweep_timer(stop.subscribe()));
         let shutdown_relay = Arc::clone(&relay);
         let shutdown_ggui = Arc::clone(&ggui);
@@ -162,6 +173,7 @@ impl App {
             relay,
             ggui,
             playerthree,
+            sessions,
             stop,
             task,
         })
@@ -174,6 +186,7 @@ impl App {
         self.relay.shutdown().await;
         self.ggui.shutdown().await;
         self.playerthree.shutdown().await;
+        self.sessions.shutdown().await;
     }
 }
 

@@ -241,6 +241,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let mut p3_config =
             crate::playerthree::PlayerThreeConfig::new(config.allowed_origins.clone());
         p3_config.tick_ms = args.playerthree_tick_ms.max(1);
+        let sessions_store = Arc::clone(&sqlite);
         let server = App::start_all(
             listener,
             config,
@@ -251,6 +252,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             p3_config,
             sqlite,
         )?;
+        server.sessions.use_store(sessions_store);
         let stop = app::stop_signal();
         // A line for scripts and tests: where we listen.
         println!("hostwire relay listening on http://{}", server.addr);

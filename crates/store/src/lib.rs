@@ -6,6 +6,7 @@
 
 pub mod ggui;
 pub mod playerthree;
+pub mod sessions;
 
 use bytes::Bytes;
 
@@ -119,8 +120,9 @@ impl SqliteStore {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
-        ggui::create_tables(&conn)?;
         playerthree::create_tables(&conn)?;
+        ggui::create_tables(&conn)?;
+        sessions::create_tables(&conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })
@@ -131,8 +133,9 @@ impl SqliteStore {
         let conn = Connection::open_in_memory()?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
-        ggui::create_tables(&conn)?;
         playerthree::create_tables(&conn)?;
+        ggui::create_tables(&conn)?;
+        sessions::create_tables(&conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })

@@ -14,6 +14,7 @@ pub mod api;
 pub mod conn;
 pub mod metrics;
 pub mod room;
+pub mod session;
 
 use crate::http::AllowedOrigins;
 use crate::store_writer::StoreWriter;

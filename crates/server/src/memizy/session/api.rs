@@ -1,0 +1,516 @@
+//! The HTTP API of hosted sessions, under `/memizy/sessions`:
+//!
+//! | method and path | what |
+//! | --- | --- |
+//! | `POST /` | a session from a bundle (plugin HTML + set) and settings |
+//! | `GET /{id}` | phase, players, settings, clock, result |
+//! | `POST /{id}/players` | a player joins (lobby, or late join) |
+//! | `DELETE /{id}/players/{player}` | kick |
+//! | `POST /{id}/start`, `/pause`, `/resume` | the host's buttons |
+//! | `POST /{id}/save` | save the game (answered once durable) |
+//! | `POST /{id}/continue` | continue the saved game (after a restart too) |
+//!
+//! Everything but `POST /` needs `Authorization: Bearer <hostToken>`.
+
+// Handlers return their error `Response` directly.
+#![allow(clippy::result_large_err)]
+
+use super::actor::{self, Admin, Cmd};
+use super::{Sessions, MAX_BUNDLE_BYTES};
+use crate::http::error::json_response;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::{delete, get, post};
+use axum::Router;
+use hostwire_memizy::manifest::read_plugin_manifest;
+use hostwire_memizy::session::{
+    PlayerSpec, SavedGame, SavedPlayer, Session, SessionConfig, SessionTiming,
+};
+use hostwire_memizy::{DisplaySet, HostAs, Mode, PluginDataValues};
+use hostwire_store::sessions::{SessionWrite, StoredSession};
+use rand::Rng;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+use tokio::sync::oneshot;
+
+pub fn router(sessions: Arc<Sessions>) -> Router {
+    Router::new()
+        .route("/", post(create))
+        .route("/{id}", get(status))
+        .route("/{id}/players", post(add_player))
+        .route("/{id}/players/{player}", delete(kick))
+        .route("/{id}/start", post(start))
+        .route("/{id}/pause", post(pause))
+        .route("/{id}/resume", post(resume))
+        .route("/{id}/save", post(save))
+        .route("/{id}/continue", post(continue_saved))
+        .layer(DefaultBodyLimit::max(MAX_BUNDLE_BYTES))
+        .with_state(sessions)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    json_response(status, &json!({"error": message.into()}))
+}
+
+/// What `POST /memizy/sessions` takes.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateSession {
+    /// The plugin's HTML file (its manifest island is read).
+    pub plugin_html: String,
+    pub set: SetSpec,
+    pub mode: Mode,
+    #[serde(default)]
+    pub host_as: Option<HostAs>,
+    #[serde(default)]
+    pub settings: Map<String, Value>,
+    #[serde(default)]
+    pub players: Vec<PlayerIn>,
+    #[serde(default)]
+    pub timing: Option<TimingIn>,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetSpec {
+    pub meta: Value,
+    pub items: Vec<Value>,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlayerIn {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub is_host: bool,
+    /// The account; the player id when absent.
+    #[serde(default)]
+    pub user: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimingIn {
+    pub ready_timeout_ms: Option<u64>,
+    pub countdown_ms: Option<u64>,
+    pub authority_away_ms: Option<u64>,
+    pub finished_close_ms: Option<u64>,
+}
+
+fn token() -> String {
+    let mut b = [0u8; 16];
+    rand::thread_rng().fill(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The session's configuration from its creation request.
+fn config(
+    sessions: &Sessions,
+    id: &str,
+    spec: &CreateSession,
+) -> Result<SessionConfig, (StatusCode, String)> {
+    let manifest = read_plugin_manifest(&spec.plugin_html)
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("pluginHtml: {e}")))?;
+    let set_id = spec
+        .set
+        .meta
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or((
+            StatusCode::BAD_REQUEST,
+            "set.meta.id: a string is required".to_owned(),
+        ))?
+        .to_owned();
+    let set = DisplaySet {
+        meta: spec.set.meta.clone(),
+        items: spec.set.items.clone(),
+    };
+    let mut c = SessionConfig::new(
+        id,
+        spec.mode,
+        spec.host_as,
+        manifest.id,
+        manifest.runtime,
+        set,
+    );
+    c.set_id = set_id;
+    c.settings = spec.settings.clone();
+    let d = sessions.config.timing;
+    let t = spec.timing.unwrap_or(TimingIn {
+        ready_timeout_ms: None,
+        countdown_ms: None,
+        authority_away_ms: None,
+        finished_close_ms: None,
+    });
+    c.timing = SessionTiming {
+        ready_timeout_ms: t.ready_timeout_ms.unwrap_or(d.ready_timeout_ms),
+        countdown_ms: t.countdown_ms.unwrap_or(d.countdown_ms),
+        authority_away_ms: t.authority_away_ms.unwrap_or(d.authority_away_ms),
+        finished_close_ms: t.finished_close_ms.unwrap_or(d.finished_close_ms),
+    };
+    Ok(c)
+}
+
+/// A player with the progress and plugin data the store holds for it.
+async fn player_spec(
+    sessions: &Arc<Sessions>,
+    p: &PlayerIn,
+    plugin_id: &str,
+    set_id: &str,
+) -> Result<PlayerSpec, (StatusCode, String)> {
+    let mut spec = PlayerSpec::new(p.id.clone(), p.name.clone());
+    spec.is_host = p.is_host;
+    if let Some(u) = &p.user {
+        spec.user = u.clone();
+    }
+    let store = sessions.store();
+    let (user, plugin, set) = (spec.user.clone(), plugin_id.to_owned(), set_id.to_owned());
+    let loaded = tokio::task::spawn_blocking(move || {
+        let data = store.load_plugin_data(&user, &plugin, &set)?;
+        let progress = store.load_progress(&user, &set)?;
+        Ok::<_, hostwire_store::StoreError>((data, progress))
+    })
+    .await
+    .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
+    .map_err(|e| {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store: {}", e.reason()),
+        )
+    })?;
+    let parse = |t: Option<String>| {
+        t.and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .unwrap_or(Value::Null)
+    };
+    spec.data = PluginDataValues {
+        plugin: parse(loaded.0.plugin),
+        set: parse(loaded.0.set),
+    };
+    for (item, record) in loaded.1 {
+        if let Ok(v) = serde_json::from_str::<Value>(&record) {
+            spec.progress.insert(item, v);
+        }
+    }
+    Ok(spec)
+}
+
+async fn create(State(sessions): State<Arc<Sessions>>, body: axum::body::Bytes) -> Response {
+    let spec: CreateSession = match serde_json::from_slice(&body) {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("body: {e}")),
+    };
+    let id = token();
+    let cfg = match config(&sessions, &id, &spec) {
+        Ok(c) => c,
+        Err((s, m)) => return error(s, m),
+    };
+    let (plugin_id, set_id) = (cfg.plugin_id.clone(), cfg.set_id.clone());
+    let now = sessions.clock.now_ms();
+    let mut s = match Session::new(cfg, now) {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    for p in &spec.players {
+        let ps = match player_spec(&sessions, p, &plugin_id, &set_id).await {
+            Ok(ps) => ps,
+            Err((st, m)) => return error(st, m),
+        };
+        if let Err(e) = s.add_player(ps, now) {
+            return error(StatusCode::BAD_REQUEST, format!("players: {e}"));
+        }
+    }
+    let host_token = token();
+    let stored = StoredSession {
+        id: id.clone(),
+        host_token: host_token.clone(),
+        created_at_ms: now,
+        spec: serde_json::to_string(&spec).unwrap_or_default(),
+    };
+    // The session exists only once durable: a continue after a restart
+    // needs its bundle.
+    let store = sessions.store();
+    let written =
+        tokio::task::spawn_blocking(move || store.apply_sessions(&[SessionWrite::Session(stored)]))
+            .await;
+    match written {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("store: {}", e.reason()),
+            )
+        }
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+    if actor::spawn(&sessions, s).is_none() {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server holds too many sessions",
+        );
+    }
+    json_response(
+        StatusCode::CREATED,
+        &json!({"sessionId": id, "hostToken": host_token, "pluginId": plugin_id, "setId": set_id}),
+    )
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+}
+
+/// The stored session if the request carries its host token.
+async fn authorized(
+    sessions: &Arc<Sessions>,
+    id: &str,
+    headers: &HeaderMap,
+) -> Result<StoredSession, Response> {
+    let store = sessions.store();
+    let key = id.to_owned();
+    let stored = tokio::task::spawn_blocking(move || store.load_session(&key))
+        .await
+        .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
+        .map_err(|e| {
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("store: {}", e.reason()),
+            )
+        })?
+        .ok_or_else(|| error(StatusCode::NOT_FOUND, "no such session"))?;
+    let given = bearer(headers).unwrap_or("");
+    if !bool::from(given.as_bytes().ct_eq(stored.host_token.as_bytes())) {
+        return Err(error(
+            StatusCode::UNAUTHORIZED,
+            "Authorization: the session's host token is required",
+        ));
+    }
+    Ok(stored)
+}
+
+async fn admin(sessions: &Arc<Sessions>, id: &str, op: Admin) -> Response {
+    let Some(h) = sessions.handle(id) else {
+        return error(
+            StatusCode::CONFLICT,
+            "the session is not running (continue it first)",
+        );
+    };
+    let (tx, rx) = oneshot::channel();
+    if h.tx.send(Cmd::Admin(Box::new(op), tx)).await.is_err() {
+        return error(StatusCode::CONFLICT, "the session has closed");
+    }
+    match rx.await {
+        Ok(Ok(v)) => json_response(StatusCode::OK, &v),
+        Ok(Err((status, m))) => error(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+            m,
+        ),
+        Err(_) => error(StatusCode::CONFLICT, "the session has closed"),
+    }
+}
+
+async fn status(
+    State(sessions): State<Arc<Sessions>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let stored = match authorized(&sessions, &id, &headers).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if sessions.handle(&id).is_some() {
+        return admin(&sessions, &id, Admin::Status).await;
+    }
+    let store = sessions.store();
+    let result = tokio::task::spawn_blocking(move || store.load_result(&stored.id))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .flatten()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok());
+    json_response(
+        StatusCode::OK,
+        &json!({"sessionId": id, "phase": "stopped", "result": result}),
+    )
+}
+
+macro_rules! simple {
+    ($name:ident, $op:expr) => {
+        async fn $name(
+            State(sessions): State<Arc<Sessions>>,
+            Path(id): Path<String>,
+            headers: HeaderMap,
+        ) -> Response {
+            if let Err(r) = authorized(&sessions, &id, &headers).await {
+                return r;
+            }
+            admin(&sessions, &id, $op).await
+        }
+    };
+}
+
+simple!(start, Admin::Start);
+simple!(pause, Admin::Pause);
+simple!(resume, Admin::Resume);
+simple!(save, Admin::Save);
+
+async fn add_player(
+    State(sessions): State<Arc<Sessions>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let stored = match authorized(&sessions, &id, &headers).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let p: PlayerIn = match serde_json::from_slice(&body) {
+        Ok(p) => p,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("body: {e}")),
+    };
+    let Ok(spec) = serde_json::from_str::<CreateSession>(&stored.spec) else {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the stored session cannot be read",
+        );
+    };
+    let (plugin_id, set_id) = match plugin_and_set(&spec) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let ps = match player_spec(&sessions, &p, &plugin_id, &set_id).await {
+        Ok(ps) => ps,
+        Err((s, m)) => return error(s, m),
+    };
+    admin(&sessions, &id, Admin::AddPlayer(Box::new(ps))).await
+}
+
+fn plugin_and_set(spec: &CreateSession) -> Result<(String, String), Response> {
+    let m = read_plugin_manifest(&spec.plugin_html).map_err(|e| {
+        error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("pluginHtml: {e}"),
+        )
+    })?;
+    let set = spec
+        .set
+        .meta
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    Ok((m.id, set))
+}
+
+async fn kick(
+    State(sessions): State<Arc<Sessions>>,
+    Path((id, player)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = authorized(&sessions, &id, &headers).await {
+        return r;
+    }
+    admin(&sessions, &id, Admin::Kick(player)).await
+}
+
+/// A saved game as the store holds it (the JSON `SavedGame` writes).
+fn saved_game(text: &str) -> Option<SavedGame> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    let players = v
+        .get("players")?
+        .as_array()?
+        .iter()
+        .map(|p| {
+            Some(SavedPlayer {
+                id: p.get("id")?.as_str()?.to_owned(),
+                name: p.get("name")?.as_str()?.to_owned(),
+                is_host: p.get("isHost")?.as_bool()?,
+                user: p.get("user")?.as_str()?.to_owned(),
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(SavedGame {
+        session_id: s("sessionId")?,
+        plugin_id: s("pluginId")?,
+        set_id: s("setId")?,
+        mode: serde_json::from_value(v.get("mode")?.clone()).ok()?,
+        host_as: serde_json::from_value(v.get("hostAs")?.clone()).ok()?,
+        settings: v.get("settings")?.as_object()?.clone(),
+        display_seed: s("displaySeed")?,
+        players,
+        snapshot: s("snapshot"),
+        game_time_ms: v.get("gameTimeMs")?.as_f64()?,
+    })
+}
+
+async fn continue_saved(
+    State(sessions): State<Arc<Sessions>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let stored = match authorized(&sessions, &id, &headers).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if sessions.handle(&id).is_some() {
+        return error(StatusCode::CONFLICT, "the session is running");
+    }
+    let store = sessions.store();
+    let key = id.clone();
+    let text = match tokio::task::spawn_blocking(move || store.load_saved_game(&key)).await {
+        Ok(Ok(Some(t))) => t,
+        Ok(Ok(None)) => return error(StatusCode::NOT_FOUND, "this session has no saved game"),
+        Ok(Err(e)) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("store: {}", e.reason()),
+            )
+        }
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    };
+    let Some(saved) = saved_game(&text) else {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the saved game cannot be read",
+        );
+    };
+    let Ok(spec) = serde_json::from_str::<CreateSession>(&stored.spec) else {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the stored session cannot be read",
+        );
+    };
+    let cfg = match config(&sessions, &id, &spec) {
+        Ok(c) => c,
+        Err((s, m)) => return error(s, m),
+    };
+    let mut players = Vec::new();
+    for p in &saved.players {
+        let pin = PlayerIn {
+            id: p.id.clone(),
+            name: p.name.clone(),
+            is_host: p.is_host,
+            user: Some(p.user.clone()),
+        };
+        match player_spec(&sessions, &pin, &saved.plugin_id, &saved.set_id).await {
+            Ok(ps) => players.push(ps),
+            Err((s, m)) => return error(s, m),
+        }
+    }
+    let now = sessions.clock.now_ms();
+    let s = match Session::continue_saved(cfg, &saved, players, now) {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    if actor::spawn(&sessions, s).is_none() {
+        return error(StatusCode::CONFLICT, "the session is running");
+    }
+    admin(&sessions, &id, Admin::Status).await
+}

@@ -1,0 +1,217 @@
+//! Memizy sessions hosted by the server: the sans-IO engine of
+//! `hostwire_memizy::session` driven with sockets, tasks and the store.
+//!
+//! - [`api`]: the HTTP API under `/memizy/sessions` (create from a bundle,
+//!   players, kick, start, pause, resume, save, continue);
+//! - [`conn`]: `/memizy/session/ws`, one device's plugin instance: its Host
+//!   API calls arrive as worker RPC `request` frames, the Plugin API calls go
+//!   out the same way, through the bounded outbound queue;
+//! - [`actor`]: one task per session owns the engine, feeds it commands in
+//!   order and arms its timer at `poll_timeout`;
+//! - [`device`]: a headless device that plays a plugin instance (tests and
+//!   benchmarks).
+
+pub mod actor;
+pub mod api;
+pub mod conn;
+pub mod device;
+
+use crate::http::AllowedOrigins;
+use actor::{Cmd, SessionHandle};
+use axum::routing::get;
+use axum::Router;
+use hostwire_core::Clock;
+use hostwire_memizy::limits::{CALL_ENVELOPE_BYTES, LIMITS};
+use hostwire_memizy::session::{InstanceId, SessionTiming};
+use hostwire_store::sessions::SessionStore;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+/// Commands waiting for one session's task (calls of its devices, the HTTP
+/// API, store acknowledgements); a device's reader waits when it is full.
+pub const SESSION_QUEUE: usize = 4096;
+/// Frames queued for one device before it is closed as too slow (1013).
+pub const DEVICE_OUTBOUND_QUEUE: usize = 1024;
+/// The largest frame a device may send: the largest Host API call
+/// (`saveSnapshot`'s 1 MB) and its envelope. Larger frames close the
+/// connection with 1009 after a `goodbye` naming the limit.
+pub const MAX_DEVICE_FRAME_BYTES: usize = LIMITS.snapshot_bytes + CALL_ENVELOPE_BYTES;
+/// Records handed to one session's store writer and not yet durable; the
+/// engine's own bound (`MAX_RECORDS_IN_FLIGHT`) is the same.
+pub const STORE_QUEUE: usize = hostwire_memizy::session::MAX_RECORDS_IN_FLIGHT;
+/// Sessions live at once on this server.
+pub const MAX_SESSIONS: usize = 10_000;
+/// The largest creation request (plugin HTML and set).
+pub const MAX_BUNDLE_BYTES: usize = 8 * 1024 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct SessionsConfig {
+    pub allowed_origins: AllowedOrigins,
+    /// The host's times when a creation request does not set them.
+    pub timing: SessionTiming,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        Self {
+            allowed_origins: AllowedOrigins::parse("*"),
+            timing: SessionTiming::default(),
+        }
+    }
+}
+
+/// Counters of hosted sessions.
+#[derive(Debug, Default)]
+pub struct SessionMetrics {
+    pub sessions: AtomicU64,
+    pub devices: AtomicU64,
+    pub host_calls: AtomicU64,
+    pub plugin_calls: AtomicU64,
+    pub malformed_frames: AtomicU64,
+    pub oversized_frames: AtomicU64,
+    pub slow_devices: AtomicU64,
+    pub store_failures: AtomicU64,
+}
+
+impl crate::metrics::Render for SessionMetrics {
+    fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        for (name, v, help) in [
+            (
+                "hostwire_memizy_sessions",
+                &self.sessions,
+                "hosted sessions live",
+            ),
+            (
+                "hostwire_memizy_session_devices",
+                &self.devices,
+                "devices attached",
+            ),
+            (
+                "hostwire_memizy_session_host_calls_total",
+                &self.host_calls,
+                "Host API calls received",
+            ),
+            (
+                "hostwire_memizy_session_plugin_calls_total",
+                &self.plugin_calls,
+                "Plugin API calls sent",
+            ),
+            (
+                "hostwire_memizy_session_malformed_frames_total",
+                &self.malformed_frames,
+                "frames refused as malformed",
+            ),
+            (
+                "hostwire_memizy_session_oversized_frames_total",
+                &self.oversized_frames,
+                "frames over the size limit",
+            ),
+            (
+                "hostwire_memizy_session_slow_devices_total",
+                &self.slow_devices,
+                "devices closed for a full outbound queue",
+            ),
+            (
+                "hostwire_memizy_session_store_failures_total",
+                &self.store_failures,
+                "writes the store refused",
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n{name} {}", v.load(Relaxed));
+        }
+    }
+}
+
+/// Everything the session handlers, tasks and connections share.
+pub struct Sessions {
+    pub config: SessionsConfig,
+    pub clock: Arc<dyn Clock>,
+    store: std::sync::RwLock<Arc<dyn SessionStore>>,
+    pub metrics: Arc<SessionMetrics>,
+    live: Mutex<HashMap<String, SessionHandle>>,
+    next_instance: AtomicU64,
+}
+
+impl Sessions {
+    pub fn new(
+        config: SessionsConfig,
+        clock: Arc<dyn Clock>,
+        store: Arc<dyn SessionStore>,
+    ) -> Arc<Sessions> {
+        Arc::new(Sessions {
+            config,
+            clock,
+            store: std::sync::RwLock::new(store),
+            metrics: Arc::new(SessionMetrics::default()),
+            live: Mutex::new(HashMap::new()),
+            next_instance: AtomicU64::new(1),
+        })
+    }
+
+    /// The store sessions are kept in.
+    pub fn store(&self) -> Arc<dyn SessionStore> {
+        match self.store.read() {
+            Ok(s) => Arc::clone(&s),
+            Err(p) => Arc::clone(&p.into_inner()),
+        }
+    }
+
+    /// Keeps sessions in `store` from now on (the server's file store; an
+    /// app starts with one in memory).
+    pub fn use_store(&self, store: Arc<dyn SessionStore>) {
+        match self.store.write() {
+            Ok(mut s) => *s = store,
+            Err(p) => *p.into_inner() = store,
+        }
+    }
+
+    fn next_instance(&self) -> InstanceId {
+        self.next_instance.fetch_add(1, Relaxed)
+    }
+
+    pub(crate) fn handle(&self, id: &str) -> Option<SessionHandle> {
+        self.live.lock().ok()?.get(id).cloned()
+    }
+
+    pub(crate) fn insert(&self, id: String, h: SessionHandle) -> bool {
+        let Ok(mut live) = self.live.lock() else {
+            return false;
+        };
+        if live.len() >= MAX_SESSIONS || live.contains_key(&id) {
+            return false;
+        }
+        live.insert(id, h);
+        true
+    }
+
+    pub(crate) fn remove(&self, id: &str) {
+        if let Ok(mut live) = self.live.lock() {
+            live.remove(id);
+        }
+    }
+
+    /// Closes every session's devices (server shutdown).
+    pub async fn shutdown(&self) {
+        let handles: Vec<SessionHandle> = self
+            .live
+            .lock()
+            .map(|l| l.values().cloned().collect())
+            .unwrap_or_default();
+        for h in handles {
+            let _ = h.tx.send(Cmd::Shutdown).await;
+        }
+    }
+}
+
+/// The routes: the HTTP API under `/memizy/sessions` and the WebSocket
+/// `/memizy/session/ws`.
+pub fn router(sessions: Arc<Sessions>) -> Router {
+    Router::new()
+        .nest("/memizy/sessions", api::router(Arc::clone(&sessions)))
+        .route(
+            "/memizy/session/ws",
+            get(conn::ws_upgrade).with_state(sessions),
+        )
+}

@@ -1,0 +1,179 @@
+//! A multiplayer game hosted by the server over real sockets: a board and
+//! 30 controllers from the lobby to the end, with answers and the result
+//! in the store; and a late joiner.
+
+mod session_support;
+
+use hostwire_store::sessions::SessionStore;
+use serde_json::json;
+use session_support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_board_and_30_controllers_from_lobby_to_end() {
+    let h = TestHost::start().await;
+    let api = Api::of(&h);
+    let (sid, token) = api.create(&presenter_body(30)).await;
+    let st = api.status(&sid, &token).await;
+    assert_eq!(st["phase"], "lobby");
+    assert_eq!(st["players"].as_array().unwrap().len(), 30);
+    // Without the host token, nothing.
+    let (s, _) = api.op(&sid, "wrong", "start").await;
+    assert_eq!(s, 401);
+    let (s, v) = api.op(&sid, &token, "start").await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["phase"], "loading");
+
+    let (mut board, init) = api.device(&sid, "board", "board").await;
+    assert_eq!(init["session"]["view"], "board");
+    assert_eq!(init["session"]["authority"], "board");
+    assert!(
+        init["data"]["plugin"].is_null(),
+        "the board has no plugin data"
+    );
+    board.call("ready", json!([])).await.unwrap();
+    let mut ctrls = Vec::new();
+    for id in player_ids(30) {
+        let (d, init) = api.device(&sid, "controller", &id).await;
+        assert_eq!(init["session"]["self"], id.as_str());
+        // Controllers get public items: no correct answer.
+        assert!(
+            init["set"]["items"][0].get("correctId").is_none(),
+            "{}",
+            init["set"]["items"][0]
+        );
+        assert!(init["snapshot"].is_null());
+        d.call("ready", json!([])).await.unwrap();
+        ctrls.push(d);
+    }
+    // Every one ready, no countdown time: start() to the authority only.
+    board
+        .wait_for("start", GUARD)
+        .await
+        .expect("start on the board");
+    board
+        .call("send", send_args(json!("all"), json!({"round": 1})))
+        .await
+        .unwrap();
+    for c in &mut ctrls {
+        let d = c
+            .wait_for("deliver", GUARD)
+            .await
+            .expect("deliver to a controller");
+        assert_eq!(d.args[0]["from"], "board");
+        assert_eq!(d.args[0]["data"], json!({"round": 1}));
+        assert!(c.drain_calls().iter().all(|c| c.method != "start"));
+    }
+    for (i, c) in ctrls.iter().enumerate() {
+        let answer = if i % 2 == 0 { "j" } else { "m" };
+        c.call(
+            "send",
+            send_args(json!("authority"), json!({"answer": answer})),
+        )
+        .await
+        .unwrap();
+        c.call(
+            "recordAnswer",
+            json!([{"itemId": "q1", "isCorrect": answer == "j", "answer": answer}]),
+        )
+        .await
+        .unwrap();
+    }
+    let mut from = std::collections::BTreeSet::new();
+    while from.len() < 30 {
+        let d = board
+            .wait_for("deliver", GUARD)
+            .await
+            .expect("30 answers on the board");
+        from.insert(d.args[0]["from"].as_str().unwrap().to_owned());
+    }
+    // recordAnswer resolved only once durable: the rows are there.
+    assert_eq!(h.store.count_answers(&sid).unwrap(), 30);
+    let progress = h.store.load_progress("p1", "set-1").unwrap();
+    assert_eq!(progress.len(), 1);
+    assert!(progress[0].1.contains("\"bucket\":1"), "{}", progress[0].1);
+    board
+        .call("saveSnapshot", json!([{"round": 1, "answers": 30}]))
+        .await
+        .unwrap();
+    assert!(h
+        .store
+        .load_snapshot(&sid)
+        .unwrap()
+        .unwrap()
+        .contains("\"answers\":30"));
+    board
+        .call("end", json!([{"scores": {"p1": 1.0}, "summary": "done"}]))
+        .await
+        .unwrap();
+    // The instances stay open for finishedCloseMs, then get sessionEnded.
+    assert_eq!(api.status(&sid, &token).await["phase"], "finished");
+    h.clock.advance_ms(1000);
+    api.status(&sid, &token).await;
+    for c in &mut ctrls {
+        let e = c
+            .wait_for("sessionEnded", GUARD)
+            .await
+            .expect("sessionEnded");
+        assert_eq!(e.args[0], "finished");
+    }
+    // The result is durable, the snapshot discarded: a finished game is not resumed.
+    let result = h.store.load_result(&sid).unwrap().expect("a stored result");
+    assert!(result.contains("\"summary\":\"done\""), "{result}");
+    assert_eq!(h.store.load_snapshot(&sid).unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_late_joiner_gets_its_own_init_and_the_roster_changes() {
+    let h = TestHost::start().await;
+    let api = Api::of(&h);
+    let (sid, token) = api.create(&presenter_body(2)).await;
+    api.op(&sid, &token, "start").await;
+    let (mut board, _) = api.device(&sid, "board", "board").await;
+    board.call("ready", json!([])).await.unwrap();
+    let (p1, _) = api.device(&sid, "controller", "p1").await;
+    p1.call("ready", json!([])).await.unwrap();
+    let (p2, _) = api.device(&sid, "controller", "p2").await;
+    p2.call("ready", json!([])).await.unwrap();
+    board.wait_for("start", GUARD).await.expect("start");
+    let (s, v) = api
+        .request(
+            "POST",
+            &format!("/memizy/sessions/{sid}/players"),
+            Some(&token),
+            Some(&json!({"id": "late", "name": "Late Lou"})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let pc = board
+        .wait_for("playersChanged", GUARD)
+        .await
+        .expect("playersChanged");
+    assert!(pc.args[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["id"] == "late"));
+    let (mut late, init) = api.device(&sid, "controller", "late").await;
+    assert_eq!(init["session"]["lateJoin"], true);
+    assert_eq!(init["session"]["self"], "late");
+    late.call("ready", json!([])).await.unwrap();
+    board
+        .call("send", send_args(json!(["late"]), json!("welcome")))
+        .await
+        .unwrap();
+    let d = late
+        .wait_for("deliver", GUARD)
+        .await
+        .expect("deliver to the late joiner");
+    assert_eq!(d.args[0]["data"], "welcome");
+    // Unknown players may not attach.
+    let (s, _) = api
+        .request(
+            "POST",
+            &format!("/memizy/sessions/{sid}/players"),
+            Some(&token),
+            Some(&json!({"id": "late", "name": "Again"})),
+        )
+        .await;
+    assert_eq!(s, 400, "a duplicate player is refused");
+}

@@ -1,0 +1,161 @@
+//! A misbehaving player gets the protocol's errors while the game goes on
+//! for the others: oversized messages, floods, calls from the wrong view,
+//! a second `hello`, malformed and deeply nested frames, a frame over the
+//! connection's limit, and a device that never reads.
+
+mod session_support;
+
+use serde_json::{json, Value};
+use session_support::*;
+
+/// A started presenter game of `n` players, board and controllers ready.
+async fn game(api: &Api, n: usize) -> (String, String, Device, Vec<Device>) {
+    let (sid, token) = api.create(&presenter_body(n)).await;
+    api.op(&sid, &token, "start").await;
+    let (mut board, _) = api.device(&sid, "board", "board").await;
+    board.call("ready", json!([])).await.unwrap();
+    let mut ctrls = Vec::new();
+    for id in player_ids(n) {
+        let (d, _) = api.device(&sid, "controller", &id).await;
+        d.call("ready", json!([])).await.unwrap();
+        ctrls.push(d);
+    }
+    board.wait_for("start", GUARD).await.expect("start");
+    (sid, token, board, ctrls)
+}
+
+fn code(r: Result<Value, hostwire::memizy::session::device::RemoteError>) -> String {
+    r.expect_err("an error").code
+}
+
+#[tokio::test]
+async fn a_misbehaving_player_gets_errors_and_the_game_goes_on() {
+    let h = TestHost::start().await;
+    let api = Api::of(&h);
+    let (_sid, _token, mut board, mut ctrls) = game(&api, 3).await;
+    let bad = &ctrls[0];
+    // A second hello.
+    assert_eq!(code(bad.hello(PLUGIN_ID).await), "INVALID_ARGUMENT");
+    // Authority-only and view-limited methods.
+    assert_eq!(
+        code(bad.call("saveSnapshot", json!([{"mine": true}])).await),
+        "NOT_AUTHORITY"
+    );
+    assert_eq!(code(bad.call("end", json!([{}])).await), "NOT_AUTHORITY");
+    assert_eq!(
+        code(
+            bad.call("updateSettings", json!([{"values": {}, "valid": true}]))
+                .await
+        ),
+        "NOT_ALLOWED_IN_VIEW"
+    );
+    // An oversized message (over the 64 KB send limit, under the frame limit).
+    let big = "x".repeat(70 * 1024);
+    assert_eq!(
+        code(
+            bad.call("send", send_args(json!("authority"), json!(big)))
+                .await
+        ),
+        "MESSAGE_TOO_LARGE"
+    );
+    // A flood: past the burst of 60, RATE_LIMITED.
+    let mut pending = Vec::new();
+    for i in 0..100 {
+        pending.push(
+            bad.send_call("send", &send_args(json!("authority"), json!({"flood": i})))
+                .1,
+        );
+    }
+    let mut limited = 0;
+    for p in pending {
+        if let Err(e) = Device::answer(p).await {
+            assert_eq!(e.code, "RATE_LIMITED", "{e}");
+            limited += 1;
+        }
+    }
+    assert!(limited >= 30, "{limited} of 100 refused");
+    // An unknown method and a malformed frame with a readable id.
+    assert_eq!(
+        code(bad.call("selfDestruct", json!([])).await),
+        "UNKNOWN_METHOD"
+    );
+    // The others play on: a controller's message reaches the board.
+    ctrls[1]
+        .call(
+            "send",
+            send_args(json!("authority"), json!({"answer": "j"})),
+        )
+        .await
+        .unwrap();
+    loop {
+        let d = board
+            .wait_for("deliver", GUARD)
+            .await
+            .expect("the good player's message");
+        if d.args[0]["from"] == "p2" {
+            assert_eq!(d.args[0]["data"], json!({"answer": "j"}));
+            break;
+        }
+    }
+    board
+        .call("send", send_args(json!("all"), json!("round 2")))
+        .await
+        .unwrap();
+    let d = ctrls[2]
+        .wait_for("deliver", GUARD)
+        .await
+        .expect("deliver to p3");
+    assert_eq!(d.args[0]["data"], "round 2");
+}
+
+#[tokio::test]
+async fn malformed_and_deeply_nested_frames_get_errors_naming_the_problem() {
+    let h = TestHost::start().await;
+    let api = Api::of(&h);
+    let (_sid, _token, _board, ctrls) = game(&api, 1).await;
+    let d = &ctrls[0];
+    // Nesting past the worker RPC frame depth: refused before the engine,
+    // answered under its id.
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let (id, rx) = d.send_call("noop", &json!(null));
+    let _ = id;
+    drop(rx);
+    let frame =
+        format!(r#"{{"v":"1.0.0","kind":"request","id":9000,"method":"send","params":{deep}}}"#);
+    let (_, rx) = d.send_call("ready", &json!([]));
+    Device::answer(rx).await.unwrap();
+    d.send_raw(frame);
+    // Nesting within the frame depth but past the call's own depth limit:
+    // the library's decoder refuses it.
+    let nested = (0..80).fold(json!(1), |v, _| json!([v]));
+    let r = d.call("send", send_args(json!("authority"), nested)).await;
+    assert_eq!(code(r), "INVALID_ARGUMENT");
+    // The connection is still usable.
+    d.call("ready", json!([])).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_frame_over_the_connection_limit_closes_with_1009_and_the_others_play_on() {
+    let h = TestHost::start().await;
+    let api = Api::of(&h);
+    let (_sid, _token, mut board, ctrls) = game(&api, 2).await;
+    let huge = "x".repeat(hostwire::memizy::session::MAX_DEVICE_FRAME_BYTES + 1);
+    ctrls[0].send_raw(huge);
+    let r = ctrls[0].call("ready", json!([])).await;
+    assert_eq!(code(r), "TRANSPORT_CLOSED");
+    let ended = ctrls[0].ended.lock().unwrap().clone();
+    assert_eq!(ended.1, Some(1009), "{ended:?}");
+    ctrls[1]
+        .call("send", send_args(json!("authority"), json!("still here")))
+        .await
+        .unwrap();
+    loop {
+        let d = board
+            .wait_for("deliver", GUARD)
+            .await
+            .expect("p2's message");
+        if d.args[0]["from"] == "p2" {
+            break;
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! A server with hosted sessions on 127.0.0.1 port 0, its SQLite store in a
+//! temporary directory and a manual clock, and a quiz plugin's bundle.
+#![allow(dead_code)]
+
+use hostwire::app::App;
+use hostwire::http::AllowedOrigins;
+use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE};
+use hostwire_core::ManualClock;
+use hostwire_memizy::RELAY_LIMITS;
+use hostwire_store::SqliteStore;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use hostwire::memizy::session::device::Device;
+
+pub const PLUGIN_ID: &str = "https://example.com/plugins/quiz-race";
+/// A guard against a hung test, not a wait for time to pass.
+pub const GUARD: Duration = Duration::from_secs(10);
+pub const T0: u64 = 1_800_000_000_000;
+
+pub fn manifest() -> Value {
+    json!({
+        "version": "1.0",
+        "id": PLUGIN_ID,
+        "appName": "Quiz Race",
+        "pluginVersion": "1.0.0",
+        "capabilities": {"actions": ["render"], "types": ["mcq-single", "true-false"]},
+        "appSpecific": {"memizy": {
+            "protocol": "1.0",
+            "modes": {
+                "solo": {},
+                "multiplayer": {"players": {"min": 1, "max": 40}, "hostAs": ["presenter", "player"], "lateJoin": true}
+            },
+            "settings": [
+                {"id": "questionTime", "type": "number", "label": "Time", "default": 20, "min": 5, "max": 120}
+            ]
+        }}
+    })
+}
+
+pub fn plugin_html() -> String {
+    format!(
+        "<!doctype html><html><head><script type=\"application/oqse-manifest+json\">{}</script></head><body></body></html>",
+        manifest()
+    )
+}
+
+pub fn quiz_set() -> Value {
+    json!({
+        "meta": {"id": "set-1", "title": "Planets"},
+        "items": [
+            {"id": "q1", "type": "mcq-single", "question": "Largest planet?",
+             "options": [{"id": "j", "text": "Jupiter"}, {"id": "m", "text": "Mars"}],
+             "correctId": "j"},
+            {"id": "q2", "type": "true-false", "question": "Sound is faster than light.", "correctAnswer": false}
+        ]
+    })
+}
+
+pub fn player_ids(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("p{i}")).collect()
+}
+
+/// A presenter session of `n` players, created and not started.
+pub fn presenter_body(n: usize) -> Value {
+    let players: Vec<Value> = player_ids(n)
+        .iter()
+        .map(|id| json!({"id": id, "name": format!("Player {id}")}))
+        .collect();
+    json!({
+        "pluginHtml": plugin_html(),
+        "set": quiz_set(),
+        "mode": "multiplayer",
+        "hostAs": "presenter",
+        "players": players,
+        "timing": {"countdownMs": 0, "finishedCloseMs": 1000}
+    })
+}
+
+pub struct TestHost {
+    pub server: Option<App>,
+    pub clock: ManualClock,
+    pub http: String,
+    pub ws: String,
+    pub db: PathBuf,
+    pub store: Arc<SqliteStore>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+pub fn relay_config() -> RelayConfig {
+    RelayConfig {
+        allowed_origins: AllowedOrigins::Any,
+        trust_proxy: false,
+        rooms_per_ip_per_hour: RELAY_LIMITS.rooms_per_ip_per_hour,
+        limits: RELAY_LIMITS,
+        outbound_queue: OUTBOUND_QUEUE,
+    }
+}
+
+impl TestHost {
+    pub async fn start() -> TestHost {
+        let dir = tempfile::Builder::new()
+            .prefix("hostwire-test-session-")
+            .tempdir()
+            .unwrap();
+        let db = dir.path().join("hostwire.db");
+        let store = Arc::new(SqliteStore::open(&db).unwrap());
+        let clock = ManualClock::new(T0);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = App::start(
+            listener,
+            relay_config(),
+            Arc::new(clock.clone()),
+            Arc::clone(&store) as _,
+        )
+        .unwrap();
+        server.sessions.use_store(Arc::clone(&store) as _);
+        let addr = server.addr;
+        TestHost {
+            server: Some(server),
+            clock,
+            http: format!("http://{addr}"),
+            ws: format!("ws://{addr}"),
+            db,
+            store,
+            _dir: Some(dir),
+        }
+    }
+}
+
+/// A server's address and the session API over HTTP.
+pub struct Api {
+    pub http: String,
+    pub ws: String,
+}
+
+impl Api {
+    pub fn of(h: &TestHost) -> Api {
+        Api {
+            http: h.http.clone(),
+            ws: h.ws.clone(),
+        }
+    }
+
+    /// Creates a session: (session id, host token).
+    pub async fn create(&self, body: &Value) -> (String, String) {
+        let (status, v) = self
+            .request("POST", "/memizy/sessions", None, Some(body))
+            .await;
+        assert_eq!(status, 201, "{v}");
+        (
+            v["sessionId"].as_str().unwrap().to_owned(),
+            v["hostToken"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let c = reqwest::Client::new();
+        let url = format!("{}{path}", self.http);
+        let mut r = match method {
+            "POST" => c.post(url),
+            "DELETE" => c.delete(url),
+            _ => c.get(url),
+        };
+        if let Some(t) = token {
+            r = r.header("authorization", format!("Bearer {t}"));
+        }
+        if let Some(b) = body {
+            r = r
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let resp = tokio::time::timeout(GUARD, r.send())
+            .await
+            .unwrap()
+            .unwrap();
+        let status = resp.status().as_u16();
+        let v = resp.json().await.unwrap_or(Value::Null);
+        (status, v)
+    }
+
+    pub async fn op(&self, sid: &str, token: &str, op: &str) -> (u16, Value) {
+        self.request(
+            "POST",
+            &format!("/memizy/sessions/{sid}/{op}"),
+            Some(token),
+            None,
+        )
+        .await
+    }
+
+    pub async fn status(&self, sid: &str, token: &str) -> Value {
+        let (s, v) = self
+            .request("GET", &format!("/memizy/sessions/{sid}"), Some(token), None)
+            .await;
+        assert_eq!(s, 200, "{v}");
+        v
+    }
+
+    /// A device attached, `hello` said: (device, InitPayload).
+    pub async fn device(&self, sid: &str, view: &str, address: &str) -> (Device, Value) {
+        let d = Device::connect(&self.ws, sid, view, address).await.unwrap();
+        let init = d.hello(PLUGIN_ID).await.unwrap();
+        (d, init)
+    }
+}
+
+pub fn send_args(to: Value, data: Value) -> Value {
+    json!([{"to": to, "data": data}])
+}

@@ -1,0 +1,354 @@
+//! What hosted Memizy sessions keep across a restart: each session's bundle
+//! (plugin HTML, set, how it was created), the authority's latest snapshot,
+//! plugin data per user and plugin id per scope, learning progress per user,
+//! set and item, the statistics row of every answer, results and saved
+//! games. Values are stored as the JSON text the protocol crate writes; the
+//! store does not depend on the protocol crate.
+
+use crate::{SqliteStore, StoreError};
+use rusqlite::{params, Connection, OptionalExtension};
+
+pub(crate) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS memizy_sessions (
+    id TEXT PRIMARY KEY,
+    host_token TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    spec TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS memizy_snapshots (
+    session_id TEXT PRIMARY KEY,
+    snapshot TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS memizy_plugin_data (
+    user TEXT NOT NULL,
+    plugin_id TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    set_id TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (user, plugin_id, scope, set_id)
+);
+CREATE TABLE IF NOT EXISTS memizy_progress (
+    user TEXT NOT NULL,
+    set_id TEXT NOT NULL,
+    item_id TEXT NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (user, set_id, item_id)
+);
+CREATE TABLE IF NOT EXISTS memizy_answers (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    user TEXT NOT NULL,
+    item_id TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS memizy_results (
+    session_id TEXT PRIMARY KEY,
+    result TEXT NOT NULL,
+    at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS memizy_saved_games (
+    session_id TEXT PRIMARY KEY,
+    body TEXT NOT NULL
+);
+";
+
+/// Creates the hosted-session tables (the SQLite store calls it at open).
+pub(crate) fn create_tables(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch(SCHEMA)?;
+    Ok(())
+}
+
+/// A session as created through the HTTP API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSession {
+    pub id: String,
+    pub host_token: String,
+    pub created_at_ms: u64,
+    /// The creation request (bundle, settings, players) as JSON text.
+    pub spec: String,
+}
+
+/// One durable change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionWrite {
+    Session(StoredSession),
+    Snapshot {
+        session_id: String,
+        snapshot: String,
+    },
+    SnapshotDiscarded {
+        session_id: String,
+    },
+    /// Plugin data of a user for a plugin; `set_id` is empty for scope
+    /// `plugin`.
+    PluginData {
+        user: String,
+        plugin_id: String,
+        scope: String,
+        set_id: String,
+        value: String,
+    },
+    /// An answer's statistics row and, for a set item, the new progress
+    /// record.
+    Answer {
+        session_id: String,
+        user: String,
+        set_id: String,
+        item_id: String,
+        body: String,
+        progress: Option<String>,
+    },
+    Result {
+        session_id: String,
+        result: String,
+        at_ms: u64,
+    },
+    SavedGame {
+        session_id: String,
+        body: String,
+    },
+}
+
+/// Plugin data of one user for one plugin: scope `plugin` and scope `set`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredPluginData {
+    pub plugin: Option<String>,
+    pub set: Option<String>,
+}
+
+/// The durable state hosted sessions need.
+pub trait SessionStore: Send + Sync + 'static {
+    /// Applies writes in order, all or nothing; `Ok` means durable.
+    fn apply_sessions(&self, writes: &[SessionWrite]) -> Result<(), StoreError>;
+    fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError>;
+    fn load_snapshot(&self, session_id: &str) -> Result<Option<String>, StoreError>;
+    fn load_saved_game(&self, session_id: &str) -> Result<Option<String>, StoreError>;
+    fn load_result(&self, session_id: &str) -> Result<Option<String>, StoreError>;
+    fn load_plugin_data(
+        &self,
+        user: &str,
+        plugin_id: &str,
+        set_id: &str,
+    ) -> Result<StoredPluginData, StoreError>;
+    /// The user's progress records for a set: (item id, record JSON).
+    fn load_progress(&self, user: &str, set_id: &str) -> Result<Vec<(String, String)>, StoreError>;
+    /// How many answers a session recorded.
+    fn count_answers(&self, session_id: &str) -> Result<u64, StoreError>;
+}
+
+impl SessionStore for SqliteStore {
+    fn apply_sessions(&self, writes: &[SessionWrite]) -> Result<(), StoreError> {
+        let mut conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let tx = conn.transaction()?;
+        for w in writes {
+            match w {
+                SessionWrite::Session(s) => {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO memizy_sessions (id, host_token, created_at_ms, spec) VALUES (?1, ?2, ?3, ?4)",
+                        params![s.id, s.host_token, s.created_at_ms as i64, s.spec],
+                    )?;
+                }
+                SessionWrite::Snapshot {
+                    session_id,
+                    snapshot,
+                } => {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO memizy_snapshots (session_id, snapshot) VALUES (?1, ?2)",
+                        params![session_id, snapshot],
+                    )?;
+                }
+                SessionWrite::SnapshotDiscarded { session_id } => {
+                    tx.execute(
+                        "DELETE FROM memizy_snapshots WHERE session_id = ?1",
+                        params![session_id],
+                    )?;
+                }
+                SessionWrite::PluginData {
+                    user,
+                    plugin_id,
+                    scope,
+                    set_id,
+                    value,
+                } => {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO memizy_plugin_data (user, plugin_id, scope, set_id, value) VALUES (?1, ?2, ?3, ?4, ?5)",
+                        params![user, plugin_id, scope, set_id, value],
+                    )?;
+                }
+                SessionWrite::Answer {
+                    session_id,
+                    user,
+                    set_id,
+                    item_id,
+                    body,
+                    progress,
+                } => {
+                    tx.execute(
+                        "INSERT INTO memizy_answers (session_id, user, item_id, body) VALUES (?1, ?2, ?3, ?4)",
+                        params![session_id, user, item_id, body],
+                    )?;
+                    if let Some(p) = progress {
+                        tx.execute(
+                            "INSERT OR REPLACE INTO memizy_progress (user, set_id, item_id, record) VALUES (?1, ?2, ?3, ?4)",
+                            params![user, set_id, item_id, p],
+                        )?;
+                    }
+                }
+                SessionWrite::Result {
+                    session_id,
+                    result,
+                    at_ms,
+                } => {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO memizy_results (session_id, result, at_ms) VALUES (?1, ?2, ?3)",
+                        params![session_id, result, *at_ms as i64],
+                    )?;
+                }
+                SessionWrite::SavedGame { session_id, body } => {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO memizy_saved_games (session_id, body) VALUES (?1, ?2)",
+                        params![session_id, body],
+                    )?;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        Ok(conn
+            .query_row(
+                "SELECT id, host_token, created_at_ms, spec FROM memizy_sessions WHERE id = ?1",
+                [id],
+                |r| {
+                    Ok(StoredSession {
+                        id: r.get(0)?,
+                        host_token: r.get(1)?,
+                        created_at_ms: r.get::<_, i64>(2)? as u64,
+                        spec: r.get(3)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    fn load_snapshot(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        one_text(
+            self,
+            "SELECT snapshot FROM memizy_snapshots WHERE session_id = ?1",
+            session_id,
+        )
+    }
+
+    fn load_saved_game(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        one_text(
+            self,
+            "SELECT body FROM memizy_saved_games WHERE session_id = ?1",
+            session_id,
+        )
+    }
+
+    fn load_result(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        one_text(
+            self,
+            "SELECT result FROM memizy_results WHERE session_id = ?1",
+            session_id,
+        )
+    }
+
+    fn load_plugin_data(
+        &self,
+        user: &str,
+        plugin_id: &str,
+        set_id: &str,
+    ) -> Result<StoredPluginData, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let get = |scope: &str, set: &str| {
+            conn.query_row(
+                "SELECT value FROM memizy_plugin_data WHERE user = ?1 AND plugin_id = ?2 AND scope = ?3 AND set_id = ?4",
+                params![user, plugin_id, scope, set],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()
+        };
+        Ok(StoredPluginData {
+            plugin: get("plugin", "")?,
+            set: get("set", set_id)?,
+        })
+    }
+
+    fn load_progress(&self, user: &str, set_id: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let mut stmt = conn.prepare(
+            "SELECT item_id, record FROM memizy_progress WHERE user = ?1 AND set_id = ?2 ORDER BY item_id",
+        )?;
+        let rows = stmt
+            .query_map(params![user, set_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    fn count_answers(&self, session_id: &str) -> Result<u64, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let n: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM memizy_answers WHERE session_id = ?1",
+            [session_id],
+            |r| r.get(0),
+        )?;
+        Ok(n as u64)
+    }
+}
+
+fn one_text(store: &SqliteStore, sql: &str, key: &str) -> Result<Option<String>, StoreError> {
+    let conn = store.conn.lock().map_err(|_| StoreError::Poisoned)?;
+    Ok(conn.query_row(sql, [key], |r| r.get(0)).optional()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_are_read_back_and_a_discarded_snapshot_is_gone() {
+        let s = SqliteStore::in_memory().unwrap();
+        s.apply_sessions(&[
+            SessionWrite::Snapshot {
+                session_id: "s".into(),
+                snapshot: "{\"a\":1}".into(),
+            },
+            SessionWrite::PluginData {
+                user: "u".into(),
+                plugin_id: "p".into(),
+                scope: "set".into(),
+                set_id: "set-1".into(),
+                value: "[1]".into(),
+            },
+            SessionWrite::Answer {
+                session_id: "s".into(),
+                user: "u".into(),
+                set_id: "set-1".into(),
+                item_id: "q1".into(),
+                body: "{}".into(),
+                progress: Some("{\"bucket\":1}".into()),
+            },
+        ])
+        .unwrap();
+        assert_eq!(s.load_snapshot("s").unwrap().as_deref(), Some("{\"a\":1}"));
+        let d = s.load_plugin_data("u", "p", "set-1").unwrap();
+        assert_eq!(d.set.as_deref(), Some("[1]"));
+        assert_eq!(d.plugin, None);
+        assert_eq!(s.load_plugin_data("u", "p", "set-2").unwrap().set, None);
+        assert_eq!(
+            s.load_progress("u", "set-1").unwrap(),
+            vec![("q1".to_owned(), "{\"bucket\":1}".to_owned())]
+        );
+        assert_eq!(s.count_answers("s").unwrap(), 1);
+        s.apply_sessions(&[SessionWrite::SnapshotDiscarded {
+            session_id: "s".into(),
+        }])
+        .unwrap();
+        assert_eq!(s.load_snapshot("s").unwrap(), None);
+    }
+}
