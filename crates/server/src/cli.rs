@@ -66,6 +66,27 @@ pub struct ServeArgs {
     /// Rooms one client IP may create per hour (a school shares one IP).
     #[arg(long, env = "ROOMS_PER_IP_PER_HOUR", default_value_t = RELAY_LIMITS.rooms_per_ip_per_hour)]
     pub rooms_per_ip_per_hour: u32,
+    /// Live rooms on this server; beyond it room creation answers 503.
+    #[arg(long, env = "MAX_ROOMS", default_value_t = RELAY_LIMITS.max_rooms)]
+    pub max_rooms: usize,
+    /// Open connections from one client IP (a school shares one IP).
+    #[arg(long, env = "CONNECTIONS_PER_IP", default_value_t = RELAY_LIMITS.connections_per_ip)]
+    pub connections_per_ip: usize,
+    /// Milliseconds a client has to send a request header.
+    #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = RELAY_LIMITS.header_read_timeout_ms)]
+    pub header_read_timeout_ms: u64,
+    /// Milliseconds a client has to send a whole request body.
+    #[arg(long, env = "BODY_READ_TIMEOUT_MS", default_value_t = RELAY_LIMITS.body_read_timeout_ms)]
+    pub body_read_timeout_ms: u64,
+    /// Milliseconds a stopping server waits for open connections.
+    #[arg(long, env = "SHUTDOWN_GRACE_MS", default_value_t = RELAY_LIMITS.shutdown_grace_ms)]
+    pub shutdown_grace_ms: u64,
+    /// Bytes queued for one WebSocket before it is closed as too slow (1013).
+    #[arg(long, env = "OUTBOUND_QUEUE_BYTES", default_value_t = RELAY_LIMITS.outbound_queue_bytes)]
+    pub outbound_queue_bytes: usize,
+    /// Bundle uploads read and checked at once; beyond it 503.
+    #[arg(long, env = "CONCURRENT_UPLOADS", default_value_t = RELAY_LIMITS.concurrent_uploads)]
+    pub concurrent_uploads: usize,
     /// Log format. Text has colours only on a terminal (and without
     /// NO_COLOR).
     #[arg(long, env = "HOSTWIRE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -140,7 +161,16 @@ pub fn relay_config(args: &ServeArgs) -> RelayConfig {
         allowed_origins: AllowedOrigins::parse(&args.allowed_origins),
         trust_proxy: args.trust_proxy,
         rooms_per_ip_per_hour: args.rooms_per_ip_per_hour,
-        limits: RELAY_LIMITS,
+        limits: hostwire_memizy::limits::RelayLimits {
+            max_rooms: args.max_rooms,
+            connections_per_ip: args.connections_per_ip.max(1),
+            header_read_timeout_ms: args.header_read_timeout_ms,
+            body_read_timeout_ms: args.body_read_timeout_ms,
+            shutdown_grace_ms: args.shutdown_grace_ms,
+            outbound_queue_bytes: args.outbound_queue_bytes,
+            concurrent_uploads: args.concurrent_uploads.max(1),
+            ..RELAY_LIMITS
+        },
         outbound_queue: OUTBOUND_QUEUE,
     }
 }
