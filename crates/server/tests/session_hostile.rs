@@ -159,3 +159,72 @@ async fn a_frame_over_the_connection_limit_closes_with_1009_and_the_others_play_
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_that_never_reads_is_closed_as_too_slow_and_the_game_goes_on() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let h = TestHost::start().await;
+    let api = Api::of(&h);
+    let (sid, token) = api.create(&presenter_body(2)).await;
+    api.op(&sid, &token, "start").await;
+    let (mut board, _) = api.device(&sid, "board", "board").await;
+    board.call("ready", json!([])).await.unwrap();
+    // p1 says hello and ready on a raw socket, then never reads again.
+    let url = format!(
+        "{}/memizy/session/ws?session={sid}&view=controller&address=p1",
+        h.ws
+    );
+    let (mut raw, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let hello = json!({"v": "1.0.0", "kind": "request", "id": 1, "method": "hello",
+        "params": hostwire::memizy::session::device::hello_args(PLUGIN_ID)});
+    raw.send(Message::text(hello.to_string())).await.unwrap();
+    raw.send(Message::text(
+        r#"{"v":"1.0.0","kind":"request","id":2,"method":"ready","params":[]}"#,
+    ))
+    .await
+    .unwrap();
+    let (mut p2, _) = api.device(&sid, "controller", "p2").await;
+    p2.call("ready", json!([])).await.unwrap();
+    board.wait_for("start", GUARD).await.expect("start");
+    // 60 KB messages to p1, a burst at a time (the clock refills the rate).
+    let blob = "y".repeat(60 * 1024);
+    let mut closed = false;
+    for _ in 0..40 {
+        for _ in 0..60 {
+            board
+                .call("send", send_args(json!(["p1"]), json!(blob)))
+                .await
+                .unwrap();
+        }
+        h.clock.advance_ms(2_000);
+        let st = api.status(&sid, &token).await;
+        let p1 = st["players"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["id"] == "p1")
+            .unwrap()
+            .clone();
+        if p1["connected"] == false {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "the non-reader was not closed");
+    // The others play on.
+    board
+        .call("send", send_args(json!(["p2"]), json!("fine")))
+        .await
+        .unwrap();
+    loop {
+        let d = p2
+            .wait_for("deliver", GUARD)
+            .await
+            .expect("p2 still served");
+        if d.args[0]["data"] == "fine" {
+            break;
+        }
+    }
+    drop(raw);
+}

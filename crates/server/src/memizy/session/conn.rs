@@ -5,7 +5,7 @@
 //! read and dropped).
 
 use super::actor::{response_text, Cmd, DeviceOut, CLOSE_TOO_SLOW};
-use super::{Sessions, DEVICE_OUTBOUND_QUEUE, MAX_DEVICE_FRAME_BYTES};
+use super::{Sessions, DEVICE_OUTBOUND_BYTES, DEVICE_OUTBOUND_QUEUE, MAX_DEVICE_FRAME_BYTES};
 use crate::http::error::json_response;
 use crate::outbound::{self, Direct};
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
@@ -81,7 +81,12 @@ async fn handle_socket(
 ) {
     let instance = sessions.next_instance();
     let (sink, stream) = socket.split();
-    let (out, drain) = outbound::queue(DEVICE_OUTBOUND_QUEUE, ());
+    let (out, drain) = outbound::queue_bounded(
+        DEVICE_OUTBOUND_QUEUE,
+        DEVICE_OUTBOUND_BYTES,
+        |t: &Utf8Bytes| t.len(),
+        (),
+    );
     let mut writer = tokio::spawn(write_loop(drain, sink));
     let (done, attached) = oneshot::channel();
     let sent = tx

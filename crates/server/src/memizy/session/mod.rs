@@ -33,6 +33,10 @@ use std::sync::{Arc, Mutex};
 pub const SESSION_QUEUE: usize = 4096;
 /// Frames queued for one device before it is closed as too slow (1013).
 pub const DEVICE_OUTBOUND_QUEUE: usize = 1024;
+/// Bytes queued for one device before it is closed as too slow (1013): a
+/// device that does not read costs at most this much (one frame is always
+/// taken into an empty queue, whatever its size).
+pub const DEVICE_OUTBOUND_BYTES: usize = 4 * 1024 * 1024;
 /// The largest frame a device may send: the largest Host API call
 /// (`saveSnapshot`'s 1 MB) and its envelope. Larger frames close the
 /// connection with 1009 after a `goodbye` naming the limit.
