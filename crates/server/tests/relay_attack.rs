@@ -283,3 +283,23 @@ async fn bundle_uploads_beyond_the_concurrent_bound_are_refused_503() {
         "the place of a dropped upload was not given back"
     );
 }
+
+#[tokio::test]
+async fn behind_a_proxy_the_address_it_saw_counts_not_the_one_the_client_wrote() {
+    let t = TestRelay::start(RelayConfig {
+        trust_proxy: true,
+        rooms_per_ip_per_hour: 1,
+        ..config()
+    })
+    .await;
+    let create = |xff: &'static str| {
+        reqwest::Client::new()
+            .post(format!("{}/api/rooms", t.http))
+            .header("X-Forwarded-For", xff)
+            .send()
+    };
+    assert_eq!(create("1.1.1.1, 9.9.9.9").await.unwrap().status(), 201);
+    // The client wrote another address; the proxy appended the same one.
+    assert_eq!(create("2.2.2.2, 9.9.9.9").await.unwrap().status(), 429);
+    assert_eq!(create("1.1.1.1, 8.8.8.8").await.unwrap().status(), 201);
+}

@@ -3,21 +3,36 @@
 use axum::http::HeaderMap;
 use std::net::SocketAddr;
 
-/// The peer's address, or behind a trusted reverse proxy the first address
-/// of `X-Forwarded-For` (the one the proxy saw).
+/// Reverse proxies in front of the server when the proxy is trusted: each
+/// appends the address it saw to `X-Forwarded-For`.
+pub const TRUSTED_PROXY_HOPS: usize = 1;
+
+/// The peer's address, or behind a trusted reverse proxy the address that
+/// proxy saw: the entry of `X-Forwarded-For` [`TRUSTED_PROXY_HOPS`] in from
+/// the right. Entries to its left were written by the client and prove
+/// nothing.
 pub fn client_ip(headers: &HeaderMap, peer: SocketAddr, trust_proxy: bool) -> String {
     if trust_proxy {
-        if let Some(first) = headers
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|f| f.split(',').next())
-            .map(str::trim)
-            .filter(|f| !f.is_empty())
-        {
-            return first.to_owned();
+        if let Some(ip) = forwarded_for(headers, TRUSTED_PROXY_HOPS) {
+            return ip;
         }
     }
     peer.ip().to_string()
+}
+
+/// The entry `hops` in from the right of every `X-Forwarded-For` header
+/// (in order), or the leftmost when there are fewer.
+fn forwarded_for(headers: &HeaderMap, hops: usize) -> Option<String> {
+    let entries: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .collect();
+    let i = entries.len().saturating_sub(hops.max(1));
+    entries.get(i).map(|e| (*e).to_owned())
 }
 
 #[cfg(test)]
@@ -29,8 +44,18 @@ mod tests {
         let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", "10.0.0.1, 10.9.9.9".parse().unwrap());
-        assert_eq!(client_ip(&h, peer, true), "10.0.0.1");
+        assert_eq!(client_ip(&h, peer, true), "10.9.9.9");
         assert_eq!(client_ip(&h, peer, false), "127.0.0.1");
         assert_eq!(client_ip(&HeaderMap::new(), peer, true), "127.0.0.1");
+    }
+
+    #[test]
+    fn the_entry_the_trusted_proxy_wrote_counts_not_the_clients() {
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-for", "6.6.6.6, 7.7.7.7".parse().unwrap());
+        h.append("x-forwarded-for", "10.1.2.3".parse().unwrap());
+        assert_eq!(forwarded_for(&h, 1).as_deref(), Some("10.1.2.3"));
+        assert_eq!(forwarded_for(&h, 2).as_deref(), Some("7.7.7.7"));
+        assert_eq!(forwarded_for(&h, 9).as_deref(), Some("6.6.6.6"));
     }
 }
