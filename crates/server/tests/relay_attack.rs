@@ -303,3 +303,21 @@ async fn behind_a_proxy_the_address_it_saw_counts_not_the_one_the_client_wrote()
     assert_eq!(create("2.2.2.2, 9.9.9.9").await.unwrap().status(), 429);
     assert_eq!(create("1.1.1.1, 8.8.8.8").await.unwrap().status(), 201);
 }
+
+#[tokio::test]
+async fn the_bearer_scheme_is_matched_case_insensitively() {
+    let t = TestRelay::start(config()).await;
+    let (pin, token) = t.create_room().await;
+    let bundle = json!({"pluginHtml": "<p>x</p>", "set": {}}).to_string();
+    for scheme in ["bearer", "BEARER"] {
+        let r = reqwest::Client::new()
+            .put(format!("{}/api/rooms/{pin}/bundle", t.http))
+            .header("Origin", ORIGIN)
+            .header("Authorization", format!("{scheme} {token}"))
+            .body(bundle.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{scheme}");
+    }
+}

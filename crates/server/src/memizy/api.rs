@@ -168,7 +168,10 @@ async fn put_bundle(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| v.split_once(' '))
+        // The scheme is case-insensitive (RFC 9110 §11.1).
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim())
         .unwrap_or("")
         .to_owned();
     // The token is checked first: a caller who is not the host never gets
