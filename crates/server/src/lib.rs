@@ -12,6 +12,6 @@ pub mod ggui;
 pub mod http;
 pub mod memizy;
 pub mod metrics;
-pub mod playerthree;
 mod outbound;
+pub mod playerthree;
 pub mod store_writer;
