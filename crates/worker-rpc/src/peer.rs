@@ -198,6 +198,8 @@ enum StreamItem {
 }
 
 struct InStream {
+    /// Bounded by the credit window: a chunk beyond `granted` is a
+    /// protocol error and never queued.
     tx: mpsc::UnboundedSender<StreamItem>,
     granted: u64,
     received: u64,
@@ -264,6 +266,8 @@ struct Shared {
     side: Side,
     config: PeerConfig,
     next_id: AtomicU64,
+    /// Bounded in bytes by `budget`: a frame is queued only after its size
+    /// is taken from it (back-pressure, then the write timeout).
     out: mpsc::UnboundedSender<Out>,
     /// Room in the outbound queue, in bytes.
     budget: Arc<Semaphore>,

@@ -44,6 +44,8 @@ pub struct PluginCall {
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, RemoteError>>>>>;
 
 pub struct Device {
+    /// A test and bench client: its owner decides how much it sends, and
+    /// the socket writer drains this as fast as the server reads.
     out: mpsc::UnboundedSender<Message>,
     pending: Pending,
     inbox: mpsc::Receiver<PluginCall>,
