@@ -113,6 +113,44 @@ pub struct ServeArgs {
     /// PlayerThree: milliseconds between two ticks of a match.
     #[arg(long, env = "PLAYERTHREE_TICK_MS", default_value_t = crate::playerthree::DEFAULT_TICK_MS)]
     pub playerthree_tick_ms: u64,
+    /// Memizy sessions: a service offered to plugins (SPEC 5.3), as
+    /// NAME=COMMAND: a worker process spoken to with worker RPC on its
+    /// stdin and stdout. Repeat the option for more; in the environment,
+    /// separate them with ";". A bare program name is looked up beside
+    /// this executable, then on PATH; a service whose program is missing
+    /// is not offered. Empty: no services.
+    #[arg(
+        long = "memizy-service",
+        env = "MEMIZY_SERVICES",
+        value_delimiter = ';',
+        default_value = "answers.check=hostwire-answer-checker"
+    )]
+    pub memizy_services: Vec<String>,
+    /// Memizy sessions: milliseconds a service call may take before it
+    /// fails with INTERNAL_ERROR.
+    #[arg(long, env = "MEMIZY_SERVICE_TIMEOUT_MS", default_value_t = crate::memizy::session::services::DEFAULT_SERVICE_TIMEOUT_MS)]
+    pub memizy_service_timeout_ms: u64,
+}
+
+/// The services `serve` offers: each NAME=COMMAND whose program exists.
+pub fn memizy_services(
+    args: &ServeArgs,
+) -> anyhow::Result<Vec<crate::memizy::session::services::ServiceCommand>> {
+    let mut out = Vec::new();
+    for spec in args.memizy_services.iter().filter(|s| !s.trim().is_empty()) {
+        let cmd = crate::memizy::session::services::ServiceCommand::parse(spec)
+            .map_err(|e| anyhow!("--memizy-service / MEMIZY_SERVICES: {e}"))?;
+        if cmd.program_exists() {
+            out.push(cmd);
+        } else {
+            tracing::warn!(
+                service = %cmd.name,
+                program = %cmd.program.display(),
+                "service not offered: its program was not found (build it with `cargo build --release`, or set --memizy-service / MEMIZY_SERVICES)"
+            );
+        }
+    }
+    Ok(out)
 }
 
 /// What a ggui version mismatch does to the socket.
@@ -272,6 +310,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             crate::playerthree::PlayerThreeConfig::new(config.allowed_origins.clone());
         p3_config.tick_ms = args.playerthree_tick_ms.max(1);
         let sessions_store = Arc::clone(&sqlite);
+        let services = memizy_services(&args)?;
         let server = App::start_all(
             listener,
             config,
@@ -283,6 +322,10 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             sqlite,
         )?;
         server.sessions.use_store(sessions_store);
+        tracing::info!(services = ?services.iter().map(|s| &s.name).collect::<Vec<_>>(), "memizy services offered");
+        server
+            .sessions
+            .use_services(services, args.memizy_service_timeout_ms.max(1));
         let stop = app::stop_signal();
         // A line for scripts and tests: where we listen.
         println!("hostwire relay listening on http://{}", server.addr);

@@ -1,7 +1,8 @@
 //! A misbehaving player gets the protocol's errors while the game goes on
 //! for the others: oversized messages, floods, calls from the wrong view,
 //! a second `hello`, malformed and deeply nested frames, a frame over the
-//! connection's limit, and a device that never reads.
+//! connection's limit, and a device that never reads (closed at the byte
+//! bound of its queue).
 
 mod session_support;
 
@@ -161,8 +162,9 @@ async fn a_frame_over_the_connection_limit_closes_with_1009_and_the_others_play_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_device_that_never_reads_is_closed_as_too_slow_and_the_game_goes_on() {
+async fn a_device_that_never_reads_is_closed_at_its_byte_bound_and_the_game_goes_on() {
     use futures_util::SinkExt;
+    use hostwire::memizy::session::{DEVICE_OUTBOUND_BYTES, DEVICE_OUTBOUND_QUEUE};
     use tokio_tungstenite::tungstenite::Message;
     let h = TestHost::start().await;
     let api = Api::of(&h);
@@ -170,12 +172,17 @@ async fn a_device_that_never_reads_is_closed_as_too_slow_and_the_game_goes_on() 
     api.op(&sid, &token, "start").await;
     let (mut board, _) = api.device(&sid, "board", "board").await;
     board.call("ready", json!([])).await.unwrap();
-    // p1 says hello and ready on a raw socket, then never reads again.
+    // p1 says hello and ready on a raw socket with a small receive buffer
+    // (the kernel holds little for it), then never reads again.
+    let p1_token = api.token_for(&sid, "controller", "p1");
     let url = format!(
-        "{}/memizy/session/ws?session={sid}&view=controller&address=p1",
+        "{}/memizy/session/ws?session={sid}&view=controller&address=p1&token={p1_token}",
         h.ws
     );
-    let (mut raw, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(8 * 1024).unwrap();
+    let stream = sock.connect(h.server.as_ref().unwrap().addr).await.unwrap();
+    let (mut raw, _) = tokio_tungstenite::client_async(url, stream).await.unwrap();
     let hello = json!({"v": "1.0.0", "kind": "request", "id": 1, "method": "hello",
         "params": hostwire::memizy::session::device::hello_args(PLUGIN_ID)});
     raw.send(Message::text(hello.to_string())).await.unwrap();
@@ -187,16 +194,26 @@ async fn a_device_that_never_reads_is_closed_as_too_slow_and_the_game_goes_on() 
     let (mut p2, _) = api.device(&sid, "controller", "p2").await;
     p2.call("ready", json!([])).await.unwrap();
     board.wait_for("start", GUARD).await.expect("start");
-    // 60 KB messages to p1, a burst at a time (the clock refills the rate).
-    let blob = "y".repeat(60 * 1024);
-    let mut closed = false;
-    for _ in 0..40 {
-        for _ in 0..60 {
+    // Frames of 16 KB, far under the frame and message caps, and fewer in
+    // all than the queue's frame bound: only the byte bound can close p1.
+    // Their total is room for the kernel's buffers (the sender's at most
+    // 4 MB) and more than 4 MB queued beside them.
+    const FRAME: usize = 16 * 1024;
+    const BURST: usize = 56;
+    let max_frames = DEVICE_OUTBOUND_QUEUE * 7 / 8;
+    assert!(max_frames * FRAME > 3 * DEVICE_OUTBOUND_BYTES);
+    let blob = "y".repeat(FRAME);
+    let mut sent = 0;
+    let mut closed_after = None;
+    while sent + BURST <= max_frames {
+        for _ in 0..BURST {
             board
                 .call("send", send_args(json!(["p1"]), json!(blob)))
                 .await
                 .unwrap();
+            sent += 1;
         }
+        // The clock refills the per-recipient rate (30/s, burst 60).
         h.clock.advance_ms(2_000);
         let st = api.status(&sid, &token).await;
         let p1 = st["players"]
@@ -207,11 +224,25 @@ async fn a_device_that_never_reads_is_closed_as_too_slow_and_the_game_goes_on() 
             .unwrap()
             .clone();
         if p1["connected"] == false {
-            closed = true;
+            closed_after = Some(sent);
             break;
         }
     }
-    assert!(closed, "the non-reader was not closed");
+    let sent = closed_after.expect("p1 was not closed: its queue's byte bound did not hold");
+    assert!(sent < DEVICE_OUTBOUND_QUEUE, "{sent} frames");
+    assert!(
+        sent * FRAME > DEVICE_OUTBOUND_BYTES,
+        "closed after {sent} frames, before 4 MB were queued"
+    );
+    let slow = h
+        .server
+        .as_ref()
+        .unwrap()
+        .sessions
+        .metrics
+        .slow_devices
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(slow, 1);
     // The others play on.
     board
         .call("send", send_args(json!(["p2"]), json!("fine")))

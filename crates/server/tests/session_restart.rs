@@ -52,6 +52,7 @@ fn spawn_server(dir: &std::path::Path) -> Server {
         api: Api {
             http: format!("http://{addr}"),
             ws: format!("ws://{addr}"),
+            tokens: Default::default(),
         },
     }
 }

@@ -1,8 +1,9 @@
 //! What hosted Memizy sessions keep across a restart: each session's bundle
 //! (plugin HTML, set, how it was created), the authority's latest snapshot,
 //! plugin data per user and plugin id per scope, learning progress per user,
-//! set and item, the statistics row of every answer, results and saved
-//! games. Values are stored as the JSON text the protocol crate writes; the
+//! set and item, the statistics row of every answer, results, saved
+//! games, the token each player's device attaches with, and the bundle's
+//! asset files. Values are stored as the JSON text the protocol crate writes; the
 //! store does not depend on the protocol crate.
 
 use crate::{SqliteStore, StoreError};
@@ -49,6 +50,18 @@ CREATE TABLE IF NOT EXISTS memizy_results (
 CREATE TABLE IF NOT EXISTS memizy_saved_games (
     session_id TEXT PRIMARY KEY,
     body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS memizy_player_tokens (
+    session_id TEXT NOT NULL,
+    player_id TEXT NOT NULL,
+    token TEXT NOT NULL,
+    PRIMARY KEY (session_id, player_id)
+);
+CREATE TABLE IF NOT EXISTS memizy_assets (
+    session_id TEXT NOT NULL,
+    file TEXT NOT NULL,
+    bytes BLOB NOT NULL,
+    PRIMARY KEY (session_id, file)
 );
 ";
 
@@ -107,6 +120,19 @@ pub enum SessionWrite {
         session_id: String,
         body: String,
     },
+    /// The token a player's device attaches with. A player that has one
+    /// keeps it (a re-added or continued player's device still works).
+    PlayerToken {
+        session_id: String,
+        player_id: String,
+        token: String,
+    },
+    /// One file of the session's bundle, served by `getAsset`.
+    Asset {
+        session_id: String,
+        file: String,
+        bytes: Vec<u8>,
+    },
 }
 
 /// Plugin data of one user for one plugin: scope `plugin` and scope `set`.
@@ -134,6 +160,12 @@ pub trait SessionStore: Send + Sync + 'static {
     fn load_progress(&self, user: &str, set_id: &str) -> Result<Vec<(String, String)>, StoreError>;
     /// How many answers a session recorded.
     fn count_answers(&self, session_id: &str) -> Result<u64, StoreError>;
+    /// The players' tokens of a session: (player id, token).
+    fn load_player_tokens(&self, session_id: &str) -> Result<Vec<(String, String)>, StoreError>;
+    /// The bundle's files of a session and their sizes: (file, bytes).
+    fn list_assets(&self, session_id: &str) -> Result<Vec<(String, usize)>, StoreError>;
+    /// One file of a session's bundle.
+    fn load_asset(&self, session_id: &str, file: &str) -> Result<Option<Vec<u8>>, StoreError>;
 }
 
 impl SessionStore for SqliteStore {
@@ -208,6 +240,26 @@ impl SessionStore for SqliteStore {
                     tx.execute(
                         "INSERT OR REPLACE INTO memizy_saved_games (session_id, body) VALUES (?1, ?2)",
                         params![session_id, body],
+                    )?;
+                }
+                SessionWrite::PlayerToken {
+                    session_id,
+                    player_id,
+                    token,
+                } => {
+                    tx.execute(
+                        "INSERT OR IGNORE INTO memizy_player_tokens (session_id, player_id, token) VALUES (?1, ?2, ?3)",
+                        params![session_id, player_id, token],
+                    )?;
+                }
+                SessionWrite::Asset {
+                    session_id,
+                    file,
+                    bytes,
+                } => {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO memizy_assets (session_id, file, bytes) VALUES (?1, ?2, ?3)",
+                        params![session_id, file, bytes],
                     )?;
                 }
             }
@@ -299,6 +351,41 @@ impl SessionStore for SqliteStore {
         )?;
         Ok(n as u64)
     }
+
+    fn load_player_tokens(&self, session_id: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let mut stmt = conn.prepare(
+            "SELECT player_id, token FROM memizy_player_tokens WHERE session_id = ?1 ORDER BY player_id",
+        )?;
+        let rows = stmt
+            .query_map([session_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    fn list_assets(&self, session_id: &str) -> Result<Vec<(String, usize)>, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let mut stmt = conn.prepare(
+            "SELECT file, length(bytes) FROM memizy_assets WHERE session_id = ?1 ORDER BY file",
+        )?;
+        let rows = stmt
+            .query_map([session_id], |r| {
+                Ok((r.get(0)?, r.get::<_, i64>(1)?.max(0) as usize))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    fn load_asset(&self, session_id: &str, file: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        Ok(conn
+            .query_row(
+                "SELECT bytes FROM memizy_assets WHERE session_id = ?1 AND file = ?2",
+                params![session_id, file],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
 }
 
 fn one_text(store: &SqliteStore, sql: &str, key: &str) -> Result<Option<String>, StoreError> {
@@ -350,5 +437,37 @@ mod tests {
         }])
         .unwrap();
         assert_eq!(s.load_snapshot("s").unwrap(), None);
+    }
+
+    #[test]
+    fn a_player_keeps_its_first_token_and_assets_are_read_back() {
+        let s = SqliteStore::in_memory().unwrap();
+        let token = |t: &str| SessionWrite::PlayerToken {
+            session_id: "s".into(),
+            player_id: "p1".into(),
+            token: t.into(),
+        };
+        s.apply_sessions(&[token("first")]).unwrap();
+        s.apply_sessions(&[token("second")]).unwrap();
+        assert_eq!(
+            s.load_player_tokens("s").unwrap(),
+            vec![("p1".to_owned(), "first".to_owned())]
+        );
+        s.apply_sessions(&[SessionWrite::Asset {
+            session_id: "s".into(),
+            file: "assets/a.png".into(),
+            bytes: vec![0, 1, 2],
+        }])
+        .unwrap();
+        assert_eq!(
+            s.list_assets("s").unwrap(),
+            vec![("assets/a.png".to_owned(), 3)]
+        );
+        assert_eq!(
+            s.load_asset("s", "assets/a.png").unwrap(),
+            Some(vec![0, 1, 2])
+        );
+        assert_eq!(s.load_asset("s", "nope").unwrap(), None);
+        assert!(s.load_player_tokens("other").unwrap().is_empty());
     }
 }

@@ -1296,6 +1296,8 @@ impl Session {
                 ),
             ));
         }
+        // OQSE asset keys are lowercase; the reference matches them so.
+        let key = key.to_lowercase();
         let from_item = item_id
             .as_ref()
             .and_then(|i| self.cfg.assets.items.get(i))

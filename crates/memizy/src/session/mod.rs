@@ -16,10 +16,12 @@
 //!   poll_timeout()                 <-  when to call handle_timeout next
 //! ```
 
+pub mod assets;
 mod engine;
 pub mod leitner;
 pub mod services;
 
+pub use assets::{catalog, AssetCatalog, BundledFile};
 pub use engine::{PlayerStats, Session};
 pub use leitner::{Leitner, ProgressRecord, Scheduler};
 pub use services::{ServiceRegistry, ServiceSpec};
@@ -114,7 +116,8 @@ impl Default for QueueBounds {
 }
 
 /// The assets `getAsset` resolves: item assets first, then set assets
-/// (SPEC 5), each key with its size in bytes.
+/// (SPEC 5), each key (lowercase) with its size in bytes. [`catalog`]
+/// builds it from a set and the bundle's files.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AssetIndex {
     pub set: BTreeMap<String, usize>,
@@ -275,7 +278,9 @@ pub enum Reply {
     Init(Box<InitPayload>),
     /// A `void` method.
     Done,
-    /// `getAsset`: send the bytes of this asset (resolved and within the limit).
+    /// `getAsset`: send the bytes of this asset (resolved and within the
+    /// limit): the key (lowercase) of the item's assets, or of the set's
+    /// when `item_id` is `None`.
     Asset {
         key: String,
         item_id: Option<String>,

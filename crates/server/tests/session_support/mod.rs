@@ -9,11 +9,13 @@ use hostwire_core::ManualClock;
 use hostwire_memizy::RELAY_LIMITS;
 use hostwire_store::SqliteStore;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use hostwire::memizy::session::device::Device;
+pub use hostwire::memizy::session::services::ServiceCommand;
 
 pub const PLUGIN_ID: &str = "https://example.com/plugins/quiz-race";
 /// A guard against a hung test, not a wait for time to pass.
@@ -35,7 +37,8 @@ pub fn manifest() -> Value {
             },
             "settings": [
                 {"id": "questionTime", "type": "number", "label": "Time", "default": 20, "min": 5, "max": 120}
-            ]
+            ],
+            "services": ["answers.check", "test.hang", "test.exit", "ai.chat"]
         }}
     })
 }
@@ -99,6 +102,24 @@ pub fn relay_config() -> RelayConfig {
     }
 }
 
+/// The built-in answer checker, as this build has it.
+pub fn answer_checker() -> ServiceCommand {
+    ServiceCommand::parse(&format!(
+        "answers.check={}",
+        env!("CARGO_BIN_EXE_hostwire-answer-checker")
+    ))
+    .unwrap()
+}
+
+/// A service whose worker runs `script` with `sh -c`.
+pub fn sh_service(name: &str, script: &str) -> ServiceCommand {
+    ServiceCommand {
+        name: name.to_owned(),
+        program: "/bin/sh".into(),
+        args: vec!["-c".into(), script.into()],
+    }
+}
+
 impl TestHost {
     pub async fn start() -> TestHost {
         let dir = tempfile::Builder::new()
@@ -130,10 +151,19 @@ impl TestHost {
     }
 }
 
-/// A server's address and the session API over HTTP.
+/// The tokens of one session the API answered.
+#[derive(Debug, Clone, Default)]
+pub struct Tokens {
+    pub host: String,
+    pub players: HashMap<String, String>,
+}
+
+/// A server's address and the session API over HTTP; it keeps the tokens
+/// the API answers, and devices attach with them.
 pub struct Api {
     pub http: String,
     pub ws: String,
+    pub tokens: Mutex<HashMap<String, Tokens>>,
 }
 
 impl Api {
@@ -141,6 +171,7 @@ impl Api {
         Api {
             http: h.http.clone(),
             ws: h.ws.clone(),
+            tokens: Mutex::new(HashMap::new()),
         }
     }
 
@@ -150,10 +181,37 @@ impl Api {
             .request("POST", "/memizy/sessions", None, Some(body))
             .await;
         assert_eq!(status, 201, "{v}");
-        (
-            v["sessionId"].as_str().unwrap().to_owned(),
-            v["hostToken"].as_str().unwrap().to_owned(),
-        )
+        let sid = v["sessionId"].as_str().unwrap().to_owned();
+        let host = v["hostToken"].as_str().unwrap().to_owned();
+        self.remember(&sid, Some(&host), &v);
+        (sid, host)
+    }
+
+    fn remember(&self, sid: &str, host: Option<&str>, v: &Value) {
+        let mut all = self.tokens.lock().unwrap();
+        let t = all.entry(sid.to_owned()).or_default();
+        if let Some(h) = host {
+            t.host = h.to_owned();
+        }
+        if let Some(m) = v["playerTokens"].as_object() {
+            for (p, tok) in m {
+                t.players
+                    .insert(p.clone(), tok.as_str().unwrap_or_default().to_owned());
+            }
+        }
+        if let (Some(p), Some(tok)) = (v["playerId"].as_str(), v["playerToken"].as_str()) {
+            t.players.insert(p.to_owned(), tok.to_owned());
+        }
+    }
+
+    /// The token a device presents for `view` at `address`.
+    pub fn token_for(&self, sid: &str, view: &str, address: &str) -> String {
+        let all = self.tokens.lock().unwrap();
+        let t = all.get(sid).cloned().unwrap_or_default();
+        match view {
+            "board" | "settings" => t.host,
+            _ => t.players.get(address).cloned().unwrap_or_default(),
+        }
     }
 
     pub async fn request(
@@ -183,7 +241,16 @@ impl Api {
             .unwrap()
             .unwrap();
         let status = resp.status().as_u16();
-        let v = resp.json().await.unwrap_or(Value::Null);
+        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        // The host token of a session and the tokens its answers carry.
+        if let Some(sid) = path
+            .strip_prefix("/memizy/sessions/")
+            .and_then(|p| p.split('/').next())
+        {
+            if status == 200 {
+                self.remember(sid, token, &v);
+            }
+        }
         (status, v)
     }
 
@@ -205,9 +272,17 @@ impl Api {
         v
     }
 
+    /// A device attached with its token, before `hello`.
+    pub async fn connect(&self, sid: &str, view: &str, address: &str) -> Device {
+        let token = self.token_for(sid, view, address);
+        Device::connect(&self.ws, sid, view, address, &token)
+            .await
+            .unwrap()
+    }
+
     /// A device attached, `hello` said: (device, InitPayload).
     pub async fn device(&self, sid: &str, view: &str, address: &str) -> (Device, Value) {
-        let d = Device::connect(&self.ws, sid, view, address).await.unwrap();
+        let d = self.connect(sid, view, address).await;
         let init = d.hello(PLUGIN_ID).await.unwrap();
         (d, init)
     }

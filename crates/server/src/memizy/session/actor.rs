@@ -3,12 +3,15 @@
 //! calls to devices, records to the store, events) and arms the engine's
 //! timer at `poll_timeout`.
 
+use super::services::{self, ServiceHost};
 use super::{SessionMetrics, Sessions, STORE_QUEUE};
 use crate::outbound::{self, Direct, Refused};
 use axum::extract::ws::Utf8Bytes;
+use base64::Engine;
+use hostwire_core::token::Token;
 use hostwire_memizy::session::{
-    CallId, CloseReason, InstanceId, Output, Phase, PlayerSpec, Record, RecordId, Reply, Session,
-    SessionError, SessionEvent,
+    AssetCatalog, CallId, CloseReason, InstanceId, Output, Phase, PlayerSpec, Record, RecordId,
+    Reply, ServiceCallId, Session, SessionError, SessionEvent,
 };
 use hostwire_memizy::{ProtocolError, ProtocolErrorCode, SessionEndReason, View};
 use hostwire_store::sessions::{SessionStore, SessionWrite};
@@ -25,6 +28,47 @@ pub type DeviceOut = outbound::Outbound<Utf8Bytes>;
 
 /// 1013: the device did not read its frames fast enough.
 pub const CLOSE_TOO_SLOW: outbound::Close = (1013, "too slow: outbound queue full");
+/// 4001: the device did not present the token of the instance it attaches as.
+pub const CLOSE_UNAUTHORIZED: outbound::Close = (4001, "unauthorized: wrong or missing token");
+/// Assets read from the store and encoded at once, over all sessions (each
+/// costs up to the 2 MB asset and its base64 text); more wait their turn.
+pub const CONCURRENT_ASSET_LOADS: usize = 16;
+
+static ASSET_LOADS: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(CONCURRENT_ASSET_LOADS);
+
+/// Who may attach as which instance: the host token opens the board, the
+/// settings screen and the host's own player; each player's token opens
+/// that player's instance. Compared in constant time.
+#[derive(Debug, Clone)]
+pub struct Auth {
+    pub host: Token,
+    pub players: HashMap<String, Token>,
+}
+
+impl Auth {
+    /// Whether `token` opens the instance at `address` in `view`;
+    /// `is_host_player` says whether that address is the host's player.
+    pub fn allows(&self, view: View, address: &str, is_host_player: bool, token: &str) -> bool {
+        let host = self.host.matches(token);
+        match view {
+            View::Board | View::Settings => host,
+            View::Solo | View::Controller => {
+                let own = self.players.get(address).is_some_and(|t| t.matches(token));
+                own || (is_host_player && host)
+            }
+        }
+    }
+}
+
+/// Why an attach was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttachRefused {
+    /// Wrong or missing token (close 4001).
+    Unauthorized(String),
+    /// The engine refused it (close 1008).
+    Refused(String),
+}
 
 /// How to reach a session's task.
 #[derive(Clone)]
@@ -35,7 +79,8 @@ pub struct SessionHandle {
 /// An HTTP API operation and where its answer goes.
 pub enum Admin {
     Status,
-    AddPlayer(Box<PlayerSpec>),
+    /// A player and the token its device attaches with.
+    AddPlayer(Box<PlayerSpec>, Token),
     Kick(String),
     Start,
     Pause,
@@ -51,7 +96,9 @@ pub enum Cmd {
         view: View,
         address: String,
         out: DeviceOut,
-        done: oneshot::Sender<Result<(), String>>,
+        /// The token the device presented (`None`: none).
+        token: Option<String>,
+        done: oneshot::Sender<Result<(), AttachRefused>>,
     },
     Detach {
         instance: InstanceId,
@@ -67,6 +114,11 @@ pub enum Cmd {
     Durable {
         id: RecordId,
         outcome: Result<(), String>,
+    },
+    /// A service call's worker answered (result JSON text) or failed.
+    ServiceDone {
+        id: ServiceCallId,
+        outcome: Result<String, ProtocolError>,
     },
     Shutdown,
 }
@@ -86,11 +138,26 @@ struct Actor {
     /// HTTP `save` requests waiting for their record to be durable.
     saves: HashMap<RecordId, (AdminReply, Value)>,
     result: Option<Value>,
+    auth: Auth,
+    assets: AssetCatalog,
+    services: Arc<ServiceHost>,
+    /// Service calls out: what stops each (`true`: its deadline passed) and
+    /// its deadline.
+    service_calls: HashMap<ServiceCallId, (oneshot::Sender<bool>, u64)>,
+    /// This session's own queue, for the tasks it starts (weak: the
+    /// session ends when every device and the API let go of it).
+    me: mpsc::WeakSender<Cmd>,
 }
 
 /// Starts the task of a session and its store writer; `None` if the server
-/// holds as many sessions as it may or the id is taken.
-pub fn spawn(sessions: &Arc<Sessions>, s: Session) -> Option<SessionHandle> {
+/// holds as many sessions as it may or the id is taken. `auth` says who
+/// may attach; `assets` where `getAsset`'s bytes are.
+pub fn spawn(
+    sessions: &Arc<Sessions>,
+    s: Session,
+    auth: Auth,
+    assets: AssetCatalog,
+) -> Option<SessionHandle> {
     let (tx, rx) = mpsc::channel(super::SESSION_QUEUE);
     let handle = SessionHandle { tx: tx.clone() };
     let id = s.id().to_owned();
@@ -113,6 +180,11 @@ pub fn spawn(sessions: &Arc<Sessions>, s: Session) -> Option<SessionHandle> {
         store_tx,
         saves: HashMap::new(),
         result: None,
+        auth,
+        assets,
+        services: sessions.services(),
+        service_calls: HashMap::new(),
+        me: tx.downgrade(),
     };
     tokio::spawn(actor.run(rx));
     Some(handle)
@@ -214,6 +286,7 @@ fn reply_payload(r: Reply) -> Payload {
     match r {
         Reply::Init(init) => Payload::json(&*init).unwrap_or_else(|_| Payload::null()),
         Reply::Done => Payload::null(),
+        // Answered by `Actor::send_asset` with the bytes; not reached.
         Reply::Asset { key, item_id } => Payload::from(&json!({"key": key, "itemId": item_id})),
         Reply::Service(text) => {
             Payload::from_text(text.to_string()).unwrap_or_else(|_| Payload::null())
@@ -298,16 +371,38 @@ impl Actor {
                 view,
                 address,
                 out,
+                token,
                 done,
-            } => match self.s.attach(instance, view, &address, now) {
-                Ok(()) => {
-                    self.devices.insert(instance, Device { out, next_call: 1 });
-                    let _ = done.send(Ok(()));
+            } => {
+                let is_host_player = self
+                    .s
+                    .players()
+                    .iter()
+                    .any(|p| p.id == address && p.is_host);
+                let allowed = token
+                    .as_deref()
+                    .is_some_and(|t| self.auth.allows(view, &address, is_host_player, t));
+                if !allowed {
+                    let why = match (token.is_some(), view) {
+                        (false, _) => "token: required (?token= or Authorization: Bearer)",
+                        (true, View::Board | View::Settings) => {
+                            "token: not the session's host token"
+                        }
+                        (true, _) => "token: not the token of this player",
+                    };
+                    let _ = done.send(Err(AttachRefused::Unauthorized(why.to_owned())));
+                    return true;
                 }
-                Err(e) => {
-                    let _ = done.send(Err(e.to_string()));
+                match self.s.attach(instance, view, &address, now) {
+                    Ok(()) => {
+                        self.devices.insert(instance, Device { out, next_call: 1 });
+                        let _ = done.send(Ok(()));
+                    }
+                    Err(e) => {
+                        let _ = done.send(Err(AttachRefused::Refused(e.to_string())));
+                    }
                 }
-            },
+            }
             Cmd::Detach { instance } => {
                 self.devices.remove(&instance);
                 self.s.detach(instance, now);
@@ -332,6 +427,11 @@ impl Actor {
                 }
                 self.s.record_durable(id, outcome, now);
             }
+            Cmd::ServiceDone { id, outcome } => {
+                self.service_calls.remove(&id);
+                self.s
+                    .service_done(id, outcome.as_deref().map_err(Clone::clone), now);
+            }
             Cmd::Admin(op, reply) => self.admin(*op, reply, now),
             Cmd::Shutdown => return false,
         }
@@ -341,15 +441,23 @@ impl Actor {
     fn admin(&mut self, op: Admin, reply: AdminReply, now: u64) {
         let r = match op {
             Admin::Status => Ok(self.status()),
-            Admin::AddPlayer(spec) => self
-                .s
-                .add_player(*spec, now)
-                .map(|()| self.status())
-                .map_err(session_error),
+            Admin::AddPlayer(spec, token) => {
+                let id = spec.id.clone();
+                self.s
+                    .add_player(*spec, now)
+                    .map(|()| {
+                        self.auth.players.insert(id, token);
+                        self.status()
+                    })
+                    .map_err(session_error)
+            }
             Admin::Kick(id) => self
                 .s
                 .kick_player(&id, now)
-                .map(|()| self.status())
+                .map(|()| {
+                    self.auth.players.remove(&id);
+                    self.status()
+                })
                 .map_err(session_error),
             Admin::Start => self
                 .s
@@ -400,6 +508,11 @@ impl Actor {
     fn drain(&mut self) {
         while let Some(o) = self.s.poll_output() {
             match o {
+                Output::Reply {
+                    instance,
+                    call,
+                    result: Ok(Reply::Asset { key, item_id }),
+                } => self.send_asset(instance, call, key, item_id),
                 Output::Reply {
                     instance,
                     call,
@@ -460,18 +573,43 @@ impl Actor {
                     }
                 }
                 Output::Service(req) => {
-                    // No service worker is attached to this session.
-                    let now = self.now();
-                    self.s.service_done(
-                        req.id,
-                        Err(ProtocolError::new(
-                            ProtocolErrorCode::ServiceUnavailable,
-                            format!("service: {:?} has no worker", req.name),
-                        )),
-                        now,
-                    );
+                    let params = services::params(&req.payload, self.s.id(), req.player.as_deref());
+                    match self.services.call(&req.name, params) {
+                        Ok((call, ticket)) => {
+                            let (stop, stopped) = oneshot::channel();
+                            self.service_calls.insert(req.id, (stop, req.deadline_ms));
+                            let (me, host, id) =
+                                (self.me.clone(), Arc::clone(&self.services), req.id);
+                            // The call runs beside the session: the engine
+                            // goes on with other calls, and its deadline
+                            // (CancelService) stops this one.
+                            tokio::spawn(async move {
+                                tokio::select! {
+                                    r = call => {
+                                        let outcome = host.outcome(&req.name, &ticket, r);
+                                        if let Some(me) = me.upgrade() {
+                                            let _ = me.send(Cmd::ServiceDone { id, outcome }).await;
+                                        }
+                                    }
+                                    timed_out = stopped => {
+                                        if timed_out.unwrap_or(false) {
+                                            host.timed_out(&ticket);
+                                        }
+                                    }
+                                }
+                            });
+                        }
+                        Err(e) => {
+                            let now = self.now();
+                            self.s.service_done(req.id, Err(e), now);
+                        }
+                    }
                 }
-                Output::CancelService { .. } => {}
+                Output::CancelService { id } => {
+                    if let Some((stop, deadline)) = self.service_calls.remove(&id) {
+                        let _ = stop.send(self.now() >= deadline);
+                    }
+                }
                 Output::Event(e) => {
                     if let SessionEvent::Ended { result } = e {
                         self.result = serde_json::to_value(result).ok();
@@ -479,6 +617,62 @@ impl Actor {
                 }
             }
         }
+    }
+
+    /// `getAsset`'s answer: the bytes, read from the store beside the
+    /// session, as `{key, itemId, mimeType, size, base64}`.
+    fn send_asset(
+        &mut self,
+        instance: InstanceId,
+        call: CallId,
+        key: String,
+        item_id: Option<String>,
+    ) {
+        let Some(d) = self.devices.get(&instance) else {
+            return;
+        };
+        let out = d.out.clone();
+        let Some(file) = self.assets.file(item_id.as_deref(), &key).cloned() else {
+            let e = ProtocolError::new(
+                ProtocolErrorCode::AssetNotFound,
+                format!("getAsset: key {key:?} has no file in the bundle"),
+            );
+            self.push(instance, response_text(call, Err(envelope(&e))));
+            return;
+        };
+        let store = self.sessions.store();
+        let sid = self.s.id().to_owned();
+        tokio::spawn(async move {
+            let Ok(_permit) = ASSET_LOADS.acquire().await else {
+                return;
+            };
+            let path = file.file.clone();
+            let loaded = tokio::task::spawn_blocking(move || store.load_asset(&sid, &path)).await;
+            let result = match loaded {
+                Ok(Ok(Some(bytes))) => Ok(Payload::from(&json!({
+                    "key": key,
+                    "itemId": item_id,
+                    "mimeType": file.mime_type,
+                    "size": bytes.len(),
+                    "base64": base64::engine::general_purpose::STANDARD.encode(&bytes),
+                }))),
+                Ok(Ok(None)) => Err(ProtocolError::new(
+                    ProtocolErrorCode::AssetNotFound,
+                    format!("getAsset: key {key:?}: its file is not stored"),
+                )),
+                Ok(Err(e)) => Err(ProtocolError::new(
+                    ProtocolErrorCode::InternalError,
+                    format!("getAsset: the store failed: {}", e.reason()),
+                )),
+                Err(e) => Err(ProtocolError::new(
+                    ProtocolErrorCode::InternalError,
+                    format!("getAsset: {e}"),
+                )),
+            };
+            let text = response_text(call, result.map_err(|e| envelope(&e)));
+            // A full queue closes the device (1013); its reader detaches it.
+            let _ = out.push_or_write(Utf8Bytes::from(text), CLOSE_TOO_SLOW, Direct::Declined);
+        });
     }
 
     fn push(&mut self, instance: InstanceId, text: String) {

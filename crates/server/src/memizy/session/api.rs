@@ -10,12 +10,14 @@
 //! | `POST /{id}/save` | save the game (answered once durable) |
 //! | `POST /{id}/continue` | continue the saved game (after a restart too) |
 //!
-//! Everything but `POST /` needs `Authorization: Bearer <hostToken>`.
+//! Everything but `POST /` needs `Authorization: Bearer <hostToken>`. The
+//! creation answers the host token and a token per player (and adding a
+//! player that player's): devices attach with them.
 
 // Handlers return their error `Response` directly.
 #![allow(clippy::result_large_err)]
 
-use super::actor::{self, Admin, Cmd};
+use super::actor::{self, Admin, Auth, Cmd};
 use super::{Sessions, MAX_BUNDLE_BYTES};
 use crate::http::error::json_response;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -23,17 +25,19 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::{delete, get, post};
 use axum::Router;
+use base64::Engine;
+use hostwire_core::token::Token;
 use hostwire_memizy::manifest::read_plugin_manifest;
 use hostwire_memizy::session::{
-    PlayerSpec, SavedGame, SavedPlayer, Session, SessionConfig, SessionTiming,
+    catalog, AssetCatalog, PlayerSpec, SavedGame, SavedPlayer, Session, SessionConfig,
+    SessionTiming,
 };
 use hostwire_memizy::{DisplaySet, HostAs, Mode, PluginDataValues};
 use hostwire_store::sessions::{SessionWrite, StoredSession};
-use rand::Rng;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use subtle::ConstantTimeEq;
 use tokio::sync::oneshot;
 
 pub fn router(sessions: Arc<Sessions>) -> Router {
@@ -71,6 +75,10 @@ pub struct CreateSession {
     pub players: Vec<PlayerIn>,
     #[serde(default)]
     pub timing: Option<TimingIn>,
+    /// The set's files (`getAsset`), by the path a media object's `value`
+    /// names, as base64. Kept in the store beside the session, not in it.
+    #[serde(default, skip_serializing)]
+    pub assets: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -101,18 +109,22 @@ pub struct TimingIn {
     pub finished_close_ms: Option<u64>,
 }
 
-fn token() -> String {
+/// A session id: 128 random bits, as hex.
+fn session_id() -> String {
+    use rand::RngCore;
     let mut b = [0u8; 16];
-    rand::thread_rng().fill(&mut b);
+    rand::rngs::OsRng.fill_bytes(&mut b);
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// The session's configuration from its creation request.
+/// The session's configuration from its creation request; `files` are the
+/// bundle's files and their sizes.
 fn config(
     sessions: &Sessions,
     id: &str,
     spec: &CreateSession,
-) -> Result<SessionConfig, (StatusCode, String)> {
+    files: &BTreeMap<String, usize>,
+) -> Result<(SessionConfig, AssetCatalog), (StatusCode, String)> {
     let manifest = read_plugin_manifest(&spec.plugin_html)
         .map_err(|e| (StatusCode::BAD_REQUEST, format!("pluginHtml: {e}")))?;
     let set_id = spec
@@ -139,6 +151,9 @@ fn config(
     );
     c.set_id = set_id;
     c.settings = spec.settings.clone();
+    c.services = sessions.services().registry();
+    let assets = catalog(&c.set, files);
+    c.assets = assets.index.clone();
     let d = sessions.config.timing;
     let t = spec.timing.unwrap_or(TimingIn {
         ready_timeout_ms: None,
@@ -152,7 +167,50 @@ fn config(
         authority_away_ms: t.authority_away_ms.unwrap_or(d.authority_away_ms),
         finished_close_ms: t.finished_close_ms.unwrap_or(d.finished_close_ms),
     };
-    Ok(c)
+    Ok((c, assets))
+}
+
+/// The bundle's files, decoded.
+fn decode_assets(spec: &CreateSession) -> Result<BTreeMap<String, Vec<u8>>, String> {
+    spec.assets
+        .iter()
+        .map(|(file, b64)| {
+            if file.is_empty() || file.len() > 1024 {
+                return Err(format!(
+                    "assets: a file name must have 1 to 1024 bytes, {:?} has {}",
+                    file.chars().take(64).collect::<String>(),
+                    file.len()
+                ));
+            }
+            base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map(|b| (file.clone(), b))
+                .map_err(|e| format!("assets[{file:?}]: not base64: {e}"))
+        })
+        .collect()
+}
+
+/// Mints a token per player, keeping the ones the store already holds.
+fn player_tokens(
+    stored: &[(String, String)],
+    players: impl IntoIterator<Item = String>,
+) -> HashMap<String, Token> {
+    let mut out: HashMap<String, Token> = stored
+        .iter()
+        .filter_map(|(p, t)| Some((p.clone(), Token::parse(t)?)))
+        .collect();
+    for p in players {
+        out.entry(p).or_insert_with(Token::generate);
+    }
+    out
+}
+
+fn tokens_json(tokens: &HashMap<String, Token>) -> Value {
+    let m: BTreeMap<&str, &str> = tokens
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    json!(m)
 }
 
 /// A player with the progress and plugin data the store holds for it.
@@ -203,8 +261,13 @@ async fn create(State(sessions): State<Arc<Sessions>>, body: axum::body::Bytes) 
         Ok(s) => s,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("body: {e}")),
     };
-    let id = token();
-    let cfg = match config(&sessions, &id, &spec) {
+    let id = session_id();
+    let files = match decode_assets(&spec) {
+        Ok(f) => f,
+        Err(m) => return error(StatusCode::BAD_REQUEST, m),
+    };
+    let sizes: BTreeMap<String, usize> = files.iter().map(|(f, b)| (f.clone(), b.len())).collect();
+    let (cfg, assets) = match config(&sessions, &id, &spec, &sizes) {
         Ok(c) => c,
         Err((s, m)) => return error(s, m),
     };
@@ -223,19 +286,29 @@ async fn create(State(sessions): State<Arc<Sessions>>, body: axum::body::Bytes) 
             return error(StatusCode::BAD_REQUEST, format!("players: {e}"));
         }
     }
-    let host_token = token();
+    let host_token = Token::generate();
+    let players = player_tokens(&[], spec.players.iter().map(|p| p.id.clone()));
     let stored = StoredSession {
         id: id.clone(),
-        host_token: host_token.clone(),
+        host_token: host_token.as_str().to_owned(),
         created_at_ms: now,
         spec: serde_json::to_string(&spec).unwrap_or_default(),
     };
-    // The session exists only once durable: a continue after a restart
-    // needs its bundle.
+    // The session exists only once durable, with its tokens and files: a
+    // continue after a restart needs them.
+    let mut writes = vec![SessionWrite::Session(stored)];
+    writes.extend(players.iter().map(|(p, t)| SessionWrite::PlayerToken {
+        session_id: id.clone(),
+        player_id: p.clone(),
+        token: t.as_str().to_owned(),
+    }));
+    writes.extend(files.into_iter().map(|(file, bytes)| SessionWrite::Asset {
+        session_id: id.clone(),
+        file,
+        bytes,
+    }));
     let store = sessions.store();
-    let written =
-        tokio::task::spawn_blocking(move || store.apply_sessions(&[SessionWrite::Session(stored)]))
-            .await;
+    let written = tokio::task::spawn_blocking(move || store.apply_sessions(&writes)).await;
     match written {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
@@ -246,7 +319,12 @@ async fn create(State(sessions): State<Arc<Sessions>>, body: axum::body::Bytes) 
         }
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
-    if actor::spawn(&sessions, s).is_none() {
+    let player_tokens = tokens_json(&players);
+    let auth = Auth {
+        host: host_token.clone(),
+        players,
+    };
+    if actor::spawn(&sessions, s, auth, assets).is_none() {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the server holds too many sessions",
@@ -254,7 +332,8 @@ async fn create(State(sessions): State<Arc<Sessions>>, body: axum::body::Bytes) 
     }
     json_response(
         StatusCode::CREATED,
-        &json!({"sessionId": id, "hostToken": host_token, "pluginId": plugin_id, "setId": set_id}),
+        &json!({"sessionId": id, "hostToken": host_token.as_str(), "playerTokens": player_tokens,
+                "pluginId": plugin_id, "setId": set_id}),
     )
 }
 
@@ -285,7 +364,8 @@ async fn authorized(
         })?
         .ok_or_else(|| error(StatusCode::NOT_FOUND, "no such session"))?;
     let given = bearer(headers).unwrap_or("");
-    if !bool::from(given.as_bytes().ct_eq(stored.host_token.as_bytes())) {
+    let host = Token::parse(&stored.host_token);
+    if !host.is_some_and(|t| t.matches(given)) {
         return Err(error(
             StatusCode::UNAUTHORIZED,
             "Authorization: the session's host token is required",
@@ -388,7 +468,52 @@ async fn add_player(
         Ok(ps) => ps,
         Err((s, m)) => return error(s, m),
     };
-    admin(&sessions, &id, Admin::AddPlayer(Box::new(ps))).await
+    // The token is durable before the player exists; a player id that has
+    // one keeps it.
+    let store = sessions.store();
+    let (sid, pid, fresh) = (id.clone(), p.id.clone(), Token::generate());
+    let stored = tokio::task::spawn_blocking(move || {
+        store.apply_sessions(&[SessionWrite::PlayerToken {
+            session_id: sid.clone(),
+            player_id: pid,
+            token: fresh.as_str().to_owned(),
+        }])?;
+        store.load_player_tokens(&sid)
+    })
+    .await;
+    let token = match stored {
+        Ok(Ok(all)) => all
+            .iter()
+            .find(|(pid, _)| *pid == p.id)
+            .and_then(|(_, t)| Token::parse(t)),
+        Ok(Err(e)) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("store: {}", e.reason()),
+            )
+        }
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    };
+    let Some(token) = token else {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the player's token cannot be read back",
+        );
+    };
+    let text = token.as_str().to_owned();
+    let r = admin(&sessions, &id, Admin::AddPlayer(Box::new(ps), token)).await;
+    if r.status() != StatusCode::OK {
+        return r;
+    }
+    // The status, with the new player's token.
+    let body = axum::body::to_bytes(r.into_body(), MAX_BUNDLE_BYTES)
+        .await
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    let mut v = body.unwrap_or_else(|| json!({}));
+    v["playerId"] = json!(p.id);
+    v["playerToken"] = json!(text);
+    json_response(StatusCode::OK, &v)
 }
 
 fn plugin_and_set(spec: &CreateSession) -> Result<(String, String), Response> {
@@ -487,7 +612,27 @@ async fn continue_saved(
             "the stored session cannot be read",
         );
     };
-    let cfg = match config(&sessions, &id, &spec) {
+    let store = sessions.store();
+    let key = id.clone();
+    let loaded = tokio::task::spawn_blocking(move || {
+        Ok::<_, hostwire_store::StoreError>((
+            store.list_assets(&key)?,
+            store.load_player_tokens(&key)?,
+        ))
+    })
+    .await;
+    let (files, stored_tokens) = match loaded {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("store: {}", e.reason()),
+            )
+        }
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    };
+    let sizes: BTreeMap<String, usize> = files.into_iter().collect();
+    let (cfg, assets) = match config(&sessions, &id, &spec, &sizes) {
         Ok(c) => c,
         Err((s, m)) => return error(s, m),
     };
@@ -509,8 +654,32 @@ async fn continue_saved(
         Ok(s) => s,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    if actor::spawn(&sessions, s).is_none() {
+    let tokens = player_tokens(&stored_tokens, std::iter::empty());
+    let Some(host) = Token::parse(&stored.host_token) else {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the stored host token cannot be read",
+        );
+    };
+    let player_tokens = tokens_json(&tokens);
+    let auth = Auth {
+        host,
+        players: tokens,
+    };
+    if actor::spawn(&sessions, s, auth, assets).is_none() {
         return error(StatusCode::CONFLICT, "the session is running");
     }
-    admin(&sessions, &id, Admin::Status).await
+    // The status, with every player's token: each device takes the place
+    // of one earlier player.
+    let r = admin(&sessions, &id, Admin::Status).await;
+    if r.status() != StatusCode::OK {
+        return r;
+    }
+    let body = axum::body::to_bytes(r.into_body(), MAX_BUNDLE_BYTES)
+        .await
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    let mut v = body.unwrap_or_else(|| json!({}));
+    v["playerTokens"] = player_tokens;
+    json_response(StatusCode::OK, &v)
 }

@@ -1,10 +1,15 @@
-//! `/memizy/session/ws?session=…&view=…&address=…`: one plugin instance of
-//! one device. Frames are worker RPC 1.0.0 text frames: the device's
+//! `/memizy/session/ws?session=…&view=…&address=…&token=…`: one plugin
+//! instance of one device, which proves with its token that it may be that
+//! instance (the host token for the board and the settings screen, the
+//! player's token for a player's instance; `Authorization: Bearer` works
+//! too). Frames are worker RPC 1.0.0 text frames: the device's
 //! `request`s are Host API calls (answered by `response`s), the server's
 //! `request`s are Plugin API calls (the device's `response`s to them are
 //! read and dropped).
 
-use super::actor::{response_text, Cmd, DeviceOut, CLOSE_TOO_SLOW};
+use super::actor::{
+    response_text, AttachRefused, Cmd, DeviceOut, CLOSE_TOO_SLOW, CLOSE_UNAUTHORIZED,
+};
 use super::{Sessions, DEVICE_OUTBOUND_BYTES, DEVICE_OUTBOUND_QUEUE, MAX_DEVICE_FRAME_BYTES};
 use crate::http::error::json_response;
 use crate::outbound::{self, Direct};
@@ -36,6 +41,8 @@ pub struct Attach {
     session: String,
     view: String,
     address: String,
+    #[serde(default)]
+    token: Option<String>,
 }
 
 pub async fn ws_upgrade(
@@ -60,6 +67,16 @@ pub async fn ws_upgrade(
             )
         }
     };
+    // A bearer header (non-browser clients) wins over the query.
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.get(..7)
+                .filter(|p| p.eq_ignore_ascii_case("bearer "))
+                .map(|_| v[7..].trim().to_owned())
+        })
+        .or(q.token);
     let Some(handle) = sessions.handle(&q.session) else {
         return json_response(
             StatusCode::NOT_FOUND,
@@ -68,7 +85,9 @@ pub async fn ws_upgrade(
     };
     ws.max_message_size(MAX_DEVICE_FRAME_BYTES)
         .max_frame_size(MAX_DEVICE_FRAME_BYTES)
-        .on_upgrade(move |socket| handle_socket(sessions, handle.tx, view, q.address, socket))
+        .on_upgrade(move |socket| {
+            handle_socket(sessions, handle.tx, view, q.address, token, socket)
+        })
         .into_response()
 }
 
@@ -77,6 +96,7 @@ async fn handle_socket(
     tx: tokio::sync::mpsc::Sender<Cmd>,
     view: View,
     address: String,
+    token: Option<String>,
     socket: WebSocket,
 ) {
     let instance = sessions.next_instance();
@@ -95,6 +115,7 @@ async fn handle_socket(
             view,
             address,
             out: out.clone(),
+            token,
             done,
         })
         .await
@@ -107,9 +128,19 @@ async fn handle_socket(
             let _ = tx.send(Cmd::Detach { instance }).await;
             sessions.metrics.devices.fetch_sub(1, Relaxed);
         }
+        Some(Err(AttachRefused::Unauthorized(why))) => {
+            sessions.metrics.unauthorized.fetch_add(1, Relaxed);
+            let bye = Frame::Goodbye {
+                v: PROTOCOL_VERSION.to_owned(),
+                reason: Some("unauthorized".into()),
+                error: Some(ErrorEnvelope::new("UNAUTHORIZED", why)),
+            };
+            let _ = out.push_or_write(bye.to_text().into(), CLOSE_TOO_SLOW, Direct::Declined);
+            out.close(CLOSE_UNAUTHORIZED);
+        }
         other => {
             let why = match other {
-                Some(Err(why)) => why,
+                Some(Err(AttachRefused::Refused(why))) => why,
                 _ => "the session has closed".to_owned(),
             };
             let bye = Frame::Goodbye {

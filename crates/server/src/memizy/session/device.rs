@@ -56,16 +56,19 @@ pub struct Device {
 }
 
 impl Device {
-    /// Attaches to `session` as `view` at `address`. `base` is
-    /// `ws://host:port`.
+    /// Attaches to `session` as `view` at `address` with `token` (the host
+    /// token for the board and the settings screen, the player's token for a
+    /// player's instance). `base` is `ws://host:port`.
     pub async fn connect(
         base: &str,
         session: &str,
         view: &str,
         address: &str,
+        token: &str,
     ) -> anyhow::Result<Device> {
-        let url =
-            format!("{base}/memizy/session/ws?session={session}&view={view}&address={address}");
+        let url = format!(
+            "{base}/memizy/session/ws?session={session}&view={view}&address={address}&token={token}"
+        );
         let (ws, _) = tokio_tungstenite::connect_async(url).await?;
         let (mut sink, mut stream) = ws.split();
         let (out, mut out_rx) = mpsc::unbounded_channel::<Message>();

@@ -8,6 +8,8 @@
 //!   out the same way, through the bounded outbound queue;
 //! - [`actor`]: one task per session owns the engine, feeds it commands in
 //!   order and arms its timer at `poll_timeout`;
+//! - [`services`]: the services offered (SPEC 5.3), each a worker process
+//!   spoken to with worker RPC;
 //! - [`device`]: a headless device that plays a plugin instance (tests and
 //!   benchmarks).
 
@@ -15,6 +17,7 @@ pub mod actor;
 pub mod api;
 pub mod conn;
 pub mod device;
+pub mod services;
 
 use crate::http::AllowedOrigins;
 use actor::{Cmd, SessionHandle};
@@ -24,6 +27,7 @@ use hostwire_core::Clock;
 use hostwire_memizy::limits::{CALL_ENVELOPE_BYTES, LIMITS};
 use hostwire_memizy::session::{InstanceId, SessionTiming};
 use hostwire_store::sessions::SessionStore;
+use services::{ServiceCommand, ServiceHost, ServiceMetrics};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -76,6 +80,8 @@ pub struct SessionMetrics {
     pub oversized_frames: AtomicU64,
     pub slow_devices: AtomicU64,
     pub store_failures: AtomicU64,
+    pub unauthorized: AtomicU64,
+    pub services: Arc<ServiceMetrics>,
 }
 
 impl crate::metrics::Render for SessionMetrics {
@@ -122,6 +128,31 @@ impl crate::metrics::Render for SessionMetrics {
                 &self.store_failures,
                 "writes the store refused",
             ),
+            (
+                "hostwire_memizy_session_unauthorized_total",
+                &self.unauthorized,
+                "attaches refused for a wrong or missing token",
+            ),
+            (
+                "hostwire_memizy_service_calls_total",
+                &self.services.calls,
+                "service calls sent to workers",
+            ),
+            (
+                "hostwire_memizy_service_failures_total",
+                &self.services.failures,
+                "service calls that failed",
+            ),
+            (
+                "hostwire_memizy_service_worker_starts_total",
+                &self.services.worker_starts,
+                "service worker processes started",
+            ),
+            (
+                "hostwire_memizy_service_workers_hung_total",
+                &self.services.workers_killed_hung,
+                "service workers killed for answering nothing in time",
+            ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n{name} {}", v.load(Relaxed));
         }
@@ -133,6 +164,7 @@ pub struct Sessions {
     pub config: SessionsConfig,
     pub clock: Arc<dyn Clock>,
     store: std::sync::RwLock<Arc<dyn SessionStore>>,
+    services: std::sync::RwLock<Arc<ServiceHost>>,
     pub metrics: Arc<SessionMetrics>,
     live: Mutex<HashMap<String, SessionHandle>>,
     next_instance: AtomicU64,
@@ -148,6 +180,7 @@ impl Sessions {
             config,
             clock,
             store: std::sync::RwLock::new(store),
+            services: std::sync::RwLock::new(Arc::new(ServiceHost::none())),
             metrics: Arc::new(SessionMetrics::default()),
             live: Mutex::new(HashMap::new()),
             next_instance: AtomicU64::new(1),
@@ -169,6 +202,31 @@ impl Sessions {
             Ok(mut s) => *s = store,
             Err(p) => *p.into_inner() = store,
         }
+    }
+
+    /// The services offered to sessions created from now on.
+    pub fn services(&self) -> Arc<ServiceHost> {
+        match self.services.read() {
+            Ok(s) => Arc::clone(&s),
+            Err(p) => Arc::clone(&p.into_inner()),
+        }
+    }
+
+    /// Offers these services (each a worker command) to the sessions
+    /// created or continued from now on; a call times out after
+    /// `timeout_ms`.
+    pub fn use_services(&self, commands: Vec<ServiceCommand>, timeout_ms: u64) {
+        let host = Arc::new(ServiceHost::new(
+            commands,
+            timeout_ms,
+            Arc::clone(&self.clock),
+            Arc::clone(&self.metrics.services),
+        ));
+        let old = match self.services.write() {
+            Ok(mut s) => std::mem::replace(&mut *s, host),
+            Err(p) => std::mem::replace(&mut *p.into_inner(), host),
+        };
+        old.shutdown();
     }
 
     fn next_instance(&self) -> InstanceId {
@@ -206,6 +264,7 @@ impl Sessions {
         for h in handles {
             let _ = h.tx.send(Cmd::Shutdown).await;
         }
+        self.services().shutdown();
     }
 }
 
