@@ -5,7 +5,7 @@
 mod session_support;
 
 use hostwire_store::sessions::SessionStore;
-use serde_json::json;
+use serde_json::{json, Value};
 use session_support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,4 +176,75 @@ async fn a_late_joiner_gets_its_own_init_and_the_roster_changes() {
         )
         .await;
     assert_eq!(s, 400, "a duplicate player is refused");
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[tokio::test]
+async fn get_asset_answers_the_bundled_bytes_within_the_size_and_rate_limits() {
+    use base64::Engine;
+    let h = TestHost::start().await;
+    let api = Api::of(&h);
+    let mut body = presenter_body(1);
+    let cover: Vec<u8> = (0..=255u8).cycle().take(5_000).collect();
+    let diagram = b"<svg/>".to_vec();
+    let big = vec![7u8; 2 * 1024 * 1024 + 1];
+    body["set"]["meta"]["assets"] = json!({
+        "cover": {"type": "image", "value": "assets/cover.png", "mimeType": "image/png"},
+        "big": {"type": "video", "value": "assets/big.mp4", "mimeType": "video/mp4"},
+        "web": {"type": "image", "value": "https://example.com/a.png"}
+    });
+    body["set"]["items"][0]["assets"] = json!({
+        "diagram": {"type": "image", "value": "assets/q1.svg", "mimeType": "image/svg+xml"}
+    });
+    body["assets"] = json!({
+        "assets/cover.png": b64(&cover),
+        "assets/q1.svg": b64(&diagram),
+        "assets/big.mp4": b64(&big)
+    });
+    let (sid, token) = api.create(&body).await;
+    api.op(&sid, &token, "start").await;
+    let (board, _) = api.device(&sid, "board", "board").await;
+    board.call("ready", json!([])).await.unwrap();
+    let (p1, _) = api.device(&sid, "controller", "p1").await;
+    p1.call("ready", json!([])).await.unwrap();
+    let bytes = |v: &Value| {
+        base64::engine::general_purpose::STANDARD
+            .decode(v["base64"].as_str().unwrap())
+            .unwrap()
+    };
+    let a = p1.call("getAsset", json!(["cover"])).await.unwrap();
+    assert_eq!((&a["mimeType"], &a["size"]), (&json!("image/png"), &json!(5_000)));
+    assert_eq!(bytes(&a), cover);
+    // Item assets first; keys are matched case-insensitively.
+    let a = p1.call("getAsset", json!(["Diagram", "q1"])).await.unwrap();
+    assert_eq!((&a["itemId"], &a["mimeType"]), (&json!("q1"), &json!("image/svg+xml")));
+    assert_eq!(bytes(&a), diagram);
+    let err = |r: Result<Value, hostwire::memizy::session::device::RemoteError>| {
+        r.expect_err("an error").code
+    };
+    // Not a set asset; over 2 MB; a URL the plugin loads itself.
+    assert_eq!(err(p1.call("getAsset", json!(["diagram"])).await), "ASSET_NOT_FOUND");
+    assert_eq!(err(p1.call("getAsset", json!(["big"])).await), "DATA_TOO_LARGE");
+    assert_eq!(err(p1.call("getAsset", json!(["web"])).await), "ASSET_NOT_FOUND");
+    // 10 a second, burst 20: five calls so far.
+    for _ in 0..15 {
+        p1.call("getAsset", json!(["cover"])).await.unwrap();
+    }
+    assert_eq!(err(p1.call("getAsset", json!(["cover"])).await), "RATE_LIMITED");
+    h.clock.advance_ms(100);
+    assert_eq!(bytes(&p1.call("getAsset", json!(["cover"])).await.unwrap()), cover);
+    // A file that is not base64 is refused at creation, naming it.
+    body["assets"]["assets/cover.png"] = json!("not base64!");
+    let (s, v) = api
+        .request("POST", "/memizy/sessions", None, Some(&body))
+        .await;
+    assert_eq!(s, 400, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("assets[\"assets/cover.png\"]"),
+        "{v}"
+    );
 }

@@ -259,3 +259,67 @@ async fn a_device_that_never_reads_is_closed_at_its_byte_bound_and_the_game_goes
     }
     drop(raw);
 }
+
+#[tokio::test]
+async fn a_device_without_its_instance_token_is_closed_4001_and_attaches_with_it() {
+    let h = TestHost::start().await;
+    let api = Api::of(&h);
+    let (sid, host) = api.create(&presenter_body(2)).await;
+    api.op(&sid, &host, "start").await;
+    let p1 = api.token_for(&sid, "controller", "p1");
+    let p2 = api.token_for(&sid, "controller", "p2");
+    assert_eq!(p1.len(), 32);
+    assert_ne!(p1, p2);
+    let refused = [
+        ("board", "board", ""),
+        ("board", "board", p1.as_str()),
+        ("controller", "p1", p2.as_str()),
+        ("controller", "p1", host.as_str()),
+        ("controller", "p1", "not-a-token"),
+    ];
+    for (view, address, token) in refused {
+        let d = Device::connect(&h.ws, &sid, view, address, token)
+            .await
+            .unwrap();
+        assert_eq!(code(d.hello(PLUGIN_ID).await), "TRANSPORT_CLOSED");
+        let ended = d.ended.lock().unwrap().clone();
+        assert_eq!(
+            ended,
+            (Some("unauthorized".to_owned()), Some(4001)),
+            "{view} {address} {token:?}"
+        );
+    }
+    let st = api.status(&sid, &host).await;
+    assert_eq!(st["instances"], 0, "nothing attached: {st}");
+    let unauthorized = h
+        .server
+        .as_ref()
+        .unwrap()
+        .sessions
+        .metrics
+        .unauthorized
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(unauthorized, 5);
+    // With their own tokens they attach.
+    let (_board, init) = api.device(&sid, "board", "board").await;
+    assert_eq!(init["session"]["view"], "board");
+    let (_p1, init) = api.device(&sid, "controller", "p1").await;
+    assert_eq!(init["session"]["self"], "p1");
+
+    // Host as player: the host token opens the host's own controller, not
+    // another player's.
+    let mut body = presenter_body(0);
+    body["hostAs"] = json!("player");
+    body["players"] = json!([{"id": "h", "name": "Host", "isHost": true}, {"id": "p1", "name": "Ann"}]);
+    let (sid, host) = api.create(&body).await;
+    api.op(&sid, &host, "start").await;
+    let d = Device::connect(&h.ws, &sid, "controller", "h", &host)
+        .await
+        .unwrap();
+    assert_eq!(d.hello(PLUGIN_ID).await.unwrap()["session"]["self"], "h");
+    let d = Device::connect(&h.ws, &sid, "controller", "p1", &host)
+        .await
+        .unwrap();
+    assert_eq!(code(d.hello(PLUGIN_ID).await), "TRANSPORT_CLOSED");
+    assert_eq!(d.ended.lock().unwrap().1, Some(4001));
+}
