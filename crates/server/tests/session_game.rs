@@ -217,26 +217,47 @@ async fn get_asset_answers_the_bundled_bytes_within_the_size_and_rate_limits() {
             .unwrap()
     };
     let a = p1.call("getAsset", json!(["cover"])).await.unwrap();
-    assert_eq!((&a["mimeType"], &a["size"]), (&json!("image/png"), &json!(5_000)));
+    assert_eq!(
+        (&a["mimeType"], &a["size"]),
+        (&json!("image/png"), &json!(5_000))
+    );
     assert_eq!(bytes(&a), cover);
     // Item assets first; keys are matched case-insensitively.
     let a = p1.call("getAsset", json!(["Diagram", "q1"])).await.unwrap();
-    assert_eq!((&a["itemId"], &a["mimeType"]), (&json!("q1"), &json!("image/svg+xml")));
+    assert_eq!(
+        (&a["itemId"], &a["mimeType"]),
+        (&json!("q1"), &json!("image/svg+xml"))
+    );
     assert_eq!(bytes(&a), diagram);
     let err = |r: Result<Value, hostwire::memizy::session::device::RemoteError>| {
         r.expect_err("an error").code
     };
     // Not a set asset; over 2 MB; a URL the plugin loads itself.
-    assert_eq!(err(p1.call("getAsset", json!(["diagram"])).await), "ASSET_NOT_FOUND");
-    assert_eq!(err(p1.call("getAsset", json!(["big"])).await), "DATA_TOO_LARGE");
-    assert_eq!(err(p1.call("getAsset", json!(["web"])).await), "ASSET_NOT_FOUND");
+    assert_eq!(
+        err(p1.call("getAsset", json!(["diagram"])).await),
+        "ASSET_NOT_FOUND"
+    );
+    assert_eq!(
+        err(p1.call("getAsset", json!(["big"])).await),
+        "DATA_TOO_LARGE"
+    );
+    assert_eq!(
+        err(p1.call("getAsset", json!(["web"])).await),
+        "ASSET_NOT_FOUND"
+    );
     // 10 a second, burst 20: five calls so far.
     for _ in 0..15 {
         p1.call("getAsset", json!(["cover"])).await.unwrap();
     }
-    assert_eq!(err(p1.call("getAsset", json!(["cover"])).await), "RATE_LIMITED");
+    assert_eq!(
+        err(p1.call("getAsset", json!(["cover"])).await),
+        "RATE_LIMITED"
+    );
     h.clock.advance_ms(100);
-    assert_eq!(bytes(&p1.call("getAsset", json!(["cover"])).await.unwrap()), cover);
+    assert_eq!(
+        bytes(&p1.call("getAsset", json!(["cover"])).await.unwrap()),
+        cover
+    );
     // A file that is not base64 is refused at creation, naming it.
     body["assets"]["assets/cover.png"] = json!("not base64!");
     let (s, v) = api
@@ -244,7 +265,10 @@ async fn get_asset_answers_the_bundled_bytes_within_the_size_and_rate_limits() {
         .await;
     assert_eq!(s, 400, "{v}");
     assert!(
-        v["error"].as_str().unwrap().contains("assets[\"assets/cover.png\"]"),
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("assets[\"assets/cover.png\"]"),
         "{v}"
     );
 }

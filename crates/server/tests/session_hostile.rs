@@ -310,7 +310,8 @@ async fn a_device_without_its_instance_token_is_closed_4001_and_attaches_with_it
     // another player's.
     let mut body = presenter_body(0);
     body["hostAs"] = json!("player");
-    body["players"] = json!([{"id": "h", "name": "Host", "isHost": true}, {"id": "p1", "name": "Ann"}]);
+    body["players"] =
+        json!([{"id": "h", "name": "Host", "isHost": true}, {"id": "p1", "name": "Ann"}]);
     let (sid, host) = api.create(&body).await;
     api.op(&sid, &host, "start").await;
     let d = Device::connect(&h.ws, &sid, "controller", "h", &host)
