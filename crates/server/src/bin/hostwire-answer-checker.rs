@@ -71,8 +71,8 @@ fn distance(a: &[char], b: &[char], max: usize) -> Option<usize> {
     }
     let w = b.len() + 1;
     let mut d = vec![0usize; (a.len() + 1) * w];
-    for j in 0..w {
-        d[j] = j;
+    for (j, cell) in d.iter_mut().enumerate().take(w) {
+        *cell = j;
     }
     for i in 1..=a.len() {
         d[i * w] = i;
