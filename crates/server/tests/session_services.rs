@@ -41,6 +41,22 @@ fn exiting() -> ServiceCommand {
     )
 }
 
+/// Answers each request with a string of `payload.bytes` letters.
+fn big() -> ServiceCommand {
+    sh_service(
+        "test.big",
+        &format!(
+            r#"printf '%s\n' '{}'; read a; while read -r req; do
+  id=$(printf '%s' "$req" | sed 's/.*"id":\([0-9]*\).*/\1/')
+  n=$(printf '%s' "$req" | sed 's/.*"bytes":\([0-9]*\).*/\1/')
+  s=$(head -c "$n" /dev/zero | tr '\0' x)
+  printf '{{"v":"1.0.0","kind":"response","id":%s,"ok":true,"result":"%s"}}\n' "$id" "$s"
+done"#,
+            hello_line()
+        ),
+    )
+}
+
 fn code(r: Result<Value, hostwire::memizy::session::device::RemoteError>) -> (String, String) {
     let e = r.expect_err("an error");
     (e.code, e.message)
@@ -59,11 +75,10 @@ async fn eventually(f: impl Fn() -> bool) {
 
 /// A running presenter game of two players with the services offered.
 async fn game(h: &TestHost, api: &Api) -> (String, String, Device, Device, Device) {
-    h.server
-        .as_ref()
-        .unwrap()
-        .sessions
-        .use_services(vec![answer_checker(), hanging(), exiting()], TIMEOUT_MS);
+    h.server.as_ref().unwrap().sessions.use_services(
+        vec![answer_checker(), hanging(), exiting(), big()],
+        TIMEOUT_MS,
+    );
     let (sid, token) = api.create(&presenter_body(2)).await;
     api.op(&sid, &token, "start").await;
     let (board, _) = api.device(&sid, "board", "board").await;
@@ -72,7 +87,7 @@ async fn game(h: &TestHost, api: &Api) -> (String, String, Device, Device, Devic
     // Declared (answers.check, test.*, ai.chat) and offered (not ai.chat).
     assert_eq!(
         init["services"],
-        json!(["answers.check", "test.hang", "test.exit"])
+        json!(["answers.check", "test.hang", "test.exit", "test.big"])
     );
     p1.call("ready", json!([])).await.unwrap();
     let (p2, _) = api.device(&sid, "controller", "p2").await;
@@ -203,4 +218,36 @@ async fn a_worker_that_exits_fails_its_call_and_is_started_again_at_most_five_ti
     h.clock.advance_ms(60_000);
     let (_, m) = code(p1.call("service", json!(["test.exit", {}])).await);
     assert!(m.contains("its worker exited"), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_over_256_kb_is_message_too_large_and_never_buffered_whole() {
+    let h = TestHost::start().await;
+    let api = Api::of(&h);
+    let (_sid, _token, mut board, p1, _p2) = game(&h, &api).await;
+    board.wait_for("start", GUARD).await.expect("start");
+    let r = p1
+        .call("service", json!(["test.big", {"bytes": 200_000}]))
+        .await
+        .unwrap();
+    assert_eq!(r.as_str().map(str::len), Some(200_000));
+    // Over the SPEC's 256 KB: refused by the engine.
+    let (c, m) = code(
+        p1.call("service", json!(["test.big", {"bytes": 270_000}]))
+            .await,
+    );
+    assert_eq!(c, "MESSAGE_TOO_LARGE", "{m}");
+    // Over the worker's line bound: not buffered, the call alone fails.
+    let (c, m) = code(
+        p1.call("service", json!(["test.big", {"bytes": 400_000}]))
+            .await,
+    );
+    assert_eq!(c, "MESSAGE_TOO_LARGE", "{m}");
+    assert!(m.contains("over 262144 bytes"), "{m}");
+    // The same worker answers the next call.
+    let r = p1
+        .call("service", json!(["test.big", {"bytes": 10}]))
+        .await
+        .unwrap();
+    assert_eq!(r, json!("xxxxxxxxxx"));
 }

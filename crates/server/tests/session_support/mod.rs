@@ -38,7 +38,7 @@ pub fn manifest() -> Value {
             "settings": [
                 {"id": "questionTime", "type": "number", "label": "Time", "default": 20, "min": 5, "max": 120}
             ],
-            "services": ["answers.check", "test.hang", "test.exit", "ai.chat"]
+            "services": ["answers.check", "test.hang", "test.exit", "test.big", "ai.chat"]
         }}
     })
 }

@@ -265,7 +265,18 @@ impl ServiceHost {
             ticket.answers.fetch_add(1, Relaxed);
         }
         let r = r.map(|p| p.get().to_owned()).map_err(|e| {
-            let (code, why) = match e.code.as_str() {
+            // The peer fails a response over its frame bound as a
+            // malformed frame naming the sizes: for the plugin that is the
+            // result's size limit.
+            let oversize = e.code == codes::PROTOCOL_ERROR
+                && e.message.contains("the frame is ")
+                && e.message.contains("the limit is ");
+            let code = if oversize {
+                codes::FRAME_TOO_LARGE
+            } else {
+                e.code.as_str()
+            };
+            let (code, why) = match code {
                 codes::TRANSPORT_CLOSED | codes::PEER_GOODBYE | codes::WRITE_TIMEOUT => (
                     Code::InternalError,
                     "its worker exited or stopped reading; it is started again for the next call"
