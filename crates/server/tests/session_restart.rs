@@ -65,7 +65,12 @@ async fn a_saved_game_continues_after_a_restart_with_progress_and_plugin_data() 
         .unwrap();
     let s = spawn_server(dir.path());
     let api = &s.api;
-    let (sid, token) = api.create(&presenter_body(2)).await;
+    // With a set asset: its file is in the store beside the session.
+    let mut body = presenter_body(2);
+    body["set"]["meta"]["assets"] =
+        json!({"cover": {"type": "image", "value": "assets/cover.png", "mimeType": "image/png"}});
+    body["assets"] = json!({"assets/cover.png": "iVBORw0KGgo="});
+    let (sid, token) = api.create(&body).await;
     api.op(&sid, &token, "start").await;
     let (mut board, _) = api.device(&sid, "board", "board").await;
     board.call("ready", json!([])).await.unwrap();
@@ -118,6 +123,12 @@ async fn a_saved_game_continues_after_a_restart_with_progress_and_plugin_data() 
     assert_eq!(init["data"]["set"], json!({"streak": 3}));
     assert_eq!(init["progress"]["q1"]["bucket"], 1, "{}", init["progress"]);
     p1.call("ready", json!([])).await.unwrap();
+    // The bundle's file is served after the restart.
+    let a = p1.call("getAsset", json!(["cover"])).await.unwrap();
+    assert_eq!(
+        (&a["base64"], &a["mimeType"], &a["size"]),
+        (&json!("iVBORw0KGgo="), &json!("image/png"), &json!(8))
+    );
     let (st, v) = api.op(&sid, &token, "resume").await;
     assert_eq!(st, 200, "{v}");
     assert!(v["clock"]["pausedAt"].is_null());
