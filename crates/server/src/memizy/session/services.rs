@@ -440,3 +440,37 @@ pub fn params(payload: &str, session_id: &str, player: Option<&str>) -> Payload 
     let text = format!("{{\"payload\":{payload},\"caller\":{caller}}}");
     Payload::from_text(text).unwrap_or_else(|_| Payload::null())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_service_is_name_equals_command_with_its_arguments() {
+        let c = ServiceCommand::parse("chess.puzzles = /opt/w --level 3").unwrap();
+        assert_eq!(c.name, "chess.puzzles");
+        assert_eq!(c.program, PathBuf::from("/opt/w"));
+        assert_eq!(c.args, vec!["--level".to_owned(), "3".to_owned()]);
+        assert!(ServiceCommand::parse("Chess=/opt/w")
+            .unwrap_err()
+            .contains("lowercase"));
+        assert!(ServiceCommand::parse("chess")
+            .unwrap_err()
+            .contains("NAME=COMMAND"));
+        assert!(ServiceCommand::parse("chess= ")
+            .unwrap_err()
+            .contains("empty"));
+        // A bare name that is nowhere stays as it was, and is not offered.
+        let c = ServiceCommand::parse("x.y=no-such-worker-program").unwrap();
+        assert!(!c.program_exists());
+    }
+
+    #[test]
+    fn params_carry_the_payload_as_it_came_and_the_caller() {
+        let p = params(r#"{"a": 1}"#, "s1", Some("p1"));
+        assert_eq!(
+            p.get(),
+            r#"{"payload":{"a": 1},"caller":{"sessionId":"s1","player":"p1"}}"#
+        );
+    }
+}
