@@ -3,17 +3,13 @@
 use axum::http::HeaderMap;
 use std::net::SocketAddr;
 
-/// Reverse proxies in front of the server when the proxy is trusted: each
-/// appends the address it saw to `X-Forwarded-For`.
-pub const TRUSTED_PROXY_HOPS: usize = 1;
-
-/// The peer's address, or behind a trusted reverse proxy the address that
-/// proxy saw: the entry of `X-Forwarded-For` [`TRUSTED_PROXY_HOPS`] in from
-/// the right. Entries to its left were written by the client and prove
-/// nothing.
-pub fn client_ip(headers: &HeaderMap, peer: SocketAddr, trust_proxy: bool) -> String {
+/// The peer's address, or behind trusted reverse proxies the address the
+/// outermost of them saw: the entry of `X-Forwarded-For` `hops` in from the
+/// right (`TRUSTED_PROXY_HOPS`, each proxy appends the address it saw).
+/// Entries to its left were written by the client and prove nothing.
+pub fn client_ip(headers: &HeaderMap, peer: SocketAddr, trust_proxy: bool, hops: usize) -> String {
     if trust_proxy {
-        if let Some(ip) = forwarded_for(headers, TRUSTED_PROXY_HOPS) {
+        if let Some(ip) = forwarded_for(headers, hops) {
             return ip;
         }
     }
@@ -44,9 +40,10 @@ mod tests {
         let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", "10.0.0.1, 10.9.9.9".parse().unwrap());
-        assert_eq!(client_ip(&h, peer, true), "10.9.9.9");
-        assert_eq!(client_ip(&h, peer, false), "127.0.0.1");
-        assert_eq!(client_ip(&HeaderMap::new(), peer, true), "127.0.0.1");
+        assert_eq!(client_ip(&h, peer, true, 1), "10.9.9.9");
+        assert_eq!(client_ip(&h, peer, true, 2), "10.0.0.1");
+        assert_eq!(client_ip(&h, peer, false, 1), "127.0.0.1");
+        assert_eq!(client_ip(&HeaderMap::new(), peer, true, 1), "127.0.0.1");
     }
 
     #[test]
