@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use futures_util::StreamExt;
+use futures_util::{SinkExt, StreamExt};
 use hostwire::http::AllowedOrigins;
 use hostwire::memizy::RelayConfig;
 use hostwire_memizy::limits::RelayLimits;
@@ -434,7 +434,12 @@ async fn a_host_that_closes_the_room_and_its_socket_at_once_always_gets_closed_t
         let (mut b, _, _) = t.player(&pin, "B").await;
         // Both joins reached the host before it closes.
         host.until_pong().await;
-        host.send(json!({"t": "close"})).await;
+        // `close` and the close frame in one write: the server reads both
+        // at once, as from a client that closes right after sending.
+        host.ws
+            .feed(Message::Text(json!({"t": "close"}).to_string().into()))
+            .await
+            .unwrap();
         host.ws
             .close(Some(CloseFrame {
                 code: CloseCode::Normal,
