@@ -475,7 +475,6 @@ impl Reader {
                 // Counted per client IP over all its connections, before
                 // the PIN is looked up: a guess costs a token too.
                 if let Err(retry) = self.relay.joins.try_take(&self.ip, now) {
-                    self.relay.metrics.frame_in(msg.kind());
                     self.relay.metrics.rate_limited.fetch_add(1, Relaxed);
                     return self.act(self.state.attach_rate_limited(&msg, retry.seconds));
                 }
