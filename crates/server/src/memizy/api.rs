@@ -119,9 +119,9 @@ fn room_by_pin(relay: &Relay, pin: &str) -> Result<super::room::RoomHandle, ApiE
 }
 
 /// 429 with `Retry-After`, in the reference's error shape.
-fn too_many(what: &str, retry: RetryAfter) -> Response {
+fn too_many(what: &str, setting: &str, retry: RetryAfter) -> Response {
     let message = format!(
-        "Too many {what} from this network; try again in {} s.",
+        "Too many {what} from this network ({setting}); try again in {} s.",
         retry.seconds
     );
     let mut r = json_response(StatusCode::TOO_MANY_REQUESTS, &json!({ "error": message }));
@@ -140,7 +140,7 @@ async fn room_info(
     let ip = relay.client_ip(&headers, peer);
     if let Err(retry) = relay.lookups.try_take(&ip, relay.clock.now_ms()) {
         relay.metrics.lookups_rate_limited.fetch_add(1, Relaxed);
-        return too_many("room lookups (LOOKUPS_PER_IP_PER_SECOND)", retry);
+        return too_many("room lookups", "LOOKUPS_PER_IP_PER_SECOND", retry);
     }
     let room = match room_by_pin(&relay, &pin) {
         Ok(r) => r,
