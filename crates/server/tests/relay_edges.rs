@@ -31,7 +31,9 @@ fn addr(t: &TestRelay) -> String {
 
 /// `hostwire serve` with these environment variables, on a free port; the
 /// child and its base URL.
-async fn serve_with_env(env: &[(&str, &str)]) -> (tokio::process::Child, String, tempfile::TempDir) {
+async fn serve_with_env(
+    env: &[(&str, &str)],
+) -> (tokio::process::Child, String, tempfile::TempDir) {
     let dir = temp_dir("edges-cli");
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_hostwire"));
     cmd.kill_on_drop(true)
@@ -74,7 +76,10 @@ async fn trusted_proxy_hops_from_the_environment_picks_the_entry_that_many_in_fr
     // Two proxies: the outer one saw the client at 9.9.9.9, the inner one
     // appended the outer one's address. The leftmost was written by the
     // client.
-    assert_eq!(create("1.1.1.1, 9.9.9.9, 10.0.0.2").await.unwrap().status(), 201);
+    assert_eq!(
+        create("1.1.1.1, 9.9.9.9, 10.0.0.2").await.unwrap().status(),
+        201
+    );
     assert_eq!(
         create("2.2.2.2, 9.9.9.9, 10.0.0.2").await.unwrap().status(),
         429,
@@ -256,7 +261,10 @@ async fn a_join_flood_from_one_ip_is_limited_and_the_host_shuts_it_out() {
         .await;
     back.expect_error("KICKED", true).await;
     let info: Value = lookup(&t, &pin, None).await.json().await.unwrap();
-    assert_eq!((info["players"].as_u64(), info["open"].as_bool()), (Some(0), Some(false)));
+    assert_eq!(
+        (info["players"].as_u64(), info["open"].as_bool()),
+        (Some(0), Some(false))
+    );
 }
 
 // --- Item 11: origins as origins; protocol errors closed with codes ---
@@ -264,7 +272,9 @@ async fn a_join_flood_from_one_ip_is_limited_and_the_host_shuts_it_out() {
 #[tokio::test]
 async fn a_configured_origin_in_upper_case_or_with_a_trailing_slash_matches() {
     let t = TestRelay::start(RelayConfig {
-        allowed_origins: AllowedOrigins::parse("HTTPS://Play.Example.ORG:443/, http://other.example"),
+        allowed_origins: AllowedOrigins::parse(
+            "HTTPS://Play.Example.ORG:443/, http://other.example",
+        ),
         ..config()
     })
     .await;
@@ -353,7 +363,10 @@ async fn close_after(t: &TestRelay, bytes: &[u8]) -> (Option<u16>, String) {
                     return (None, String::new());
                 }
                 let code = u16::from_be_bytes([payload[0], payload[1]]);
-                return (Some(code), String::from_utf8(payload[2..].to_vec()).unwrap());
+                return (
+                    Some(code),
+                    String::from_utf8(payload[2..].to_vec()).unwrap(),
+                );
             }
         }
         let mut chunk = [0u8; 256];
@@ -399,9 +412,7 @@ async fn websocket_protocol_errors_close_with_their_code_and_a_reason() {
 // --- Item 12: the host's close, answered in order ----------------------
 
 /// The next text frame and then the close, as (frame, code, reason).
-async fn closed_then_close(
-    ws: &mut Client,
-) -> (Option<Value>, Option<u16>, String) {
+async fn closed_then_close(ws: &mut Client) -> (Option<Value>, Option<u16>, String) {
     let mut text = None;
     loop {
         let m = tokio::time::timeout(GUARD, ws.ws.next())
@@ -452,8 +463,20 @@ async fn a_host_that_closes_the_room_and_its_socket_at_once_always_gets_closed_t
             Some(1000),
             "room closed".to_owned(),
         );
-        assert_eq!(closed_then_close(&mut host).await, want, "host, round {round}");
-        assert_eq!(closed_then_close(&mut a).await, want, "player A, round {round}");
-        assert_eq!(closed_then_close(&mut b).await, want, "player B, round {round}");
+        assert_eq!(
+            closed_then_close(&mut host).await,
+            want,
+            "host, round {round}"
+        );
+        assert_eq!(
+            closed_then_close(&mut a).await,
+            want,
+            "player A, round {round}"
+        );
+        assert_eq!(
+            closed_then_close(&mut b).await,
+            want,
+            "player B, round {round}"
+        );
     }
 }

@@ -275,8 +275,8 @@ mod tests {
     fn an_attach_over_the_ip_rate_is_not_fatal_and_closes_1013() {
         let clock = ManualClock::new(T0);
         let s = state(&clock);
-        let msg = decode_client_frame(r#"{"t":"join","protocol":1,"pin":"123456","name":"A"}"#)
-            .unwrap();
+        let msg =
+            decode_client_frame(r#"{"t":"join","protocol":1,"pin":"123456","name":"A"}"#).unwrap();
         let step = s.attach_rate_limited(&msg, 3);
         assert_eq!(error_of(&step), (RelayErrorCode::RateLimited, false));
         let ConnStep::Fatal {

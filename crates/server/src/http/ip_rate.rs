@@ -149,7 +149,10 @@ mod tests {
         r.try_take("once", 0).unwrap();
         // A third IP: "once" (9 tokens) makes room, "drained" (0) stays.
         r.try_take("new", 0).unwrap();
-        assert!(r.try_take("drained", 0).is_err(), "the drained bucket was forgotten");
+        assert!(
+            r.try_take("drained", 0).is_err(),
+            "the drained bucket was forgotten"
+        );
         assert_eq!(r.tracked_ips(), 2);
     }
 }

@@ -391,15 +391,13 @@ fn read_error(e: axum::Error) -> ReadError {
                 P::UnknownDataFrameType(_) | P::UnknownControlFrameType(_) => "unknown opcode",
                 P::FragmentedControlFrame => "fragmented control frame",
                 P::ControlFrameTooBig => "control frame over 125 bytes",
-                P::UnexpectedContinueFrame | P::ExpectedFragment(_) => {
-                    "continuation out of order"
-                }
+                P::UnexpectedContinueFrame | P::ExpectedFragment(_) => "continuation out of order",
                 P::InvalidCloseSequence => "invalid close frame",
                 // The socket ended or the handshake is over: nothing to
                 // answer.
-                P::ResetWithoutClosingHandshake
-                | P::ReceivedAfterClosing
-                | P::SendAfterClosing => return ReadError::Gone,
+                P::ResetWithoutClosingHandshake | P::ReceivedAfterClosing | P::SendAfterClosing => {
+                    return ReadError::Gone
+                }
                 _ => "protocol error",
             },
         ),
