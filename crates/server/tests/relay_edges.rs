@@ -158,6 +158,21 @@ async fn room_lookups_are_limited_per_ip_with_a_clear_429_and_retry_after() {
     );
     // Another client IP has its own bucket; time refills this one.
     assert_eq!(lookup(&t, &pin, Some("7.7.7.7")).await.status(), 200);
+    // An IPv6 client counts as its /64: rotating through it buys nothing.
+    for i in 0..5 {
+        let ip = format!("2001:db8:1:2::{i:x}");
+        assert_eq!(lookup(&t, &pin, Some(&ip)).await.status(), 200, "{ip}");
+    }
+    assert_eq!(
+        lookup(&t, &pin, Some("2001:db8:1:2:ffff::1"))
+            .await
+            .status(),
+        429
+    );
+    assert_eq!(
+        lookup(&t, &pin, Some("2001:db8:1:3::1")).await.status(),
+        200
+    );
     t.clock.advance_ms(1_000);
     for _ in 0..2 {
         assert_eq!(lookup(&t, &pin, Some("6.6.6.6")).await.status(), 200);
@@ -170,7 +185,7 @@ async fn room_lookups_are_limited_per_ip_with_a_clear_429_and_retry_after() {
         .await
         .unwrap();
     assert!(
-        m.contains("hostwire_relay_lookups_rate_limited_total 2"),
+        m.contains("hostwire_relay_lookups_rate_limited_total 3"),
         "{m}"
     );
 }

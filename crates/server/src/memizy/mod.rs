@@ -211,15 +211,15 @@ impl Relay {
         Ok((pin, token))
     }
 
-    /// The client IP that per-IP limits count (`TRUST_PROXY`,
-    /// `TRUSTED_PROXY_HOPS`).
+    /// The client that per-IP limits count (`TRUST_PROXY`,
+    /// `TRUSTED_PROXY_HOPS`; an IPv6 address by its /64).
     fn client_ip(&self, headers: &axum::http::HeaderMap, peer: std::net::SocketAddr) -> String {
-        crate::http::client_ip(
+        crate::http::client_ip::limit_key(&crate::http::client_ip(
             headers,
             peer,
             self.config.trust_proxy,
             self.config.limits.trusted_proxy_hops,
-        )
+        ))
     }
 
     fn allow_room_creation(&self, ip: &str) -> bool {
