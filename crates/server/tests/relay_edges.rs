@@ -209,7 +209,9 @@ async fn the_per_ip_tables_stay_bounded_under_many_addresses_and_forget_idle_one
         assert_eq!(r.status(), 404);
         assert!(t.relay().rate_limited_ips().0 <= 50);
     }
-    assert_eq!(t.relay().rate_limited_ips().0, 50);
+    // Full of draining buckets, each pass makes room for an eighth.
+    let held = t.relay().rate_limited_ips().0;
+    assert!((44..=50).contains(&held), "{held}");
     // Refilled buckets say nothing a new one would not: the sweep drops them.
     t.clock.advance_ms(3_000);
     t.relay().sweep().await;

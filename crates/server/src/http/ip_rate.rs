@@ -4,8 +4,10 @@
 //! A hostile client with many addresses must not grow the table without
 //! bound. A bucket that has refilled to its burst is the same as a new one,
 //! so dropping it forgets nothing: those go first when the table is full
-//! (and at every sweep). If every bucket is still draining, the one with
-//! the most tokens (the closest to idle) makes room.
+//! (and at every sweep). If every bucket is still draining, an eighth of
+//! the table (in hash order, which a client cannot predict) makes room at
+//! once: the pass over the table is paid once per that many new IPs, not
+//! by each of them, under the table's lock.
 
 use hostwire_core::TokenBucket;
 use std::collections::HashMap;
@@ -61,15 +63,13 @@ impl PerIpRate {
         if !t.contains_key(ip) {
             if t.len() >= self.max_ips {
                 t.retain(|_, b| !self.is_idle(b, now_ms));
-            }
-            if t.len() >= self.max_ips {
-                let fullest = t
-                    .iter_mut()
-                    .map(|(k, b)| (b.available(now_ms), k))
-                    .max_by(|a, b| a.0.total_cmp(&b.0))
-                    .map(|(_, k)| k.clone());
-                if let Some(k) = fullest {
-                    t.remove(&k);
+                let keep = (self.max_ips - self.max_ips.div_ceil(8)).min(self.max_ips - 1);
+                if t.len() > keep {
+                    let excess = t.len() - keep;
+                    let dropped: Vec<String> = t.keys().take(excess).cloned().collect();
+                    for k in dropped {
+                        t.remove(&k);
+                    }
                 }
             }
             let bucket = TokenBucket::new(f64::from(self.per_second), self.burst, now_ms);
@@ -134,25 +134,44 @@ mod tests {
             let _ = r.try_take(&format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255), 0);
             assert!(r.tracked_ips() <= 100);
         }
-        assert_eq!(r.tracked_ips(), 100);
+        assert!(r.tracked_ips() >= 100 - 100 / 8, "{}", r.tracked_ips());
         // Refilled buckets are forgotten: nothing is lost by it.
         r.sweep(10_000);
         assert_eq!(r.tracked_ips(), 0);
     }
 
     #[test]
-    fn a_full_table_drops_the_bucket_closest_to_idle_not_a_drained_one() {
-        let r = PerIpRate::new(1, 10, 2);
-        for _ in 0..10 {
-            r.try_take("drained", 0).unwrap();
+    fn a_full_table_drops_refilled_buckets_before_draining_ones() {
+        let r = PerIpRate::new(1, 10, 4);
+        for ip in ["a", "b"] {
+            for _ in 0..10 {
+                r.try_take(ip, 0).unwrap();
+            }
         }
-        r.try_take("once", 0).unwrap();
-        // A third IP: "once" (9 tokens) makes room, "drained" (0) stays.
+        r.try_take("c", 0).unwrap();
+        r.try_take("d", 0).unwrap();
+        // A second later c and d are full again, a and b hold one token.
+        r.try_take("e", 1_000).unwrap();
+        assert_eq!(r.tracked_ips(), 3, "c and d dropped, e added");
+        for ip in ["a", "b"] {
+            r.try_take(ip, 1_000).unwrap();
+            assert!(r.try_take(ip, 1_000).is_err(), "{ip} was forgotten");
+        }
+    }
+
+    #[test]
+    fn a_table_of_draining_buckets_makes_room_for_many_at_once() {
+        let r = PerIpRate::new(1, 10, 80);
+        for i in 0..80 {
+            r.try_take(&i.to_string(), 0).unwrap();
+        }
+        // Full of draining buckets: one pass drops an eighth.
         r.try_take("new", 0).unwrap();
-        assert!(
-            r.try_take("drained", 0).is_err(),
-            "the drained bucket was forgotten"
-        );
-        assert_eq!(r.tracked_ips(), 2);
+        assert_eq!(r.tracked_ips(), 71);
+        // The next nine fit without another pass.
+        for i in 0..9 {
+            r.try_take(&format!("n{i}"), 0).unwrap();
+        }
+        assert_eq!(r.tracked_ips(), 80);
     }
 }
