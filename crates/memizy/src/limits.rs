@@ -150,6 +150,22 @@ pub struct RelayLimits {
     pub concurrent_uploads: usize,
     /// CPU time one bundle's check may take before it is refused.
     pub bundle_check_timeout_ms: u64,
+    /// Reverse proxies in front of the server that append to
+    /// `X-Forwarded-For` (when the proxy is trusted): the client IP is the
+    /// entry this many in from the right.
+    pub trusted_proxy_hops: usize,
+    /// `GET /api/rooms/:pin` per client IP: a token bucket of this rate and
+    /// burst (PIN guessing); beyond it 429.
+    pub lookups_per_ip_per_second: u32,
+    pub lookup_burst_per_ip: u32,
+    /// `join` and `host` frames per client IP, over all its connections: a
+    /// token bucket of this rate and burst (join floods, PIN guessing over
+    /// the socket); beyond it `RATE_LIMITED` and close 1013.
+    pub joins_per_ip_per_second: u32,
+    pub join_burst_per_ip: u32,
+    /// Client IPs each of those buckets is kept for at most; idle buckets
+    /// are dropped first (see the server's per-IP table).
+    pub rate_limited_ips: usize,
 }
 
 pub const RELAY_LIMITS: RelayLimits = RelayLimits {
@@ -175,6 +191,12 @@ pub const RELAY_LIMITS: RelayLimits = RelayLimits {
     shutdown_grace_ms: 10_000,
     concurrent_uploads: 4,
     bundle_check_timeout_ms: 5_000,
+    trusted_proxy_hops: 1,
+    lookups_per_ip_per_second: 10,
+    lookup_burst_per_ip: 200,
+    joins_per_ip_per_second: 10,
+    join_burst_per_ip: 200,
+    rate_limited_ips: 65_536,
 };
 
 #[cfg(test)]

@@ -60,12 +60,33 @@ pub struct ServeArgs {
     /// Set TRUST_PROXY=1 to enable.
     #[arg(long, env = "TRUST_PROXY", default_value = "0", value_parser = parse_flag, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "1")]
     pub trust_proxy: bool,
+    /// With TRUST_PROXY: how many reverse proxies in front of the server
+    /// append to X-Forwarded-For. The client IP is the entry this many in
+    /// from the right; entries further left were written by the client.
+    #[arg(long, env = "TRUSTED_PROXY_HOPS", default_value_t = RELAY_LIMITS.trusted_proxy_hops, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub trusted_proxy_hops: usize,
     /// Directory of the embedded database (created if missing).
     #[arg(long, env = "HOSTWIRE_DATA_DIR", default_value = "data")]
     pub data_dir: PathBuf,
     /// Rooms one client IP may create per hour (a school shares one IP).
     #[arg(long, env = "ROOMS_PER_IP_PER_HOUR", default_value_t = RELAY_LIMITS.rooms_per_ip_per_hour)]
     pub rooms_per_ip_per_hour: u32,
+    /// Room lookups (GET /api/rooms/:pin) one client IP may make per
+    /// second, after its burst; beyond it 429 with Retry-After. 0: no limit.
+    #[arg(long, env = "LOOKUPS_PER_IP_PER_SECOND", default_value_t = RELAY_LIMITS.lookups_per_ip_per_second)]
+    pub lookups_per_ip_per_second: u32,
+    /// Room lookups one client IP may make at once.
+    #[arg(long, env = "LOOKUP_BURST_PER_IP", default_value_t = RELAY_LIMITS.lookup_burst_per_ip)]
+    pub lookup_burst_per_ip: u32,
+    /// `join` and `host` frames one client IP may send per second over all
+    /// its connections, after its burst; beyond it RATE_LIMITED and close
+    /// 1013. 0: no limit.
+    #[arg(long, env = "JOINS_PER_IP_PER_SECOND", default_value_t = RELAY_LIMITS.joins_per_ip_per_second)]
+    pub joins_per_ip_per_second: u32,
+    /// `join` and `host` frames one client IP may send at once (a class
+    /// joining together).
+    #[arg(long, env = "JOIN_BURST_PER_IP", default_value_t = RELAY_LIMITS.join_burst_per_ip)]
+    pub join_burst_per_ip: u32,
     /// Live rooms on this server; beyond it room creation answers 503.
     #[arg(long, env = "MAX_ROOMS", default_value_t = RELAY_LIMITS.max_rooms)]
     pub max_rooms: usize,
@@ -207,6 +228,11 @@ pub fn relay_config(args: &ServeArgs) -> RelayConfig {
             shutdown_grace_ms: args.shutdown_grace_ms,
             outbound_queue_bytes: args.outbound_queue_bytes,
             concurrent_uploads: args.concurrent_uploads.max(1),
+            trusted_proxy_hops: args.trusted_proxy_hops.max(1),
+            lookups_per_ip_per_second: args.lookups_per_ip_per_second,
+            lookup_burst_per_ip: args.lookup_burst_per_ip,
+            joins_per_ip_per_second: args.joins_per_ip_per_second,
+            join_burst_per_ip: args.join_burst_per_ip,
             ..RELAY_LIMITS
         },
         outbound_queue: OUTBOUND_QUEUE,

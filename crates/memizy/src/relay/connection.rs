@@ -115,6 +115,23 @@ impl<R> ConnectionState<R> {
         fatal(msg.kind(), RelayErrorCode::RoomNotFound, message.into())
     }
 
+    /// This `host` / `join` is over its client IP's attach rate (shared by
+    /// every connection from that IP, so the server keeps it): not fatal,
+    /// the frame is dropped and the connection closed with 1013 "try again
+    /// later", which a client answers by reconnecting with its backoff and
+    /// sending its `host` / `join` again.
+    pub fn attach_rate_limited(&self, msg: &RelayClientMessage, retry_after_s: u64) -> ConnStep {
+        ConnStep::Fatal {
+            received: msg.kind(),
+            frame: RelayServerMessage::error(
+                RelayErrorCode::RateLimited,
+                format!("Too many joins from this network; try again in {retry_after_s} s."),
+                false,
+            ),
+            close: (CLOSE_TOO_SLOW, "try again later"),
+        }
+    }
+
     /// The WebSocket layer refused a frame beyond twice the cap: the
     /// connection cannot go on reading (1009).
     pub fn on_oversized(&self) -> ConnStep {
@@ -252,6 +269,27 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn an_attach_over_the_ip_rate_is_not_fatal_and_closes_1013() {
+        let clock = ManualClock::new(T0);
+        let s = state(&clock);
+        let msg =
+            decode_client_frame(r#"{"t":"join","protocol":1,"pin":"123456","name":"A"}"#).unwrap();
+        let step = s.attach_rate_limited(&msg, 3);
+        assert_eq!(error_of(&step), (RelayErrorCode::RateLimited, false));
+        let ConnStep::Fatal {
+            received,
+            frame,
+            close,
+        } = step
+        else {
+            panic!("{step:?}")
+        };
+        assert_eq!(received, ClientFrameKind::Join);
+        assert_eq!(close, (CLOSE_TOO_SLOW, "try again later"));
+        assert!(frame.encode("").contains("try again in 3 s"));
     }
 
     #[test]

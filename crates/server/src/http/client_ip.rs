@@ -1,23 +1,45 @@
 //! The client's IP address, for limits that count per client.
 
 use axum::http::HeaderMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
-/// Reverse proxies in front of the server when the proxy is trusted: each
-/// appends the address it saw to `X-Forwarded-For`.
-pub const TRUSTED_PROXY_HOPS: usize = 1;
-
-/// The peer's address, or behind a trusted reverse proxy the address that
-/// proxy saw: the entry of `X-Forwarded-For` [`TRUSTED_PROXY_HOPS`] in from
-/// the right. Entries to its left were written by the client and prove
-/// nothing.
-pub fn client_ip(headers: &HeaderMap, peer: SocketAddr, trust_proxy: bool) -> String {
+/// The peer's address, or behind trusted reverse proxies the address the
+/// outermost of them saw: the entry of `X-Forwarded-For` `hops` in from the
+/// right (`TRUSTED_PROXY_HOPS`, each proxy appends the address it saw).
+/// Entries to its left were written by the client and prove nothing.
+pub fn client_ip(headers: &HeaderMap, peer: SocketAddr, trust_proxy: bool, hops: usize) -> String {
     if trust_proxy {
-        if let Some(ip) = forwarded_for(headers, TRUSTED_PROXY_HOPS) {
+        if let Some(ip) = forwarded_for(headers, hops) {
             return ip;
         }
     }
     peer.ip().to_string()
+}
+
+/// What per-IP limits count a client address as: an IPv6 address by its
+/// /64 (one end network gets a /64, so a single client has 2^64 addresses
+/// to rotate through), an IPv4 address (mapped into IPv6 or not) as itself.
+pub fn limit_addr(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+        v4 => v4,
+    }
+}
+
+/// [`limit_addr`] of a client IP as text (an IPv6 network with its `/64`);
+/// what is not an address is kept as written.
+pub fn limit_key(ip: &str) -> String {
+    match ip.parse::<IpAddr>().map(limit_addr) {
+        Ok(IpAddr::V6(net)) => format!("{net}/64"),
+        Ok(v4) => v4.to_string(),
+        Err(_) => ip.to_owned(),
+    }
 }
 
 /// The entry `hops` in from the right of every `X-Forwarded-For` header
@@ -44,9 +66,25 @@ mod tests {
         let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", "10.0.0.1, 10.9.9.9".parse().unwrap());
-        assert_eq!(client_ip(&h, peer, true), "10.9.9.9");
-        assert_eq!(client_ip(&h, peer, false), "127.0.0.1");
-        assert_eq!(client_ip(&HeaderMap::new(), peer, true), "127.0.0.1");
+        assert_eq!(client_ip(&h, peer, true, 1), "10.9.9.9");
+        assert_eq!(client_ip(&h, peer, true, 2), "10.0.0.1");
+        assert_eq!(client_ip(&h, peer, false, 1), "127.0.0.1");
+        assert_eq!(client_ip(&HeaderMap::new(), peer, true, 1), "127.0.0.1");
+    }
+
+    #[test]
+    fn an_ipv6_client_counts_as_its_64() {
+        assert_eq!(limit_key("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
+        assert_eq!(limit_key("2001:db8:1:2:bbbb::9"), "2001:db8:1:2::/64");
+        assert_eq!(limit_key("2001:db8:1:3::1"), "2001:db8:1:3::/64");
+        assert_eq!(limit_key("::ffff:10.0.0.1"), "10.0.0.1");
+        assert_eq!(limit_key("10.0.0.1"), "10.0.0.1");
+        assert_eq!(limit_key("unknown"), "unknown");
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        assert_eq!(limit_addr(a), limit_addr(b));
+        let v4: IpAddr = "127.0.0.1".parse().unwrap();
+        assert_eq!(limit_addr(v4), v4);
     }
 
     #[test]

@@ -25,15 +25,17 @@ pub enum AllowedOrigins {
 }
 
 impl AllowedOrigins {
-    /// Parses `ALLOWED_ORIGINS`: `*` or a comma-separated list.
+    /// Parses `ALLOWED_ORIGINS`: `*` or a comma-separated list, each
+    /// entry kept as its [`normalize`]d origin.
     pub fn parse(s: &str) -> Self {
         if s.trim() == "*" {
             AllowedOrigins::Any
         } else {
             AllowedOrigins::List(
                 s.split(',')
-                    .map(|o| o.trim().to_owned())
+                    .map(str::trim)
                     .filter(|o| !o.is_empty())
+                    .map(normalize)
                     .collect(),
             )
         }
@@ -41,12 +43,20 @@ impl AllowedOrigins {
 
     /// Whether a request with this `Origin` (or none) may go on. Without
     /// `Any`, a missing origin is not allowed: callers that serve
-    /// non-browser clients check for `None` first.
+    /// non-browser clients check for `None` first. Both sides are compared
+    /// as [`normalize`]d origins, so `https://Play.Example.org:443/`
+    /// configured matches the `https://play.example.org` a browser sends.
     pub fn allows(&self, origin: Option<&str>) -> bool {
-        match self {
-            AllowedOrigins::Any => true,
-            AllowedOrigins::List(l) => origin.is_some_and(|o| l.iter().any(|a| a == o)),
+        let (AllowedOrigins::List(l), Some(o)) = (self, origin) else {
+            return matches!(self, AllowedOrigins::Any);
+        };
+        // Browsers send origins normalized, and `parse` keeps them so:
+        // the exact match is the common case and needs no URL parse.
+        if l.iter().any(|a| a == o) {
+            return true;
         }
+        let o = normalize(o);
+        l.iter().any(|a| *a == o || normalize(a) == o)
     }
 
     /// A `CorsLayer` that echoes an allowed origin (also for `*`, as the
@@ -59,6 +69,17 @@ impl AllowedOrigins {
                 allowed.allows(o.to_str().ok())
             }))
             .vary([header::ORIGIN])
+    }
+}
+
+/// An origin as the URL Standard serializes it: scheme and host in lower
+/// case, the scheme's default port left out, no path and so no trailing
+/// `/`. What is not a URL with a host (`null`, garbage) is kept as written,
+/// so it only ever matches itself.
+pub fn normalize(origin: &str) -> String {
+    match url::Url::parse(origin) {
+        Ok(u) if u.has_host() => u.origin().ascii_serialization(),
+        _ => origin.to_owned(),
     }
 }
 
@@ -92,15 +113,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn origins_parse_and_match_exactly() {
-        let o = AllowedOrigins::parse(" https://a.org , ,https://b.org");
+    fn origins_parse_and_match_as_origins() {
+        let o = AllowedOrigins::parse(" https://a.org , ,https://B.org/,HTTP://c.ORG:80");
         assert_eq!(
             o,
-            AllowedOrigins::List(vec!["https://a.org".into(), "https://b.org".into()])
+            AllowedOrigins::List(vec![
+                "https://a.org".into(),
+                "https://b.org".into(),
+                "http://c.org".into()
+            ])
         );
         assert!(o.allows(Some("https://b.org")));
-        assert!(!o.allows(Some("https://b.org/")));
+        assert!(o.allows(Some("https://b.org/")));
+        assert!(o.allows(Some("https://B.ORG:443")));
+        assert!(o.allows(Some("http://c.org")));
+        assert!(!o.allows(Some("http://b.org")), "another scheme");
+        assert!(!o.allows(Some("https://b.org:8443")), "another port");
+        assert!(!o.allows(Some("https://b.org.evil.example")));
+        assert!(!o.allows(Some("null")));
         assert!(!o.allows(None));
         assert!(AllowedOrigins::parse("*").allows(None));
+        // A list made without `parse` is normalized when compared.
+        let raw = AllowedOrigins::List(vec!["https://Play.Example.org/".into()]);
+        assert!(raw.allows(Some("https://play.example.org")));
     }
 }

@@ -1,8 +1,8 @@
 //! The accept loop: HTTP/1.1 connections (WebSocket upgrades included)
 //! with the limits a hostile client meets before any handler runs:
 //!
-//! - a cap on open connections per client IP (beyond it the socket is
-//!   closed at once);
+//! - a cap on open connections per client IP (an IPv6 client by its /64;
+//!   beyond it the socket is closed at once);
 //! - a header read timeout (a silent socket, or a header trickled byte by
 //!   byte, is closed; it also ends idle keep-alive connections);
 //! - a deadline for a whole request body ([`BodyTimeout`]);
@@ -233,7 +233,10 @@ pub async fn serve(
             },
             () = &mut stop => break,
         };
-        let Some(slot) = PerIp::take(&per_ip, peer.ip(), limits.connections_per_ip) else {
+        // An IPv6 client counts as its /64, which it could otherwise rotate
+        // through.
+        let ip = super::client_ip::limit_addr(peer.ip());
+        let Some(slot) = PerIp::take(&per_ip, ip, limits.connections_per_ip) else {
             tracing::debug!(ip = %peer.ip(), "connection refused: CONNECTIONS_PER_IP reached");
             drop(stream);
             continue;

@@ -5,7 +5,7 @@ use super::room::RoomCmd;
 use super::{CreateError, Relay};
 use crate::http::error::{method_not_allowed, not_found, JSON_UTF8};
 use crate::http::origins::{preflight_no_content, require_allowed_origin};
-use crate::http::{client_ip, json_response, ApiError};
+use crate::http::{json_response, ApiError, RetryAfter};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
@@ -16,6 +16,7 @@ use axum::Router;
 use hostwire_memizy::relay::{is_pin, parse_bundle};
 use serde_json::json;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -79,7 +80,7 @@ async fn create_room(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
-    let ip = client_ip(&headers, peer, relay.config.trust_proxy);
+    let ip = relay.client_ip(&headers, peer);
     if !relay.allow_room_creation(&ip) {
         return ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -117,7 +118,30 @@ fn room_by_pin(relay: &Relay, pin: &str) -> Result<super::room::RoomHandle, ApiE
         .ok_or(ROOM_NOT_FOUND)
 }
 
-async fn room_info(State(relay): State<Arc<Relay>>, Path(pin): Path<String>) -> Response {
+/// 429 with `Retry-After`, in the reference's error shape.
+fn too_many(what: &str, setting: &str, retry: RetryAfter) -> Response {
+    let message = format!(
+        "Too many {what} from this network ({setting}); try again in {} s.",
+        retry.seconds
+    );
+    let mut r = json_response(StatusCode::TOO_MANY_REQUESTS, &json!({ "error": message }));
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(retry.seconds));
+    r
+}
+
+async fn room_info(
+    State(relay): State<Arc<Relay>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(pin): Path<String>,
+) -> Response {
+    // Every lookup counts, found or not: a PIN guess is a lookup.
+    let ip = relay.client_ip(&headers, peer);
+    if let Err(retry) = relay.lookups.try_take(&ip, relay.clock.now_ms()) {
+        relay.metrics.lookups_rate_limited.fetch_add(1, Relaxed);
+        return too_many("room lookups", "LOOKUPS_PER_IP_PER_SECOND", retry);
+    }
     let room = match room_by_pin(&relay, &pin) {
         Ok(r) => r,
         Err(e) => return e.into_response(),

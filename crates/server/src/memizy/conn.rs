@@ -7,7 +7,7 @@ use super::room::{RoomCmd, RoomHandle};
 use super::Relay;
 use crate::outbound;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -15,6 +15,7 @@ use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use hostwire_memizy::relay::*;
 use std::future::{poll_fn, Future};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
@@ -112,6 +113,7 @@ impl Outbound {
 
 pub(super) async fn ws_upgrade(
     State(relay): State<Arc<Relay>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
@@ -119,6 +121,8 @@ pub(super) async fn ws_upgrade(
     if !relay.origins.allows(origin) {
         return (StatusCode::FORBIDDEN, "Origin not allowed").into_response();
     }
+    // What the per-IP join rate counts this connection's attaches as.
+    let ip: Box<str> = relay.client_ip(&headers, peer).into();
     let limits = relay.config.limits;
     // Frames above the protocol cap but within twice it get TOO_LARGE and
     // the connection lives; beyond that the WebSocket layer closes it (1009).
@@ -132,13 +136,17 @@ pub(super) async fn ws_upgrade(
         // that pings and never reads cannot grow them without limit (a
         // reply that does not fit replaces the one waiting).
         .max_write_buffer_size(limits.ws_write_buffer_bytes.max(WRITE_BUFFER + 1))
-        .on_upgrade(move |socket| handle_socket(relay, socket))
+        .on_upgrade(move |socket| handle_socket(relay, socket, ip))
 }
 
 /// Splits the socket and starts its writer; the returned future is the
 /// reader. Not an `async fn`: the socket is consumed here, so the reader's
 /// future (kept for the connection's whole life) does not hold room for it.
-fn handle_socket(relay: Arc<Relay>, socket: WebSocket) -> impl Future<Output = ()> + Send {
+fn handle_socket(
+    relay: Arc<Relay>,
+    socket: WebSocket,
+    ip: Box<str>,
+) -> impl Future<Output = ()> + Send {
     let conn: ConnId = relay.next_conn();
     relay.metrics.connections.fetch_add(1, Relaxed);
     let (sink, stream) = socket.split();
@@ -149,7 +157,7 @@ fn handle_socket(relay: Arc<Relay>, socket: WebSocket) -> impl Future<Output = (
         Parked(Mutex::new(Some(sink))),
     );
     let writer = tokio::spawn(write_loop(drain));
-    read_loop(relay, conn, stream, Outbound(out), writer)
+    read_loop(relay, conn, ip, stream, Outbound(out), writer)
 }
 
 /// Writes what the queue holds (all that is queued, then one flush), and
@@ -206,6 +214,7 @@ async fn write_loop(drain: outbound::Drain<Utf8Bytes, Parked>) {
 fn read_loop(
     relay: Arc<Relay>,
     conn: ConnId,
+    ip: Box<str>,
     mut stream: SplitStream<WebSocket>,
     out: Outbound,
     writer: JoinHandle<()>,
@@ -214,6 +223,7 @@ fn read_loop(
         state: ConnectionState::new(relay.clock.now_ms(), relay.config.limits),
         relay,
         conn,
+        ip,
         out,
     };
     // An async block, not an async fn: what it captures is used in place,
@@ -265,7 +275,23 @@ fn read_loop(
                 }
                 Flow::RoomBusy(cmd) => {
                     let Some(r) = reader.state.room() else { break };
+                    let closes_room = reader.state.is_host()
+                        && matches!(
+                            &*cmd,
+                            RoomCmd::Frame {
+                                msg: RelayClientMessage::Close,
+                                ..
+                            }
+                        );
                     if Box::pin(r.tx.send(*cmd)).await.is_err() {
+                        break;
+                    }
+                    if closes_room && Box::pin(reader.room_closed()).await {
+                        break;
+                    }
+                }
+                Flow::AwaitRoomClose => {
+                    if Box::pin(reader.room_closed()).await {
                         break;
                     }
                 }
@@ -282,6 +308,7 @@ async fn finish(reader: Reader, mut writer: JoinHandle<()>) {
         out,
         mut state,
         conn,
+        ..
     } = reader;
     if let Some(r) = state.detach() {
         let _ = r.tx.send(RoomCmd::Detach { conn }).await;
@@ -304,6 +331,8 @@ async fn finish(reader: Reader, mut writer: JoinHandle<()>) {
 struct Reader {
     relay: Arc<Relay>,
     conn: ConnId,
+    /// The client IP its attaches count against.
+    ip: Box<str>,
     out: Outbound,
     state: ConnectionState<RoomHandle>,
 }
@@ -316,6 +345,9 @@ enum Flow {
     Attach(Box<AttachJob>),
     /// The room's queue is full: wait to hand it this.
     RoomBusy(Box<RoomCmd>),
+    /// The host closed the room: read nothing more until the room has
+    /// closed this connection too (see [`Reader::room_closed`]).
+    AwaitRoomClose,
 }
 
 struct AttachJob {
@@ -324,12 +356,53 @@ struct AttachJob {
     already_attached: bool,
 }
 
-/// Whether the WebSocket layer refused a frame for its size (over twice
-/// the protocol's cap).
-fn is_oversized(e: axum::Error) -> bool {
-    e.into_inner()
-        .downcast_ref::<tungstenite::Error>()
-        .is_some_and(|e| matches!(e, tungstenite::Error::Capacity(_)))
+/// How the WebSocket layer's refusal of what the client sent ends the
+/// connection.
+enum ReadError {
+    /// Over twice the protocol's cap: `TOO_LARGE`, then 1009.
+    Oversized,
+    /// Not WebSocket as RFC 6455 has it: closed with this code and reason.
+    Violation(u16, &'static str),
+    /// The socket failed or ended: nothing can be sent.
+    Gone,
+}
+
+/// Close 1007: a text frame that is not UTF-8 (RFC 6455 §7.4.1).
+const CLOSE_INVALID_DATA: u16 = 1007;
+/// Close 1002: a frame that breaks the framing rules.
+const CLOSE_PROTOCOL_ERROR: u16 = 1002;
+
+fn read_error(e: axum::Error) -> ReadError {
+    use tungstenite::error::ProtocolError as P;
+    let e = e.into_inner();
+    let Some(e) = e.downcast_ref::<tungstenite::Error>() else {
+        return ReadError::Gone;
+    };
+    match e {
+        tungstenite::Error::Capacity(_) => ReadError::Oversized,
+        tungstenite::Error::Utf8(_) => {
+            ReadError::Violation(CLOSE_INVALID_DATA, "invalid UTF-8 in a text frame")
+        }
+        tungstenite::Error::Protocol(p) => ReadError::Violation(
+            CLOSE_PROTOCOL_ERROR,
+            match p {
+                P::UnmaskedFrameFromClient => "unmasked client frame",
+                P::NonZeroReservedBits => "reserved bits set",
+                P::UnknownDataFrameType(_) | P::UnknownControlFrameType(_) => "unknown opcode",
+                P::FragmentedControlFrame => "fragmented control frame",
+                P::ControlFrameTooBig => "control frame over 125 bytes",
+                P::UnexpectedContinueFrame | P::ExpectedFragment(_) => "continuation out of order",
+                P::InvalidCloseSequence => "invalid close frame",
+                // The socket ended or the handshake is over: nothing to
+                // answer.
+                P::ResetWithoutClosingHandshake | P::ReceivedAfterClosing | P::SendAfterClosing => {
+                    return ReadError::Gone
+                }
+                _ => "protocol error",
+            },
+        ),
+        _ => ReadError::Gone,
+    }
 }
 
 impl Reader {
@@ -372,8 +445,12 @@ impl Reader {
     fn on_message(&mut self, next: Option<Result<Message, axum::Error>>) -> Flow {
         let text = match next {
             Some(Err(e)) => {
-                if is_oversized(e) {
-                    self.act(self.state.on_oversized());
+                match read_error(e) {
+                    ReadError::Oversized => {
+                        self.act(self.state.on_oversized());
+                    }
+                    ReadError::Violation(code, reason) => self.out.close(code, reason),
+                    ReadError::Gone => {}
                 }
                 return Flow::Stop;
             }
@@ -392,17 +469,25 @@ impl Reader {
                 pin,
                 msg,
                 already_attached,
-            } => match self.relay.room(&pin) {
-                None => self.act(self.state.room_not_found(&msg)),
-                Some(target) => {
-                    self.relay.metrics.frame_in(msg.kind());
-                    Flow::Attach(Box::new(AttachJob {
-                        target,
-                        msg,
-                        already_attached,
-                    }))
+            } => {
+                // Counted per client IP over all its connections, before
+                // the PIN is looked up: a guess costs a token too.
+                if let Err(retry) = self.relay.joins.try_take(&self.ip, now) {
+                    self.relay.metrics.rate_limited.fetch_add(1, Relaxed);
+                    return self.act(self.state.attach_rate_limited(&msg, retry.seconds));
                 }
-            },
+                match self.relay.room(&pin) {
+                    None => self.act(self.state.room_not_found(&msg)),
+                    Some(target) => {
+                        self.relay.metrics.frame_in(msg.kind());
+                        Flow::Attach(Box::new(AttachJob {
+                            target,
+                            msg,
+                            already_attached,
+                        }))
+                    }
+                }
+            }
             ConnStep::Forward(msg) => {
                 self.relay.metrics.frame_in(msg.kind());
                 let Some(r) = self.state.room() else {
@@ -420,7 +505,9 @@ impl Reader {
                 // The room's queue is rarely full: no send future (and its
                 // waiter) per frame.
                 let conn = self.conn;
+                let closes_room = self.state.is_host() && matches!(msg, RelayClientMessage::Close);
                 match r.tx.try_send(RoomCmd::Frame { conn, msg, text }) {
+                    Ok(()) if closes_room => Flow::AwaitRoomClose,
                     Ok(()) => Flow::Go,
                     Err(mpsc::error::TrySendError::Full(cmd)) => Flow::RoomBusy(Box::new(cmd)),
                     Err(mpsc::error::TrySendError::Closed(_)) => Flow::Stop,
@@ -428,6 +515,18 @@ impl Reader {
             }
             step => self.act(step),
         }
+    }
+
+    /// After the host's `close`: waits (at most [`WRITER_GRACE`]) for the
+    /// room to close this connection, which it does after `closed`; true
+    /// once it has. Reading on would let the WebSocket layer answer a close
+    /// frame the host sent right behind its `close` with an echo of it,
+    /// ahead of `closed` and the room's 1000 "room closed", which could
+    /// then never be sent (about 1 run in 10).
+    async fn room_closed(&self) -> bool {
+        tokio::time::timeout(WRITER_GRACE, poll_fn(|cx| self.out.0.poll_killed(cx)))
+            .await
+            .is_ok()
     }
 
     /// Attaches the connection to its room; false when the connection is

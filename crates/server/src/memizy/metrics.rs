@@ -46,6 +46,8 @@ pub struct RelayMetrics {
     pub frames_out: Counters<ServerFrameKind>,
     pub errors: Counters<RelayErrorCode>,
     pub rate_limited: AtomicU64,
+    /// `GET /api/rooms/:pin` answered 429 (`LOOKUPS_PER_IP_PER_SECOND`).
+    pub lookups_rate_limited: AtomicU64,
     pub bytes_forwarded: AtomicU64,
     pub slow_consumers_closed: AtomicU64,
     pub rooms_created: AtomicU64,
@@ -110,6 +112,12 @@ impl Render for RelayMetrics {
             "hostwire_relay_rate_limited_total",
             "Frames dropped by a rate limit.",
             self.rate_limited.load(Relaxed),
+        );
+        write_counter(
+            s,
+            "hostwire_relay_lookups_rate_limited_total",
+            "Room lookups answered 429 by the per-IP limit.",
+            self.lookups_rate_limited.load(Relaxed),
         );
         write_counter(
             s,

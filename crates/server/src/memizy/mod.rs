@@ -16,7 +16,7 @@ pub mod metrics;
 pub mod room;
 pub mod session;
 
-use crate::http::AllowedOrigins;
+use crate::http::{AllowedOrigins, PerIpRate};
 use crate::store_writer::StoreWriter;
 use axum::routing::get;
 use axum::Router;
@@ -79,6 +79,10 @@ pub struct Relay {
     players: Arc<AtomicU64>,
     /// Bundle uploads being read and checked (`concurrent_uploads`).
     uploads: Arc<tokio::sync::Semaphore>,
+    /// `GET /api/rooms/:pin` per client IP.
+    lookups: PerIpRate,
+    /// `join` and `host` frames per client IP.
+    pub(crate) joins: PerIpRate,
 }
 
 impl Relay {
@@ -91,7 +95,18 @@ impl Relay {
         stored: Vec<StoredRoom>,
     ) -> Arc<Relay> {
         let uploads = config.limits.concurrent_uploads.max(1);
+        let l = config.limits;
         let relay = Arc::new(Relay {
+            lookups: PerIpRate::new(
+                l.lookups_per_ip_per_second,
+                l.lookup_burst_per_ip,
+                l.rate_limited_ips,
+            ),
+            joins: PerIpRate::new(
+                l.joins_per_ip_per_second,
+                l.join_burst_per_ip,
+                l.rate_limited_ips,
+            ),
             origins: Arc::new(config.allowed_origins.clone()),
             creation_limit: Mutex::new(RoomCreationLimit::new(config.rooms_per_ip_per_hour)),
             config,
@@ -153,6 +168,12 @@ impl Relay {
         self.rooms.lock().map(|r| r.len()).unwrap_or(0)
     }
 
+    /// Client IPs with a lookup bucket, and with a join bucket: each at
+    /// most `rate_limited_ips`.
+    pub fn rate_limited_ips(&self) -> (usize, usize) {
+        (self.lookups.tracked_ips(), self.joins.tracked_ips())
+    }
+
     fn next_conn(&self) -> ConnId {
         self.next_conn.fetch_add(1, Relaxed)
     }
@@ -190,6 +211,17 @@ impl Relay {
         Ok((pin, token))
     }
 
+    /// The client that per-IP limits count (`TRUST_PROXY`,
+    /// `TRUSTED_PROXY_HOPS`; an IPv6 address by its /64).
+    fn client_ip(&self, headers: &axum::http::HeaderMap, peer: std::net::SocketAddr) -> String {
+        crate::http::client_ip::limit_key(&crate::http::client_ip(
+            headers,
+            peer,
+            self.config.trust_proxy,
+            self.config.limits.trusted_proxy_hops,
+        ))
+    }
+
     fn allow_room_creation(&self, ip: &str) -> bool {
         let now = self.clock.now_ms();
         self.creation_limit
@@ -206,6 +238,8 @@ impl Relay {
         if let Ok(mut l) = self.creation_limit.lock() {
             l.sweep(now);
         }
+        self.lookups.sweep(now);
+        self.joins.sweep(now);
         // Let the rooms act on the sweep before returning.
         for h in self.handles() {
             let (tx, rx) = oneshot::channel();
