@@ -18,18 +18,23 @@ const INSTALL: &str = "the relay's Python client test needs Python 3 with the `w
      package (10.x or later): on Debian or Ubuntu `apt-get install python3 python3-websockets`, \
      elsewhere `python3 -m pip install websockets`; `.ci/run` installs it where it is missing";
 
-/// A Python 3 that can `import websockets`: `python3` on PATH, else the
-/// system's, which is where Debian's python3-websockets installs (a pyenv or
-/// virtualenv `python3` earlier on PATH does not see it).
+/// A Python 3 that can `import websockets`: `HOSTWIRE_PYTHON` when set,
+/// else `python3` on PATH, else the system's, which is where Debian's
+/// python3-websockets installs (a pyenv or virtualenv `python3` earlier on
+/// PATH does not see it).
 fn python() -> String {
+    let candidates = match std::env::var("HOSTWIRE_PYTHON") {
+        Ok(p) => vec![p],
+        Err(_) => vec!["python3".to_owned(), "/usr/bin/python3".to_owned()],
+    };
     let mut tried = Vec::new();
-    for candidate in ["python3", "/usr/bin/python3"] {
-        match Command::new(candidate)
+    for candidate in candidates {
+        match Command::new(&candidate)
             .args(["-c", "import sys, websockets; print(sys.version_info[0])"])
             .output()
         {
             Ok(out) if out.status.success() && out.stdout.starts_with(b"3") => {
-                return candidate.to_owned()
+                return candidate
             }
             Ok(out) => tried.push(format!(
                 "{candidate}: {}",
