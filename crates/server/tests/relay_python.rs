@@ -33,9 +33,7 @@ fn python() -> String {
             .args(["-c", "import sys, websockets; print(sys.version_info[0])"])
             .output()
         {
-            Ok(out) if out.status.success() && out.stdout.starts_with(b"3") => {
-                return candidate
-            }
+            Ok(out) if out.status.success() && out.stdout.starts_with(b"3") => return candidate,
             Ok(out) => tried.push(format!(
                 "{candidate}: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
