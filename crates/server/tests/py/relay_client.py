@@ -301,9 +301,9 @@ async def fatal(conn, code):
 cases = []
 
 
-def case(kind):
+def case(kind, phase="main"):
     def register(f):
-        cases.append((kind, f))
+        cases.append((kind, phase, f))
         return f
 
     return register
@@ -1026,6 +1026,60 @@ async def lookups_past_the_burst_get_429():
     check(ra is not None and ra.isdigit() and int(ra) >= 1, f"Retry-After {ra!r}")
 
 
+# -------------------------------------------------------------- restart
+#
+# What survives a restart (docs: "What survives a restart"): the server is
+# stopped between the two phases, and started again on the same database.
+
+
+@case("allowed", phase="before-restart")
+async def a_room_is_made_and_the_server_stops():
+    pin, token = create_room()
+    h, _, _, _ = await host(pin, token)
+    a, ja = await join(pin, "Ann")
+    b, jb = await join(pin, "Bea")
+    await h.expect("presence")
+    await h.expect("presence")
+    await a.send({"t": "rename", "name": "Ann Lee"})
+    await h.expect("presence")
+    await h.send({"t": "kick", "playerId": jb["playerId"]})
+    await h.expect("presence")
+    await h.send({"t": "open", "open": False})
+    await h.quiet("open answers nothing")
+    body = json.dumps({"pluginHtml": MANIFEST_HTML, "set": {"n": 1}}, ensure_ascii=False)
+    a_ = http("PUT", f"/api/rooms/{pin}/bundle", body, {"Authorization": f"Bearer {token}"})
+    eq((a_.status, a_.json()), (200, {"version": 1}), "upload")
+    with open(args.state, "w") as f:
+        json.dump({"pin": pin, "hostToken": token, "ann": ja, "beaToken": jb["token"], "bundle": body}, f)
+    print("READY", flush=True)  # the server is stopped now
+    eq(await h.ended(), 1001, "the host's close code when the server shuts down")
+    eq(await a.ended(), 1001, "a player's close code when the server shuts down")
+
+
+@case("allowed", phase="after-restart")
+async def the_room_is_found_again_after_the_restart():
+    with open(args.state) as f:
+        st = json.load(f)
+    pin, ann = st["pin"], st["ann"]
+    eq(lookup(pin), {"pin": pin, "open": False, "appName": "Quiz Race \u00e9", "players": 1}, "lookup after the restart")
+    g = http("GET", f"/api/rooms/{pin}/bundle")
+    eq((g.status, g.header("X-Bundle-Version"), g.body), (200, "1", st["bundle"].encode()), "bundle after the restart")
+    h, _, _, hosting = await host(pin, st["hostToken"])
+    eq(hosting["players"], [{"id": ann["playerId"], "name": "Ann Lee", "connected": False}], "roster after the restart")
+    a, j = await join(pin, "ignored", token=ann["token"])
+    eq((j["playerId"], j["name"], j["token"]), (ann["playerId"], "Ann Lee", ann["token"]), "Ann rejoins")
+    v = await h.expect("presence")
+    eq(v["event"], "connect", "presence")
+    q = await Conn.open()
+    await q.send({"t": "join", "protocol": 1, "pin": pin, "name": "Bea", "token": st["beaToken"]})
+    await fatal(q, "KICKED")
+    q = await Conn.open()
+    await q.send({"t": "join", "protocol": 1, "pin": pin, "name": "New"})
+    await fatal(q, "ROOM_CLOSED")
+    await h.send({"t": "to", "to": ann["playerId"], "data": {"k": "state"}})
+    eq(await a.recv(), {"t": "data", "data": {"k": "state"}}, "forwarding after the restart")
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -1038,10 +1092,16 @@ async def main():
     ap.add_argument("--only", help="run only the cases whose name contains this")
     ap.add_argument("--frozen-clock", action="store_true",
                     help="the server's clock does not move: per-IP buckets do not refill, limits are exact")
+    ap.add_argument("--phase", default="main", choices=["main", "before-restart", "after-restart"],
+                    help="main: every case; before-restart: make a room's state, print READY, "
+                    "expect close 1001 when the server stops; after-restart: find that state again")
+    ap.add_argument("--state", help="the file where before-restart writes what after-restart checks")
     args = ap.parse_args()
+    if args.phase != "main" and not args.state:
+        ap.error("--state is needed with --phase")
     passed = failed = 0
-    for kind, f in cases:
-        if args.only and args.only not in f.__name__:
+    for kind, phase, f in cases:
+        if phase != args.phase or (args.only and args.only not in f.__name__):
             continue
         t0 = time.monotonic()
         try:
