@@ -32,11 +32,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the server: the Memizy relay (protocol 1) on HTTP + WebSocket,
-    /// with rooms stored in an embedded SQLite database.
+    /// Run the server: every protocol (the Memizy relay and hosted
+    /// sessions, ggui, PlayerThree) on HTTP + WebSocket, with what must
+    /// survive a restart in an embedded SQLite database.
     ///
     /// Every option can also be set by the environment variable shown.
-    Serve(ServeArgs),
+    // Boxed: the options are hundreds of bytes, parsed once.
+    Serve(Box<ServeArgs>),
     /// Check a Memizy plugin file: its manifest, the content policy a host
     /// would apply, and (with --set) whether it can play a set.
     ///
@@ -244,7 +246,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check(args) => check::run(&args),
-        Command::Serve(args) => match serve(args) {
+        Command::Serve(args) => match serve(*args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e:#}");
