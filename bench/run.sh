@@ -108,4 +108,19 @@ done
 echo "== flood, hostwire"
 start_hostwire; gen flood --rooms 10 --players 20 --warmup-s $WARM --duration-s $DUR --json "$OUT/flood-hostwire.json"; stop_server
 
+# Hosted Memizy sessions (SPEC 3-8 run by the server): 100 sessions of a
+# board and 30 controllers played by the headless device client, each
+# controller sending to the authority and the board to each controller at
+# each rate of SESS_RATES per instance (30/s is SPEC 8.1's guaranteed rate;
+# the lower steps show where the server's core saturates). The relay's
+# classroom runs on a fresh server right before and after it: the report
+# gives CPU per routed call as a ratio to its CPU per forwarded frame.
+SESS_RATES=${SESS_RATES:-5,10,20,30}
+echo "== sessions: relay baseline before"
+start_hostwire; gen classroom --warmup-s $WARM --duration-s $DUR --json "$OUT/sessions-baseline-1.json"; stop_server
+echo "== sessions, hostwire, rates $SESS_RATES"
+start_hostwire; gen sessions --sessions 100 --controllers 30 --rates "$SESS_RATES" --warmup-s $WARM --duration-s $DUR --json "$OUT/sessions-hostwire.json"; stop_server
+echo "== sessions: relay baseline after"
+start_hostwire; gen classroom --warmup-s $WARM --duration-s $DUR --json "$OUT/sessions-baseline-2.json"; stop_server
+
 "$BIN/hostwire-bench" report --results "$OUT" --out docs/BENCHMARKS.md --plots docs/bench --command "bench/run.sh"
