@@ -242,9 +242,17 @@ fn sessions_table(r: &sessions::StepResult) {
         println!("  server RSS             {rss} KiB");
     }
     println!("  generator CPU          {}", cpu(r.generator_cpu));
+    if !r.cores_busy_pct.is_empty() {
+        let busy: Vec<String> = r
+            .cores_busy_pct
+            .iter()
+            .map(|b| format!("{b:.0} %"))
+            .collect();
+        println!("  cores busy (anyone)    {}", busy.join(", "));
+    }
     println!(
-        "  errors                 {:?} (unanswered {})",
-        r.errors, r.unanswered
+        "  errors                 {:?} (unanswered {}, held back {})",
+        r.errors, r.unanswered, r.held_back
     );
     println!("  closes                 {:?}", r.closes);
 }

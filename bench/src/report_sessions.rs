@@ -66,9 +66,9 @@ pub fn section(results: &Path) -> String {
     } else {
         "the board sends each controller its own view (`to: [id]`) at the same rate, as SPEC 8.1 expects of an authority (30 messages/s per other instance)"
     };
-    let _ = writeln!(s, "{} sessions of a board and {} controllers, created over `POST /memizy/sessions` with a small plugin bundle and played by the headless device client: {} WebSocket devices, attached (`hello`, `ready`, `start()` on the board) in {:.1} s{per_device}. Each controller `send`s to the authority at the step's rate (SPEC 8.1 guarantees 30/s); {answer}. Each message carries {} bytes of data. A **routed call** is one message delivered: a `deliver` its recipient read, with the `send`'s answer, the `deliver` request and the device's response to it on the wire. Latency is from the `send` call on the generator to the moment the recipient's device read the `deliver` (send time embedded in the data); CPU is the server's user + system time over the measured window.\n",
-        r["sessions"], r["controllers"], r["devices"], r["setup_seconds"].as_f64().unwrap_or(0.0), r["payload"]);
-    let _ = writeln!(s, "| rate per instance | offered msgs/s | routed/s | to boards | to controllers | p50 → board | p99 → board | p99 → controllers | server CPU | CPU per routed call | ÷ relay's CPU per forwarded frame | generator CPU |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    let _ = writeln!(s, "{} sessions of a board and {} controllers, created over `POST /memizy/sessions` with a small plugin bundle and played by the headless device client: {} WebSocket devices, attached (`hello`, `ready`, `start()` on the board) in {:.1} s{per_device}. Each controller `send`s to the authority at the step's rate (SPEC 8.1 guarantees 30/s); {answer}. Each message carries {} bytes of data. A **routed call** is one message delivered: a `deliver` its recipient read, with the `send`'s answer, the `deliver` request and the device's response to it on the wire. A device keeps at most {} ticks of `send`s unanswered and skips a tick past that (counted as held back), so a server that falls behind slows its devices down as a plugin waiting for its calls would, and latency stays bounded by that backlog. Latency is from the `send` call on the generator to the moment the recipient's device read the `deliver` (send time embedded in the data); CPU is the server's user + system time over the measured window.\n",
+        r["sessions"], r["controllers"], r["devices"], r["setup_seconds"].as_f64().unwrap_or(0.0), r["payload"], crate::sessions::TICKS_IN_FLIGHT);
+    let _ = writeln!(s, "| rate per instance | offered msgs/s | routed/s | to boards | to controllers | p50 → board | p99 → board | p99 → controllers | server CPU | CPU per routed call | ÷ relay's CPU per forwarded frame | generator CPU | cores busy (by anyone) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let mut notes = Vec::new();
     for st in &steps {
         let rate = st["rate_hz"].as_f64().unwrap_or(0.0);
@@ -77,9 +77,20 @@ pub fn section(results: &Path) -> String {
         let us = st["server_us_per_routed"].as_f64();
         let cpu = total_cpu(st, "server_cpu");
         let gen = total_cpu(st, "generator_cpu");
+        let cores: Vec<f64> = st["cores_busy_pct"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_f64)
+            .collect();
+        let busy = cores
+            .iter()
+            .map(|b| format!("{b:.0} %"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let _ = writeln!(
             s,
-            "| {rate}/s | {offered:.0} | {routed:.0} | {:.0} | {:.0} | {} µs | {} µs | {} µs | {} | {} | {} | {} |",
+            "| {rate}/s | {offered:.0} | {routed:.0} | {:.0} | {:.0} | {} µs | {} µs | {} µs | {} | {} | {} | {} | {} |",
             st["to_board_per_s"].as_f64().unwrap_or(0.0),
             st["to_controllers_per_s"].as_f64().unwrap_or(0.0),
             st["latency_to_board"]["p50_us"],
@@ -89,6 +100,7 @@ pub fn section(results: &Path) -> String {
             or_dash(us.map(|u| format!("{u:.2} µs"))),
             or_dash(us.zip(base).map(|(u, b)| format!("{:.2}×", u / b))),
             or_dash(gen.map(|c| format!("{c:.1} %"))),
+            or_dash((!busy.is_empty()).then_some(busy)),
         );
         let mut why = Vec::new();
         if cpu.is_some_and(|c| c >= CPU_BOUND_PCT) {
@@ -102,6 +114,11 @@ pub fn section(results: &Path) -> String {
                 "the generator used {:.0} % of its core",
                 gen.unwrap_or(0.0)
             ));
+        }
+        if !cores.is_empty() && cores.iter().all(|b| *b >= CPU_BOUND_PCT) {
+            why.push(
+                "every core was busy, with this run and whatever else the machine ran".to_owned(),
+            );
         }
         if routed < ROUTED_SHARE * offered {
             why.push(format!(
@@ -118,6 +135,13 @@ pub fn section(results: &Path) -> String {
         }
         if st["unanswered"].as_u64().is_some_and(|n| n > 0) {
             trouble.push(format!("{} sends unanswered", st["unanswered"]));
+        }
+        if st["held_back"].as_u64().is_some_and(|n| n > 0) {
+            trouble.push(format!(
+                "{} sends held back by devices with {} ticks unanswered",
+                st["held_back"],
+                crate::sessions::TICKS_IN_FLIGHT
+            ));
         }
         if !why.is_empty() || !trouble.is_empty() {
             let verdict = if why.is_empty() {

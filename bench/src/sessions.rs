@@ -31,6 +31,10 @@ const SETUP_CONCURRENCY: usize = 8;
 const GUARD: Duration = Duration::from_secs(60);
 /// How long answers still in flight are awaited after a step stops.
 const ANSWER_GRACE: Duration = Duration::from_secs(5);
+/// A device's ticks of `send`s awaiting their answers, at most: a tick
+/// that would pass it is skipped (and counted), so a server that falls
+/// behind holds the load back instead of growing the client's queues.
+pub const TICKS_IN_FLIGHT: usize = 4;
 
 /// How the board answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -202,6 +206,9 @@ struct Counters {
     /// `send`s answered with an error, by code.
     errors: Mutex<BTreeMap<String, u64>>,
     unanswered: AtomicU64,
+    /// `send`s not made because their device had [`TICKS_IN_FLIGHT`] ticks
+    /// unanswered.
+    held_back: AtomicU64,
     hist_to_board: Mutex<Option<Histogram<u64>>>,
     hist_to_controllers: Mutex<Option<Histogram<u64>>>,
 }
@@ -301,6 +308,8 @@ where
     let mut tick = tokio::time::interval_at(first, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut answers: FuturesUnordered<Answer> = FuturesUnordered::new();
+    // The `send`s of one tick.
+    let mut batch = 1;
     let stopped = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
@@ -318,9 +327,16 @@ where
             _ = &mut stopped => break,
             _ = tick.tick() => {
                 if left > 0 {
-                    left -= 1;
-                    for args in frames() {
-                        answers.push(d.send_call("send", &args).1);
+                    if answers.len() + batch > TICKS_IN_FLIGHT * batch {
+                        // Count mode sends this tick's later instead.
+                        c.held_back.fetch_add(batch as u64, Relaxed);
+                    } else {
+                        left -= 1;
+                        let f = frames();
+                        batch = f.len().max(1);
+                        for args in f {
+                            answers.push(d.send_call("send", &args).1);
+                        }
                     }
                 }
                 take_delivers(d.drain_calls(), &c, &mut h, to_board);
@@ -373,6 +389,9 @@ pub struct StepResult {
     pub latency_to_controllers: Latency,
     pub errors: BTreeMap<String, u64>,
     pub unanswered: u64,
+    /// `send`s held back over the step (warm-up included) because their
+    /// device had [`TICKS_IN_FLIGHT`] ticks unanswered: the server was behind.
+    pub held_back: u64,
     /// Devices the server closed during the step: goodbye reason or close code.
     pub closes: BTreeMap<String, u64>,
     pub server_cpu: Option<CpuUse>,
@@ -381,6 +400,40 @@ pub struct StepResult {
     pub server_rss_kb: Option<u64>,
     /// The load generator's own CPU: near 100 % it, not the server, limits.
     pub generator_cpu: Option<CpuUse>,
+    /// How busy each core was over the window, whoever used it (the
+    /// machine may be shared): a core near 100 % limits the process on it.
+    pub cores_busy_pct: Vec<f64>,
+}
+
+/// Busy and total jiffies of each core, from /proc/stat.
+fn core_times() -> Vec<(u64, u64)> {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return Vec::new();
+    };
+    stat.lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .map(|l| {
+            let f: Vec<u64> = l
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            let total: u64 = f.iter().take(8).sum();
+            // idle and iowait
+            let idle = f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0);
+            (total - idle, total)
+        })
+        .collect()
+}
+
+fn busy_between(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<f64> {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| {
+            let total = y.1.saturating_sub(x.1).max(1) as f64;
+            100.0 * y.0.saturating_sub(x.0) as f64 / total
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -515,7 +568,7 @@ async fn step(
     }
     // Per controller and second: its own send and the board's to it.
     let per_s = (p.sessions * p.controllers) as f64 * 2.0 * rate;
-    let (seconds, sends_ok, cpu, gen_cpu, rss) = if let Some(n) = p.ticks_per_sender {
+    let (seconds, sends_ok, cpu, gen_cpu, rss, cores) = if let Some(n) = p.ticks_per_sender {
         // Count mode: everything is measured; the step ends when every
         // message arrived (the guard ends one that lost some).
         let expected = n * (p.sessions * p.controllers) as u64 * 2;
@@ -526,12 +579,20 @@ async fn step(
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let seconds = start.elapsed().as_secs_f64();
-        (seconds, c.sends_ok.load(Relaxed), None, None, None)
+        (
+            seconds,
+            c.sends_ok.load(Relaxed),
+            None,
+            None,
+            None,
+            Vec::new(),
+        )
     } else {
         tokio::time::sleep(p.warmup).await;
         let me = std::process::id();
         let before: Option<ProcSample> = server_pid.and_then(procstat::sample);
         let gen_before = procstat::sample(me);
+        let cores_before = core_times();
         let start = Instant::now();
         c.window.lock().unwrap().0 = us_of(start);
         let sends_before = c.sends_ok.load(Relaxed);
@@ -556,6 +617,7 @@ async fn step(
         let seconds = stop.duration_since(start).as_secs_f64();
         let after = server_pid.and_then(procstat::sample);
         let gen_after = procstat::sample(me);
+        let cores = busy_between(&cores_before, &core_times());
         if !p.quiet {
             eprintln!();
         }
@@ -569,6 +631,7 @@ async fn step(
                 .zip(gen_after)
                 .map(|(a, b)| procstat::cpu_between(a, b, seconds)),
             after.map(|a| a.rss_kb),
+            cores,
         )
     };
     stop_tx.send_replace(true);
@@ -625,11 +688,13 @@ async fn step(
         latency_to_controllers: latency(&c.hist_to_controllers.lock().unwrap().clone()),
         errors: c.errors.lock().unwrap().clone(),
         unanswered: c.unanswered.load(Relaxed),
+        held_back: c.held_back.load(Relaxed),
         closes,
         server_us_per_routed: cpu.map(|c| c.total_pct / 100.0 * 1e6 / routed.max(1.0)),
         server_cpu: cpu,
         server_rss_kb: rss,
         generator_cpu: gen_cpu,
+        cores_busy_pct: cores,
     };
     Ok((r, games))
 }

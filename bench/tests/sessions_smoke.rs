@@ -95,7 +95,8 @@ fn the_report_gives_the_ratio_to_the_relay() {
             "latency_to_board": lat, "latency_to_controllers": lat, "errors": {}, "unanswered": 0,
             "closes": {}, "server_cpu": {"user_pct": cpu / 2.0, "system_pct": cpu / 2.0, "total_pct": cpu},
             "server_us_per_routed": cpu / 100.0 * 1e6 / routed, "server_rss_kb": 300000,
-            "generator_cpu": {"user_pct": 40.0, "system_pct": 20.0, "total_pct": 60.0}
+            "generator_cpu": {"user_pct": 40.0, "system_pct": 20.0, "total_pct": 60.0},
+            "held_back": if rate > 10.0 { 5000 } else { 0 }, "cores_busy_pct": [70.0, cpu]
         })
     };
     let run = serde_json::json!({"scenario": "sessions", "result": {
@@ -122,9 +123,13 @@ fn the_report_gives_the_ratio_to_the_relay() {
     assert!(s.contains("## Hosted Memizy sessions"), "{s}");
     // 10 µs ÷ the baseline's 5 µs (the mean of 4 and 6).
     assert!(
-        s.contains("| 5/s | 30000 | 30000 | 15000 | 15000 | 400 µs | 2500 µs | 2500 µs | 30.0 % | 10.00 µs | 2.00× | 60.0 % |"),
+        s.contains("| 5/s | 30000 | 30000 | 15000 | 15000 | 400 µs | 2500 µs | 2500 µs | 30.0 % | 10.00 µs | 2.00× | 60.0 % | 70 %, 30 % |"),
         "{s}"
     );
-    assert!(s.contains("saturated"), "{s}");
+    assert!(
+        s.contains("- at 30/s: saturated: the server used 99 % of its core; 50 % of the offered messages were routed; 5000 sends held back"),
+        "{s}"
+    );
+    assert!(!s.contains("- at 5/s"), "{s}");
     assert!(hostwire_bench::report_sessions::section(&dir.join("none")).is_empty());
 }
