@@ -116,7 +116,7 @@ start_hostwire; gen flood --rooms 10 --players 20 --warmup-s $WARM --duration-s 
 # the lower steps show where the server's core saturates). The relay's
 # classroom runs on a fresh server right before and after it: the report
 # gives CPU per routed call as a ratio to its CPU per forwarded frame.
-SESS_RATES=${SESS_RATES:-5,10,20,30}
+SESS_RATES=${SESS_RATES:-1,2,5,10,20,30}
 echo "== sessions: relay baseline before"
 start_hostwire; gen classroom --warmup-s $WARM --duration-s $DUR --json "$OUT/sessions-baseline-1.json"; stop_server
 echo "== sessions, hostwire, rates $SESS_RATES"

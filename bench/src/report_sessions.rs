@@ -24,6 +24,15 @@ fn us_per_frame(r: &Value) -> Option<f64> {
     Some(total_cpu(r, "server_cpu")? / 100.0 * 1e6 / r["delivered_per_s"].as_f64()?.max(1.0))
 }
 
+/// A latency in µs, in ms from 10 ms on.
+fn fmt_us(v: &Value) -> String {
+    match v.as_f64() {
+        Some(us) if us >= 10_000.0 => format!("{:.0} ms", us / 1000.0),
+        Some(us) => format!("{us:.0} µs"),
+        None => "–".into(),
+    }
+}
+
 fn or_dash(v: Option<String>) -> String {
     v.unwrap_or_else(|| "–".into())
 }
@@ -90,12 +99,12 @@ pub fn section(results: &Path) -> String {
             .join(", ");
         let _ = writeln!(
             s,
-            "| {rate}/s | {offered:.0} | {routed:.0} | {:.0} | {:.0} | {} µs | {} µs | {} µs | {} | {} | {} | {} | {} |",
+            "| {rate}/s | {offered:.0} | {routed:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} |",
             st["to_board_per_s"].as_f64().unwrap_or(0.0),
             st["to_controllers_per_s"].as_f64().unwrap_or(0.0),
-            st["latency_to_board"]["p50_us"],
-            st["latency_to_board"]["p99_us"],
-            st["latency_to_controllers"]["p99_us"],
+            fmt_us(&st["latency_to_board"]["p50_us"]),
+            fmt_us(&st["latency_to_board"]["p99_us"]),
+            fmt_us(&st["latency_to_controllers"]["p99_us"]),
             or_dash(cpu.map(|c| format!("{c:.1} %"))),
             or_dash(us.map(|u| format!("{u:.2} µs"))),
             or_dash(us.zip(base).map(|(u, b)| format!("{:.2}×", u / b))),
@@ -114,11 +123,6 @@ pub fn section(results: &Path) -> String {
                 "the generator used {:.0} % of its core",
                 gen.unwrap_or(0.0)
             ));
-        }
-        if !cores.is_empty() && cores.iter().all(|b| *b >= CPU_BOUND_PCT) {
-            why.push(
-                "every core was busy, with this run and whatever else the machine ran".to_owned(),
-            );
         }
         if routed < ROUTED_SHARE * offered {
             why.push(format!(
@@ -143,21 +147,23 @@ pub fn section(results: &Path) -> String {
                 crate::sessions::TICKS_IN_FLIGHT
             ));
         }
+        // Saturated or not, a core busy with other work makes every
+        // process on it wait: said beside the verdict.
+        if !cores.is_empty() && cores.iter().all(|b| *b >= CPU_BOUND_PCT) {
+            trouble.push(format!(
+                "every core was at least {:.0} % busy while the server used {:.0} % of its own: the rest was other work on the machine, and the server and the generator waited for a core",
+                cores.iter().copied().fold(f64::INFINITY, f64::min),
+                cpu.unwrap_or(0.0)
+            ));
+        }
         if !why.is_empty() || !trouble.is_empty() {
             let verdict = if why.is_empty() {
-                String::new()
+                "not saturated".to_owned()
             } else {
                 format!("saturated: {}", why.join("; "))
             };
-            let sep = if why.is_empty() || trouble.is_empty() {
-                ""
-            } else {
-                "; "
-            };
-            notes.push(format!(
-                "- at {rate}/s: {verdict}{sep}{}",
-                trouble.join("; ")
-            ));
+            let rest: String = trouble.iter().map(|t| format!("; {t}")).collect();
+            notes.push(format!("- at {rate}/s: {verdict}{rest}"));
         }
     }
     match base {
@@ -171,6 +177,22 @@ pub fn section(results: &Path) -> String {
                 "\nNo relay baseline in this run: the ratio column is empty."
             );
         }
+    }
+    // The last step (the SPEC's rate): what one core carries at its cost.
+    let last = steps.last().and_then(|l| {
+        Some((
+            l["rate_hz"].as_f64()?,
+            l["server_us_per_routed"].as_f64()?,
+            l["offered_per_s"].as_f64()?,
+        ))
+    });
+    if let Some((rate, us, offered)) = last {
+        let core = 1e6 / us.max(1e-9);
+        let ratio = base
+            .map(|b| format!(", {:.2}× the relay's per forwarded frame", us / b))
+            .unwrap_or_default();
+        let _ = writeln!(s, "\nAt {rate}/s per instance the server spent {us:.2} µs of CPU per routed call{ratio}: at that cost one core carries about {core:.0} routed calls a second, {:.0} % of the {offered:.0} a second that {} sessions offer at that rate ({:.1} cores' worth).",
+            100.0 * core / offered.max(1.0), r["sessions"], offered * us / 1e6);
     }
     if !notes.is_empty() {
         let _ = writeln!(s, "\n{}", notes.join("\n"));
