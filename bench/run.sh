@@ -65,7 +65,7 @@ start_hostwire() {
   local dir; dir=$(mktemp -d)
   # Started on core 1 so the runtime sizes itself for one core. Every
   # client is 127.0.0.1: the per-IP limits are off.
-  ROOMS_PER_IP_PER_HOUR=100000000 JOINS_PER_IP_PER_SECOND=0 LOOKUPS_PER_IP_PER_SECOND=0 RUST_LOG=warn taskset -c 1 "$BIN/hostwire" serve --port $PORT --data-dir "$dir" --allowed-origins "$ORIGIN" > "$OUT/server.log" 2>&1 &
+  ROOMS_PER_IP_PER_HOUR=100000000 JOINS_PER_IP_PER_SECOND=0 LOOKUPS_PER_IP_PER_SECOND=0 CONNECTIONS_PER_IP=100000 RUST_LOG=warn taskset -c 1 "$BIN/hostwire" serve --port $PORT --data-dir "$dir" --allowed-origins "$ORIGIN" > "$OUT/server.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 50); do alive; curl -sf "http://127.0.0.1:$PORT/api/health" >/dev/null && return; sleep 0.1; done
   echo "the server did not start" >&2; exit 1
@@ -108,5 +108,20 @@ for who in $SERVERS; do
 done
 echo "== flood, hostwire"
 start_hostwire; gen flood --rooms 10 --players 20 --warmup-s $WARM --duration-s $DUR --json "$OUT/flood-hostwire.json"; stop_server
+
+# Hosted Memizy sessions (SPEC 3-8 run by the server): 100 sessions of a
+# board and 30 controllers played by the headless device client, each
+# controller sending to the authority and the board to each controller at
+# each rate of SESS_RATES per instance (30/s is SPEC 8.1's guaranteed rate;
+# the lower steps show where the server's core saturates). The relay's
+# classroom runs on a fresh server right before and after it: the report
+# gives CPU per routed call as a ratio to its CPU per forwarded frame.
+SESS_RATES=${SESS_RATES:-1,2,5,10,20,30}
+echo "== sessions: relay baseline before"
+start_hostwire; gen classroom --warmup-s $WARM --duration-s $DUR --json "$OUT/sessions-baseline-1.json"; stop_server
+echo "== sessions, hostwire, rates $SESS_RATES"
+start_hostwire; gen sessions --sessions 100 --controllers 30 --rates "$SESS_RATES" --warmup-s $WARM --duration-s $DUR --json "$OUT/sessions-hostwire.json"; stop_server
+echo "== sessions: relay baseline after"
+start_hostwire; gen classroom --warmup-s $WARM --duration-s $DUR --json "$OUT/sessions-baseline-2.json"; stop_server
 
 "$BIN/hostwire-bench" report --results "$OUT" --out docs/BENCHMARKS.md --plots docs/bench --command "bench/run.sh"

@@ -6,3 +6,5 @@ pub mod forwarder;
 pub mod load;
 pub mod procstat;
 pub mod report;
+pub mod report_sessions;
+pub mod sessions;

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use hostwire_bench::load::{self, Classroom, RunResult, Target};
-use hostwire_bench::{floor, forwarder, procstat, report};
+use hostwire_bench::{floor, forwarder, procstat, report, sessions};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -166,8 +166,95 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Hosted Memizy sessions: N sessions of a board and C controllers over
+    /// /memizy/session/ws, played at one or more per-instance `send` rates.
+    Sessions {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        sessions: SessionsArgs,
+    },
     /// Write docs/BENCHMARKS.md and the plots from the results of a run.
     Report(report::ReportArgs),
+}
+
+#[derive(Args, Clone)]
+struct SessionsArgs {
+    #[arg(long, default_value_t = 100)]
+    sessions: usize,
+    /// Controllers per session (each session also has its board).
+    #[arg(long, default_value_t = 30)]
+    controllers: usize,
+    /// Per-instance rates, one measured step each on the same sessions:
+    /// every controller `send`s to the authority this often, and the board
+    /// sends each controller this often. SPEC 8.1 guarantees 30/s.
+    #[arg(long, value_delimiter = ',', default_value = "30")]
+    rates: Vec<f64>,
+    /// How the board answers: each controller its own view, or one `send`
+    /// to all.
+    #[arg(long, value_enum, default_value = "each")]
+    board_to: sessions::BoardTo,
+    /// Bytes of each message's data.
+    #[arg(long, default_value_t = 200)]
+    payload: usize,
+    #[arg(long, default_value_t = 5.0)]
+    warmup_s: f64,
+    #[arg(long, default_value_t = 20.0)]
+    duration_s: f64,
+}
+
+fn sessions_table(r: &sessions::StepResult) {
+    let cpu = |c: Option<procstat::CpuUse>| {
+        c.map_or("–".into(), |c| {
+            format!(
+                "{:.1} % of a core (user {:.1} %, system {:.1} %)",
+                c.total_pct, c.user_pct, c.system_pct
+            )
+        })
+    };
+    println!(
+        "sessions at {}/s per instance (board to {:?})",
+        r.rate_hz, r.board_to
+    );
+    println!(
+        "  sessions × controllers {} × {}",
+        r.sessions, r.controllers
+    );
+    println!("  offered                {:.0} messages/s", r.offered_per_s);
+    println!(
+        "  routed                 {:.0} delivered/s ({:.0} to boards, {:.0} to controllers) over {:.1} s; sends answered {:.0}/s",
+        r.routed_per_s, r.to_board_per_s, r.to_controllers_per_s, r.seconds, r.sends_ok_per_s
+    );
+    for (name, l) in [
+        ("controller → board", &r.latency_to_board),
+        ("board → controller", &r.latency_to_controllers),
+    ] {
+        println!(
+            "  {name} (µs) p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+            l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us
+        );
+    }
+    println!("  server CPU             {}", cpu(r.server_cpu));
+    if let Some(us) = r.server_us_per_routed {
+        println!("  server CPU per routed  {us:.2} µs");
+    }
+    if let Some(rss) = r.server_rss_kb {
+        println!("  server RSS             {rss} KiB");
+    }
+    println!("  generator CPU          {}", cpu(r.generator_cpu));
+    if !r.cores_busy_pct.is_empty() {
+        let busy: Vec<String> = r
+            .cores_busy_pct
+            .iter()
+            .map(|b| format!("{b:.0} %"))
+            .collect();
+        println!("  cores busy (anyone)    {}", busy.join(", "));
+    }
+    println!(
+        "  errors                 {:?} (unanswered {}, held back {})",
+        r.errors, r.unanswered, r.held_back
+    );
+    println!("  closes                 {:?}", r.closes);
 }
 
 fn setup(common: &Common) {
@@ -421,6 +508,35 @@ fn main() -> Result<()> {
                 );
             }
             write_json(&json, &json!({"scenario": "floor", "result": r}))
+        }
+        Command::Sessions {
+            common,
+            sessions: a,
+        } => {
+            setup(&common);
+            let p = sessions::Params {
+                sessions: a.sessions,
+                controllers: a.controllers,
+                rates: a.rates,
+                board_to: a.board_to,
+                payload: a.payload,
+                warmup: Duration::from_secs_f64(a.warmup_s),
+                duration: Duration::from_secs_f64(a.duration_s),
+                ticks_per_sender: None,
+                quiet: common.quiet,
+            };
+            let r = runtime().block_on(sessions::run(&common.url, &p, common.server_pid))?;
+            println!(
+                "{} sessions of a board and {} controllers: {} devices attached in {:.1} s",
+                r.sessions, r.controllers, r.devices, r.setup_seconds
+            );
+            if let (Some(a), Some(b)) = (r.server_rss_kb_before, r.server_rss_kb_attached) {
+                println!("  server RSS             {a} → {b} KiB with every device attached");
+            }
+            for st in &r.steps {
+                sessions_table(st);
+            }
+            write_json(&common.json, &json!({"scenario": "sessions", "result": r}))
         }
         Command::Report(args) => report::run(&args),
     }

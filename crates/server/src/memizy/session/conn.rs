@@ -33,6 +33,11 @@ use tokio::sync::oneshot;
 /// How long a socket may stay silent (the writer pings every half of it).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 const PING_INTERVAL: Duration = Duration::from_secs(30);
+/// tungstenite's read buffer per device.
+const READ_BUFFER: usize = 4 * 1024;
+/// tungstenite's write buffer: frames are written once this much is
+/// buffered (or on flush).
+const WRITE_BUFFER: usize = 16 * 1024;
 /// 1009: a frame over [`MAX_DEVICE_FRAME_BYTES`].
 const CLOSE_MESSAGE_TOO_BIG: outbound::Close = (1009, "frame too large");
 
@@ -85,6 +90,12 @@ pub async fn ws_upgrade(
     };
     ws.max_message_size(MAX_DEVICE_FRAME_BYTES)
         .max_frame_size(MAX_DEVICE_FRAME_BYTES)
+        // tungstenite zero-fills the free part of its read buffer before
+        // every read: at its default 128 KiB that was a quarter of the
+        // server's CPU under load, and 128 KiB of memory per device. A
+        // call is one small read; a large snapshot takes more of them.
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(WRITE_BUFFER)
         .on_upgrade(move |socket| {
             handle_socket(sessions, handle.tx, view, q.address, token, socket)
         })

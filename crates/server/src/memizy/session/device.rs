@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 /// Plugin API calls kept for one device before further ones are dropped
@@ -66,10 +67,15 @@ impl Device {
         address: &str,
         token: &str,
     ) -> anyhow::Result<Device> {
-        let url = format!(
-            "{base}/memizy/session/ws?session={session}&view={view}&address={address}&token={token}"
-        );
-        let (ws, _) = tokio_tungstenite::connect_async(url).await?;
+        let url =
+            format!("{base}/memizy/session/ws?session={session}&view={view}&address={address}&token={token}");
+        // TCP_NODELAY: a call must not wait for the ACK of the one before
+        // (Nagle's algorithm against delayed ACKs: tens of milliseconds).
+        // A 4 KiB read buffer: tungstenite zero-fills the free part of it
+        // before each read, and 128 KiB (its default) made that most of a
+        // benchmark client's CPU.
+        let config = WebSocketConfig::default().read_buffer_size(4096);
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(url, Some(config), true).await?;
         let (mut sink, mut stream) = ws.split();
         let (out, mut out_rx) = mpsc::unbounded_channel::<Message>();
         tokio::spawn(async move {
