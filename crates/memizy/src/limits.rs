@@ -150,6 +150,10 @@ pub struct RelayLimits {
     pub concurrent_uploads: usize,
     /// CPU time one bundle's check may take before it is refused.
     pub bundle_check_timeout_ms: u64,
+    /// Bundle bytes the server holds in memory at once, cached or being
+    /// sent (at least `bundle_bytes`); bundles are otherwise read from the
+    /// store when asked for.
+    pub bundle_cache_bytes: usize,
 }
 
 pub const RELAY_LIMITS: RelayLimits = RelayLimits {
@@ -175,6 +179,7 @@ pub const RELAY_LIMITS: RelayLimits = RelayLimits {
     shutdown_grace_ms: 10_000,
     concurrent_uploads: 4,
     bundle_check_timeout_ms: 5_000,
+    bundle_cache_bytes: 64 * 1024 * 1024,
 };
 
 #[cfg(test)]

@@ -260,9 +260,7 @@ impl RelayStore for SqliteStore {
             Err(_) => return units.iter().map(|_| Err(StoreError::Poisoned)).collect(),
         };
         let all_failed = |e: &rusqlite::Error, n: usize| -> UnitResults {
-            (0..n)
-                .map(|_| Err(clone_error(e)))
-                .collect()
+            (0..n).map(|_| Err(clone_error(e))).collect()
         };
         let mut tx = match conn.transaction() {
             Ok(t) => t,
