@@ -39,7 +39,7 @@ pub fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, DirLockErro
     }
 }
 use hostwire_relay_records::{BundleMeta, PlayerRecord, RoomChange, RoomRecord};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, DatabaseName, OptionalExtension};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -304,20 +304,35 @@ impl RelayStore for SqliteStore {
             .unwrap_or(&self.conn)
             .lock()
             .map_err(|_| StoreError::Poisoned)?;
-        let row: Option<(Option<i64>, Option<Vec<u8>>)> = conn
+        // Read in place into a buffer of its size (reading it as a value
+        // would hold it twice); the version and the bytes from one snapshot.
+        let mut conn = conn;
+        let tx = conn.transaction()?;
+        let row: Option<(i64, Option<i64>, Option<i64>)> = tx
             .query_row(
-                "SELECT bundle_version, bundle_text FROM relay_rooms WHERE pin = ?1",
+                "SELECT rowid, bundle_version, length(bundle_text) FROM relay_rooms WHERE pin = ?1",
                 [pin],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()?;
-        Ok(match row {
-            Some((Some(version), Some(text))) => Some(StoredBundle {
-                version: version as u64,
-                text,
-            }),
-            _ => None,
-        })
+        let Some((rowid, Some(version), Some(len))) = row else {
+            return Ok(None);
+        };
+        let blob = tx.blob_open(
+            DatabaseName::Main,
+            "relay_rooms",
+            "bundle_text",
+            rowid,
+            true,
+        )?;
+        let mut text = vec![0; len.max(0) as usize];
+        blob.read_at_exact(&mut text, 0)?;
+        drop(blob);
+        tx.commit()?;
+        Ok(Some(StoredBundle {
+            version: version as u64,
+            text,
+        }))
     }
 }
 
@@ -376,10 +391,27 @@ fn apply_change(tx: &Connection, change: &RoomChange) -> Result<(), rusqlite::Er
             )?;
         }
         RoomChange::Bundle { pin, meta, text } => {
-            tx.execute(
-                    "UPDATE relay_rooms SET bundle_version = ?2, bundle_app_name = ?3, bundle_text = ?4 WHERE pin = ?1",
-                    params![pin, meta.version as i64, meta.app_name, &text[..]],
+            // Written into a zero blob of its size, through SQLite's blob
+            // I/O: binding it whole would have SQLite copy it twice (the
+            // bound value, then the record), three bundles in memory.
+            let rowid: Option<i64> = tx
+                .query_row(
+                    "UPDATE relay_rooms SET bundle_version = ?2, bundle_app_name = ?3, bundle_text = zeroblob(?4)
+                     WHERE pin = ?1 RETURNING rowid",
+                    params![pin, meta.version as i64, meta.app_name, text.len() as i64],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(rowid) = rowid {
+                let mut blob = tx.blob_open(
+                    DatabaseName::Main,
+                    "relay_rooms",
+                    "bundle_text",
+                    rowid,
+                    false,
                 )?;
+                blob.write_at(text, 0)?;
+            }
         }
         RoomChange::Deleted { pin } => {
             tx.execute("DELETE FROM relay_rooms WHERE pin = ?1", params![pin])?;

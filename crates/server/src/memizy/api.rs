@@ -14,6 +14,8 @@ use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
 use hostwire_memizy::relay::{is_pin, parse_bundle};
 use serde_json::json;
 use std::net::SocketAddr;
@@ -41,6 +43,10 @@ const CHECK_TIMEOUT: ApiError = ApiError::new(
     "The bundle took too long to check (BUNDLE_CHECK_TIMEOUT)",
 );
 const BUNDLE_TOO_LARGE: ApiError = ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "Bundle too large");
+const BODY_NOT_READ: ApiError = ApiError::new(
+    StatusCode::BAD_REQUEST,
+    "The request body could not be read",
+);
 const BUNDLE_NOT_STORED: ApiError = ApiError::new(
     StatusCode::SERVICE_UNAVAILABLE,
     "The bundle could not be stored; the room serves the bundle it had. Try again.",
@@ -176,6 +182,28 @@ async fn get_bundle(State(relay): State<Arc<Relay>>, Path(pin): Path<String>) ->
     }
 }
 
+/// Reads a body of at most `limit` bytes into one buffer, sized from its
+/// declared length up front: collecting its chunks and then joining them
+/// would hold it twice.
+async fn read_body(body: Body, declared: Option<usize>, limit: usize) -> Result<Bytes, ApiError> {
+    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
+    let mut chunks = body.into_data_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| {
+            if crate::http::serve::is_body_timeout(&e) {
+                BODY_TIMEOUT
+            } else {
+                BODY_NOT_READ
+            }
+        })?;
+        if buf.len() + chunk.len() > limit {
+            return Err(BUNDLE_TOO_LARGE);
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
 async fn put_bundle(
     State(relay): State<Arc<Relay>>,
     Path(pin): Path<String>,
@@ -226,10 +254,9 @@ async fn put_bundle(
     if declared.is_some_and(|n| n > limit) {
         return BUNDLE_TOO_LARGE.into_response();
     }
-    let body = match axum::body::to_bytes(req.into_body(), limit).await {
+    let body = match read_body(req.into_body(), declared, limit).await {
         Ok(b) => b,
-        Err(e) if crate::http::serve::is_body_timeout(&e) => return BODY_TIMEOUT.into_response(),
-        Err(_) => return BUNDLE_TOO_LARGE.into_response(),
+        Err(e) => return e.into_response(),
     };
     // The check is CPU work over up to `bundle_bytes`: off the async
     // workers, and bounded in time.
