@@ -305,3 +305,43 @@ async fn two_rooms_in_one_batch_one_failing_the_other_durable() {
         .await;
     b.expect_error("KICKED", true).await;
 }
+
+#[tokio::test]
+async fn a_host_away_time_the_store_refused_is_written_again_at_the_next_sweep() {
+    let mut t = TestRelay::start(config()).await;
+    let (mut host, pin, _) = t.host().await;
+    let (mut a, _, _) = t.player(&pin, "Ann").await;
+    host.recv().await;
+    fail_writes(&t.db, &pin);
+    host.ws.close(None).await.unwrap();
+    // The room has queued the host-away time once the player is told.
+    assert_eq!(a.recv().await["t"], "host-presence");
+    let relay = t.relay();
+    until(|| relay.store_queue_len() == 0 && relay.store_batch_len() == 0).await;
+    heal(&t.db, &pin);
+    t.clock.advance_ms(5 * 60 * 1000);
+    t.relay().sweep().await;
+
+    // The host has been away since T0: after a restart the room expires
+    // 10 minutes after T0, not 10 minutes after the restart.
+    let t2 = restart(&mut t).await;
+    t2.clock.advance_ms(5 * 60 * 1000);
+    t2.relay().sweep().await;
+    assert_eq!(
+        reqwest::get(format!("{}/api/rooms/{pin}", t2.http))
+            .await
+            .unwrap()
+            .status(),
+        200,
+        "exactly 10 minutes is not past the limit"
+    );
+    t2.clock.advance_ms(1);
+    t2.relay().sweep().await;
+    assert_eq!(
+        reqwest::get(format!("{}/api/rooms/{pin}", t2.http))
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+}
