@@ -1,10 +1,10 @@
-//! Durable changes are written by one thread, through a queue of
-//! [`STORE_QUEUE`] messages: a full queue makes the room that writes wait
-//! (back-pressure instead of unbounded memory), and everything queued is
-//! written before shutdown.
+//! Durable changes are written by one task, one batch at a time in the
+//! blocking pool, through a queue of [`STORE_QUEUE`] messages: a full queue
+//! makes the room that writes wait (back-pressure instead of unbounded
+//! memory), and everything queued is written before shutdown.
 //!
 //! Each message is one unit: the changes of one room command, all or
-//! nothing. The thread writes what is queued as one transaction with a
+//! nothing. The task writes what is queued as one transaction with a
 //! savepoint per unit, so one room's failed write fails that room's units
 //! only (and its later units in the batch, so that a room's changes never
 //! land out of order), and answers each unit that asked whether it is
@@ -72,56 +72,71 @@ impl StoreWriter {
         let (tx, mut rx) = mpsc::channel::<Msg>(STORE_QUEUE);
         let in_batch = Arc::new(AtomicUsize::new(0));
         let batch_len = Arc::clone(&in_batch);
-        std::thread::Builder::new()
-            .name("hostwire-store".into())
-            .spawn(move || {
-                while let Some(first) = rx.blocking_recv() {
-                    let mut units = Vec::new();
-                    let mut acks = Vec::new();
-                    let mut flushes = Vec::new();
-                    let mut changes = 0;
-                    let mut next = Some(first);
-                    while let Some(msg) = next.take() {
-                        match msg {
-                            Msg::Changes(c, ack) => {
-                                changes += c.len();
-                                units.push(c);
-                                acks.push(ack);
-                            }
-                            Msg::Flush(done) => flushes.push(done),
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut units = Vec::new();
+                let mut acks = Vec::new();
+                let mut flushes = Vec::new();
+                let mut changes = 0;
+                let mut next = Some(first);
+                while let Some(msg) = next.take() {
+                    match msg {
+                        Msg::Changes(c, ack) => {
+                            changes += c.len();
+                            units.push(c);
+                            acks.push(ack);
                         }
-                        if changes < MAX_BATCH {
-                            next = rx.try_recv().ok();
-                        }
+                        Msg::Flush(done) => flushes.push(done),
                     }
-                    if !units.is_empty() {
-                        batch_len.store(units.len(), Relaxed);
+                    if changes < MAX_BATCH {
+                        next = rx.try_recv().ok();
+                    }
+                }
+                if !units.is_empty() {
+                    batch_len.store(units.len(), Relaxed);
+                    let store = Arc::clone(&store);
+                    // SQLite blocks: one batch at a time in the blocking
+                    // pool (where a test's paused clock does not jump
+                    // while a write runs).
+                    let written = tokio::task::spawn_blocking(move || {
                         let t = Instant::now();
                         let refs: Vec<&[RoomChange]> = units.iter().map(Vec::as_slice).collect();
                         let results = store.apply_units(&refs);
-                        metrics.write(t.elapsed().as_micros() as u64);
-                        for ((unit, ack), r) in units.iter().zip(acks).zip(results) {
-                            if let Err(e) = &r {
-                                metrics.error();
-                                tracing::error!(
-                                    error = %e,
-                                    pin = unit.first().map_or("", RoomChange::pin),
-                                    changes = unit.len(),
-                                    "store write failed"
-                                );
-                            }
-                            if let Some(a) = ack {
-                                let _ = a.send(r.is_ok());
+                        (units, results, t.elapsed())
+                    })
+                    .await;
+                    match written {
+                        Ok((units, results, took)) => {
+                            metrics.write(took.as_micros() as u64);
+                            for ((unit, ack), r) in units.iter().zip(acks).zip(results) {
+                                if let Err(e) = &r {
+                                    metrics.error();
+                                    tracing::error!(
+                                        error = %e,
+                                        pin = unit.first().map_or("", RoomChange::pin),
+                                        changes = unit.len(),
+                                        "store write failed"
+                                    );
+                                }
+                                if let Some(a) = ack {
+                                    let _ = a.send(r.is_ok());
+                                }
                             }
                         }
-                        batch_len.store(0, Relaxed);
+                        Err(e) => {
+                            // The write panicked: nothing of it is known
+                            // to be stored. Dropped acks answer `false`.
+                            metrics.error();
+                            tracing::error!(error = %e, "store write failed");
+                        }
                     }
-                    for f in flushes {
-                        let _ = f.send(());
-                    }
+                    batch_len.store(0, Relaxed);
                 }
-            })
-            .expect("spawn the store writer thread");
+                for f in flushes {
+                    let _ = f.send(());
+                }
+            }
+        });
         StoreWriter { tx, in_batch }
     }
 
