@@ -108,4 +108,10 @@ done
 echo "== flood, hostwire"
 start_hostwire; gen flood --rooms 10 --players 20 --warmup-s $WARM --duration-s $DUR --json "$OUT/flood-hostwire.json"; stop_server
 
+# Churn: players rename while they play; each rename is a change the room
+# acknowledges only once it is stored. Forwarding in those rooms and in
+# quiet ones, and the renames themselves, measured in one run.
+echo "== churn, hostwire"
+start_hostwire; gen churn --warmup-s $WARM --duration-s $DUR --json "$OUT/churn-hostwire.json"; stop_server
+
 "$BIN/hostwire-bench" report --results "$OUT" --out docs/BENCHMARKS.md --plots docs/bench --command "bench/run.sh"

@@ -51,7 +51,7 @@ impl Durable {
     }
 }
 
-/// A handle to the writer thread.
+/// A handle to the store writer.
 #[derive(Clone)]
 pub struct StoreWriter {
     tx: mpsc::Sender<Msg>,
@@ -233,7 +233,7 @@ mod tests {
             Arc::clone(&store) as Arc<dyn RelayStore>,
             Arc::new(StoreMetrics::default()),
         );
-        // The writer thread takes one batch and stalls in it; the queue
+        // The writer takes one batch and stalls in it; the queue
         // then fills.
         let mut queued = 0u64;
         loop {
