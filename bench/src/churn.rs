@@ -12,6 +12,7 @@
 //! Each payload and each new name carries its send time.
 
 use crate::load::{latency, open_room, Latency, Target};
+use crate::procstat::{self, CpuUse};
 use anyhow::{Context as _, Result};
 use futures_util::{SinkExt, StreamExt};
 use hdrhistogram::Histogram;
@@ -46,6 +47,7 @@ pub struct ChurnResult {
     /// Acknowledged renames per second, all churning rooms together.
     pub renames_per_s: f64,
     pub errors: BTreeMap<String, u64>,
+    pub server_cpu: Option<CpuUse>,
 }
 
 fn now_us() -> u64 {
@@ -80,7 +82,7 @@ fn record(h: &Mutex<Histogram<u64>>, sent: u64) {
     }
 }
 
-pub async fn churn(t: &Target, p: &Churn) -> Result<ChurnResult> {
+pub async fn churn(t: &Target, p: &Churn, server_pid: Option<u32>) -> Result<ChurnResult> {
     let http = reqwest::Client::new();
     let s = Arc::new(Shared {
         measuring: AtomicBool::new(false),
@@ -168,10 +170,12 @@ pub async fn churn(t: &Target, p: &Churn) -> Result<ChurnResult> {
     }
     tokio::time::sleep(p.warmup).await;
     s.measuring.store(true, Relaxed);
+    let before = server_pid.and_then(procstat::sample);
     let start = Instant::now();
     tokio::time::sleep(p.duration).await;
     s.measuring.store(false, Relaxed);
     let seconds = start.elapsed().as_secs_f64();
+    let after = server_pid.and_then(procstat::sample);
     s.stop.send_replace(true);
     for task in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
@@ -189,5 +193,8 @@ pub async fn churn(t: &Target, p: &Churn) -> Result<ChurnResult> {
         renames_per_s: rename.samples as f64 / seconds,
         rename,
         errors: s.errors.lock().map(|e| e.clone()).unwrap_or_default(),
+        server_cpu: before
+            .zip(after)
+            .map(|(a, b)| procstat::cpu_between(a, b, seconds)),
     })
 }

@@ -284,7 +284,7 @@ fn main() -> Result<()> {
                 warmup: Duration::from_secs_f64(warmup_s),
                 duration: Duration::from_secs_f64(duration_s),
             };
-            let r = runtime().block_on(hostwire_bench::churn::churn(&t, &p))?;
+            let r = runtime().block_on(hostwire_bench::churn::churn(&t, &p, common.server_pid))?;
             println!("{}", serde_json::to_string_pretty(&r)?);
             write_json(&common.json, &json!({"scenario": "churn", "result": r}))
         }

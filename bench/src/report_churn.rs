@@ -41,11 +41,12 @@ pub fn section(results: &Path) -> String {
     row(&mut s, "`rename` → `presence` (stored first)", &r["rename"]);
     let _ = writeln!(
         s,
-        "\nForwarding in churning rooms: p50 {:.2}×, p99 {:.2}× the quiet rooms'. A stored change: p50 {:.2}×, p99 {:.2}× forwarding in quiet rooms. Errors: {}.",
+        "\nForwarding in churning rooms: p50 {:.2}×, p99 {:.2}× the quiet rooms'. A stored change: p50 {:.2}×, p99 {:.2}× forwarding in quiet rooms. Server CPU {:.1} % of a core. Errors: {}.",
         ratio(&r["churn_up"], &r["quiet_up"], "p50_us"),
         ratio(&r["churn_up"], &r["quiet_up"], "p99_us"),
         ratio(&r["rename"], &r["quiet_up"], "p50_us"),
         ratio(&r["rename"], &r["quiet_up"], "p99_us"),
+        r["server_cpu"]["total_pct"].as_f64().unwrap_or(0.0),
         r["errors"]
     );
     s

@@ -147,12 +147,10 @@ impl StoreWriter {
         }
     }
 
-    /// Queues each change as a unit of its own without waiting (at
-    /// start-up, when the queue is empty); `false` if the queue is full.
+    /// Queues changes as one unit without waiting (at start-up, when the
+    /// queue is empty); `false` if the queue is full.
     pub fn try_write_behind(&self, changes: Vec<RoomChange>) -> bool {
-        changes
-            .into_iter()
-            .all(|c| self.tx.try_send(Msg::Changes(vec![c], None)).is_ok())
+        changes.is_empty() || self.tx.try_send(Msg::Changes(changes, None)).is_ok()
     }
 
     /// Queues changes and resolves once they are durable (`true`) or failed.

@@ -174,6 +174,10 @@ impl Room {
         &self.pin
     }
 
+    pub fn created_at_ms(&self) -> u64 {
+        self.created_at_ms
+    }
+
     pub fn host_token(&self) -> &Token {
         &self.host_token
     }

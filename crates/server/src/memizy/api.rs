@@ -161,12 +161,12 @@ async fn get_bundle(State(relay): State<Arc<Relay>>, Path(pin): Path<String>) ->
     };
     let (tx, rx) = oneshot::channel();
     let _ = room.tx.send(RoomCmd::GetBundle(tx)).await;
-    let version = match rx.await {
+    let (created_at_ms, version) = match rx.await {
         Ok(Some(v)) => v,
         Ok(None) => return NO_GAME_YET.into_response(),
         Err(_) => return ROOM_NOT_FOUND.into_response(),
     };
-    match relay.bundles.get(&pin, version).await {
+    match relay.bundles.get(&pin, created_at_ms, version).await {
         BundleRead::Found { version, text } => {
             let mut r = Response::new(Body::from(text));
             let h = r.headers_mut();

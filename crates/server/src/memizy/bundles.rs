@@ -35,6 +35,9 @@ pub enum BundleRead {
 }
 
 struct Entry {
+    /// The room's creation time: a later room with the same PIN never
+    /// gets an earlier room's bundle.
+    created_at_ms: u64,
     version: u64,
     text: Bytes,
     used: u64,
@@ -78,17 +81,18 @@ impl Bundles {
         }
     }
 
-    /// The room's bundle, `version` or newer (the store is written before a
-    /// room serves a new version, so it may be ahead by one upload).
-    pub async fn get(&self, pin: &str, version: u64) -> BundleRead {
-        if let Some(hit) = self.lookup(pin, version) {
+    /// The bundle of the room `pin` created at `created_at_ms`, `version`
+    /// or newer (the store is written before a room serves a new version,
+    /// so it may be ahead by one upload).
+    pub async fn get(&self, pin: &str, created_at_ms: u64, version: u64) -> BundleRead {
+        if let Some(hit) = self.lookup(pin, created_at_ms, version) {
             return hit;
         }
         let Ok(_one_read) = tokio::time::timeout(BUDGET_WAIT, self.loading.lock()).await else {
             return BundleRead::Busy;
         };
         // Whoever held the lock may have loaded it.
-        if let Some(hit) = self.lookup(pin, version) {
+        if let Some(hit) = self.lookup(pin, created_at_ms, version) {
             return hit;
         }
         let Some(mut permit) = self.reserve().await else {
@@ -120,6 +124,7 @@ impl Bundles {
             map.insert(
                 pin.to_owned(),
                 Entry {
+                    created_at_ms,
                     version: stored.version,
                     text: text.clone(),
                     used: *tick,
@@ -132,11 +137,13 @@ impl Bundles {
         }
     }
 
-    fn lookup(&self, pin: &str, version: u64) -> Option<BundleRead> {
+    fn lookup(&self, pin: &str, created_at_ms: u64, version: u64) -> Option<BundleRead> {
         let mut c = self.cache.lock().ok()?;
         let (map, tick) = &mut *c;
         *tick += 1;
-        let e = map.get_mut(pin).filter(|e| e.version >= version)?;
+        let e = map
+            .get_mut(pin)
+            .filter(|e| e.created_at_ms == created_at_ms && e.version >= version)?;
         e.used = *tick;
         Some(BundleRead::Found {
             version: e.version,

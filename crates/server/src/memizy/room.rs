@@ -51,9 +51,9 @@ pub(super) enum RoomCmd {
         token: String,
         reply: oneshot::Sender<bool>,
     },
-    /// The version of the bundle the room serves (its bytes are in the
-    /// store).
-    GetBundle(oneshot::Sender<Option<u64>>),
+    /// The room's creation time and the version of the bundle it serves
+    /// (its bytes are in the store).
+    GetBundle(oneshot::Sender<Option<(u64, u64)>>),
     PutBundle {
         token: String,
         text: Bytes,
@@ -246,7 +246,7 @@ pub(super) async fn run(
                 let _ = reply.send(room.host_token().matches(&token));
             }
             RoomCmd::GetBundle(reply) => {
-                let _ = reply.send(room.bundle().map(|m| m.version));
+                let _ = reply.send(room.bundle().map(|m| (room.created_at_ms(), m.version)));
             }
             RoomCmd::PutBundle {
                 token,
