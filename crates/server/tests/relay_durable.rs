@@ -3,7 +3,8 @@
 //! that abort its writes, as a full disk would), a kick, `open:false`, a
 //! close, a join, a rename and a bundle upload are refused with
 //! `INTERNAL_ERROR` / 503 and change nothing; after a restart exactly the
-//! acknowledged changes are there.
+//! acknowledged changes are there. And bundle bytes being sent count
+//! against the bundle memory bound.
 
 mod common;
 use common::*;
@@ -344,4 +345,83 @@ async fn a_host_away_time_the_store_refused_is_written_again_at_the_next_sweep()
             .status(),
         404
     );
+}
+
+/// A bundle body of `n` bytes.
+fn big_bundle(n: usize) -> String {
+    let head = r#"{"pluginHtml":"<p>","set":{"pad":""#;
+    let mut s = String::with_capacity(n);
+    s.push_str(head);
+    s.push_str(&"x".repeat(n - head.len() - 3));
+    s.push_str(r#""}}"#);
+    s
+}
+
+#[tokio::test(start_paused = true)]
+async fn bundle_bytes_being_sent_count_against_the_bundle_memory_bound() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // The smallest budget: one bundle.
+    let t = TestRelay::start(hostwire::memizy::RelayConfig {
+        limits: hostwire_memizy::limits::RelayLimits {
+            bundle_cache_bytes: 0,
+            ..hostwire_memizy::RELAY_LIMITS
+        },
+        ..config()
+    })
+    .await;
+    let n = hostwire_memizy::RELAY_LIMITS.bundle_bytes - 1024;
+    let mut pins = Vec::new();
+    for _ in 0..2 {
+        let (pin, token) = t.create_room().await;
+        let r = reqwest::Client::new()
+            .put(format!("{}/api/rooms/{pin}/bundle", t.http))
+            .header("Authorization", format!("Bearer {token}"))
+            .body(big_bundle(n))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        pins.push(pin);
+    }
+    // A client that asks for the first bundle and does not read it: its
+    // bytes stay in memory, being sent.
+    let addr: std::net::SocketAddr = t.http.trim_start_matches("http://").parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut slow = socket.connect(addr).await.unwrap();
+    slow.write_all(
+        format!(
+            "GET /api/rooms/{}/bundle HTTP/1.1\r\nHost: x\r\nOrigin: {ORIGIN}\r\n\r\n",
+            pins[0]
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut first = [0u8; 12];
+    slow.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    // No room for the second: it waits (10 s, on the paused clock), then 503.
+    let r = reqwest::get(format!("{}/api/rooms/{}/bundle", t.http, pins[1]))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let e: Value = r.json().await.unwrap();
+    assert!(
+        e["error"].as_str().unwrap().contains("BUNDLE_CACHE_BYTES"),
+        "{e}"
+    );
+    // Once the slow client has its bundle, the second is served.
+    let mut rest = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    while rest.len() < n {
+        let k = slow.read(&mut buf).await.unwrap();
+        assert!(k > 0, "the first download ended early");
+        rest.extend_from_slice(&buf[..k]);
+    }
+    let r = reqwest::get(format!("{}/api/rooms/{}/bundle", t.http, pins[1]))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.unwrap().len(), n);
 }
