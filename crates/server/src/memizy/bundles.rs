@@ -95,16 +95,18 @@ impl Bundles {
         if let Some(hit) = self.lookup(pin, created_at_ms, version) {
             return hit;
         }
-        let Some(mut permit) = self.reserve().await else {
+        let Some(permit) = self.reserve().await else {
             return BundleRead::Busy;
         };
         let store = Arc::clone(&self.store);
         let key = pin.to_owned();
-        let read = tokio::task::spawn_blocking(move || store.load_bundle(&key)).await;
-        let stored = match read {
-            Ok(Ok(Some(b))) => b,
-            Ok(Ok(None)) => return BundleRead::Missing,
-            Ok(Err(e)) => {
+        // The reservation goes with the read: a download dropped meanwhile
+        // does not free it before the bytes read are.
+        let read = tokio::task::spawn_blocking(move || (store.load_bundle(&key), permit)).await;
+        let (stored, mut permit) = match read {
+            Ok((Ok(Some(b)), permit)) => (b, permit),
+            Ok((Ok(None), _)) => return BundleRead::Missing,
+            Ok((Err(e), _)) => {
                 tracing::error!(pin, error = %e, "bundle read failed");
                 return BundleRead::Failed;
             }
