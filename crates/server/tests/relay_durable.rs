@@ -425,3 +425,32 @@ async fn bundle_bytes_being_sent_count_against_the_bundle_memory_bound() {
     assert_eq!(r.status(), 200);
     assert_eq!(r.bytes().await.unwrap().len(), n);
 }
+
+#[tokio::test]
+async fn forwarding_goes_on_while_a_change_of_the_room_is_being_stored() {
+    let t = TestRelay::start(config()).await;
+    let (mut host, pin, _) = t.host().await;
+    let (mut a, a_id, _) = t.player(&pin, "Ann").await;
+    let (mut b, b_id, _) = t.player(&pin, "Bob").await;
+    host.recv().await;
+    host.recv().await;
+    // The database's write lock is held elsewhere: the kick waits in the
+    // writer, unanswered.
+    let lock = rusqlite::Connection::open(&t.db).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE;").unwrap();
+    host.send(json!({"t": "kick", "playerId": a_id})).await;
+    let relay = t.relay();
+    until(|| relay.store_batch_len() == 1).await;
+    // Players' frames go ahead of it, as if sent just before the kick.
+    b.send(json!({"t": "up", "data": "from Bob"})).await;
+    assert_eq!(host.recv().await["data"], "from Bob");
+    a.send(json!({"t": "up", "data": "from Ann"})).await;
+    assert_eq!(host.recv().await["data"], "from Ann");
+    // The host's own next frame waits for its kick.
+    host.send(json!({"t": "to", "to": b_id, "data": "after the kick"}))
+        .await;
+    lock.execute_batch("ROLLBACK;").unwrap();
+    assert_eq!(host.recv().await["event"], "leave");
+    assert_eq!(a.recv().await["reason"], "kicked");
+    assert_eq!(b.recv().await["data"], "after the kick");
+}

@@ -8,9 +8,9 @@
 //! close or expiry) is acknowledged only once it is durable: the room waits
 //! for the store before it sends the change's frames or takes its next
 //! command, and if the store fails it goes back to the state from before the
-//! command and tells whoever asked (`INTERNAL_ERROR`). Frames that change
-//! nothing stored (`to`, `up`, `ping`, presence) never wait for the store,
-//! unless they are queued behind such a change of their own room. The
+//! command and tells whoever asked (`INTERNAL_ERROR`). Forwarding never
+//! waits for the store: while a change is being stored, other connections'
+//! `to`, `up` and `ping` are handled on the state from before it. The
 //! host-away time is written behind (it only moves expiry after a restart)
 //! and written again at the next sweep if it failed. Bundles are written
 //! beside the room's commands, and served once stored.
@@ -134,6 +134,19 @@ fn may_change_durably(cmd: &RoomCmd, room: &Room, now: u64) -> bool {
     }
 }
 
+/// Whether a frame may be handled while another connection's change is
+/// being stored: forwarding and `ping` only, which change nothing stored
+/// and are not changed by it.
+fn goes_ahead(conn: ConnId, msg: &RelayClientMessage, by: Option<ConnId>) -> bool {
+    by != Some(conn)
+        && matches!(
+            msg,
+            RelayClientMessage::To { .. }
+                | RelayClientMessage::Up { .. }
+                | RelayClientMessage::Ping
+        )
+}
+
 /// What the client that asked for a change is told when the store failed.
 fn not_stored(msg: &RelayClientMessage) -> &'static str {
     match msg {
@@ -176,13 +189,23 @@ pub(super) async fn run(
     // Every bundle version tried, stored or not: a failed upload's number
     // is never given to other content.
     let mut bundle_versions = room.bundle().map_or(0, |b| b.version);
-    while let Some(cmd) = rx.recv().await {
+    // A command that came while a change was being stored and could not
+    // go ahead of it: the next one handled.
+    let mut held: Option<RoomCmd> = None;
+    loop {
+        let cmd = match held.take() {
+            Some(c) => c,
+            None => match rx.recv().await {
+                Some(c) => c,
+                None => break,
+            },
+        };
         let now = relay.clock.now_ms();
         if let Some(ok) = host_away.as_mut().and_then(Durable::poll_now) {
             host_away_unsaved |= !ok;
             host_away = None;
         }
-        let before = may_change_durably(&cmd, &room, now).then(|| room.clone());
+        let mut before = may_change_durably(&cmd, &room, now).then(|| room.clone());
         let mut attaching: Attaching = None;
         let mut outcome = AttachOutcome::Refused { fatal: false };
         // Who asked for the change, and what they asked.
@@ -324,7 +347,40 @@ pub(super) async fn run(
         if acked {
             // A full store queue holds this room here: its commands wait
             // in its own bounded queue, its senders behind that.
-            let durable = relay.writer.queue_acked(changes).await.wait().await;
+            let stored = relay.writer.queue_acked(changes).await.wait();
+            tokio::pin!(stored);
+            // Meanwhile other connections' `to`, `up` and `ping` go ahead,
+            // on the state from before the change, as if they had come just
+            // before it: they change nothing, and the change is not theirs.
+            // Anything else waits, and so does everything after it.
+            let by = asked.as_ref().map(|(c, _)| *c);
+            let durable = loop {
+                tokio::select! {
+                    biased;
+                    ok = &mut stored => break ok,
+                    cmd = rx.recv(), if held.is_none() => match cmd {
+                        Some(RoomCmd::Frame { conn, msg, text })
+                            if before.is_some() && goes_ahead(conn, &msg, by) =>
+                        {
+                            let mut ahead = Vec::new();
+                            if let Some(b) = before.as_mut() {
+                                b.frame(conn, &msg, relay.clock.now_ms(), &mut ahead);
+                            }
+                            for o in ahead {
+                                if let RoomOutput::Send { conn, frame } = o {
+                                    if let Some(t) = conns.get(&conn) {
+                                        t.frame(encode(metrics, &frame, &text, 1), metrics);
+                                    }
+                                }
+                            }
+                        }
+                        Some(cmd) => held = Some(cmd),
+                        // Closing: the senders are gone; the answer still
+                        // comes.
+                        None => break (&mut stored).await,
+                    },
+                }
+            };
             if !durable {
                 match before {
                     Some(b) => room = b,
