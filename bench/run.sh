@@ -123,5 +123,10 @@ echo "== sessions, hostwire, rates $SESS_RATES"
 start_hostwire; gen sessions --sessions 100 --controllers 30 --rates "$SESS_RATES" --warmup-s $WARM --duration-s $DUR --json "$OUT/sessions-hostwire.json"; stop_server
 echo "== sessions: relay baseline after"
 start_hostwire; gen classroom --warmup-s $WARM --duration-s $DUR --json "$OUT/sessions-baseline-2.json"; stop_server
+# Churn: players rename while they play; each rename is a change the room
+# acknowledges only once it is stored. Forwarding in those rooms and in
+# quiet ones, and the renames themselves, measured in one run.
+echo "== churn, hostwire"
+start_hostwire; gen churn --warmup-s $WARM --duration-s $DUR --json "$OUT/churn-hostwire.json"; stop_server
 
 "$BIN/hostwire-bench" report --results "$OUT" --out docs/BENCHMARKS.md --plots docs/bench --command "bench/run.sh"

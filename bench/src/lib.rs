@@ -1,10 +1,12 @@
 //! hostwire-bench: the relay load generator, the bare forwarder and the
 //! benchmark report, as a library for the binary and the smoke test.
 
+pub mod churn;
 pub mod floor;
 pub mod forwarder;
 pub mod load;
 pub mod procstat;
 pub mod report;
+pub mod report_churn;
 pub mod report_sessions;
 pub mod sessions;

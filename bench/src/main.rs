@@ -139,6 +139,25 @@ enum Command {
         #[arg(long, default_value_t = 600.0)]
         flood_hz: f64,
     },
+    /// Players rename while they play: what a change acknowledged once
+    /// stored costs, beside forwarding in the same rooms and in quiet ones.
+    Churn {
+        #[command(flatten)]
+        common: Common,
+        /// Rooms of each kind (quiet and churning).
+        #[arg(long, default_value_t = 10)]
+        rooms: usize,
+        #[arg(long, default_value_t = 20)]
+        players: usize,
+        #[arg(long, default_value_t = 10.0)]
+        up_hz: f64,
+        #[arg(long, default_value_t = 2.0)]
+        rename_hz: f64,
+        #[arg(long, default_value_t = 5.0)]
+        warmup_s: f64,
+        #[arg(long, default_value_t = 20.0)]
+        duration_s: f64,
+    },
     /// Serve the bare forwarder (the floor) on HOST:PORT.
     Forwarder {
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -332,6 +351,29 @@ fn main() -> Result<()> {
             ))?;
             table("classroom", &r);
             write_json(&common.json, &json!({"scenario": "classroom", "result": r}))
+        }
+        Command::Churn {
+            common,
+            rooms,
+            players,
+            up_hz,
+            rename_hz,
+            warmup_s,
+            duration_s,
+        } => {
+            setup(&common);
+            let t = Target::new(&common.url, &common.origin);
+            let p = hostwire_bench::churn::Churn {
+                rooms,
+                players,
+                up_hz,
+                rename_hz,
+                warmup: Duration::from_secs_f64(warmup_s),
+                duration: Duration::from_secs_f64(duration_s),
+            };
+            let r = runtime().block_on(hostwire_bench::churn::churn(&t, &p, common.server_pid))?;
+            println!("{}", serde_json::to_string_pretty(&r)?);
+            write_json(&common.json, &json!({"scenario": "churn", "result": r}))
         }
         Command::Flood {
             common,

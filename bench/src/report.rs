@@ -678,6 +678,7 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
     }
 
     s.push_str(&crate::report_sessions::section(&a.results));
+    s.push_str(&crate::report_churn::section(&a.results));
 
     // Plots.
     let font = register_font();

@@ -166,6 +166,10 @@ pub struct RelayLimits {
     /// Client IPs each of those buckets is kept for at most; idle buckets
     /// are dropped first (see the server's per-IP table).
     pub rate_limited_ips: usize,
+    /// Bundle bytes the server holds in memory at once, cached or being
+    /// sent (at least `bundle_bytes`); bundles are otherwise read from the
+    /// store when asked for.
+    pub bundle_cache_bytes: usize,
 }
 
 pub const RELAY_LIMITS: RelayLimits = RelayLimits {
@@ -197,6 +201,7 @@ pub const RELAY_LIMITS: RelayLimits = RelayLimits {
     joins_per_ip_per_second: 10,
     join_burst_per_ip: 200,
     rate_limited_ips: 65_536,
+    bundle_cache_bytes: 64 * 1024 * 1024,
 };
 
 #[cfg(test)]

@@ -33,7 +33,8 @@ pub struct RoomRecord {
     pub bundle: Option<BundleMeta>,
 }
 
-/// A durable change of a room, written behind forwarding.
+/// A durable change of a room. A room's changes are written in the order
+/// they were made; a change a client is told about is durable first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RoomChange {
     Created(RoomRecord),
@@ -62,4 +63,19 @@ pub enum RoomChange {
     Deleted {
         pin: String,
     },
+}
+
+impl RoomChange {
+    /// The room the change is of.
+    pub fn pin(&self) -> &str {
+        match self {
+            RoomChange::Created(r) => &r.pin,
+            RoomChange::HostAway { pin, .. }
+            | RoomChange::Open { pin, .. }
+            | RoomChange::Player { pin, .. }
+            | RoomChange::Kicked { pin, .. }
+            | RoomChange::Bundle { pin, .. }
+            | RoomChange::Deleted { pin } => pin,
+        }
+    }
 }

@@ -136,9 +136,16 @@ impl App {
         let relay_metrics = Arc::new(RelayMetrics::default());
         let stored = store.load_rooms()?;
         let loaded = stored.len();
-        let writer = StoreWriter::start(store, Arc::clone(&store_metrics));
+        let writer = StoreWriter::start(Arc::clone(&store), Arc::clone(&store_metrics));
         let serve_limits = crate::http::serve::ServeLimits::of(&config.limits);
-        let relay = Relay::start(config, clock, Arc::clone(&relay_metrics), writer, stored);
+        let relay = Relay::start(
+            config,
+            clock,
+            Arc::clone(&relay_metrics),
+            writer,
+            store,
+            stored,
+        );
         let metrics: Exposition = Arc::new([
             relay_metrics as Arc<dyn Render>,
             Arc::clone(&ggui.metrics) as Arc<dyn Render>,

@@ -110,6 +110,10 @@ pub struct ServeArgs {
     /// Bundle uploads read and checked at once; beyond it 503.
     #[arg(long, env = "CONCURRENT_UPLOADS", default_value_t = RELAY_LIMITS.concurrent_uploads)]
     pub concurrent_uploads: usize,
+    /// Bundle bytes held in memory at once, cached or being sent (at least
+    /// the 8 MiB of one bundle); beyond it a download waits, then 503.
+    #[arg(long, env = "BUNDLE_CACHE_BYTES", default_value_t = RELAY_LIMITS.bundle_cache_bytes)]
+    pub bundle_cache_bytes: usize,
     /// Log format. Text has colours only on a terminal (and without
     /// NO_COLOR).
     #[arg(long, env = "HOSTWIRE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -235,6 +239,7 @@ pub fn relay_config(args: &ServeArgs) -> RelayConfig {
             lookup_burst_per_ip: args.lookup_burst_per_ip,
             joins_per_ip_per_second: args.joins_per_ip_per_second,
             join_burst_per_ip: args.join_burst_per_ip,
+            bundle_cache_bytes: args.bundle_cache_bytes,
             ..RELAY_LIMITS
         },
         outbound_queue: OUTBOUND_QUEUE,

@@ -8,8 +8,6 @@ pub mod ggui;
 pub mod playerthree;
 pub mod sessions;
 
-use bytes::Bytes;
-
 /// The lock file a server holds in its data directory while it runs.
 pub const LOCK_FILE: &str = "hostwire.lock";
 
@@ -41,7 +39,7 @@ pub fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, DirLockErro
     }
 }
 use hostwire_relay_records::{BundleMeta, PlayerRecord, RoomChange, RoomRecord};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, DatabaseName, OptionalExtension};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -51,6 +49,10 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("the store's lock was poisoned by a panic")]
     Poisoned,
+    #[error("an earlier change of room {0} in the same batch failed")]
+    EarlierFailed(String),
+    #[error("the batch was not committed: {0}")]
+    Commit(String),
 }
 
 impl StoreError {
@@ -64,12 +66,22 @@ impl StoreError {
     }
 }
 
-/// A room as loaded at start-up, with its bundle text.
+/// A room as loaded at start-up: its record, without its bundle's bytes
+/// (those are read when a client asks for them, [`RelayStore::load_bundle`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredRoom {
     pub record: RoomRecord,
-    pub bundle_text: Option<Bytes>,
 }
+
+/// A room's stored bundle: its version and text, read together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredBundle {
+    pub version: u64,
+    pub text: Vec<u8>,
+}
+
+/// What became of each unit given to [`RelayStore::apply_units`].
+pub type UnitResults = Vec<Result<(), StoreError>>;
 
 /// The relay's durable state.
 pub trait RelayStore: Send + Sync + 'static {
@@ -77,10 +89,41 @@ pub trait RelayStore: Send + Sync + 'static {
     fn load_rooms(&self) -> Result<Vec<StoredRoom>, StoreError>;
     /// Applies changes in order, all or nothing.
     fn apply(&self, changes: &[RoomChange]) -> Result<(), StoreError>;
+    /// Applies units in order, each all or nothing on its own: one unit's
+    /// failure does not undo another's. A unit after a failed one of the
+    /// same room fails too, untried, so that a room's changes are never
+    /// durable out of order. The default applies each unit on its own.
+    fn apply_units(&self, units: &[&[RoomChange]]) -> UnitResults {
+        let mut failed = std::collections::HashSet::new();
+        units
+            .iter()
+            .map(|unit| {
+                if let Some(pin) = unit
+                    .iter()
+                    .map(RoomChange::pin)
+                    .find(|p| failed.contains(*p))
+                {
+                    return Err(StoreError::EarlierFailed(pin.to_owned()));
+                }
+                let r = self.apply(unit);
+                if r.is_err() {
+                    failed.extend(unit.iter().map(|c| c.pin().to_owned()));
+                }
+                r
+            })
+            .collect()
+    }
+    /// A room's bundle as stored (`None` before an upload or for an
+    /// unknown room).
+    fn load_bundle(&self, pin: &str) -> Result<Option<StoredBundle>, StoreError>;
 }
 
 pub struct SqliteStore {
     conn: Mutex<Connection>,
+    /// A second connection for bundle reads (WAL lets it read beside the
+    /// writer), so that serving 8 MiB does not hold up writes. `None` for
+    /// an in-memory database, which one connection alone can see.
+    reader: Option<Mutex<Connection>>,
 }
 
 const SCHEMA: &str = "
@@ -123,8 +166,14 @@ impl SqliteStore {
         playerthree::create_tables(&conn)?;
         ggui::create_tables(&conn)?;
         sessions::create_tables(&conn)?;
+        let reader = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        reader.busy_timeout(std::time::Duration::from_secs(5))?;
         Ok(Self {
             conn: Mutex::new(conn),
+            reader: Some(Mutex::new(reader)),
         })
     }
 
@@ -138,6 +187,7 @@ impl SqliteStore {
         sessions::create_tables(&conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
+            reader: None,
         })
     }
 }
@@ -147,12 +197,11 @@ impl RelayStore for SqliteStore {
         let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
         let mut rooms = Vec::new();
         let mut stmt = conn.prepare(
-            "SELECT pin, host_token, created_at_ms, host_away_since_ms, open, bundle_version, bundle_app_name, bundle_text
+            "SELECT pin, host_token, created_at_ms, host_away_since_ms, open, bundle_version, bundle_app_name
              FROM relay_rooms ORDER BY created_at_ms",
         )?;
         let rows = stmt.query_map([], |r| {
             let version: Option<i64> = r.get(5)?;
-            let text: Option<Vec<u8>> = r.get(7)?;
             Ok(StoredRoom {
                 record: RoomRecord {
                     pin: r.get(0)?,
@@ -167,7 +216,6 @@ impl RelayStore for SqliteStore {
                         app_name: r.get(6).ok().flatten(),
                     }),
                 },
-                bundle_text: text.map(Bytes::from),
             })
         })?;
         for room in rows {
@@ -198,62 +246,178 @@ impl RelayStore for SqliteStore {
         let mut conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
         let tx = conn.transaction()?;
         for change in changes {
-            match change {
-                RoomChange::Created(r) => {
-                    tx.execute(
-                        "INSERT OR REPLACE INTO relay_rooms (pin, host_token, created_at_ms, host_away_since_ms, open)
-                         VALUES (?1, ?2, ?3, ?4, ?5)",
-                        params![r.pin, r.host_token, r.created_at_ms as i64, r.host_away_since_ms.map(|t| t as i64), r.open],
-                    )?;
-                }
-                RoomChange::HostAway { pin, since_ms } => {
-                    tx.execute(
-                        "UPDATE relay_rooms SET host_away_since_ms = ?2 WHERE pin = ?1",
-                        params![pin, since_ms.map(|t| t as i64)],
-                    )?;
-                }
-                RoomChange::Open { pin, open } => {
-                    tx.execute(
-                        "UPDATE relay_rooms SET open = ?2 WHERE pin = ?1",
-                        params![pin, open],
-                    )?;
-                }
-                RoomChange::Player { pin, player } => {
-                    tx.execute(
-                        "INSERT INTO relay_players (pin, seq, id, name, token)
-                         VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM relay_players WHERE pin = ?1), ?2, ?3, ?4)
-                         ON CONFLICT (pin, id) DO UPDATE SET name = excluded.name, token = excluded.token",
-                        params![pin, player.id, player.name, player.token],
-                    )?;
-                }
-                RoomChange::Kicked {
-                    pin,
-                    player_id,
-                    token,
-                } => {
-                    tx.execute(
-                        "DELETE FROM relay_players WHERE pin = ?1 AND id = ?2",
-                        params![pin, player_id],
-                    )?;
-                    tx.execute(
-                        "INSERT OR IGNORE INTO relay_kicked (pin, token) VALUES (?1, ?2)",
-                        params![pin, token],
-                    )?;
-                }
-                RoomChange::Bundle { pin, meta, text } => {
-                    tx.execute(
-                        "UPDATE relay_rooms SET bundle_version = ?2, bundle_app_name = ?3, bundle_text = ?4 WHERE pin = ?1",
-                        params![pin, meta.version as i64, meta.app_name, &text[..]],
-                    )?;
-                }
-                RoomChange::Deleted { pin } => {
-                    tx.execute("DELETE FROM relay_rooms WHERE pin = ?1", params![pin])?;
-                }
-            }
+            apply_change(&tx, change)?;
         }
         tx.commit()?;
         Ok(())
     }
+
+    /// One transaction (one commit for the whole batch), a savepoint per
+    /// unit: a unit that fails is rolled back to its savepoint alone.
+    fn apply_units(&self, units: &[&[RoomChange]]) -> UnitResults {
+        let mut conn = match self.conn.lock() {
+            Ok(c) => c,
+            Err(_) => return units.iter().map(|_| Err(StoreError::Poisoned)).collect(),
+        };
+        let all_failed = |e: &rusqlite::Error, n: usize| -> UnitResults {
+            (0..n).map(|_| Err(clone_error(e))).collect()
+        };
+        let mut tx = match conn.transaction() {
+            Ok(t) => t,
+            Err(e) => return all_failed(&e, units.len()),
+        };
+        let mut failed = std::collections::HashSet::new();
+        let mut results = Vec::with_capacity(units.len());
+        for unit in units {
+            if let Some(pin) = unit
+                .iter()
+                .map(RoomChange::pin)
+                .find(|p| failed.contains(*p))
+            {
+                results.push(Err(StoreError::EarlierFailed(pin.to_owned())));
+                continue;
+            }
+            let r = (|| -> Result<(), rusqlite::Error> {
+                let sp = tx.savepoint()?;
+                for change in unit.iter() {
+                    apply_change(&sp, change)?;
+                }
+                sp.commit()
+            })();
+            if r.is_err() {
+                // The savepoint rolled back on drop; later units of the
+                // room must not land without this one.
+                failed.extend(unit.iter().map(|c| c.pin().to_owned()));
+            }
+            results.push(r.map_err(StoreError::from));
+        }
+        if let Err(e) = tx.commit() {
+            return all_failed(&e, units.len());
+        }
+        results
+    }
+
+    fn load_bundle(&self, pin: &str) -> Result<Option<StoredBundle>, StoreError> {
+        let conn = self
+            .reader
+            .as_ref()
+            .unwrap_or(&self.conn)
+            .lock()
+            .map_err(|_| StoreError::Poisoned)?;
+        // Read in place into a buffer of its size (reading it as a value
+        // would hold it twice); the version and the bytes from one snapshot.
+        let mut conn = conn;
+        let tx = conn.transaction()?;
+        let row: Option<(i64, Option<i64>, Option<i64>)> = tx
+            .query_row(
+                "SELECT rowid, bundle_version, length(bundle_text) FROM relay_rooms WHERE pin = ?1",
+                [pin],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?;
+        let Some((rowid, Some(version), Some(len))) = row else {
+            return Ok(None);
+        };
+        let blob = tx.blob_open(
+            DatabaseName::Main,
+            "relay_rooms",
+            "bundle_text",
+            rowid,
+            true,
+        )?;
+        let mut text = vec![0; len.max(0) as usize];
+        blob.read_at_exact(&mut text, 0)?;
+        drop(blob);
+        tx.commit()?;
+        Ok(Some(StoredBundle {
+            version: version as u64,
+            text,
+        }))
+    }
+}
+
+/// SQLite's error for each unit of a batch whose commit failed (the error
+/// type is not `Clone`).
+fn clone_error(e: &rusqlite::Error) -> StoreError {
+    match e {
+        rusqlite::Error::SqliteFailure(f, m) => {
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(*f, m.clone()))
+        }
+        other => StoreError::Commit(other.to_string()),
+    }
+}
+
+fn apply_change(tx: &Connection, change: &RoomChange) -> Result<(), rusqlite::Error> {
+    match change {
+        RoomChange::Created(r) => {
+            tx.execute(
+                    "INSERT OR REPLACE INTO relay_rooms (pin, host_token, created_at_ms, host_away_since_ms, open)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![r.pin, r.host_token, r.created_at_ms as i64, r.host_away_since_ms.map(|t| t as i64), r.open],
+                )?;
+        }
+        RoomChange::HostAway { pin, since_ms } => {
+            tx.execute(
+                "UPDATE relay_rooms SET host_away_since_ms = ?2 WHERE pin = ?1",
+                params![pin, since_ms.map(|t| t as i64)],
+            )?;
+        }
+        RoomChange::Open { pin, open } => {
+            tx.execute(
+                "UPDATE relay_rooms SET open = ?2 WHERE pin = ?1",
+                params![pin, open],
+            )?;
+        }
+        RoomChange::Player { pin, player } => {
+            tx.execute(
+                    "INSERT INTO relay_players (pin, seq, id, name, token)
+                     VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM relay_players WHERE pin = ?1), ?2, ?3, ?4)
+                     ON CONFLICT (pin, id) DO UPDATE SET name = excluded.name, token = excluded.token",
+                    params![pin, player.id, player.name, player.token],
+                )?;
+        }
+        RoomChange::Kicked {
+            pin,
+            player_id,
+            token,
+        } => {
+            tx.execute(
+                "DELETE FROM relay_players WHERE pin = ?1 AND id = ?2",
+                params![pin, player_id],
+            )?;
+            tx.execute(
+                "INSERT OR IGNORE INTO relay_kicked (pin, token) VALUES (?1, ?2)",
+                params![pin, token],
+            )?;
+        }
+        RoomChange::Bundle { pin, meta, text } => {
+            // Written into a zero blob of its size, through SQLite's blob
+            // I/O: binding it whole would have SQLite copy it twice (the
+            // bound value, then the record), three bundles in memory.
+            let rowid: Option<i64> = tx
+                .query_row(
+                    "UPDATE relay_rooms SET bundle_version = ?2, bundle_app_name = ?3, bundle_text = zeroblob(?4)
+                     WHERE pin = ?1 RETURNING rowid",
+                    params![pin, meta.version as i64, meta.app_name, text.len() as i64],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(rowid) = rowid {
+                let mut blob = tx.blob_open(
+                    DatabaseName::Main,
+                    "relay_rooms",
+                    "bundle_text",
+                    rowid,
+                    false,
+                )?;
+                blob.write_at(text, 0)?;
+            }
+        }
+        RoomChange::Deleted { pin } => {
+            tx.execute("DELETE FROM relay_rooms WHERE pin = ?1", params![pin])?;
+        }
+    }
+    Ok(())
 }
 
 impl SqliteStore {
@@ -270,6 +434,7 @@ impl SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn room(pin: &str) -> RoomRecord {
         RoomRecord {
@@ -372,9 +537,13 @@ mod tests {
             })
         );
         assert_eq!(
-            rooms[0].bundle_text.as_deref(),
-            Some(&b"{\"pluginHtml\":\"x\",\"set\":{}}"[..])
+            s.load_bundle("111111").unwrap(),
+            Some(StoredBundle {
+                version: 2,
+                text: b"{\"pluginHtml\":\"x\",\"set\":{}}".to_vec()
+            })
         );
+        assert_eq!(s.load_bundle("222222").unwrap(), None);
     }
 
     #[test]
@@ -398,5 +567,80 @@ mod tests {
             "the batch was rolled back"
         );
         assert_eq!(s.room_count().unwrap(), 1);
+    }
+
+    /// Makes every write of the room `pin` fail inside SQLite, as a full
+    /// disk would, through a second connection to the same file.
+    fn fail_writes_of(path: &Path, pin: &str) {
+        let c = Connection::open(path).unwrap();
+        for (name, event, table) in [
+            ("u", "UPDATE", "relay_rooms"),
+            ("d", "DELETE", "relay_rooms"),
+            ("p", "INSERT", "relay_players"),
+            ("k", "INSERT", "relay_kicked"),
+        ] {
+            c.execute_batch(&format!(
+                "CREATE TRIGGER fail_{name}_{pin} BEFORE {event} ON {table}
+                 WHEN {row}.pin = '{pin}' BEGIN SELECT RAISE(ABORT, 'injected'); END;",
+                row = if event == "DELETE" { "OLD" } else { "NEW" },
+            ))
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn one_rooms_failed_unit_leaves_the_others_of_the_batch_durable() {
+        let dir = tempfile::Builder::new()
+            .prefix("hostwire-store-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join("relay.db");
+        let s = SqliteStore::open(&path).unwrap();
+        s.apply(&[
+            RoomChange::Created(room("111111")),
+            RoomChange::Created(room("222222")),
+        ])
+        .unwrap();
+        fail_writes_of(&path, "222222");
+        let open = |pin: &str, open| RoomChange::Open {
+            pin: pin.into(),
+            open,
+        };
+        let kick = RoomChange::Kicked {
+            pin: "111111".into(),
+            player_id: "p-a".into(),
+            token: "t".repeat(32),
+        };
+        let units: Vec<Vec<RoomChange>> = vec![
+            vec![open("111111", false)],
+            vec![open("222222", false)],
+            // After the failed one of its room: not tried.
+            vec![RoomChange::HostAway {
+                pin: "222222".into(),
+                since_ms: None,
+            }],
+            vec![kick],
+        ];
+        let refs: Vec<&[RoomChange]> = units.iter().map(Vec::as_slice).collect();
+        let r = s.apply_units(&refs);
+        assert!(r[0].is_ok() && r[3].is_ok(), "{r:?}");
+        assert!(matches!(r[1], Err(StoreError::Sqlite(_))), "{r:?}");
+        assert!(
+            matches!(&r[2], Err(StoreError::EarlierFailed(p)) if p == "222222"),
+            "{r:?}"
+        );
+        let rooms = SqliteStore::open(&path).unwrap().load_rooms().unwrap();
+        let by_pin = |p: &str| {
+            rooms
+                .iter()
+                .find(|r| r.record.pin == p)
+                .unwrap()
+                .record
+                .clone()
+        };
+        assert!(!by_pin("111111").open);
+        assert_eq!(by_pin("111111").kicked_tokens, vec!["t".repeat(32)]);
+        assert!(by_pin("222222").open, "the failed unit was rolled back");
+        assert_eq!(by_pin("222222").host_away_since_ms, Some(1_000));
     }
 }

@@ -23,6 +23,9 @@ pub const CLOSE_POLICY: u16 = 4000;
 pub const CLOSE_TOO_SLOW: u16 = 1013;
 /// A frame over the WebSocket layer's own cap.
 pub const CLOSE_TOO_BIG: u16 = 1009;
+/// The server could not do what was asked (its store failed); the client
+/// may try again.
+pub const CLOSE_INTERNAL_ERROR: u16 = 1011;
 
 macro_rules! error_codes {
     ($($v:ident => $w:literal),* $(,)?) => {
@@ -48,6 +51,10 @@ error_codes! {
     Kicked => "KICKED",
     RateLimited => "RATE_LIMITED",
     TooLarge => "TOO_LARGE",
+    // Not in the reference relay (it keeps nothing on disk): a change the
+    // server could not make durable, so it did not make it. The Memizy
+    // protocol's own word for a host-side failure the caller may retry.
+    InternalError => "INTERNAL_ERROR",
 }
 
 impl fmt::Display for RelayErrorCode {

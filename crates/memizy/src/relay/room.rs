@@ -88,6 +88,9 @@ pub struct RoomInfo {
 /// What a second `host` / `join` on an attached connection is told.
 const ALREADY_ATTACHED: &str = "This connection is already attached.";
 
+/// `Clone`: a driver keeps the state from before a change until the
+/// change is durable, and goes back to it if the store fails.
+#[derive(Clone)]
 pub struct Room {
     pin: String,
     host_token: Token,
@@ -171,6 +174,10 @@ impl Room {
         &self.pin
     }
 
+    pub fn created_at_ms(&self) -> u64 {
+        self.created_at_ms
+    }
+
     pub fn host_token(&self) -> &Token {
         &self.host_token
     }
@@ -210,22 +217,28 @@ impl Room {
         }
     }
 
-    /// Records an uploaded bundle; returns its version.
-    pub fn set_bundle(
-        &mut self,
-        text: Bytes,
-        app_name: Option<String>,
-        out: &mut Vec<RoomOutput>,
-    ) -> u64 {
-        let version = self.bundle.as_ref().map_or(0, |b| b.version) + 1;
-        let meta = BundleMeta { version, app_name };
-        self.bundle = Some(meta.clone());
-        out.push(RoomOutput::Persist(RoomChange::Bundle {
+    /// The change that stores an uploaded bundle (the driver chooses its
+    /// version above every version it has tried, stored or not). The room
+    /// serves it only once the driver reports it stored
+    /// ([`Room::bundle_stored`]).
+    pub fn bundle_change(&self, meta: BundleMeta, text: Bytes) -> RoomChange {
+        RoomChange::Bundle {
             pin: self.pin.clone(),
             meta,
             text,
-        }));
-        version
+        }
+    }
+
+    /// A bundle is durable: the room serves it, unless a newer one is
+    /// stored already.
+    pub fn bundle_stored(&mut self, meta: BundleMeta) {
+        if self
+            .bundle
+            .as_ref()
+            .is_none_or(|b| b.version < meta.version)
+        {
+            self.bundle = Some(meta);
+        }
     }
 
     fn send(out: &mut Vec<RoomOutput>, conn: ConnId, frame: RelayServerMessage) {

@@ -1,7 +1,8 @@
 //! The relay's HTTP API (`/api/…`): each handler reads the request, asks the
 //! relay or the room's task, and turns the answer into a response.
 
-use super::room::RoomCmd;
+use super::bundles::BundleRead;
+use super::room::{PutOutcome, RoomCmd};
 use super::{CreateError, Relay};
 use crate::http::error::{method_not_allowed, not_found, JSON_UTF8};
 use crate::http::origins::{preflight_no_content, require_allowed_origin};
@@ -13,6 +14,8 @@ use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
 use hostwire_memizy::relay::{is_pin, parse_bundle};
 use serde_json::json;
 use std::net::SocketAddr;
@@ -41,6 +44,24 @@ const CHECK_TIMEOUT: ApiError = ApiError::new(
     "The bundle took too long to check (BUNDLE_CHECK_TIMEOUT)",
 );
 const BUNDLE_TOO_LARGE: ApiError = ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "Bundle too large");
+const BODY_NOT_READ: ApiError = ApiError::new(
+    StatusCode::BAD_REQUEST,
+    "The request body could not be read",
+);
+const BUNDLE_NOT_STORED: ApiError = ApiError::new(
+    StatusCode::SERVICE_UNAVAILABLE,
+    "The bundle could not be stored; the room serves the bundle it had. Try again.",
+);
+const BUNDLES_BUSY: ApiError = ApiError::new(
+    StatusCode::SERVICE_UNAVAILABLE,
+    "Too many bundles being sent at once (BUNDLE_CACHE_BYTES); try again.",
+);
+const BUNDLE_NOT_READ: ApiError = ApiError::new(
+    StatusCode::SERVICE_UNAVAILABLE,
+    "The bundle could not be read from the store; try again.",
+);
+const NO_GAME_YET: ApiError =
+    ApiError::new(StatusCode::NOT_FOUND, "The host has not chosen a game yet");
 
 /// The routes under `/api`. Every route but `/health` refuses an origin
 /// that is not allowed (403); a known path with another method is 405,
@@ -164,8 +185,13 @@ async fn get_bundle(State(relay): State<Arc<Relay>>, Path(pin): Path<String>) ->
     };
     let (tx, rx) = oneshot::channel();
     let _ = room.tx.send(RoomCmd::GetBundle(tx)).await;
-    match rx.await {
-        Ok(Some((version, text))) => {
+    let (created_at_ms, version) = match rx.await {
+        Ok(Some(v)) => v,
+        Ok(None) => return NO_GAME_YET.into_response(),
+        Err(_) => return ROOM_NOT_FOUND.into_response(),
+    };
+    match relay.bundles.get(&pin, created_at_ms, version).await {
+        BundleRead::Found { version, text } => {
             let mut r = Response::new(Body::from(text));
             let h = r.headers_mut();
             h.insert(header::CONTENT_TYPE, JSON_UTF8);
@@ -173,10 +199,33 @@ async fn get_bundle(State(relay): State<Arc<Relay>>, Path(pin): Path<String>) ->
             h.insert(X_BUNDLE_VERSION, HeaderValue::from(version));
             r
         }
-        Ok(None) => ApiError::new(StatusCode::NOT_FOUND, "The host has not chosen a game yet")
-            .into_response(),
-        Err(_) => ROOM_NOT_FOUND.into_response(),
+        // Closed meanwhile.
+        BundleRead::Missing => ROOM_NOT_FOUND.into_response(),
+        BundleRead::Busy => BUNDLES_BUSY.into_response(),
+        BundleRead::Failed => BUNDLE_NOT_READ.into_response(),
     }
+}
+
+/// Reads a body of at most `limit` bytes into one buffer, sized from its
+/// declared length up front: collecting its chunks and then joining them
+/// would hold it twice.
+async fn read_body(body: Body, declared: Option<usize>, limit: usize) -> Result<Bytes, ApiError> {
+    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
+    let mut chunks = body.into_data_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| {
+            if crate::http::serve::is_body_timeout(&e) {
+                BODY_TIMEOUT
+            } else {
+                BODY_NOT_READ
+            }
+        })?;
+        if buf.len() + chunk.len() > limit {
+            return Err(BUNDLE_TOO_LARGE);
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
 }
 
 async fn put_bundle(
@@ -215,8 +264,9 @@ async fn put_bundle(
     }
     let limits = relay.config.limits;
     let limit = limits.bundle_bytes;
-    // Held from reading the body until its check ends (in the blocking
-    // pool, where a check that timed out may still run).
+    // Held from reading the body until it is stored (or until its check
+    // ends, in the blocking pool, where a check that timed out may still
+    // run): what uploads hold in memory is bounded by this count.
     let Ok(permit) = Arc::clone(&relay.uploads).try_acquire_owned() else {
         return TOO_MANY_UPLOADS.into_response();
     };
@@ -228,24 +278,20 @@ async fn put_bundle(
     if declared.is_some_and(|n| n > limit) {
         return BUNDLE_TOO_LARGE.into_response();
     }
-    let body = match axum::body::to_bytes(req.into_body(), limit).await {
+    let body = match read_body(req.into_body(), declared, limit).await {
         Ok(b) => b,
-        Err(e) if crate::http::serve::is_body_timeout(&e) => return BODY_TIMEOUT.into_response(),
-        Err(_) => return BUNDLE_TOO_LARGE.into_response(),
+        Err(e) => return e.into_response(),
     };
     // The check is CPU work over up to `bundle_bytes`: off the async
     // workers, and bounded in time.
     let checked = body.clone();
-    let check = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        parse_bundle(&checked)
-    });
-    let app_name =
+    let check = tokio::task::spawn_blocking(move || (parse_bundle(&checked), permit));
+    let (app_name, _permit) =
         match tokio::time::timeout(Duration::from_millis(limits.bundle_check_timeout_ms), check)
             .await
         {
-            Ok(Ok(Ok(b))) => b.app_name,
-            Ok(Ok(Err(e))) => {
+            Ok(Ok((Ok(b), permit))) => (b.app_name, permit),
+            Ok(Ok((Err(e), _))) => {
                 return ApiError::new(StatusCode::BAD_REQUEST, e.message()).into_response()
             }
             Ok(Err(_)) | Err(_) => return CHECK_TIMEOUT.into_response(),
@@ -261,8 +307,11 @@ async fn put_bundle(
         })
         .await;
     match rx.await {
-        Ok(Some(version)) => json_response(StatusCode::OK, &json!({"version": version})),
-        Ok(None) => NOT_THE_HOST.into_response(),
+        Ok(PutOutcome::Stored(version)) => {
+            json_response(StatusCode::OK, &json!({"version": version}))
+        }
+        Ok(PutOutcome::NotTheHost) => NOT_THE_HOST.into_response(),
+        Ok(PutOutcome::NotStored) => BUNDLE_NOT_STORED.into_response(),
         Err(_) => ROOM_NOT_FOUND.into_response(),
     }
 }

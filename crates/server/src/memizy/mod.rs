@@ -11,6 +11,7 @@
 //! share.
 
 pub mod api;
+pub mod bundles;
 pub mod conn;
 pub mod metrics;
 pub mod room;
@@ -23,7 +24,7 @@ use axum::Router;
 use hostwire_core::Clock;
 use hostwire_memizy::limits::RelayLimits;
 use hostwire_memizy::relay::{choose_pin, ConnId, Room, RoomCreationLimit};
-use hostwire_store::StoredRoom;
+use hostwire_store::{RelayStore, StoredRoom};
 pub use metrics::RelayMetrics;
 use room::{RoomCmd, RoomHandle};
 use serde_json::{json, Value};
@@ -77,26 +78,36 @@ pub struct Relay {
     creation_limit: Mutex<RoomCreationLimit>,
     next_conn: AtomicU64,
     players: Arc<AtomicU64>,
-    /// Bundle uploads being read and checked (`concurrent_uploads`).
+    /// Bundle uploads being read, checked and written (`concurrent_uploads`).
     uploads: Arc<tokio::sync::Semaphore>,
     /// `GET /api/rooms/:pin` per client IP.
     lookups: PerIpRate,
     /// `join` and `host` frames per client IP.
     pub(crate) joins: PerIpRate,
+    /// Bundles, read from the store through a cache bounded in bytes.
+    pub bundles: bundles::Bundles,
 }
 
 impl Relay {
-    /// Starts the relay with the rooms a store held.
+    /// Starts the relay with the rooms a store held (without their
+    /// bundles: those are read from `store` when asked for).
     pub fn start(
         config: RelayConfig,
         clock: Arc<dyn Clock>,
         metrics: Arc<RelayMetrics>,
         writer: StoreWriter,
+        store: Arc<dyn RelayStore>,
         stored: Vec<StoredRoom>,
     ) -> Arc<Relay> {
         let uploads = config.limits.concurrent_uploads.max(1);
+        let bundles = bundles::Bundles::new(
+            store,
+            config.limits.bundle_cache_bytes,
+            config.limits.bundle_bytes,
+        );
         let l = config.limits;
         let relay = Arc::new(Relay {
+            bundles,
             lookups: PerIpRate::new(
                 l.lookups_per_ip_per_second,
                 l.lookup_burst_per_ip,
@@ -123,7 +134,7 @@ impl Relay {
         for s in stored {
             let (room, fix_up) = Room::restore(s.record, now, relay.config.limits);
             fix_ups.extend(fix_up);
-            relay.spawn_room(room, s.bundle_text);
+            relay.spawn_room(room);
         }
         if !relay.writer.try_write_behind(fix_ups) {
             tracing::error!("start-up fix-ups not queued: the store queue is full");
@@ -131,25 +142,26 @@ impl Relay {
         relay
     }
 
-    fn spawn_room(self: &Arc<Self>, room: Room, bundle: Option<bytes::Bytes>) {
+    fn spawn_room(self: &Arc<Self>, room: Room) {
         let (tx, rx) = mpsc::channel(ROOM_QUEUE);
+        let itself = tx.downgrade();
         if let Ok(mut rooms) = self.rooms.lock() {
             rooms.insert(room.pin().to_owned(), RoomHandle { tx });
         }
-        self.run_room(room, bundle, rx);
+        self.run_room(room, rx, itself);
     }
 
     /// Starts the task of a room whose handle is in `rooms` already.
     fn run_room(
         self: &Arc<Self>,
         room: Room,
-        bundle: Option<bytes::Bytes>,
         rx: mpsc::Receiver<RoomCmd>,
+        itself: mpsc::WeakSender<RoomCmd>,
     ) {
         self.players.fetch_add(room.player_count() as u64, Relaxed);
         self.metrics.rooms.fetch_add(1, Relaxed);
         let relay = Arc::clone(self);
-        tokio::spawn(async move { room::run(relay, room, bundle, rx).await });
+        tokio::spawn(async move { room::run(relay, room, rx, itself).await });
     }
 
     fn room(&self, pin: &str) -> Option<RoomHandle> {
@@ -162,6 +174,17 @@ impl Relay {
             .lock()
             .map(|r| r.values().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// Changes waiting for the store writer (a batch being written is not
+    /// counted).
+    pub fn store_queue_len(&self) -> usize {
+        self.writer.queued()
+    }
+
+    /// Units in the batch the store writer is writing now.
+    pub fn store_batch_len(&self) -> usize {
+        self.writer.in_batch()
     }
 
     pub fn room_count(&self) -> usize {
@@ -182,6 +205,7 @@ impl Relay {
     async fn create_room(self: &Arc<Self>) -> Result<(String, String), CreateError> {
         let now = self.clock.now_ms();
         let (tx, rx) = mpsc::channel(ROOM_QUEUE);
+        let itself = tx.downgrade();
         let pin = {
             let mut rooms = self.rooms.lock().map_err(|_| CreateError::NotStored)?;
             // Capped well below the PIN space, so that the bounded PIN
@@ -205,7 +229,7 @@ impl Relay {
             }
             return Err(CreateError::NotStored);
         }
-        self.run_room(room, None, rx);
+        self.run_room(room, rx, itself);
         self.metrics.rooms_created.fetch_add(1, Relaxed);
         tracing::info!(pin = %pin, "room created");
         Ok((pin, token))
