@@ -113,6 +113,10 @@ pub struct ServeArgs {
     /// PlayerThree: milliseconds between two ticks of a match.
     #[arg(long, env = "PLAYERTHREE_TICK_MS", default_value_t = crate::playerthree::DEFAULT_TICK_MS)]
     pub playerthree_tick_ms: u64,
+    /// PlayerThree: milliseconds a finished match stays (its report and
+    /// tokens readable) before it and its records are removed.
+    #[arg(long, env = "PLAYERTHREE_FINISHED_TTL_MS", default_value_t = crate::playerthree::DEFAULT_FINISHED_TTL_MS)]
+    pub playerthree_finished_ttl_ms: u64,
 }
 
 /// What a ggui version mismatch does to the socket.
@@ -271,6 +275,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let mut p3_config =
             crate::playerthree::PlayerThreeConfig::new(config.allowed_origins.clone());
         p3_config.tick_ms = args.playerthree_tick_ms.max(1);
+        p3_config.finished_ttl_ms = args.playerthree_finished_ttl_ms;
         let sessions_store = Arc::clone(&sqlite);
         let server = App::start_all(
             listener,

@@ -1,7 +1,9 @@
 //! One task per match: it owns the [`Match`], handles commands in the
 //! order they arrive, ticks the game on its timer and releases observer
 //! frames when they are due, then performs the host's outputs (frames to
-//! connections, closes, records to the writer).
+//! connections, closes, records to the writer). A finished match ends its
+//! task `finished_ttl_ms` after it finished: its connections are closed
+//! (1000), its tokens forgotten and its records deleted.
 
 use super::ws::ConnOut;
 use super::PlayerThree;
@@ -9,6 +11,7 @@ use axum::extract::ws::Utf8Bytes;
 use hostwire_playerthree::demo::Ridge;
 use hostwire_playerthree::host::{CloseReason, Output, ProposalStatus, Told};
 use hostwire_playerthree::protocol::{ProtocolError, ServerErrorCode};
+use hostwire_playerthree::tokens::TokenHash;
 use hostwire_playerthree::{
     ClientMsg, ConnId, ControlMethod, Json, Match, Principal, Record, ServerMsg,
 };
@@ -28,6 +31,7 @@ pub const MATCH_QUEUE: usize = 4096;
 pub const MAX_CATCH_UP_TICKS: u64 = 64;
 
 /// Close codes of `/playerthree/ws`.
+pub const CLOSE_MATCH_OVER: u16 = 1000;
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 pub const CLOSE_REVOKED: u16 = 4003;
 pub const CLOSE_RATE_LIMITED: u16 = 4029;
@@ -99,7 +103,8 @@ pub enum MatchCmd {
 #[derive(Clone)]
 pub struct MatchHandle {
     pub id: Arc<str>,
-    pub operator_token: Arc<str>,
+    /// The operator token's hash (the text is never kept).
+    pub operator_token: TokenHash,
     pub tx: mpsc::Sender<MatchCmd>,
 }
 
@@ -118,7 +123,7 @@ struct Actor {
     next_tick: u64,
 }
 
-pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: Arc<str>) -> MatchHandle {
+pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: TokenHash) -> MatchHandle {
     let (tx, rx) = mpsc::channel(MATCH_QUEUE);
     let handle = MatchHandle {
         id: Arc::from(m.id()),
@@ -147,10 +152,15 @@ impl Actor {
             let now = self.p3.clock.now_ms();
             self.due(now);
             self.perform().await;
+            if self.expired(now) {
+                self.expire().await;
+                break;
+            }
             let wake_at = self
                 .m
                 .next_timeout()
-                .map_or(self.next_tick, |t| t.min(self.next_tick));
+                .map_or(self.next_tick, |t| t.min(self.next_tick))
+                .min(self.expires_at().unwrap_or(u64::MAX));
             // The clock may be a manual one in tests: `Wake` commands move
             // the match then, and this sleep only bounds the wait.
             let sleep = Duration::from_millis(wake_at.saturating_sub(now).max(1));
@@ -288,6 +298,9 @@ impl Actor {
             MatchCmd::Wake(done) => {
                 self.due(now);
                 self.perform().await;
+                if self.expired(now) {
+                    self.expire().await;
+                }
                 let _ = done.send(());
             }
             MatchCmd::Shutdown(done) => {
@@ -322,6 +335,36 @@ impl Actor {
         })
     }
 
+    /// When the finished match is removed.
+    fn expires_at(&self) -> Option<u64> {
+        self.m
+            .finished_at()
+            .map(|t| t.saturating_add(self.p3.config.finished_ttl_ms))
+    }
+
+    fn expired(&self, now: u64) -> bool {
+        self.expires_at().is_some_and(|t| now >= t)
+    }
+
+    /// Removes the finished match: connections closed, tokens forgotten,
+    /// its rows deleted (written behind: a restart before they are gone
+    /// restores it finished, and it expires again).
+    async fn expire(&mut self) {
+        for (_, out) in self.conns.drain() {
+            out.close(CLOSE_MATCH_OVER, "match over");
+        }
+        self.subscribers.clear();
+        self.p3.forget_match(self.m.id());
+        self.p3.metrics.matches_expired.fetch_add(1, Relaxed);
+        self.p3
+            .writer
+            .write_behind(vec![PlayerThreeWrite::RemoveMatch {
+                id: self.m.id().to_owned(),
+            }])
+            .await;
+        tracing::info!(r#match = %self.m.id(), "finished match expired");
+    }
+
     /// Tells MCP subscribers whose team view changed.
     fn notify_subscribers(&mut self) {
         if self.subscribers.is_empty() {
@@ -350,14 +393,46 @@ impl Actor {
         }
     }
 
-    /// Performs the host's outputs in order.
+    /// Performs the host's outputs in order. At a `Durable` reply (a
+    /// minted token) the records before it are written and committed
+    /// first: the match waits for that one transaction.
     async fn perform(&mut self) {
-        let outputs = self.m.take_outputs();
-        if outputs.is_empty() {
-            return;
+        let mut rest = self.m.take_outputs();
+        while !rest.is_empty() {
+            let Some(at) = rest
+                .iter()
+                .position(|o| matches!(o, Output::Durable { .. }))
+            else {
+                let writes = self.route(rest);
+                self.p3.writer.write_behind(writes).await;
+                return;
+            };
+            let tail = rest.split_off(at + 1);
+            let durable = rest.pop();
+            let writes = self.route(rest);
+            let stored = self.p3.writer.write_durable(writes).await;
+            if let Some(Output::Durable {
+                conn,
+                text,
+                otherwise,
+                token_hash,
+            }) = durable
+            {
+                let reply = if stored {
+                    text
+                } else {
+                    // Never handed out: refused from now on.
+                    self.m.revoke_hash(token_hash);
+                    otherwise
+                };
+                if let Some(out) = self.conns.get(&conn) {
+                    self.p3.metrics.frames_out.fetch_add(1, Relaxed);
+                    out.frame(shared_frame(&reply), &self.p3.metrics);
+                }
+            }
+            rest = tail;
+            rest.extend(self.m.take_outputs());
         }
-        let writes = self.route(outputs);
-        self.p3.writer.write_behind(writes).await;
     }
 
     /// Sends and closes what `outputs` say; returns the records to write.
@@ -399,12 +474,14 @@ impl Actor {
                 Output::Persist(r) => {
                     // Every token minted (by the operator or by an owner's
                     // `mint`) is found by its text from now on.
-                    if let Record::Token { token, .. } = &r {
-                        self.p3.note_token(token, self.m.id());
+                    if let Record::Token { token_hash, .. } = &r {
+                        self.p3.note_token(*token_hash, self.m.id());
                     }
                     writes.push(super::writer::write_of(self.m.id(), &r));
                 }
                 Output::Told(_) => {}
+                // `perform` splits the outputs at each of these.
+                Output::Durable { .. } => {}
                 Output::GuardViolation(v) => {
                     self.p3.metrics.guard_violations.fetch_add(1, Relaxed);
                     tracing::warn!(r#match = %self.m.id(), violation = %v, "guard withheld game data");
