@@ -4,5 +4,8 @@
 pub mod floor;
 pub mod forwarder;
 pub mod load;
+pub mod p3match;
 pub mod procstat;
 pub mod report;
+pub mod report_delta;
+pub mod report_match;
