@@ -619,6 +619,14 @@ impl<G: Game> Match<G> {
             .map(|(_, s)| s.clone())
     }
 
+    /// Tells waiting for the agent of `role` (left waiting).
+    pub fn inbox(&self, role: &str) -> Vec<Told> {
+        self.seats
+            .get(role)
+            .map(|s| s.inbox.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Tells waiting for the agent of `role` (taken).
     pub fn take_inbox(&mut self, role: &str) -> Vec<Told> {
         self.seats

@@ -16,7 +16,12 @@ use hostwire_playerthree::{
     ClientMsg, ConnId, ControlMethod, Json, Match, Principal, Record, ServerMsg,
 };
 use hostwire_store::playerthree::PlayerThreeWrite;
+// Logging notifications carry pushed tells. rmcp marks them deprecated
+// (SEP-2577, with the session-era resources/subscribe this endpoint also
+// speaks); they are what MCP clients of the handshake era receive today.
 use rmcp::model::ResourceUpdatedNotificationParam;
+#[allow(deprecated)]
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::service::{Peer, RoleServer};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -90,6 +95,16 @@ pub enum MatchCmd {
         role: String,
         reply: oneshot::Sender<Vec<Told>>,
     },
+    McpPeekInbox {
+        role: String,
+        reply: oneshot::Sender<Vec<Told>>,
+    },
+    /// Push the seat's tells to this session as they arrive (`None`: stop).
+    McpSubscribeInbox {
+        conn: ConnId,
+        role: String,
+        peer: Option<Peer<RoleServer>>,
+    },
     McpProposal {
         id: String,
         reply: oneshot::Sender<Option<ProposalStatus>>,
@@ -118,6 +133,8 @@ struct Actor {
     m: Match<Ridge>,
     conns: HashMap<ConnId, ConnOut>,
     subscribers: HashMap<ConnId, Subscriber>,
+    /// Sessions whose seat's tells are pushed, by connection: (role, peer).
+    inbox_subscribers: HashMap<ConnId, (String, Peer<RoleServer>)>,
     /// The view each team's subscribers were last told about.
     notified: HashMap<String, Json>,
     next_tick: u64,
@@ -137,6 +154,7 @@ pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: TokenHash) -
         m,
         conns: HashMap::new(),
         subscribers: HashMap::new(),
+        inbox_subscribers: HashMap::new(),
         notified: HashMap::new(),
     };
     tokio::spawn(actor.run(rx));
@@ -236,6 +254,7 @@ impl Actor {
             MatchCmd::Leave { conn } => {
                 self.conns.remove(&conn);
                 self.subscribers.remove(&conn);
+                self.inbox_subscribers.remove(&conn);
                 self.m.disconnect(conn);
             }
             MatchCmd::Mint { principal, reply } => {
@@ -292,6 +311,19 @@ impl Actor {
             MatchCmd::McpInbox { role, reply } => {
                 let _ = reply.send(self.m.take_inbox(&role));
             }
+            MatchCmd::McpPeekInbox { role, reply } => {
+                let _ = reply.send(self.m.inbox(&role));
+            }
+            MatchCmd::McpSubscribeInbox { conn, role, peer } => match peer {
+                Some(peer) => {
+                    self.inbox_subscribers.insert(conn, (role.clone(), peer));
+                    // What waited before the subscription goes now.
+                    self.push_tells(&role);
+                }
+                None => {
+                    self.inbox_subscribers.remove(&conn);
+                }
+            },
             MatchCmd::McpProposal { id, reply } => {
                 let _ = reply.send(self.m.proposal_status(&id));
             }
@@ -363,6 +395,37 @@ impl Actor {
             }])
             .await;
         tracing::info!(r#match = %self.m.id(), "finished match expired");
+    }
+
+    /// Pushes the tells waiting for `role` to its subscribed sessions, as
+    /// logging notifications, and takes them from the inbox. Without a
+    /// subscriber they wait for `inbox`.
+    #[allow(deprecated)] // logging notifications: see the `use` above
+    fn push_tells(&mut self, role: &str) {
+        let peers: Vec<Peer<RoleServer>> = self
+            .inbox_subscribers
+            .values()
+            .filter(|(r, _)| r == role)
+            .map(|(_, p)| p.clone())
+            .collect();
+        if peers.is_empty() {
+            return;
+        }
+        for t in self.m.take_inbox(role) {
+            let data = super::mcp::told_json(&t);
+            for peer in &peers {
+                let peer = peer.clone();
+                let param = LoggingMessageNotificationParam::new(LoggingLevel::Info, data.clone())
+                    .with_logger(super::mcp::TELL_LOGGER);
+                let id = self.m.id().to_owned();
+                // A push never holds the match up.
+                tokio::spawn(async move {
+                    if let Err(e) = peer.notify_logging_message(param).await {
+                        tracing::warn!(r#match = %id, error = %e, "tell not pushed");
+                    }
+                });
+            }
+        }
     }
 
     /// Tells MCP subscribers whose team view changed.
@@ -438,6 +501,7 @@ impl Actor {
     /// Sends and closes what `outputs` say; returns the records to write.
     fn route(&mut self, outputs: Vec<Output>) -> Vec<PlayerThreeWrite> {
         let mut writes = Vec::new();
+        let mut told: Vec<String> = Vec::new();
         // The same text for many readers is converted once.
         let mut last: Option<(Arc<str>, Utf8Bytes)> = None;
         for o in outputs {
@@ -470,6 +534,7 @@ impl Actor {
                         }
                     }
                     self.subscribers.remove(&conn);
+                    self.inbox_subscribers.remove(&conn);
                 }
                 Output::Persist(r) => {
                     // Every token minted (by the operator or by an owner's
@@ -479,7 +544,7 @@ impl Actor {
                     }
                     writes.push(super::writer::write_of(self.m.id(), &r));
                 }
-                Output::Told(_) => {}
+                Output::Told(t) => told.push(t.role),
                 // `perform` splits the outputs at each of these.
                 Output::Durable { .. } => {}
                 Output::GuardViolation(v) => {
@@ -487,6 +552,10 @@ impl Actor {
                     tracing::warn!(r#match = %self.m.id(), violation = %v, "guard withheld game data");
                 }
             }
+        }
+        told.dedup();
+        for role in told {
+            self.push_tells(&role);
         }
         writes
     }
