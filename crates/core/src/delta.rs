@@ -98,6 +98,18 @@ impl JsonMap {
         None
     }
 
+    /// Appends a member the caller knows is not there yet (a delta's
+    /// members, built from distinct names): no search.
+    fn push_new(&mut self, key: SmolStr, value: Json) {
+        if let Some(ix) = &mut self.index {
+            ix.insert(key.clone(), self.entries.len());
+        }
+        self.entries.push((key, value));
+        if self.index.is_none() && self.entries.len() > JSON_MAP_INDEX_FROM {
+            self.reindex();
+        }
+    }
+
     /// Removes a member, keeping the order of the others.
     pub fn shift_remove(&mut self, key: &str) -> Option<Json> {
         let i = self.position(key)?;
@@ -561,11 +573,13 @@ fn same(a: &Json, b: &Json) -> bool {
     }
 }
 
-/// [`same`] with scalars settled inline.
+/// [`same`] with scalars and shared subtrees settled inline: a subtree
+/// that is the same allocation on both sides costs one comparison.
 #[inline(always)]
 fn same_member(a: &Json, b: &Json) -> bool {
     match (a, b) {
-        (Json::Object(_), Json::Object(_)) | (Json::Array(_), Json::Array(_)) => same(a, b),
+        (Json::Object(x), Json::Object(y)) => Arc::ptr_eq(x, y) || same(a, b),
+        (Json::Array(x), Json::Array(y)) => Arc::ptr_eq(x, y) || same(a, b),
         _ => scalar_eq(a, b),
     }
 }
@@ -581,7 +595,7 @@ fn diff_object(x: &JsonMap, y: &JsonMap) -> Option<Json> {
         };
         match vb {
             None => {
-                patch.insert(k.clone(), removal());
+                patch.push_new(k.clone(), removal());
             }
             Some(vb) => {
                 kept += 1;
@@ -589,7 +603,7 @@ fn diff_object(x: &JsonMap, y: &JsonMap) -> Option<Json> {
                     continue;
                 }
                 if let Some(d) = diff_value(va, vb) {
-                    patch.insert(k.clone(), d);
+                    patch.push_new(k.clone(), d);
                 }
             }
         }
@@ -597,7 +611,7 @@ fn diff_object(x: &JsonMap, y: &JsonMap) -> Option<Json> {
     if kept < y.len() {
         for (k, vb) in y.iter() {
             if !x.contains_key(k) {
-                patch.insert(k.clone(), replace(vb));
+                patch.push_new(k.clone(), replace(vb));
             }
         }
     }
@@ -613,7 +627,7 @@ fn diff_array(x: &[Json], y: &[Json], whole: &Json) -> Option<Json> {
             continue;
         }
         if let Some(d) = diff_value(&x[i], &y[i]) {
-            patch.insert(index_key(i), d);
+            patch.push_new(index_key(i), d);
         }
     }
     // An insertion or removal near the front shifts every later element:
@@ -622,95 +636,105 @@ fn diff_array(x: &[Json], y: &[Json], whole: &Json) -> Option<Json> {
         return Some(replace(whole));
     }
     if y.len() > x.len() {
-        patch.insert(
+        patch.push_new(
             SmolStr::new_static("+"),
-            Json::Array(Arc::from(&y[common..])),
+            Json::Array(y[common..].iter().cloned().collect()),
         );
     } else if y.len() < x.len() {
-        patch.insert(SmolStr::new_static("-"), Json::Number(y.len().into()));
+        patch.push_new(SmolStr::new_static("-"), Json::Number(y.len().into()));
     }
     (!patch.is_empty()).then(|| Json::object(patch))
 }
 
-/// An array index as a member name, without allocating.
-fn index_key(i: usize) -> SmolStr {
-    smol_str::ToSmolStr::to_smolstr(&i)
+/// An array index as a member name: its decimal digits, inline (no
+/// allocation, no formatting machinery).
+fn index_key(mut i: usize) -> SmolStr {
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (i % 10) as u8;
+        i /= 10;
+        if i == 0 {
+            break;
+        }
+    }
+    // ASCII digits only.
+    SmolStr::new(std::str::from_utf8(&buf[at..]).unwrap_or_default())
 }
 
 /// `a` with `delta` applied. Unchanged subtrees of the result are `a`'s own
 /// (shared, not copied); `a` itself is untouched. The work is bounded by the
 /// delta's size times the width of the containers it touches.
 pub fn apply(a: &Json, delta: &JsonDelta) -> Result<Json, DeltaError> {
-    let mut path = String::new();
-    apply_value(a, &delta.0, &mut path)
+    apply_value(a, &delta.0)
 }
 
-fn err(path: &str, reason: &'static str) -> DeltaError {
+/// An error at the value being applied to; the path is filled in by the
+/// callers on the way out (no path is built while applying succeeds).
+fn err(reason: &'static str) -> DeltaError {
     DeltaError {
-        path: path.to_owned(),
+        path: String::new(),
         reason,
     }
 }
 
-fn push_segment(path: &mut String, seg: &str) {
-    path.push('/');
-    for c in seg.chars() {
-        match c {
-            '~' => path.push_str("~0"),
-            '/' => path.push_str("~1"),
-            c => path.push(c),
+/// Puts `seg` (JSON Pointer escaped) in front of the error's path.
+fn under(seg: &str) -> impl FnOnce(DeltaError) -> DeltaError + '_ {
+    move |mut e| {
+        let mut path = String::with_capacity(seg.len() + 1 + e.path.len());
+        path.push('/');
+        for c in seg.chars() {
+            match c {
+                '~' => path.push_str("~0"),
+                '/' => path.push_str("~1"),
+                c => path.push(c),
+            }
         }
+        path.push_str(&e.path);
+        e.path = path;
+        e
     }
 }
 
-fn apply_value(base: &Json, d: &Json, path: &mut String) -> Result<Json, DeltaError> {
+fn apply_value(base: &Json, d: &Json) -> Result<Json, DeltaError> {
     match d {
         Json::Array(v) if v.len() == 1 => Ok(v[0].clone()),
-        Json::Array(v) if v.is_empty() => Err(err(path, "a removal `[]` outside an object member")),
-        Json::Array(_) => Err(err(
-            path,
-            "a replacement must be `[value]` with one element",
-        )),
+        Json::Array(v) if v.is_empty() => Err(err("a removal `[]` outside an object member")),
+        Json::Array(_) => Err(err("a replacement must be `[value]` with one element")),
         Json::Object(p) if p.is_empty() => Ok(base.clone()),
         Json::Object(p) => match base {
-            Json::Object(m) => apply_object(m, p, path),
-            Json::Array(a) => apply_array(a, p, path),
+            Json::Object(m) => apply_object(m, p),
+            Json::Array(a) => apply_array(a, p),
             _ => Err(err(
-                path,
                 "a patch `{…}` on a value that is neither object nor array",
             )),
         },
-        _ => Err(err(
-            path,
-            "a delta must be `[value]`, `[]` or a patch object",
-        )),
+        _ => Err(err("a delta must be `[value]`, `[]` or a patch object")),
     }
 }
 
-fn apply_object(m: &JsonMap, p: &JsonMap, path: &mut String) -> Result<Json, DeltaError> {
+fn apply_object(m: &JsonMap, p: &JsonMap) -> Result<Json, DeltaError> {
     let mut out = m.clone();
     for (k, sub) in p.iter() {
-        let len = path.len();
-        push_segment(path, k);
         match sub {
             Json::Array(v) if v.is_empty() => {
                 if out.shift_remove(k).is_none() {
-                    return Err(err(path, "removes a member that does not exist"));
+                    return Err(under(k)(err("removes a member that does not exist")));
                 }
             }
             _ => match out.get_mut(k) {
                 Some(slot) => {
-                    *slot = apply_value(slot, sub, path)?;
+                    *slot = apply_value(slot, sub).map_err(under(k))?;
                 }
                 None => match sub {
                     Json::Array(v) if v.len() == 1 => {
                         out.insert(k.clone(), v[0].clone());
                     }
-                    _ => return Err(err(path, "patches a member that does not exist")),
+                    _ => return Err(under(k)(err("patches a member that does not exist"))),
                 },
             },
         }
-        path.truncate(len);
     }
     Ok(Json::object(out))
 }
@@ -726,9 +750,10 @@ fn parse_index(k: &str) -> Option<usize> {
     k.parse().ok()
 }
 
-fn apply_array(a: &[Json], p: &JsonMap, path: &mut String) -> Result<Json, DeltaError> {
+fn apply_array(a: &[Json], p: &JsonMap) -> Result<Json, DeltaError> {
     let mut truncate = a.len();
     let mut append: &[Json] = &[];
+    let mut patched: Vec<(usize, Json)> = Vec::new();
     for (k, sub) in p.iter() {
         match &**k {
             "-" => {
@@ -737,44 +762,50 @@ fn apply_array(a: &[Json], p: &JsonMap, path: &mut String) -> Result<Json, Delta
                         .as_u64()
                         .and_then(|n| usize::try_from(n).ok())
                         .filter(|&n| n <= a.len())
-                        .ok_or_else(|| {
-                            err(path, "`-` must be a length no larger than the array's")
-                        })?,
-                    _ => return Err(err(path, "`-` must be a number")),
+                        .ok_or_else(|| err("`-` must be a length no larger than the array's"))?,
+                    _ => return Err(err("`-` must be a number")),
                 };
             }
             "+" => {
                 append = sub
                     .as_array()
-                    .ok_or_else(|| err(path, "`+` must be an array of elements"))?;
+                    .ok_or_else(|| err("`+` must be an array of elements"))?;
             }
             _ => {}
         }
     }
-    let mut out: Vec<Json> = Vec::with_capacity(truncate + append.len());
-    out.extend_from_slice(&a[..truncate]);
     for (k, sub) in p.iter() {
         if &**k == "-" || &**k == "+" {
             continue;
         }
-        let len = path.len();
-        push_segment(path, k);
         let i = parse_index(k)
-            .ok_or_else(|| err(path, "an array patch key must be an index, `-` or `+`"))?;
-        let slot = out
-            .get_mut(i)
-            .ok_or_else(|| err(path, "an index past the end of the array"))?;
-        if matches!(sub, Json::Array(v) if v.is_empty()) {
-            return Err(err(
-                path,
-                "`[]` removes object members only; truncate with `-`",
-            ));
+            .ok_or_else(|| under(k)(err("an array patch key must be an index, `-` or `+`")))?;
+        if i >= truncate {
+            return Err(under(k)(err("an index past the end of the array")));
         }
-        *slot = apply_value(slot, sub, path)?;
-        path.truncate(len);
+        if matches!(sub, Json::Array(v) if v.is_empty()) {
+            return Err(under(k)(err(
+                "`[]` removes object members only; truncate with `-`",
+            )));
+        }
+        patched.push((i, apply_value(&a[i], sub).map_err(under(k))?));
     }
-    out.extend_from_slice(append);
-    Ok(Json::array(out))
+    // Canonical indices of one object are distinct; a peer may list them
+    // in any order.
+    patched.sort_unstable_by_key(|(i, _)| *i);
+    let mut next = patched.into_iter().peekable();
+    // One allocation of the exact size (the iterator's length is known):
+    // untouched elements are the base's own, each a reference-count bump.
+    let out: Arc<[Json]> = a[..truncate]
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match next.next_if(|(j, _)| *j == i) {
+            Some((_, nv)) => nv,
+            None => v.clone(),
+        })
+        .chain(append.iter().cloned())
+        .collect();
+    Ok(Json::Array(out))
 }
 
 #[cfg(test)]
@@ -861,6 +892,21 @@ mod tests {
         let text = serde_json::to_string(&d).unwrap();
         let back: JsonDelta = serde_json::from_str(&text).unwrap();
         assert_eq!(apply(&a, &back).unwrap(), b);
+    }
+
+    #[test]
+    fn index_keys_are_canonical_decimal() {
+        for i in [0usize, 7, 10, 99, 100, 12345, 1 << 40] {
+            assert_eq!(index_key(i), i.to_string());
+            assert_eq!(parse_index(&index_key(i)), Some(i));
+        }
+    }
+
+    #[test]
+    fn array_patches_apply_in_any_key_order() {
+        let a = j(json!([1, 2, 3, 4]));
+        let d = JsonDelta(j(json!({"3": [40], "+": [5], "0": [10]})));
+        assert_eq!(apply(&a, &d).unwrap(), j(json!([10, 2, 3, 40, 5])));
     }
 
     #[test]
