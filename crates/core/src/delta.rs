@@ -162,7 +162,7 @@ impl JsonMap {
     fn position(&self, key: &str) -> Option<usize> {
         match &self.index {
             Some(ix) => ix.get(key).copied(),
-            None => self.entries.iter().position(|(k, _)| k == key),
+            None => self.entries.iter().position(|(k, _)| str_eq_str(k, key)),
         }
     }
 
@@ -644,6 +644,12 @@ fn str_eq(a: &SmolStr, b: &SmolStr) -> bool {
     }
 }
 
+/// [`str_eq`] against a plain `&str`.
+#[inline(always)]
+fn str_eq_str(a: &SmolStr, b: &str) -> bool {
+    a.len() == b.len() && a.as_bytes() == b.as_bytes()
+}
+
 /// Equality as a plain walk (no delta built on the way): the test run
 /// first on every member, since most members of consecutive states are
 /// unchanged. Same member order is walked in step; a name is looked up
@@ -673,14 +679,51 @@ fn same(a: &Json, b: &Json) -> bool {
     }
 }
 
+/// Equal scalars and shared subtrees, settled inline by one comparison;
+/// any other pair of containers is walked once, by the diff itself (no
+/// equality pre-walk: a delta is only allocated where a change is found).
+#[inline(always)]
+fn settled(a: &Json, b: &Json) -> bool {
+    match (a, b) {
+        (Json::Object(x), Json::Object(y)) => Arc::ptr_eq(x, y),
+        (Json::Array(x), Json::Array(y)) => Arc::ptr_eq(x, y),
+        _ => scalar_eq(a, b),
+    }
+}
+
 /// [`same`] with scalars and shared subtrees settled inline: a subtree
 /// that is the same allocation on both sides costs one comparison.
 #[inline(always)]
 fn same_member(a: &Json, b: &Json) -> bool {
+    settled(a, b) || same(a, b)
+}
+
+/// Whether two containers share their first or last child's allocation:
+/// a state derived from the other by an edit (as a match builds it),
+/// whose unchanged parts the diff skips unread, so an equality pre-walk
+/// would only read the changed path twice. Two separately built states
+/// share nothing; there a plain equality walk first is cheaper than the
+/// diff's own on the (mostly equal) members.
+#[inline(always)]
+fn shares_a_child(a: &Json, b: &Json) -> bool {
+    let shared = |x: Option<&Json>, y: Option<&Json>| match (x, y) {
+        (Some(x @ (Json::Object(_) | Json::Array(_))), Some(y)) => settled(x, y),
+        _ => false,
+    };
     match (a, b) {
-        (Json::Object(x), Json::Object(y)) => Arc::ptr_eq(x, y) || same(a, b),
-        (Json::Array(x), Json::Array(y)) => Arc::ptr_eq(x, y) || same(a, b),
-        _ => scalar_eq(a, b),
+        (Json::Object(x), Json::Object(y)) => {
+            shared(
+                x.entries.last().map(|e| &e.1),
+                y.entries.last().map(|e| &e.1),
+            ) || shared(
+                x.entries.first().map(|e| &e.1),
+                y.entries.first().map(|e| &e.1),
+            )
+        }
+        (Json::Array(x), Json::Array(y)) => {
+            shared(x.first(), y.first()) || shared(x.last(), y.last())
+        }
+        _ => false,
     }
 }
 
@@ -699,7 +742,7 @@ fn diff_object(x: &JsonMap, y: &JsonMap) -> Option<Json> {
             }
             Some(vb) => {
                 kept += 1;
-                if same_member(va, vb) {
+                if settled(va, vb) || (!shares_a_child(va, vb) && same(va, vb)) {
                     continue;
                 }
                 if let Some(d) = diff_value(va, vb) {
@@ -723,10 +766,11 @@ fn diff_array(x: &[Json], y: &[Json], whole: &Json) -> Option<Json> {
     let common = x.len().min(y.len());
     let mut patch = json_map();
     for i in 0..common {
-        if same_member(&x[i], &y[i]) {
+        let (a, b) = (&x[i], &y[i]);
+        if settled(a, b) || (!shares_a_child(a, b) && same(a, b)) {
             continue;
         }
-        if let Some(d) = diff_value(&x[i], &y[i]) {
+        if let Some(d) = diff_value(a, b) {
             patch.push_new(index_key(i), d);
         }
     }
@@ -759,8 +803,8 @@ fn index_key(mut i: usize) -> SmolStr {
             break;
         }
     }
-    // ASCII digits only.
-    SmolStr::new(std::str::from_utf8(&buf[at..]).unwrap_or_default())
+    // At most 20 ASCII digits: inline, without the length dispatch of `new`.
+    SmolStr::new_inline(std::str::from_utf8(&buf[at..]).unwrap_or_default())
 }
 
 /// `a` with `delta` applied. Unchanged subtrees of the result are `a`'s own
