@@ -128,5 +128,30 @@ start_hostwire; gen classroom --warmup-s $WARM --duration-s $DUR --json "$OUT/se
 # quiet ones, and the renames themselves, measured in one run.
 echo "== churn, hostwire"
 start_hostwire; gen churn --warmup-s $WARM --duration-s $DUR --json "$OUT/churn-hostwire.json"; stop_server
+# --- PlayerThree JSON delta: hostwire's criterion bench `delta` and the
+# JavaScript libraries (jsondiffpatch, fast-json-patch, mutative) on the same
+# fixture pair (bench/fixtures/delta), back to back in this run; the report
+# compares their CPU time per diff+apply as ratios (bench/src/report_delta.rs).
+if [ "${SKIP_CRITERION:-0}" != 1 ]; then
+  echo "== delta, criterion"
+  cargo bench -p hostwire-core --bench delta -- $CRIT
+fi
+if [ "$NODE" = 1 ]; then
+  echo "== delta, JavaScript libraries"
+  DELTA_S=3; [ "$QUICK" = 1 ] && DELTA_S=1
+  (cd bench/peers && SECONDS_PER_LIB=$DELTA_S node delta-libs.mjs) > "$OUT/delta-libs.json"
+fi
+# --- end of the PlayerThree JSON delta
+
+# --- PlayerThree match: one view update fanned out to 1,000 spectators, then
+# delayed frames released to 1,000 observers, against hostwire serve with
+# 250 ms ticks (a Ridge match lasts 60 ticks); the relay classroom above is
+# the baseline (bench/src/report_match.rs).
+echo "== match, hostwire"
+MATCH_WARM=2; MATCH_DUR=10; [ "$QUICK" = 1 ] && { MATCH_WARM=1; MATCH_DUR=4; }
+PLAYERTHREE_TICK_MS=250 CONNECTIONS_PER_IP=100000 start_hostwire
+gen match --spectators 1000 --observers 1000 --delay-ms 1000 --tick-ms 250 --warmup-s $MATCH_WARM --duration-s $MATCH_DUR --json "$OUT/match-hostwire.json"
+stop_server
+# --- end of the PlayerThree match
 
 "$BIN/hostwire-bench" report --results "$OUT" --out docs/BENCHMARKS.md --plots docs/bench --command "bench/run.sh"

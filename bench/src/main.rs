@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use hostwire_bench::load::{self, Classroom, RunResult, Target};
-use hostwire_bench::{floor, forwarder, procstat, report, sessions};
+use hostwire_bench::{floor, forwarder, p3match, procstat, report, sessions};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -156,6 +156,26 @@ enum Command {
         #[arg(long, default_value_t = 5.0)]
         warmup_s: f64,
         #[arg(long, default_value_t = 20.0)]
+        duration_s: f64,
+    },
+    /// PlayerThree: one match's red view fanned out to N spectators of red,
+    /// then a second match's delayed frames released to N observers.
+    Match {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 1000)]
+        spectators: usize,
+        #[arg(long, default_value_t = 1000)]
+        observers: usize,
+        /// The observers' grant delay.
+        #[arg(long, default_value_t = 1000)]
+        delay_ms: u64,
+        /// The server's PLAYERTHREE_TICK_MS (a Ridge match lasts 60 ticks).
+        #[arg(long, default_value_t = 250)]
+        tick_ms: u64,
+        #[arg(long, default_value_t = 2.0)]
+        warmup_s: f64,
+        #[arg(long, default_value_t = 10.0)]
         duration_s: f64,
     },
     /// Serve the bare forwarder (the floor) on HOST:PORT.
@@ -579,6 +599,54 @@ fn main() -> Result<()> {
                 sessions_table(st);
             }
             write_json(&common.json, &json!({"scenario": "sessions", "result": r}))
+        }
+        Command::Match {
+            common,
+            spectators,
+            observers,
+            delay_ms,
+            tick_ms,
+            warmup_s,
+            duration_s,
+        } => {
+            setup(&common);
+            let p = p3match::MatchParams {
+                http: common.url.clone(),
+                origin: common.origin.clone(),
+                spectators,
+                observers,
+                delay_ms,
+                tick_ms,
+                warmup: Duration::from_secs_f64(warmup_s),
+                duration: Duration::from_secs_f64(duration_s),
+                quiet: common.quiet,
+            };
+            let r = runtime().block_on(p3match::run(&p, common.server_pid))?;
+            for (name, ph) in [("spectators", &r.spectators), ("observers", &r.observers)] {
+                println!("{name} ({} connections)", ph.connections);
+                println!(
+                    "  delivered              {:.0} frames/s over {:.1} s ({:.0} bytes a frame)",
+                    ph.delivered_per_s, ph.seconds, ph.mean_frame_bytes
+                );
+                if let Some(us) = ph.server_cpu_us_per_frame {
+                    println!("  server CPU             {:.2} µs a delivered frame", us);
+                }
+                println!(
+                    "  {}  p50 {}  p99 {}  max {} (µs)",
+                    if name == "spectators" {
+                        "first to last receipt "
+                    } else {
+                        "late after releaseAt  "
+                    },
+                    ph.latency.p50_us,
+                    ph.latency.p99_us,
+                    ph.latency.max_us
+                );
+                if ph.early > 0 || !ph.errors.is_empty() {
+                    println!("  early {}  errors {:?}", ph.early, ph.errors);
+                }
+            }
+            write_json(&common.json, &json!({"scenario": "match", "result": r}))
         }
         Command::Report(args) => report::run(&args),
     }

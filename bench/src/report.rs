@@ -536,6 +536,13 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
     }
     let _ = writeln!(s, "\nWhy `send` beats a bare parse: the opaque data is borrowed (`&RawValue`), never built into a tree or copied; one pre-scan (size, depth, numbers that may not fit a double) precedes one serde pass.");
 
+    s += &crate::report_delta::section(&a.results, &crit, Path::new("bench/fixtures/delta"))
+        .unwrap_or_default();
+    let relay_us = classroom_hw
+        .as_ref()
+        .and_then(|v| cpu_per_frame(&v["result"]));
+    s += &crate::report_match::section(&a.results, relay_us).unwrap_or_default();
+
     // Worker RPC.
     let _ = writeln!(s, "\n## Worker RPC (criterion)\n\nCommand: `cargo bench -p hostwire-worker-rpc --bench worker_rpc`.\n\n| benchmark | median per batch | rate |\n| --- | --- | --- |");
     for (id, (ns, el)) in crit

@@ -40,10 +40,110 @@ type Index = std::collections::HashMap<SmolStr, usize, foldhash::fast::RandomSta
 /// The members of a [`Json`] object, in insertion order. A repeated name
 /// keeps its first position and its last value. Large objects are indexed
 /// by a hash map (foldhash, randomly seeded per process).
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct JsonMap {
     entries: Vec<(SmolStr, Json)>,
     index: Option<Index>,
+}
+
+impl Clone for JsonMap {
+    fn clone(&self) -> Self {
+        let n = self.entries.len();
+        let mut entries: Vec<(SmolStr, Json)> = Vec::with_capacity(n);
+        for (k, v) in &self.entries {
+            add_key_owner(k);
+            add_owner(v);
+        }
+        // SAFETY: every entry's shared parts have just gained the owner its
+        // bitwise copy becomes (`add_owner`), so the copies are clones; the
+        // capacity is `n` and all `n` are written before the length is set.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.entries.as_ptr(), entries.as_mut_ptr(), n);
+            entries.set_len(n);
+        }
+        JsonMap {
+            entries,
+            index: self.index.clone(),
+        }
+    }
+}
+
+// A bitwise copy of a `Json` whose shared parts gained an owner is a clone
+// (see `add_owner`): that needs every other payload to be plain data.
+const _: () = assert!(!std::mem::needs_drop::<Number>());
+
+/// Adds one owner to what `v` shares (its `Arc`, a heap string's `Arc`),
+/// so that a bitwise copy of `v` is a clone. Copies made so (arrays and
+/// member lists copied whole) avoid the derived clone, which moves each
+/// value field by field through the stack: at the odd offsets of the
+/// inline-string and bool payloads that stalls on every element (store
+/// forwarding), about 30 ns an element of an array of objects.
+#[inline(always)]
+fn add_owner(v: &Json) {
+    match v {
+        Json::Object(m) => std::mem::forget(Arc::clone(m)),
+        Json::Array(a) => std::mem::forget(Arc::clone(a)),
+        Json::String(s) => add_key_owner(s),
+        Json::Null | Json::Bool(_) | Json::Number(_) => {}
+    }
+}
+
+/// [`add_owner`] for a string (an inline or static one owns nothing).
+#[inline(always)]
+fn add_key_owner(s: &SmolStr) {
+    if s.is_heap_allocated() {
+        std::mem::forget(s.clone());
+    }
+}
+
+/// `a[..truncate]` with the `patched` elements (sorted, distinct, each
+/// below `truncate`) replaced, then `append`: one allocation, the
+/// untouched elements copied whole after gaining an owner each.
+fn build_array(
+    a: &[Json],
+    truncate: usize,
+    patched: Vec<(usize, Json)>,
+    append: &[Json],
+) -> Arc<[Json]> {
+    let n = truncate + append.len();
+    let mut out = Arc::<[Json]>::new_uninit_slice(n);
+    let Some(slots) = Arc::get_mut(&mut out) else {
+        // A fresh `Arc` is unique: never taken.
+        let mut next = patched.into_iter().peekable();
+        return a[..truncate]
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match next.next_if(|(j, _)| *j == i) {
+                Some((_, nv)) => nv,
+                None => v.clone(),
+            })
+            .chain(append.iter().cloned())
+            .collect();
+    };
+    let mut p = patched.iter().map(|(i, _)| *i).peekable();
+    for (i, v) in a[..truncate].iter().enumerate() {
+        if p.next_if_eq(&i).is_none() {
+            add_owner(v);
+        }
+    }
+    for v in append {
+        add_owner(v);
+    }
+    let dst = slots.as_mut_ptr().cast::<Json>();
+    // SAFETY: `slots` holds `n = truncate + append.len()` uninitialized
+    // values; the two copies fill all of them without overlap. Each copy
+    // of an untouched element is a clone (it gained its owner above); the
+    // copies at patched indices gained none and are overwritten, never
+    // dropped, below.
+    unsafe {
+        std::ptr::copy_nonoverlapping(a.as_ptr(), dst, truncate);
+        std::ptr::copy_nonoverlapping(append.as_ptr(), dst.add(truncate), append.len());
+    }
+    for (i, v) in patched {
+        slots[i].write(v);
+    }
+    // SAFETY: every slot is initialized (copied, and patched ones written).
+    unsafe { out.assume_init() }
 }
 
 impl JsonMap {
@@ -62,7 +162,7 @@ impl JsonMap {
     fn position(&self, key: &str) -> Option<usize> {
         match &self.index {
             Some(ix) => ix.get(key).copied(),
-            None => self.entries.iter().position(|(k, _)| k == key),
+            None => self.entries.iter().position(|(k, _)| str_eq_str(k, key)),
         }
     }
 
@@ -96,6 +196,18 @@ impl JsonMap {
             self.reindex();
         }
         None
+    }
+
+    /// Appends a member the caller knows is not there yet (a delta's
+    /// members, built from distinct names): no search.
+    fn push_new(&mut self, key: SmolStr, value: Json) {
+        if let Some(ix) = &mut self.index {
+            ix.insert(key.clone(), self.entries.len());
+        }
+        self.entries.push((key, value));
+        if self.index.is_none() && self.entries.len() > JSON_MAP_INDEX_FROM {
+            self.reindex();
+        }
     }
 
     /// Removes a member, keeping the order of the others.
@@ -532,6 +644,12 @@ fn str_eq(a: &SmolStr, b: &SmolStr) -> bool {
     }
 }
 
+/// [`str_eq`] against a plain `&str`.
+#[inline(always)]
+fn str_eq_str(a: &SmolStr, b: &str) -> bool {
+    a.len() == b.len() && a.as_bytes() == b.as_bytes()
+}
+
 /// Equality as a plain walk (no delta built on the way): the test run
 /// first on every member, since most members of consecutive states are
 /// unchanged. Same member order is walked in step; a name is looked up
@@ -561,12 +679,51 @@ fn same(a: &Json, b: &Json) -> bool {
     }
 }
 
-/// [`same`] with scalars settled inline.
+/// Equal scalars and shared subtrees, settled inline by one comparison;
+/// any other pair of containers is walked once, by the diff itself (no
+/// equality pre-walk: a delta is only allocated where a change is found).
+#[inline(always)]
+fn settled(a: &Json, b: &Json) -> bool {
+    match (a, b) {
+        (Json::Object(x), Json::Object(y)) => Arc::ptr_eq(x, y),
+        (Json::Array(x), Json::Array(y)) => Arc::ptr_eq(x, y),
+        _ => scalar_eq(a, b),
+    }
+}
+
+/// [`same`] with scalars and shared subtrees settled inline: a subtree
+/// that is the same allocation on both sides costs one comparison.
 #[inline(always)]
 fn same_member(a: &Json, b: &Json) -> bool {
+    settled(a, b) || same(a, b)
+}
+
+/// Whether two containers share their first or last child's allocation:
+/// a state derived from the other by an edit (as a match builds it),
+/// whose unchanged parts the diff skips unread, so an equality pre-walk
+/// would only read the changed path twice. Two separately built states
+/// share nothing; there a plain equality walk first is cheaper than the
+/// diff's own on the (mostly equal) members.
+#[inline(always)]
+fn shares_a_child(a: &Json, b: &Json) -> bool {
+    let shared = |x: Option<&Json>, y: Option<&Json>| match (x, y) {
+        (Some(x @ (Json::Object(_) | Json::Array(_))), Some(y)) => settled(x, y),
+        _ => false,
+    };
     match (a, b) {
-        (Json::Object(_), Json::Object(_)) | (Json::Array(_), Json::Array(_)) => same(a, b),
-        _ => scalar_eq(a, b),
+        (Json::Object(x), Json::Object(y)) => {
+            shared(
+                x.entries.last().map(|e| &e.1),
+                y.entries.last().map(|e| &e.1),
+            ) || shared(
+                x.entries.first().map(|e| &e.1),
+                y.entries.first().map(|e| &e.1),
+            )
+        }
+        (Json::Array(x), Json::Array(y)) => {
+            shared(x.first(), y.first()) || shared(x.last(), y.last())
+        }
+        _ => false,
     }
 }
 
@@ -581,15 +738,15 @@ fn diff_object(x: &JsonMap, y: &JsonMap) -> Option<Json> {
         };
         match vb {
             None => {
-                patch.insert(k.clone(), removal());
+                patch.push_new(k.clone(), removal());
             }
             Some(vb) => {
                 kept += 1;
-                if same_member(va, vb) {
+                if settled(va, vb) || (!shares_a_child(va, vb) && same(va, vb)) {
                     continue;
                 }
                 if let Some(d) = diff_value(va, vb) {
-                    patch.insert(k.clone(), d);
+                    patch.push_new(k.clone(), d);
                 }
             }
         }
@@ -597,7 +754,7 @@ fn diff_object(x: &JsonMap, y: &JsonMap) -> Option<Json> {
     if kept < y.len() {
         for (k, vb) in y.iter() {
             if !x.contains_key(k) {
-                patch.insert(k.clone(), replace(vb));
+                patch.push_new(k.clone(), replace(vb));
             }
         }
     }
@@ -609,11 +766,12 @@ fn diff_array(x: &[Json], y: &[Json], whole: &Json) -> Option<Json> {
     let common = x.len().min(y.len());
     let mut patch = json_map();
     for i in 0..common {
-        if same_member(&x[i], &y[i]) {
+        let (a, b) = (&x[i], &y[i]);
+        if settled(a, b) || (!shares_a_child(a, b) && same(a, b)) {
             continue;
         }
-        if let Some(d) = diff_value(&x[i], &y[i]) {
-            patch.insert(index_key(i), d);
+        if let Some(d) = diff_value(a, b) {
+            patch.push_new(index_key(i), d);
         }
     }
     // An insertion or removal near the front shifts every later element:
@@ -622,95 +780,105 @@ fn diff_array(x: &[Json], y: &[Json], whole: &Json) -> Option<Json> {
         return Some(replace(whole));
     }
     if y.len() > x.len() {
-        patch.insert(
+        patch.push_new(
             SmolStr::new_static("+"),
-            Json::Array(Arc::from(&y[common..])),
+            Json::Array(y[common..].iter().cloned().collect()),
         );
     } else if y.len() < x.len() {
-        patch.insert(SmolStr::new_static("-"), Json::Number(y.len().into()));
+        patch.push_new(SmolStr::new_static("-"), Json::Number(y.len().into()));
     }
     (!patch.is_empty()).then(|| Json::object(patch))
 }
 
-/// An array index as a member name, without allocating.
-fn index_key(i: usize) -> SmolStr {
-    smol_str::ToSmolStr::to_smolstr(&i)
+/// An array index as a member name: its decimal digits, inline (no
+/// allocation, no formatting machinery).
+fn index_key(mut i: usize) -> SmolStr {
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (i % 10) as u8;
+        i /= 10;
+        if i == 0 {
+            break;
+        }
+    }
+    // At most 20 ASCII digits: inline, without the length dispatch of `new`.
+    SmolStr::new_inline(std::str::from_utf8(&buf[at..]).unwrap_or_default())
 }
 
 /// `a` with `delta` applied. Unchanged subtrees of the result are `a`'s own
 /// (shared, not copied); `a` itself is untouched. The work is bounded by the
 /// delta's size times the width of the containers it touches.
 pub fn apply(a: &Json, delta: &JsonDelta) -> Result<Json, DeltaError> {
-    let mut path = String::new();
-    apply_value(a, &delta.0, &mut path)
+    apply_value(a, &delta.0)
 }
 
-fn err(path: &str, reason: &'static str) -> DeltaError {
+/// An error at the value being applied to; the path is filled in by the
+/// callers on the way out (no path is built while applying succeeds).
+fn err(reason: &'static str) -> DeltaError {
     DeltaError {
-        path: path.to_owned(),
+        path: String::new(),
         reason,
     }
 }
 
-fn push_segment(path: &mut String, seg: &str) {
-    path.push('/');
-    for c in seg.chars() {
-        match c {
-            '~' => path.push_str("~0"),
-            '/' => path.push_str("~1"),
-            c => path.push(c),
+/// Puts `seg` (JSON Pointer escaped) in front of the error's path.
+fn under(seg: &str) -> impl FnOnce(DeltaError) -> DeltaError + '_ {
+    move |mut e| {
+        let mut path = String::with_capacity(seg.len() + 1 + e.path.len());
+        path.push('/');
+        for c in seg.chars() {
+            match c {
+                '~' => path.push_str("~0"),
+                '/' => path.push_str("~1"),
+                c => path.push(c),
+            }
         }
+        path.push_str(&e.path);
+        e.path = path;
+        e
     }
 }
 
-fn apply_value(base: &Json, d: &Json, path: &mut String) -> Result<Json, DeltaError> {
+fn apply_value(base: &Json, d: &Json) -> Result<Json, DeltaError> {
     match d {
         Json::Array(v) if v.len() == 1 => Ok(v[0].clone()),
-        Json::Array(v) if v.is_empty() => Err(err(path, "a removal `[]` outside an object member")),
-        Json::Array(_) => Err(err(
-            path,
-            "a replacement must be `[value]` with one element",
-        )),
+        Json::Array(v) if v.is_empty() => Err(err("a removal `[]` outside an object member")),
+        Json::Array(_) => Err(err("a replacement must be `[value]` with one element")),
         Json::Object(p) if p.is_empty() => Ok(base.clone()),
         Json::Object(p) => match base {
-            Json::Object(m) => apply_object(m, p, path),
-            Json::Array(a) => apply_array(a, p, path),
+            Json::Object(m) => apply_object(m, p),
+            Json::Array(a) => apply_array(a, p),
             _ => Err(err(
-                path,
                 "a patch `{…}` on a value that is neither object nor array",
             )),
         },
-        _ => Err(err(
-            path,
-            "a delta must be `[value]`, `[]` or a patch object",
-        )),
+        _ => Err(err("a delta must be `[value]`, `[]` or a patch object")),
     }
 }
 
-fn apply_object(m: &JsonMap, p: &JsonMap, path: &mut String) -> Result<Json, DeltaError> {
+fn apply_object(m: &JsonMap, p: &JsonMap) -> Result<Json, DeltaError> {
     let mut out = m.clone();
     for (k, sub) in p.iter() {
-        let len = path.len();
-        push_segment(path, k);
         match sub {
             Json::Array(v) if v.is_empty() => {
                 if out.shift_remove(k).is_none() {
-                    return Err(err(path, "removes a member that does not exist"));
+                    return Err(under(k)(err("removes a member that does not exist")));
                 }
             }
             _ => match out.get_mut(k) {
                 Some(slot) => {
-                    *slot = apply_value(slot, sub, path)?;
+                    *slot = apply_value(slot, sub).map_err(under(k))?;
                 }
                 None => match sub {
                     Json::Array(v) if v.len() == 1 => {
                         out.insert(k.clone(), v[0].clone());
                     }
-                    _ => return Err(err(path, "patches a member that does not exist")),
+                    _ => return Err(under(k)(err("patches a member that does not exist"))),
                 },
             },
         }
-        path.truncate(len);
     }
     Ok(Json::object(out))
 }
@@ -726,9 +894,10 @@ fn parse_index(k: &str) -> Option<usize> {
     k.parse().ok()
 }
 
-fn apply_array(a: &[Json], p: &JsonMap, path: &mut String) -> Result<Json, DeltaError> {
+fn apply_array(a: &[Json], p: &JsonMap) -> Result<Json, DeltaError> {
     let mut truncate = a.len();
     let mut append: &[Json] = &[];
+    let mut patched: Vec<(usize, Json)> = Vec::new();
     for (k, sub) in p.iter() {
         match &**k {
             "-" => {
@@ -737,44 +906,39 @@ fn apply_array(a: &[Json], p: &JsonMap, path: &mut String) -> Result<Json, Delta
                         .as_u64()
                         .and_then(|n| usize::try_from(n).ok())
                         .filter(|&n| n <= a.len())
-                        .ok_or_else(|| {
-                            err(path, "`-` must be a length no larger than the array's")
-                        })?,
-                    _ => return Err(err(path, "`-` must be a number")),
+                        .ok_or_else(|| err("`-` must be a length no larger than the array's"))?,
+                    _ => return Err(err("`-` must be a number")),
                 };
             }
             "+" => {
                 append = sub
                     .as_array()
-                    .ok_or_else(|| err(path, "`+` must be an array of elements"))?;
+                    .ok_or_else(|| err("`+` must be an array of elements"))?;
             }
             _ => {}
         }
     }
-    let mut out: Vec<Json> = Vec::with_capacity(truncate + append.len());
-    out.extend_from_slice(&a[..truncate]);
     for (k, sub) in p.iter() {
         if &**k == "-" || &**k == "+" {
             continue;
         }
-        let len = path.len();
-        push_segment(path, k);
         let i = parse_index(k)
-            .ok_or_else(|| err(path, "an array patch key must be an index, `-` or `+`"))?;
-        let slot = out
-            .get_mut(i)
-            .ok_or_else(|| err(path, "an index past the end of the array"))?;
-        if matches!(sub, Json::Array(v) if v.is_empty()) {
-            return Err(err(
-                path,
-                "`[]` removes object members only; truncate with `-`",
-            ));
+            .ok_or_else(|| under(k)(err("an array patch key must be an index, `-` or `+`")))?;
+        if i >= truncate {
+            return Err(under(k)(err("an index past the end of the array")));
         }
-        *slot = apply_value(slot, sub, path)?;
-        path.truncate(len);
+        if matches!(sub, Json::Array(v) if v.is_empty()) {
+            return Err(under(k)(err(
+                "`[]` removes object members only; truncate with `-`",
+            )));
+        }
+        patched.push((i, apply_value(&a[i], sub).map_err(under(k))?));
     }
-    out.extend_from_slice(append);
-    Ok(Json::array(out))
+    // Canonical indices of one object are distinct; a peer may list them
+    // in any order.
+    patched.sort_unstable_by_key(|(i, _)| *i);
+    // Untouched elements are the base's own, each a reference-count bump.
+    Ok(Json::Array(build_array(a, truncate, patched, append)))
 }
 
 #[cfg(test)]
@@ -861,6 +1025,21 @@ mod tests {
         let text = serde_json::to_string(&d).unwrap();
         let back: JsonDelta = serde_json::from_str(&text).unwrap();
         assert_eq!(apply(&a, &back).unwrap(), b);
+    }
+
+    #[test]
+    fn index_keys_are_canonical_decimal() {
+        for i in [0usize, 7, 10, 99, 100, 12345, 1 << 40] {
+            assert_eq!(index_key(i), i.to_string());
+            assert_eq!(parse_index(&index_key(i)), Some(i));
+        }
+    }
+
+    #[test]
+    fn array_patches_apply_in_any_key_order() {
+        let a = j(json!([1, 2, 3, 4]));
+        let d = JsonDelta(j(json!({"3": [40], "+": [5], "0": [10]})));
+        assert_eq!(apply(&a, &d).unwrap(), j(json!([10, 2, 3, 40, 5])));
     }
 
     #[test]
@@ -1060,6 +1239,30 @@ mod tests {
             let out = apply(&ja, &d).unwrap();
             prop_assert_eq!(&out, &jb);
             assert_shared(&ja, d.as_json(), &out)?;
+        }
+
+        /// Long (heap) strings and nested containers, copied by apply and
+        /// by map clones and dropped again: every owner counted right.
+        #[test]
+        fn copies_share_heap_strings_and_containers_soundly(
+            a in arb_json(),
+            long in "[a-z]{24,40}",
+            edits in prop::collection::vec(any::<u8>(), 1..8),
+        ) {
+            let wrap = |v: serde_json::Value| serde_json::json!({
+                "long": long.clone(), "list": [long.clone(), v.clone(), {"k": long.clone()}], "v": v,
+            });
+            let b = mutate(&wrap(a.clone()), &mut edits.into_iter());
+            let (ja, jb) = (j(wrap(a)), j(b));
+            let copy = ja.as_object().unwrap().clone();
+            let d = diff(&ja, &jb);
+            let out = apply(&ja, &d).unwrap();
+            drop(copy);
+            prop_assert_eq!(&out, &jb);
+            prop_assert_eq!(ja.get("long").unwrap().as_str(), Some(long.as_str()));
+            drop(out);
+            let back = ja.to_value();
+            prop_assert_eq!(back["list"][0].as_str(), Some(long.as_str()));
         }
 
         #[test]

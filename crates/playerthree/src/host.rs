@@ -23,8 +23,9 @@
 //! - time: [`Match::tick`] at the game's rate, and
 //!   [`Match::poll_observers`] at [`Match::next_timeout`];
 //! - after each call: [`Match::take_outputs`] and perform them in order
-//!   (`Send` the shared text, `Close`, `Persist` the record, hand `Told` to
-//!   the agent's session, log `GuardViolation`).
+//!   (`Send` the shared text, `Close`, `Persist` the record, `Durable`
+//!   once the records before it are stored, hand `Told` to the agent's
+//!   session, log `GuardViolation`).
 
 use crate::decode::{decode_inbound, Inbound};
 use crate::game::{
@@ -33,10 +34,10 @@ use crate::game::{
 use crate::observer::{ObserverCursor, ObserverFeed, MAX_OBSERVER_DELAY_MS, OMNISCIENT};
 use crate::protocol::{
     ClientMsg, Controller, DetailRequest, EntrantCard, ObserverAgentCard, ObserverGrant, Outcome,
-    Principal, ProtocolError, PublicSeatCard, Roles, SeatInfo, ServerErrorCode as Code, ServerMsg,
-    WatchMsg, SCOPE_ALL,
+    Principal, ProtocolError, PublicSeatCard, ResultMsg, Roles, SeatInfo, ServerErrorCode as Code,
+    ServerMsg, WatchMsg, SCOPE_ALL,
 };
-use crate::tokens::TokenTable;
+use crate::tokens::{TokenHash, TokenTable};
 use crate::view::ViewStream;
 use hostwire_core::delta::{Json, JsonMap};
 use hostwire_core::{Token, TokenBucket};
@@ -102,10 +103,19 @@ pub enum ChatFrom {
 pub enum Record {
     #[serde(rename_all = "camelCase")]
     Config { config: MatchConfig },
+    /// A token, by its hash only (`tokenHash`; records of earlier
+    /// versions held the text as `token`, read as its hash).
     #[serde(rename_all = "camelCase")]
-    Token { token: String, principal: Principal },
+    Token {
+        #[serde(alias = "token")]
+        token_hash: TokenHash,
+        principal: Principal,
+    },
     #[serde(rename_all = "camelCase")]
-    Revoked { token: String },
+    Revoked {
+        #[serde(alias = "token")]
+        token_hash: TokenHash,
+    },
     #[serde(rename_all = "camelCase")]
     Controller {
         role: String,
@@ -125,6 +135,17 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         card: Option<EntrantCard>,
     },
+    /// A supervised seat's call, waiting for its owner.
+    #[serde(rename_all = "camelCase")]
+    Proposal {
+        id: String,
+        role: String,
+        method: String,
+        args: Json,
+    },
+    /// A proposal no longer pending (applied, rejected, failed or dropped).
+    #[serde(rename_all = "camelCase")]
+    Resolved { id: String },
     #[serde(rename_all = "camelCase")]
     State {
         tick: u64,
@@ -162,6 +183,16 @@ pub enum Output {
         reason: CloseReason,
     },
     Persist(Record),
+    /// A reply that hands out a token (`mint`): send `text` only once
+    /// every `Persist` before it is durable. If they cannot be stored,
+    /// send `otherwise` (an `internal` error) instead and
+    /// [`Match::revoke_hash`] the token, which was never handed out.
+    Durable {
+        conn: ConnId,
+        text: Arc<str>,
+        otherwise: Arc<str>,
+        token_hash: TokenHash,
+    },
     Told(Told),
     /// Game data that broke the closed vocabulary was withheld.
     GuardViolation(GuardViolation),
@@ -204,7 +235,7 @@ struct Stream {
 #[derive(Debug)]
 struct Conn {
     principal: Principal,
-    token: String,
+    token: TokenHash,
     bucket: TokenBucket,
     strikes: u32,
     watching: BTreeSet<String>,
@@ -242,6 +273,8 @@ pub struct Match<G: Game> {
     outcomes: Arc<BTreeMap<String, Outcome>>,
     paused: bool,
     finished: bool,
+    /// When the last tick recorded the match as finished.
+    finished_at: Option<u64>,
     outputs: Vec<Output>,
 }
 
@@ -267,18 +300,20 @@ impl<G: Game> Match<G> {
 
     /// A match rebuilt from its records: the game from the last recorded
     /// state, then tokens, revocations, controllers, policies and cards.
-    /// Observers resume with a keyframe; pending proposals are not kept.
+    /// Observers resume with a keyframe; pending proposals wait again.
     pub fn restore(
         id: impl Into<String>,
         records: &[Record],
         factory: &impl GameFactory<G>,
         now: u64,
     ) -> Result<Self, GameError> {
-        let state = records
+        let (state, recorded_at) = records
             .iter()
             .rev()
             .find_map(|r| match r {
-                Record::State { state, .. } => Some(state),
+                Record::State {
+                    state, recorded_at, ..
+                } => Some((state, *recorded_at)),
                 _ => None,
             })
             .ok_or_else(|| GameError("no recorded game state".into()))?;
@@ -293,14 +328,48 @@ impl<G: Game> Match<G> {
         let mut m = Self::build(id.into(), game, config);
         for r in records {
             match r {
-                Record::Token { token, principal } => {
-                    m.tokens.restore(token, principal.clone(), false);
+                Record::Token {
+                    token_hash,
+                    principal,
+                } => {
+                    m.tokens.restore(*token_hash, principal.clone(), false);
                     if let Principal::Observer { grant, .. } = principal {
                         m.feed.note_delay(grant.delay_ms());
                     }
                 }
-                Record::Revoked { token } => {
-                    m.tokens.revoke(token);
+                Record::Revoked { token_hash } => {
+                    m.tokens.revoke(token_hash);
+                }
+                Record::Proposal {
+                    id,
+                    role,
+                    method,
+                    args,
+                } => {
+                    // Ids continue past every id handed out before.
+                    if let Some(n) = id.strip_prefix('p').and_then(|n| n.parse::<u64>().ok()) {
+                        m.next_proposal = m.next_proposal.max(n);
+                    }
+                    if let Some(s) = m.seats.get_mut(role) {
+                        s.pending = Some(id.clone());
+                        m.proposals.insert(
+                            id.clone(),
+                            Proposal {
+                                role: role.clone(),
+                                method: method.clone(),
+                                args: args.clone(),
+                            },
+                        );
+                    }
+                }
+                Record::Resolved { id } => {
+                    if let Some(p) = m.proposals.remove(id) {
+                        if let Some(s) = m.seats.get_mut(&p.role) {
+                            if s.pending.as_deref() == Some(id.as_str()) {
+                                s.pending = None;
+                            }
+                        }
+                    }
                 }
                 Record::Controller { role, controller } => {
                     if let Some(s) = m.seats.get_mut(role) {
@@ -336,6 +405,9 @@ impl<G: Game> Match<G> {
         m.record_frames(now);
         m.publish_views();
         m.check_outcomes();
+        if m.finished {
+            m.finished_at = Some(recorded_at);
+        }
         Ok(m)
     }
 
@@ -393,6 +465,7 @@ impl<G: Game> Match<G> {
             outcomes: Arc::new(BTreeMap::new()),
             paused: false,
             finished: false,
+            finished_at: None,
             outputs: Vec::new(),
         }
     }
@@ -418,9 +491,9 @@ impl<G: Game> Match<G> {
         if let Principal::Observer { grant, .. } = &principal {
             self.feed.note_delay(grant.delay_ms());
         }
-        let token = self.tokens.mint(principal.clone())?;
+        let (token, token_hash) = self.tokens.mint(principal.clone())?;
         self.outputs.push(Output::Persist(Record::Token {
-            token: token.as_str().to_owned(),
+            token_hash,
             principal,
         }));
         Ok(token)
@@ -465,16 +538,20 @@ impl<G: Game> Match<G> {
 
     /// Refuses `token` from now on and closes its connections.
     pub fn revoke(&mut self, token: &str) -> bool {
-        if !self.tokens.revoke(token) {
+        self.revoke_hash(TokenHash::of(token))
+    }
+
+    /// [`Match::revoke`] by the token's hash.
+    pub fn revoke_hash(&mut self, token_hash: TokenHash) -> bool {
+        if !self.tokens.revoke(&token_hash) {
             return false;
         }
-        self.outputs.push(Output::Persist(Record::Revoked {
-            token: token.to_owned(),
-        }));
+        self.outputs
+            .push(Output::Persist(Record::Revoked { token_hash }));
         let gone: Vec<ConnId> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.token == token)
+            .filter(|(_, c)| c.token.matches(&token_hash))
             .map(|(id, _)| *id)
             .collect();
         for id in gone {
@@ -512,6 +589,11 @@ impl<G: Game> Match<G> {
         self.finished
     }
 
+    /// When the match was recorded as finished (the time of its last tick).
+    pub fn finished_at(&self) -> Option<u64> {
+        self.finished_at
+    }
+
     /// The control methods a seat may call (for MCP tools).
     pub fn control_methods(&self, role: &str) -> Option<&[ControlMethod]> {
         self.methods.get(role).map(Vec::as_slice)
@@ -535,6 +617,14 @@ impl<G: Game> Match<G> {
             .iter()
             .find(|(i, _)| i == id)
             .map(|(_, s)| s.clone())
+    }
+
+    /// Tells waiting for the agent of `role` (left waiting).
+    pub fn inbox(&self, role: &str) -> Vec<Told> {
+        self.seats
+            .get(role)
+            .map(|s| s.inbox.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Tells waiting for the agent of `role` (taken).
@@ -563,7 +653,7 @@ impl<G: Game> Match<G> {
         }
         let mut c = Conn {
             principal: principal.clone(),
-            token: token.to_owned(),
+            token: TokenHash::of(token),
             bucket: TokenBucket::new(MESSAGES_PER_SECOND, MESSAGE_BURST, now),
             strikes: 0,
             watching: BTreeSet::new(),
@@ -669,11 +759,32 @@ impl<G: Game> Match<G> {
     /// One decoded client op; its `result` is sent and returned.
     pub fn handle_client(&mut self, conn: ConnId, msg: ClientMsg, now: u64) -> ServerMsg {
         let seq = msg.seq();
+        let mint = matches!(msg, ClientMsg::Mint { .. });
         let reply = match self.dispatch(conn, msg, now) {
             Ok(data) => ServerMsg::ok(seq, data),
             Err(e) => ServerMsg::error(seq, &e),
         };
-        self.send(conn, reply.to_text().into());
+        let minted = match &reply {
+            ServerMsg::Result(ResultMsg {
+                ok: true,
+                data: Some(d),
+                ..
+            }) if mint => d.get("token").and_then(Json::as_str).map(TokenHash::of),
+            _ => None,
+        };
+        match minted {
+            // The token is handed out only once its record is durable.
+            Some(token_hash) => {
+                let e = err(Code::Internal, "store: the token was not stored");
+                self.outputs.push(Output::Durable {
+                    conn,
+                    text: reply.to_text().into(),
+                    otherwise: ServerMsg::error(seq, &e).to_text().into(),
+                    token_hash,
+                });
+            }
+            None => self.send(conn, reply.to_text().into()),
+        }
         reply
     }
 
@@ -766,6 +877,8 @@ impl<G: Game> Match<G> {
                 if controller != (Controller::Agent { supervised: true }) {
                     if let Some(id) = seat.pending.take() {
                         self.proposals.remove(&id);
+                        self.outputs
+                            .push(Output::Persist(Record::Resolved { id: id.clone() }));
                         self.remember(id, ProposalStatus::Rejected);
                     }
                 }
@@ -871,6 +984,12 @@ impl<G: Game> Match<G> {
                 }
                 self.next_proposal += 1;
                 let id = format!("p{}", self.next_proposal);
+                self.outputs.push(Output::Persist(Record::Proposal {
+                    id: id.clone(),
+                    role: role.to_owned(),
+                    method: method.to_owned(),
+                    args: args.clone(),
+                }));
                 self.proposals.insert(
                     id.clone(),
                     Proposal {
@@ -910,6 +1029,8 @@ impl<G: Game> Match<G> {
         }
         let p = self.proposals.remove(id).expect("checked");
         self.seats.get_mut(role).expect("exists").pending = None;
+        self.outputs
+            .push(Output::Persist(Record::Resolved { id: id.to_owned() }));
         self.broadcast_seats();
         if !approve {
             self.remember(id.to_owned(), ProposalStatus::Rejected);
@@ -1097,6 +1218,7 @@ impl<G: Game> Match<G> {
             self.record(now);
         }
         if self.finished {
+            self.finished_at = Some(now);
             self.feed.close();
         }
         self.poll_observers(now);

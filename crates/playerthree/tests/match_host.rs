@@ -9,7 +9,9 @@ use hostwire_playerthree::demo::Ridge;
 use hostwire_playerthree::game::{
     ControlMethod, Game, GameError, Perspective, SeatSpec, Vocabulary,
 };
-use hostwire_playerthree::host::{CloseReason, Match, MatchConfig, Output, Record, MESSAGE_BURST};
+use hostwire_playerthree::host::{
+    CloseReason, Match, MatchConfig, Output, ProposalStatus, Record, MESSAGE_BURST,
+};
 use hostwire_playerthree::observer::OMNISCIENT;
 use hostwire_playerthree::protocol::{DetailRequest, ObserverGrant, Outcome, Principal};
 use hostwire_playerthree::{apply_view, Json, ViewMessage, ViewState};
@@ -60,6 +62,14 @@ impl<G: Game> Harness<G> {
                 }
                 Output::Close { conn, reason } => self.closed.push((conn, reason)),
                 Output::Persist(r) => self.records.push(r),
+                // Records here are durable at once.
+                Output::Durable { conn, text, .. } => {
+                    self.log.push((conn, now, text.to_string()));
+                    self.inbox
+                        .entry(conn)
+                        .or_default()
+                        .push(serde_json::from_str(&text).unwrap());
+                }
                 Output::Told(_) => {}
                 Output::GuardViolation(_) => self.violations += 1,
             }
@@ -865,6 +875,10 @@ fn a_restarted_match_keeps_tokens_revocations_and_the_last_tick() {
         .iter()
         .map(|r| serde_json::to_string(r).unwrap())
         .collect();
+    // The records hold token hashes, never a token's text.
+    for t in [&red, &gone] {
+        assert!(text.iter().all(|r| !r.contains(t.as_str())), "{t} stored");
+    }
     let records: Vec<Record> = text
         .iter()
         .map(|t| serde_json::from_str(t).unwrap())
@@ -957,4 +971,101 @@ fn views_are_built_once_and_shared_by_every_reader_of_a_team() {
         .windows(2)
         .all(|w| std::sync::Arc::ptr_eq(&w[0], &w[1])));
     assert!(texts[0].contains("\"delta\""));
+}
+
+#[test]
+fn a_pending_proposal_waits_again_after_a_restart() {
+    let mut h = ridge();
+    let owner = h.join(1, team("red"));
+    let agent = h.join(2, seat("red-scout", "red"));
+    h.op(1, json!({"op":"controller","seq":1,"role":"red-scout","controller":{"kind":"agent","supervised":true}}));
+    // One proposal resolved before the restart, one still pending.
+    let r = h.op(
+        2,
+        json!({"op":"call","seq":2,"role":"red-scout","method":"hold"}),
+    );
+    let first = r["data"]["proposal"].as_str().unwrap().to_owned();
+    h.op(
+        1,
+        json!({"op":"resolveApproval","seq":3,"role":"red-scout","id":first,"approve":false}),
+    );
+    let r = h.op(
+        2,
+        json!({"op":"call","seq":4,"role":"red-scout","method":"move","args":{"dir":"e"}}),
+    );
+    let id = r["data"]["proposal"].as_str().unwrap().to_owned();
+    h.tick();
+    let records: Vec<Record> = h
+        .records
+        .iter()
+        .map(|r| serde_json::from_str(&serde_json::to_string(r).unwrap()).unwrap())
+        .collect();
+    let now = h.clock.now_ms() + 1;
+    let mut m = Match::restore("m1", &records, &Ridge::restore, now).unwrap();
+    assert_eq!(m.proposal_status(&id), Some(ProposalStatus::Pending));
+    assert_eq!(m.proposal_status(&first), None);
+    m.connect(1, &owner, now).unwrap();
+    m.connect(2, &agent, now).unwrap();
+    m.take_outputs();
+    let results = |m: &mut Match<Ridge>, conn: u64| -> Vec<Value> {
+        m.take_outputs()
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::Send { conn: c, text } if c == conn => serde_json::from_str(&text).ok(),
+                _ => None,
+            })
+            .filter(|v: &Value| v["op"] == "result")
+            .collect()
+    };
+    // The seat still waits for its owner...
+    m.handle_message(
+        2,
+        r#"{"op":"call","seq":5,"role":"red-scout","method":"hold"}"#,
+        now,
+    );
+    assert_eq!(results(&mut m, 2)[0]["code"], "approval_pending");
+    // ...who approves it after the restart, and it applies.
+    let approve = json!({"op":"resolveApproval","seq":6,"role":"red-scout","id":id,"approve":true});
+    m.handle_message(1, &approve.to_string(), now);
+    assert_eq!(results(&mut m, 1)[0]["data"]["status"], "applied");
+    m.tick(now + TICK_MS);
+    let x = m
+        .game()
+        .project_team("red")
+        .get("units")
+        .unwrap()
+        .as_array()
+        .unwrap()[0]
+        .get("x")
+        .unwrap()
+        .to_json_string();
+    assert_eq!(x, "1");
+    // A new proposal gets an id never handed out before.
+    m.handle_message(
+        2,
+        r#"{"op":"call","seq":7,"role":"red-scout","method":"hold"}"#,
+        now,
+    );
+    let next = results(&mut m, 2)[0]["data"]["proposal"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(next != id && next != first, "{next}");
+}
+
+#[test]
+fn a_finished_match_knows_when_it_finished_also_after_a_restart() {
+    let mut h = ridge();
+    let mut ticks = 0;
+    while !h.m.is_finished() {
+        assert!(h.m.finished_at().is_none());
+        h.tick();
+        ticks += 1;
+        assert!(ticks <= 1000, "the match never finished");
+    }
+    let at = h.m.finished_at().unwrap();
+    assert_eq!(at, h.clock.now_ms());
+    let m = Match::restore("m1", &h.records, &Ridge::restore, at + 5_000).unwrap();
+    assert!(m.is_finished());
+    assert_eq!(m.finished_at(), Some(at));
 }

@@ -157,6 +157,10 @@ pub struct ServeArgs {
     /// fails with INTERNAL_ERROR.
     #[arg(long, env = "MEMIZY_SERVICE_TIMEOUT_MS", default_value_t = crate::memizy::session::services::DEFAULT_SERVICE_TIMEOUT_MS)]
     pub memizy_service_timeout_ms: u64,
+    /// PlayerThree: milliseconds a finished match stays (its report and
+    /// tokens readable) before it and its records are removed.
+    #[arg(long, env = "PLAYERTHREE_FINISHED_TTL_MS", default_value_t = crate::playerthree::DEFAULT_FINISHED_TTL_MS)]
+    pub playerthree_finished_ttl_ms: u64,
 }
 
 /// The services `serve` offers: each NAME=COMMAND whose program exists.
@@ -342,6 +346,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let mut p3_config =
             crate::playerthree::PlayerThreeConfig::new(config.allowed_origins.clone());
         p3_config.tick_ms = args.playerthree_tick_ms.max(1);
+        p3_config.finished_ttl_ms = args.playerthree_finished_ttl_ms;
         let sessions_store = Arc::clone(&sqlite);
         let services = memizy_services(&args)?;
         let server = App::start_all(

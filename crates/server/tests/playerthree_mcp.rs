@@ -6,8 +6,8 @@
 mod playerthree_support;
 use playerthree_support::*;
 use rmcp::model::{
-    CallToolRequestParams, ClientInfo, ProtocolVersion, ReadResourceRequestParams,
-    ResourceUpdatedNotificationParam, SubscribeRequestParams,
+    CallToolRequestParams, ClientInfo, LoggingMessageNotificationParam, ProtocolVersion,
+    ReadResourceRequestParams, ResourceUpdatedNotificationParam, SubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -18,6 +18,8 @@ use tokio::sync::mpsc;
 
 struct Agent {
     updates: mpsc::UnboundedSender<String>,
+    /// Pushed tells (logging notifications of logger `playerthree/tell`).
+    tells: mpsc::UnboundedSender<Value>,
 }
 
 impl ClientHandler for Agent {
@@ -33,6 +35,16 @@ impl ClientHandler for Agent {
     ) {
         let _ = self.updates.send(params.uri);
     }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if params.logger.as_deref() == Some("playerthree/tell") {
+            let _ = self.tells.send(params.data);
+        }
+    }
 }
 
 type Session = RunningService<RoleClient, Agent>;
@@ -41,15 +53,26 @@ async fn connect(
     url: &str,
     token: &str,
 ) -> Result<(Session, mpsc::UnboundedReceiver<String>), String> {
+    connect_with_tells(url, token).await.map(|(s, u, _)| (s, u))
+}
+
+type Tells = mpsc::UnboundedReceiver<Value>;
+
+async fn connect_with_tells(
+    url: &str,
+    token: &str,
+) -> Result<(Session, mpsc::UnboundedReceiver<String>, Tells), String> {
     let (tx, rx) = mpsc::unbounded_channel();
+    let (tells, tells_rx) = mpsc::unbounded_channel();
     let transport = StreamableHttpClientTransport::from_config(
         StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token.to_owned()),
     );
-    let s = tokio::time::timeout(GUARD, Agent { updates: tx }.serve(transport))
+    let agent = Agent { updates: tx, tells };
+    let s = tokio::time::timeout(GUARD, agent.serve(transport))
         .await
         .map_err(|_| "initialize timed out".to_owned())?
         .map_err(|e| e.to_string())?;
-    Ok((s, rx))
+    Ok((s, rx, tells_rx))
 }
 
 /// A tool call: (is_error, the JSON its text holds).
@@ -125,7 +148,7 @@ async fn two_agents_play_a_whole_match_over_mcp() {
 
     // The team view, read and subscribed.
     let resources = ra.list_all_resources().await.unwrap();
-    assert_eq!(resources.len(), 1);
+    assert_eq!(resources.len(), 2, "the view and the inbox");
     let uri = resources[0].uri.clone();
     assert_eq!(uri, format!("playerthree://{id}/view/red"));
     let view = read_view(&ra, &uri).await;
@@ -268,4 +291,53 @@ async fn mcp_refuses_requests_without_a_seat_token() {
     assert_eq!(revoke(&t.http, &id, &op, &seat).await, 200);
     let (s, _) = connect(&t.mcp, &seat).await.unwrap();
     assert!(s.list_all_tools().await.is_err());
+}
+
+#[tokio::test]
+async fn tells_are_pushed_to_an_agent_subscribed_to_its_inbox() {
+    let t = TestServer::start().await;
+    let (id, op) = create_match(&t.http).await;
+    let red = mint(&t.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+    let (mut o, _) = t.join(&red).await;
+    let seat = hand_to_agent(&mut o, 1, "red-guard", false).await;
+    let (a, _, mut tells) = connect_with_tells(&t.mcp, &seat).await.unwrap();
+    let uri = format!("playerthree://{id}/inbox/red-guard");
+    let listed = a.list_all_resources().await.unwrap();
+    assert!(listed.iter().any(|r| r.uri == uri), "{listed:?}");
+
+    // Before the subscription a tell waits; the resource shows it, untaken.
+    o.expect_ok(json!({"op": "tell", "seq": 3, "roles": ["red-guard"], "text": "hold the ridge"}))
+        .await;
+    let waiting = read_view(&a, &uri).await;
+    assert_eq!(waiting[0]["text"], "hold the ridge", "{waiting}");
+    assert_eq!(read_view(&a, &uri).await, waiting);
+
+    // Subscribed: what waited is pushed at once, later tells as they come.
+    a.subscribe(SubscribeRequestParams::new(uri.clone()))
+        .await
+        .unwrap();
+    let first = next_tell(&mut tells).await;
+    assert_eq!(
+        (first["role"].as_str(), first["text"].as_str()),
+        (Some("red-guard"), Some("hold the ridge"))
+    );
+    o.expect_ok(
+        json!({"op": "tell", "seq": 4, "roles": "all", "text": "now go north", "ping": {"x": 4}}),
+    )
+    .await;
+    let second = next_tell(&mut tells).await;
+    assert_eq!(second["text"], "now go north", "{second}");
+    assert_eq!(second["ping"], json!({"x": 4}));
+    // Pushed tells are delivered: the inbox is empty.
+    let (_, inbox) = tool(&a, "inbox", json!({})).await;
+    assert_eq!(inbox, json!([]));
+    assert_eq!(read_view(&a, &uri).await, json!([]));
+    a.cancel().await.unwrap();
+}
+
+async fn next_tell(tells: &mut Tells) -> Value {
+    tokio::time::timeout(GUARD, tells.recv())
+        .await
+        .expect("no tell pushed")
+        .unwrap()
 }

@@ -207,3 +207,60 @@ async fn a_restart_in_the_middle_of_a_match_keeps_tokens_and_resumes_from_the_la
     let (_, v) = join(&s.ws, &gone).await;
     assert_eq!(v["code"], "bad_token", "a revoked token stays refused: {v}");
 }
+
+/// Stops the server as an operator does (SIGTERM): queued records are
+/// flushed before it exits.
+fn stop_gracefully(mut s: Server) {
+    // SAFETY: a plain kill(2) of the child this test spawned.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    let status = s.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
+
+#[tokio::test]
+async fn a_pending_proposal_survives_a_restart_and_its_owner_resolves_it_after() {
+    let dir = tempfile::Builder::new()
+        .prefix("hostwire-test-playerthree-proposal-")
+        .tempdir()
+        .unwrap();
+    let s = spawn_server(dir.path());
+    let (id, op) = create_match(&s.http).await;
+    let red = mint(&s.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+    let seat = mint(
+        &s.http,
+        &id,
+        &op,
+        json!({"kind": "seat", "team": "red", "role": "red-scout"}),
+    )
+    .await;
+    let (mut o, _) = join(&s.ws, &red).await;
+    o.expect_ok(json!({"op": "controller", "seq": 1, "role": "red-scout", "controller": {"kind": "agent", "supervised": true}}))
+        .await;
+    let (mut a, _) = join(&s.ws, &seat).await;
+    let d = a
+        .expect_ok(json!({"op": "call", "seq": 1, "role": "red-scout", "method": "move", "args": {"dir": "s"}}))
+        .await;
+    assert_eq!(d["status"], "pending", "{d}");
+    let proposal = d["proposal"].as_str().unwrap().to_owned();
+    drop((o, a));
+    stop_gracefully(s);
+
+    let s = spawn_server(dir.path());
+    let (mut a, _) = join(&s.ws, &seat).await;
+    // Still waiting for the owner: the seat may not propose again.
+    a.expect_error(
+        json!({"op": "call", "seq": 2, "role": "red-scout", "method": "hold"}),
+        "approval_pending",
+    )
+    .await;
+    let (mut o, _) = join(&s.ws, &red).await;
+    let d = o
+        .expect_ok(json!({"op": "resolveApproval", "seq": 2, "role": "red-scout", "id": proposal, "approve": true}))
+        .await;
+    assert_eq!(d["status"], "applied", "{d}");
+    // Resolved, the seat proposes again, under an id never used before.
+    let d = a
+        .expect_ok(json!({"op": "call", "seq": 3, "role": "red-scout", "method": "hold"}))
+        .await;
+    assert_ne!(d["proposal"], proposal.as_str());
+}

@@ -1,10 +1,14 @@
 //! What PlayerThree matches keep across a restart: each match (its id, its
-//! game, when it was created) and the host's records in the order they
+//! game, its operator token's SHA-256, when it was created) and the host's
+//! records in the order they
 //! happened (config, tokens with their principals, revocations,
 //! controllers, policies, cards, the game's state at each recorded tick,
 //! chat lines). The records are stored as the JSON the protocol crate
 //! writes, with their kind and tick beside them for queries; the store
-//! does not depend on the protocol crate.
+//! does not depend on the protocol crate. No token is stored as text: the
+//! protocol crate writes token records with the token's hash only. A
+//! finished match is removed whole ([`PlayerThreeWrite::RemoveMatch`])
+//! once it has expired.
 
 use crate::{SqliteStore, StoreError};
 use rusqlite::{params, Connection};
@@ -13,6 +17,7 @@ pub(crate) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS playerthree_matches (
     id TEXT PRIMARY KEY,
     game TEXT NOT NULL,
+    -- The operator token's SHA-256 in hex (never the token).
     operator_token TEXT NOT NULL,
     created_at_ms INTEGER NOT NULL
 );
@@ -37,8 +42,8 @@ pub(crate) fn create_tables(conn: &Connection) -> Result<(), StoreError> {
 pub struct StoredMatch {
     pub id: String,
     pub game: String,
-    /// The token of the match's operator (the HTTP API).
-    pub operator_token: String,
+    /// The SHA-256 (hex) of the match's operator token (the HTTP API).
+    pub operator_token_hash: String,
     pub created_at_ms: u64,
     /// Each record's JSON text, oldest first.
     pub records: Vec<String>,
@@ -51,7 +56,8 @@ pub enum PlayerThreeWrite {
     Match {
         id: String,
         game: String,
-        operator_token: String,
+        /// The SHA-256 (hex) of its operator token.
+        operator_token_hash: String,
         created_at_ms: u64,
     },
     /// A record of a match, appended after the ones before it.
@@ -62,6 +68,8 @@ pub enum PlayerThreeWrite {
         tick: Option<u64>,
         body: String,
     },
+    /// A match and every record of it, gone (an expired finished match).
+    RemoveMatch { id: String },
 }
 
 /// The durable state PlayerThree needs.
@@ -83,7 +91,7 @@ impl PlayerThreeStore for SqliteStore {
                 Ok(StoredMatch {
                     id: r.get(0)?,
                     game: r.get(1)?,
-                    operator_token: r.get(2)?,
+                    operator_token_hash: r.get(2)?,
                     created_at_ms: r.get::<_, i64>(3)? as u64,
                     records: Vec::new(),
                 })
@@ -107,13 +115,22 @@ impl PlayerThreeStore for SqliteStore {
                 PlayerThreeWrite::Match {
                     id,
                     game,
-                    operator_token,
+                    operator_token_hash,
                     created_at_ms,
                 } => {
                     tx.execute(
                         "INSERT OR IGNORE INTO playerthree_matches (id, game, operator_token, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
-                        params![id, game, operator_token, *created_at_ms as i64],
+                        params![id, game, operator_token_hash, *created_at_ms as i64],
                     )?;
+                }
+                PlayerThreeWrite::RemoveMatch { id } => {
+                    // Records first: the cascade needs foreign keys on,
+                    // and this holds without them too.
+                    tx.execute(
+                        "DELETE FROM playerthree_records WHERE match_id = ?1",
+                        params![id],
+                    )?;
+                    tx.execute("DELETE FROM playerthree_matches WHERE id = ?1", params![id])?;
                 }
                 PlayerThreeWrite::Record {
                     match_id,
@@ -156,7 +173,7 @@ mod tests {
                 PlayerThreeWrite::Match {
                     id: "m1".into(),
                     game: "ridge".into(),
-                    operator_token: "op".into(),
+                    operator_token_hash: "op".into(),
                     created_at_ms: 5,
                 },
                 record("m1", "config", "{\"a\":1}"),
@@ -170,7 +187,7 @@ mod tests {
         let loaded = s.load_matches().unwrap();
         assert_eq!(loaded.len(), 1);
         assert_eq!(loaded[0].game, "ridge");
-        assert_eq!(loaded[0].operator_token, "op");
+        assert_eq!(loaded[0].operator_token_hash, "op");
         assert_eq!(
             loaded[0].records,
             vec!["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"]
@@ -184,12 +201,45 @@ mod tests {
             PlayerThreeWrite::Match {
                 id: "m1".into(),
                 game: "ridge".into(),
-                operator_token: "op".into(),
+                operator_token_hash: "op".into(),
                 created_at_ms: 5,
             },
             record("nope", "config", "{}"),
         ]);
         assert!(r.is_err());
         assert!(s.load_matches().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_removed_match_leaves_no_row() {
+        let s = SqliteStore::in_memory().unwrap();
+        for id in ["m1", "m2"] {
+            s.apply_playerthree(&[
+                PlayerThreeWrite::Match {
+                    id: id.into(),
+                    game: "ridge".into(),
+                    operator_token_hash: "op".into(),
+                    created_at_ms: 5,
+                },
+                record(id, "config", "{}"),
+                record(id, "state", "{}"),
+            ])
+            .unwrap();
+        }
+        s.apply_playerthree(&[PlayerThreeWrite::RemoveMatch { id: "m1".into() }])
+            .unwrap();
+        let loaded = s.load_matches().unwrap();
+        assert_eq!(loaded.len(), 1);
+        assert_eq!(loaded[0].id, "m2");
+        assert_eq!(loaded[0].records.len(), 2);
+        let conn = s.conn.lock().unwrap();
+        let left: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM playerthree_records WHERE match_id = 'm1'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(left, 0);
     }
 }

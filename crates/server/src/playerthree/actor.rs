@@ -1,7 +1,9 @@
 //! One task per match: it owns the [`Match`], handles commands in the
 //! order they arrive, ticks the game on its timer and releases observer
 //! frames when they are due, then performs the host's outputs (frames to
-//! connections, closes, records to the writer).
+//! connections, closes, records to the writer). A finished match ends its
+//! task `finished_ttl_ms` after it finished: its connections are closed
+//! (1000), its tokens forgotten and its records deleted.
 
 use super::ws::ConnOut;
 use super::PlayerThree;
@@ -9,11 +11,17 @@ use axum::extract::ws::Utf8Bytes;
 use hostwire_playerthree::demo::Ridge;
 use hostwire_playerthree::host::{CloseReason, Output, ProposalStatus, Told};
 use hostwire_playerthree::protocol::{ProtocolError, ServerErrorCode};
+use hostwire_playerthree::tokens::TokenHash;
 use hostwire_playerthree::{
     ClientMsg, ConnId, ControlMethod, Json, Match, Principal, Record, ServerMsg,
 };
 use hostwire_store::playerthree::PlayerThreeWrite;
+// Logging notifications carry pushed tells. rmcp marks them deprecated
+// (SEP-2577, with the session-era resources/subscribe this endpoint also
+// speaks); they are what MCP clients of the handshake era receive today.
 use rmcp::model::ResourceUpdatedNotificationParam;
+#[allow(deprecated)]
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::service::{Peer, RoleServer};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -28,6 +36,7 @@ pub const MATCH_QUEUE: usize = 4096;
 pub const MAX_CATCH_UP_TICKS: u64 = 64;
 
 /// Close codes of `/playerthree/ws`.
+pub const CLOSE_MATCH_OVER: u16 = 1000;
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 pub const CLOSE_REVOKED: u16 = 4003;
 pub const CLOSE_RATE_LIMITED: u16 = 4029;
@@ -86,6 +95,16 @@ pub enum MatchCmd {
         role: String,
         reply: oneshot::Sender<Vec<Told>>,
     },
+    McpPeekInbox {
+        role: String,
+        reply: oneshot::Sender<Vec<Told>>,
+    },
+    /// Push the seat's tells to this session as they arrive (`None`: stop).
+    McpSubscribeInbox {
+        conn: ConnId,
+        role: String,
+        peer: Option<Peer<RoleServer>>,
+    },
     McpProposal {
         id: String,
         reply: oneshot::Sender<Option<ProposalStatus>>,
@@ -99,7 +118,8 @@ pub enum MatchCmd {
 #[derive(Clone)]
 pub struct MatchHandle {
     pub id: Arc<str>,
-    pub operator_token: Arc<str>,
+    /// The operator token's hash (the text is never kept).
+    pub operator_token: TokenHash,
     pub tx: mpsc::Sender<MatchCmd>,
 }
 
@@ -113,12 +133,14 @@ struct Actor {
     m: Match<Ridge>,
     conns: HashMap<ConnId, ConnOut>,
     subscribers: HashMap<ConnId, Subscriber>,
+    /// Sessions whose seat's tells are pushed, by connection: (role, peer).
+    inbox_subscribers: HashMap<ConnId, (String, Peer<RoleServer>)>,
     /// The view each team's subscribers were last told about.
     notified: HashMap<String, Json>,
     next_tick: u64,
 }
 
-pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: Arc<str>) -> MatchHandle {
+pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: TokenHash) -> MatchHandle {
     let (tx, rx) = mpsc::channel(MATCH_QUEUE);
     let handle = MatchHandle {
         id: Arc::from(m.id()),
@@ -132,6 +154,7 @@ pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: Arc<str>) ->
         m,
         conns: HashMap::new(),
         subscribers: HashMap::new(),
+        inbox_subscribers: HashMap::new(),
         notified: HashMap::new(),
     };
     tokio::spawn(actor.run(rx));
@@ -147,10 +170,15 @@ impl Actor {
             let now = self.p3.clock.now_ms();
             self.due(now);
             self.perform().await;
+            if self.expired(now) {
+                self.expire().await;
+                break;
+            }
             let wake_at = self
                 .m
                 .next_timeout()
-                .map_or(self.next_tick, |t| t.min(self.next_tick));
+                .map_or(self.next_tick, |t| t.min(self.next_tick))
+                .min(self.expires_at().unwrap_or(u64::MAX));
             // The clock may be a manual one in tests: `Wake` commands move
             // the match then, and this sleep only bounds the wait.
             let sleep = Duration::from_millis(wake_at.saturating_sub(now).max(1));
@@ -226,6 +254,7 @@ impl Actor {
             MatchCmd::Leave { conn } => {
                 self.conns.remove(&conn);
                 self.subscribers.remove(&conn);
+                self.inbox_subscribers.remove(&conn);
                 self.m.disconnect(conn);
             }
             MatchCmd::Mint { principal, reply } => {
@@ -282,12 +311,28 @@ impl Actor {
             MatchCmd::McpInbox { role, reply } => {
                 let _ = reply.send(self.m.take_inbox(&role));
             }
+            MatchCmd::McpPeekInbox { role, reply } => {
+                let _ = reply.send(self.m.inbox(&role));
+            }
+            MatchCmd::McpSubscribeInbox { conn, role, peer } => match peer {
+                Some(peer) => {
+                    self.inbox_subscribers.insert(conn, (role.clone(), peer));
+                    // What waited before the subscription goes now.
+                    self.push_tells(&role);
+                }
+                None => {
+                    self.inbox_subscribers.remove(&conn);
+                }
+            },
             MatchCmd::McpProposal { id, reply } => {
                 let _ = reply.send(self.m.proposal_status(&id));
             }
             MatchCmd::Wake(done) => {
                 self.due(now);
                 self.perform().await;
+                if self.expired(now) {
+                    self.expire().await;
+                }
                 let _ = done.send(());
             }
             MatchCmd::Shutdown(done) => {
@@ -322,6 +367,67 @@ impl Actor {
         })
     }
 
+    /// When the finished match is removed.
+    fn expires_at(&self) -> Option<u64> {
+        self.m
+            .finished_at()
+            .map(|t| t.saturating_add(self.p3.config.finished_ttl_ms))
+    }
+
+    fn expired(&self, now: u64) -> bool {
+        self.expires_at().is_some_and(|t| now >= t)
+    }
+
+    /// Removes the finished match: connections closed, tokens forgotten,
+    /// its rows deleted (written behind: a restart before they are gone
+    /// restores it finished, and it expires again).
+    async fn expire(&mut self) {
+        for (_, out) in self.conns.drain() {
+            out.close(CLOSE_MATCH_OVER, "match over");
+        }
+        self.subscribers.clear();
+        self.p3.forget_match(self.m.id());
+        self.p3.metrics.matches_expired.fetch_add(1, Relaxed);
+        self.p3
+            .writer
+            .write_behind(vec![PlayerThreeWrite::RemoveMatch {
+                id: self.m.id().to_owned(),
+            }])
+            .await;
+        tracing::info!(r#match = %self.m.id(), "finished match expired");
+    }
+
+    /// Pushes the tells waiting for `role` to its subscribed sessions, as
+    /// logging notifications, and takes them from the inbox. Without a
+    /// subscriber they wait for `inbox`.
+    #[allow(deprecated)] // logging notifications: see the `use` above
+    fn push_tells(&mut self, role: &str) {
+        let peers: Vec<Peer<RoleServer>> = self
+            .inbox_subscribers
+            .values()
+            .filter(|(r, _)| r == role)
+            .map(|(_, p)| p.clone())
+            .collect();
+        if peers.is_empty() {
+            return;
+        }
+        for t in self.m.take_inbox(role) {
+            let data = super::mcp::told_json(&t);
+            for peer in &peers {
+                let peer = peer.clone();
+                let param = LoggingMessageNotificationParam::new(LoggingLevel::Info, data.clone())
+                    .with_logger(super::mcp::TELL_LOGGER);
+                let id = self.m.id().to_owned();
+                // A push never holds the match up.
+                tokio::spawn(async move {
+                    if let Err(e) = peer.notify_logging_message(param).await {
+                        tracing::warn!(r#match = %id, error = %e, "tell not pushed");
+                    }
+                });
+            }
+        }
+    }
+
     /// Tells MCP subscribers whose team view changed.
     fn notify_subscribers(&mut self) {
         if self.subscribers.is_empty() {
@@ -350,19 +456,52 @@ impl Actor {
         }
     }
 
-    /// Performs the host's outputs in order.
+    /// Performs the host's outputs in order. At a `Durable` reply (a
+    /// minted token) the records before it are written and committed
+    /// first: the match waits for that one transaction.
     async fn perform(&mut self) {
-        let outputs = self.m.take_outputs();
-        if outputs.is_empty() {
-            return;
+        let mut rest = self.m.take_outputs();
+        while !rest.is_empty() {
+            let Some(at) = rest
+                .iter()
+                .position(|o| matches!(o, Output::Durable { .. }))
+            else {
+                let writes = self.route(rest);
+                self.p3.writer.write_behind(writes).await;
+                return;
+            };
+            let tail = rest.split_off(at + 1);
+            let durable = rest.pop();
+            let writes = self.route(rest);
+            let stored = self.p3.writer.write_durable(writes).await;
+            if let Some(Output::Durable {
+                conn,
+                text,
+                otherwise,
+                token_hash,
+            }) = durable
+            {
+                let reply = if stored {
+                    text
+                } else {
+                    // Never handed out: refused from now on.
+                    self.m.revoke_hash(token_hash);
+                    otherwise
+                };
+                if let Some(out) = self.conns.get(&conn) {
+                    self.p3.metrics.frames_out.fetch_add(1, Relaxed);
+                    out.frame(shared_frame(&reply), &self.p3.metrics);
+                }
+            }
+            rest = tail;
+            rest.extend(self.m.take_outputs());
         }
-        let writes = self.route(outputs);
-        self.p3.writer.write_behind(writes).await;
     }
 
     /// Sends and closes what `outputs` say; returns the records to write.
     fn route(&mut self, outputs: Vec<Output>) -> Vec<PlayerThreeWrite> {
         let mut writes = Vec::new();
+        let mut told: Vec<String> = Vec::new();
         // The same text for many readers is converted once.
         let mut last: Option<(Arc<str>, Utf8Bytes)> = None;
         for o in outputs {
@@ -395,21 +534,28 @@ impl Actor {
                         }
                     }
                     self.subscribers.remove(&conn);
+                    self.inbox_subscribers.remove(&conn);
                 }
                 Output::Persist(r) => {
                     // Every token minted (by the operator or by an owner's
                     // `mint`) is found by its text from now on.
-                    if let Record::Token { token, .. } = &r {
-                        self.p3.note_token(token, self.m.id());
+                    if let Record::Token { token_hash, .. } = &r {
+                        self.p3.note_token(*token_hash, self.m.id());
                     }
                     writes.push(super::writer::write_of(self.m.id(), &r));
                 }
-                Output::Told(_) => {}
+                Output::Told(t) => told.push(t.role),
+                // `perform` splits the outputs at each of these.
+                Output::Durable { .. } => {}
                 Output::GuardViolation(v) => {
                     self.p3.metrics.guard_violations.fetch_add(1, Relaxed);
                     tracing::warn!(r#match = %self.m.id(), violation = %v, "guard withheld game data");
                 }
             }
+        }
+        told.dedup();
+        for role in told {
+            self.push_tells(&role);
         }
         writes
     }

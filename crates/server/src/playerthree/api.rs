@@ -20,7 +20,8 @@ use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use hostwire_playerthree::protocol::ServerErrorCode;
+use hostwire_playerthree::protocol::{token_shape_ok, ServerErrorCode};
+use hostwire_playerthree::tokens::TokenHash;
 use hostwire_playerthree::Principal;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -75,12 +76,12 @@ fn bad_request(message: impl std::fmt::Display) -> Response {
 
 async fn create(State(p3): State<Arc<PlayerThree>>) -> Response {
     match p3.create_match().await {
-        Some(h) => json_response(
+        Some((h, operator_token)) => json_response(
             StatusCode::CREATED,
             &json!({
                 "match": &*h.id,
                 "game": GAME,
-                "operatorToken": &*h.operator_token,
+                "operatorToken": operator_token.as_str(),
                 "teams": hostwire_playerthree::demo::TEAMS,
             }),
         ),
@@ -96,7 +97,8 @@ fn operated(p3: &PlayerThree, id: &str, headers: &HeaderMap) -> Result<MatchHand
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or(NO_OPERATOR)?;
-    if !same_secret(bearer.as_bytes(), h.operator_token.as_bytes()) {
+    // Only the hash is kept; it is compared in constant time.
+    if !token_shape_ok(bearer) || !TokenHash::of(bearer).matches(&h.operator_token) {
         return Err(NO_OPERATOR);
     }
     Ok(h)
@@ -183,9 +185,4 @@ async fn revoke(
         ),
         Err(_) => MATCH_NOT_FOUND.into_response(),
     }
-}
-
-/// Compares secrets in time that does not depend on where they differ.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }

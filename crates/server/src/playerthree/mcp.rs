@@ -8,7 +8,13 @@
 //!   waiting for it), `proposal` (where a supervised proposal stands);
 //! - resource: the seat's team view, `playerthree://{match}/view/{team}`,
 //!   readable and subscribable (`notifications/resources/updated` when a
-//!   tick changes it).
+//!   tick changes it);
+//! - resource: the seat's inbox, `playerthree://{match}/inbox/{role}`
+//!   (the tells waiting, read without taking them). Subscribed, each tell
+//!   is pushed as it arrives, as a logging notification
+//!   (`notifications/message`, logger `playerthree/tell`, data `{role,
+//!   text, tick, ping?}`), and taken from the inbox: a subscribed agent
+//!   never needs `inbox`.
 //!
 //! A tool call is a `call` of the seat's own token: scopes, supervision
 //! (the result is a pending proposal) and every refusal are the host's.
@@ -42,6 +48,24 @@ use tokio::sync::{mpsc, oneshot, OnceCell};
 pub const MAX_MCP_SESSIONS: u64 = 1024;
 /// The largest MCP request body (a tool call's arguments are a `call`'s).
 pub const MAX_MCP_BODY_BYTES: usize = MAX_MESSAGE_BYTES;
+
+/// The logger name of a pushed tell.
+pub const TELL_LOGGER: &str = "playerthree/tell";
+
+/// The URI of a seat's inbox resource.
+pub fn inbox_uri(match_id: &str, role: &str) -> String {
+    format!("playerthree://{match_id}/inbox/{role}")
+}
+
+/// A tell as an agent sees it (the `inbox` tool, the inbox resource, a
+/// pushed tell).
+pub fn told_json(t: &hostwire_playerthree::host::Told) -> Value {
+    let mut v = json!({"role": t.role, "text": t.text, "tick": t.tick});
+    if let Some(p) = &t.ping {
+        v["ping"] = p.to_value();
+    }
+    v
+}
 
 /// The URI of a team's view resource.
 pub fn view_uri(match_id: &str, team: &str) -> String {
@@ -251,18 +275,22 @@ const INBOX: &str = "inbox";
 const PROPOSAL: &str = "proposal";
 
 impl ServerHandler for Agent {
+    #[allow(deprecated)] // logging: pushed tells (see actor.rs)
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_resources()
                 .enable_resources_subscribe()
+                .enable_logging()
                 .build(),
         )
         .with_instructions(
             "A PlayerThree seat: one tool per control method of the seat; read or subscribe \
              to the team view resource; `tell` answers your owners; `inbox` holds their \
-             tells; on a supervised seat a call returns a pending proposal, see `proposal`.",
+             tells (subscribe to the inbox resource to have each pushed as a \
+             `playerthree/tell` log message); on a supervised seat a call returns a \
+             pending proposal, see `proposal`.",
         )
     }
 
@@ -341,10 +369,7 @@ impl ServerHandler for Agent {
                 let told = self
                     .ask(b, |reply| MatchCmd::McpInbox { role, reply })
                     .await?;
-                let list: Vec<Value> = told
-                    .into_iter()
-                    .map(|t| json!({"text": t.text, "tick": t.tick, "ping": t.ping.map(|p| p.to_value())}))
-                    .collect();
+                let list: Vec<Value> = told.iter().map(told_json).collect();
                 Ok(CallToolResult::success(vec![ContentBlock::text(
                     Value::Array(list).to_string(),
                 )])
@@ -397,7 +422,12 @@ impl ServerHandler for Agent {
         let r = Resource::new(view_uri(&b.seat.match_id, &b.seat.team), "team view")
             .with_description("Your team's fogged view of the match, as JSON.")
             .with_mime_type("application/json");
-        Ok(ListResourcesResult::with_all_items(vec![r]))
+        let i = Resource::new(inbox_uri(&b.seat.match_id, &b.seat.role), "inbox")
+            .with_description(
+                "Your owners' tells waiting for you; subscribe to have each pushed as it arrives.",
+            )
+            .with_mime_type("application/json");
+        Ok(ListResourcesResult::with_all_items(vec![r, i]))
     }
 
     async fn read_resource(
@@ -407,9 +437,21 @@ impl ServerHandler for Agent {
     ) -> Result<ReadResourceResponse, ErrorData> {
         let b = self.seat(&ctx).await?;
         let uri = view_uri(&b.seat.match_id, &b.seat.team);
+        let inbox = inbox_uri(&b.seat.match_id, &b.seat.role);
+        if request.uri == inbox {
+            let role = b.seat.role.clone();
+            let told = self
+                .ask(b, |reply| MatchCmd::McpPeekInbox { role, reply })
+                .await?;
+            let text = Value::Array(told.iter().map(told_json).collect()).to_string();
+            return Ok(ReadResourceResult::new(vec![
+                ResourceContents::text(text, inbox).with_mime_type("application/json")
+            ])
+            .into());
+        }
         if request.uri != uri {
             return Err(ErrorData::resource_not_found(
-                format!("uri: this seat reads {uri}"),
+                format!("uri: this seat reads {uri} and {inbox}"),
                 None,
             ));
         }
@@ -430,30 +472,45 @@ impl ServerHandler for Agent {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let b = self.seat(&ctx).await?;
-        if request.uri != view_uri(&b.seat.match_id, &b.seat.team) {
+        let cmd = if request.uri == inbox_uri(&b.seat.match_id, &b.seat.role) {
+            MatchCmd::McpSubscribeInbox {
+                conn: b.conn,
+                role: b.seat.role.clone(),
+                peer: Some(ctx.peer.clone()),
+            }
+        } else if request.uri == view_uri(&b.seat.match_id, &b.seat.team) {
+            MatchCmd::McpSubscribe {
+                conn: b.conn,
+                team: b.seat.team.clone(),
+                peer: Some(ctx.peer.clone()),
+            }
+        } else {
             return Err(ErrorData::resource_not_found(
-                "uri: not this seat's view",
+                "uri: neither this seat's view nor its inbox",
                 None,
             ));
-        }
-        let cmd = MatchCmd::McpSubscribe {
-            conn: b.conn,
-            team: b.seat.team.clone(),
-            peer: Some(ctx.peer.clone()),
         };
         b.tx.send(cmd).await.map_err(|_| mcp_error("match closed"))
     }
 
     async fn unsubscribe(
         &self,
-        _request: UnsubscribeRequestParams,
+        request: UnsubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let b = self.seat(&ctx).await?;
-        let cmd = MatchCmd::McpSubscribe {
-            conn: b.conn,
-            team: b.seat.team.clone(),
-            peer: None,
+        let cmd = if request.uri == inbox_uri(&b.seat.match_id, &b.seat.role) {
+            MatchCmd::McpSubscribeInbox {
+                conn: b.conn,
+                role: b.seat.role.clone(),
+                peer: None,
+            }
+        } else {
+            MatchCmd::McpSubscribe {
+                conn: b.conn,
+                team: b.seat.team.clone(),
+                peer: None,
+            }
         };
         b.tx.send(cmd).await.map_err(|_| mcp_error("match closed"))
     }

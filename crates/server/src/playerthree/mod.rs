@@ -23,6 +23,7 @@ use actor::{MatchCmd, MatchHandle};
 use axum::Router;
 use hostwire_core::Clock;
 use hostwire_playerthree::demo::Ridge;
+use hostwire_playerthree::tokens::TokenHash;
 use hostwire_playerthree::{Match, MatchConfig, Record};
 use hostwire_store::playerthree::{PlayerThreeStore, PlayerThreeWrite, StoredMatch};
 use std::collections::HashMap;
@@ -40,6 +41,11 @@ pub const OUTBOUND_QUEUE: usize = 1024;
 pub const MATCH_ID_CHARS: usize = 16;
 /// Milliseconds between ticks of a match, unless configured.
 pub const DEFAULT_TICK_MS: u64 = 1000;
+/// Milliseconds a finished match stays before it is removed with its
+/// records, unless configured: long enough to read the report and the
+/// last frames, short enough that finished matches do not fill
+/// [`MAX_MATCHES`].
+pub const DEFAULT_FINISHED_TTL_MS: u64 = 60 * 60 * 1000;
 
 #[derive(Debug, Clone)]
 pub struct PlayerThreeConfig {
@@ -48,6 +54,9 @@ pub struct PlayerThreeConfig {
     pub tick_ms: u64,
     /// Frames queued for one connection before it counts as too slow.
     pub outbound_queue: usize,
+    /// Milliseconds from a match's finish to its removal (connections
+    /// closed 1000, tokens forgotten, records deleted).
+    pub finished_ttl_ms: u64,
 }
 
 impl PlayerThreeConfig {
@@ -56,6 +65,7 @@ impl PlayerThreeConfig {
             allowed_origins,
             tick_ms: DEFAULT_TICK_MS,
             outbound_queue: OUTBOUND_QUEUE,
+            finished_ttl_ms: DEFAULT_FINISHED_TTL_MS,
         }
     }
 }
@@ -71,6 +81,7 @@ pub struct PlayerThreeMetrics {
     pub oversized: AtomicU64,
     pub guard_violations: AtomicU64,
     pub mcp_sessions: AtomicU64,
+    pub matches_expired: AtomicU64,
 }
 
 impl Render for PlayerThreeMetrics {
@@ -120,6 +131,12 @@ impl Render for PlayerThreeMetrics {
                 &self.guard_violations,
             ),
             (
+                "hostwire_playerthree_matches_expired_total",
+                "Finished matches removed after PLAYERTHREE_FINISHED_TTL_MS.",
+                "counter",
+                &self.matches_expired,
+            ),
+            (
                 "hostwire_playerthree_mcp_sessions",
                 "Live MCP agent sessions.",
                 "gauge",
@@ -143,9 +160,10 @@ pub struct PlayerThree {
     pub metrics: Arc<PlayerThreeMetrics>,
     writer: writer::Writer,
     matches: Mutex<HashMap<String, MatchHandle>>,
-    /// Which match each token belongs to (a token is presented without its
-    /// match). Revoked tokens stay: their match refuses them.
-    tokens: Mutex<HashMap<String, String>>,
+    /// Which match each token belongs to, by the token's hash (a token is
+    /// presented without its match). Revoked tokens stay: their match
+    /// refuses them.
+    tokens: Mutex<HashMap<TokenHash, String>>,
     next_conn: AtomicU64,
 }
 
@@ -179,8 +197,8 @@ impl PlayerThree {
         let now = p3.clock.now_ms();
         for s in stored {
             match Self::restore_match(&s, now) {
-                Ok((m, tokens)) => {
-                    p3.spawn_match(m, tokens, Arc::from(s.operator_token.as_str()));
+                Ok((m, tokens, operator)) => {
+                    p3.spawn_match(m, tokens, operator);
                 }
                 Err(e) => tracing::error!(r#match = %s.id, error = %e, "match not restored"),
             }
@@ -188,10 +206,15 @@ impl PlayerThree {
         Ok(p3)
     }
 
-    fn restore_match(s: &StoredMatch, now: u64) -> anyhow::Result<(Match<Ridge>, Vec<String>)> {
+    fn restore_match(
+        s: &StoredMatch,
+        now: u64,
+    ) -> anyhow::Result<(Match<Ridge>, Vec<TokenHash>, TokenHash)> {
         if s.game != GAME {
             anyhow::bail!("unknown game {:?}", s.game);
         }
+        let operator = TokenHash::from_record(&s.operator_token_hash)
+            .ok_or_else(|| anyhow::anyhow!("operator token hash: not 64 hex digits"))?;
         let records = s
             .records
             .iter()
@@ -200,20 +223,20 @@ impl PlayerThree {
         let tokens = records
             .iter()
             .filter_map(|r| match r {
-                Record::Token { token, .. } => Some(token.clone()),
+                Record::Token { token_hash, .. } => Some(*token_hash),
                 _ => None,
             })
             .collect();
         let m = Match::restore(s.id.clone(), &records, &Ridge::restore, now)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        Ok((m, tokens))
+        Ok((m, tokens, operator))
     }
 
     fn spawn_match(
         self: &Arc<Self>,
         m: Match<Ridge>,
-        tokens: Vec<String>,
-        operator_token: Arc<str>,
+        tokens: Vec<TokenHash>,
+        operator_token: TokenHash,
     ) -> MatchHandle {
         let id = m.id().to_owned();
         if let Ok(mut t) = self.tokens.lock() {
@@ -243,13 +266,30 @@ impl PlayerThree {
 
     /// The match a token belongs to (before any check of the token's state).
     fn match_of_token(&self, token: &str) -> Option<MatchHandle> {
-        let id = self.tokens.lock().ok()?.get(token).cloned()?;
+        let id = self
+            .tokens
+            .lock()
+            .ok()?
+            .get(&TokenHash::of(token))
+            .cloned()?;
         self.match_handle(&id)
     }
 
-    fn note_token(&self, token: &str, match_id: &str) {
+    fn note_token(&self, token: TokenHash, match_id: &str) {
         if let Ok(mut t) = self.tokens.lock() {
-            t.insert(token.to_owned(), match_id.to_owned());
+            t.insert(token, match_id.to_owned());
+        }
+    }
+
+    /// Forgets an expired match: its handle and its tokens.
+    fn forget_match(&self, id: &str) {
+        if let Ok(mut ms) = self.matches.lock() {
+            if ms.remove(id).is_some() {
+                self.metrics.matches.fetch_sub(1, Relaxed);
+            }
+        }
+        if let Ok(mut t) = self.tokens.lock() {
+            t.retain(|_, m| m != id);
         }
     }
 
@@ -264,26 +304,32 @@ impl PlayerThree {
         self.matches.lock().map(|m| m.len()).unwrap_or(0)
     }
 
-    /// Creates a match, durable before its id and tokens are handed out.
-    async fn create_match(self: &Arc<Self>) -> Option<MatchHandle> {
+    /// Creates a match, durable before its id and tokens are handed out:
+    /// its handle and its operator token (the only time the text exists;
+    /// the store keeps its hash).
+    async fn create_match(self: &Arc<Self>) -> Option<(MatchHandle, hostwire_core::Token)> {
         if self.match_count() >= MAX_MATCHES {
             return None;
         }
         let now = self.clock.now_ms();
         let id = hostwire_core::Token::generate().as_str()[..MATCH_ID_CHARS].to_owned();
-        let operator_token = hostwire_core::Token::generate().as_str().to_owned();
+        let operator_token = hostwire_core::Token::generate();
+        let operator_hash = TokenHash::of(operator_token.as_str());
         let mut m = Match::new(id.clone(), Ridge::new(), MatchConfig::default(), now);
         let mut writes = vec![PlayerThreeWrite::Match {
             id: id.clone(),
             game: GAME.to_owned(),
-            operator_token: operator_token.clone(),
+            operator_token_hash: operator_hash.to_hex(),
             created_at_ms: now,
         }];
         writes.extend(writer::persisted(&id, m.take_outputs()));
         if !self.writer.write_durable(writes).await {
             return None;
         }
-        Some(self.spawn_match(m, Vec::new(), Arc::from(operator_token)))
+        Some((
+            self.spawn_match(m, Vec::new(), operator_hash),
+            operator_token,
+        ))
     }
 
     /// Runs every match's due work at the clock's time now, and returns

@@ -1,6 +1,6 @@
 //! Match records are written behind the matches by one thread: a match
 //! never waits for the disk, except to hand out what must be durable first
-//! (a new match, a token the operator mints). The queue is bounded: a
+//! (a new match, a token minted by the operator or by an owner's `mint`). The queue is bounded: a
 //! match whose records arrive faster than the disk takes them waits.
 
 use hostwire_playerthree::host::Output;
@@ -44,6 +44,8 @@ pub fn write_of(match_id: &str, r: &Record) -> PlayerThreeWrite {
         Record::Controller { .. } => ("controller", None),
         Record::Policy { .. } => ("policy", None),
         Record::Card { .. } => ("card", None),
+        Record::Proposal { .. } => ("proposal", None),
+        Record::Resolved { .. } => ("resolved", None),
         Record::State { tick, .. } => ("state", Some(*tick)),
         Record::Chat { tick, .. } => ("chat", Some(*tick)),
     };
