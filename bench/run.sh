@@ -108,4 +108,12 @@ done
 echo "== flood, hostwire"
 start_hostwire; gen flood --rooms 10 --players 20 --warmup-s $WARM --duration-s $DUR --json "$OUT/flood-hostwire.json"; stop_server
 
+# ggui live channel: actions acked and envelopes fanned out to 100
+# subscribers over sockets, each against a bare WebSocket server on the same
+# stack (taking turns), and the sans-IO criterion benches.
+echo "== ggui"
+GGUI_N="20000 2000"; [ "$QUICK" = 1 ] && GGUI_N="5000 500"
+cargo bench -p hostwire-ggui --bench ggui -- $CRIT
+cargo bench -p hostwire-bench --bench ggui_live -- $GGUI_N --repeat $REPEAT --json "$PWD/$OUT/ggui-live.json"
+
 "$BIN/hostwire-bench" report --results "$OUT" --out docs/BENCHMARKS.md --plots docs/bench --command "bench/run.sh"

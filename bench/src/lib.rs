@@ -6,3 +6,4 @@ pub mod forwarder;
 pub mod load;
 pub mod procstat;
 pub mod report;
+pub mod report_ggui;

@@ -677,6 +677,8 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
         }
     }
 
+    s.push_str(&crate::report_ggui::section(&a.results, &crit));
+
     // Plots.
     let font = register_font();
     let mut plots = Vec::new();

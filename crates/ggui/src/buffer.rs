@@ -350,9 +350,9 @@ impl StreamBuffer {
             })
             .collect();
         out.extend(
-            self.latest.values().filter(|e| {
-                e.seq() > from && policy_of(&e.channel) == ReplayPolicy::Latest
-            }),
+            self.latest
+                .values()
+                .filter(|e| e.seq() > from && policy_of(&e.channel) == ReplayPolicy::Latest),
         );
         out.sort_by_key(|e| e.seq());
         let truncated = from < self.evicted_above;

@@ -849,10 +849,11 @@ impl Channel {
             .cloned()
             .unwrap_or(Value::Null);
         let stack_item_id = envelope.stack_item_id.clone().unwrap_or_default();
-        let appended =
-            session
-                .ledger
-                .append(LEDGER_USER_SUBMITTED, timestamp.clone(), envelope.into_value());
+        let appended = session.ledger.append(
+            LEDGER_USER_SUBMITTED,
+            timestamp.clone(),
+            envelope.into_value(),
+        );
         let (event, trimmed) = (appended.event, appended.evicted);
         let seq = event.seq;
         session.pending.push_back(PendingAction {
