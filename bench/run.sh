@@ -153,5 +153,12 @@ PLAYERTHREE_TICK_MS=250 CONNECTIONS_PER_IP=100000 start_hostwire
 gen match --spectators 1000 --observers 1000 --delay-ms 1000 --tick-ms 250 --warmup-s $MATCH_WARM --duration-s $MATCH_DUR --json "$OUT/match-hostwire.json"
 stop_server
 # --- end of the PlayerThree match
+# ggui live channel: actions acked and envelopes fanned out to 100
+# subscribers over sockets, each against a bare WebSocket server on the same
+# stack (taking turns), and the sans-IO criterion benches.
+echo "== ggui"
+GGUI_N="20000 2000"; [ "$QUICK" = 1 ] && GGUI_N="5000 500"
+cargo bench -p hostwire-ggui --bench ggui -- $CRIT
+cargo bench -p hostwire-bench --bench ggui_live -- $GGUI_N --repeat $REPEAT --json "$PWD/$OUT/ggui-live.json"
 
 "$BIN/hostwire-bench" report --results "$OUT" --out docs/BENCHMARKS.md --plots docs/bench --command "bench/run.sh"

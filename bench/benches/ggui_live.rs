@@ -7,12 +7,24 @@
 //!    emits envelopes through the HTTP API (4 in flight), and the time runs
 //!    until every subscriber has read every envelope.
 //!
+//! Each is measured against a baseline on the same stack in the same run:
+//! a bare WebSocket server (axum, tokio, one writer task per connection)
+//! that answers every frame with a fixed ack of the same size, and forwards
+//! every emitted body to its subscribers, with no parsing, validation,
+//! ledger, buffer or store. The two take turns `--repeat` times; the
+//! ratios of paired runs are what the report shows.
+//!
 //! The server runs in this process (real SQLite store in a temp dir, the
 //! persistence behind it as in production), with the per-connection rate
 //! limit raised so that the channel, not the limiter, is measured.
 //!
-//! `cargo bench -p hostwire-bench --bench ggui_live [-- ACTIONS ENVELOPES]`
+//! `cargo bench -p hostwire-bench --bench ggui_live -- [ACTIONS ENVELOPES] [--repeat N] [--json PATH]`
 
+use axum::extract::ws::{Message as AxMessage, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::serve::ListenerExt;
+use axum::Router;
 use futures_util::{SinkExt, StreamExt};
 use hostwire::app::App;
 use hostwire::ggui::GguiConfig;
@@ -23,21 +35,33 @@ use hostwire_memizy::RELAY_LIMITS;
 use hostwire_store::SqliteStore;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::Message;
 
 const SUBSCRIBERS: usize = 100;
 const BATCH: usize = 500;
 const IN_FLIGHT: usize = 4;
 const GUARD: Duration = Duration::from_secs(120);
+/// The bare baseline's actions run is this many times longer.
+const BARE_FACTOR: usize = 5;
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
+/// Where one run points: the ggui server, or the bare baseline.
+struct Target {
+    http: String,
+    ws: String,
+    /// The ggui server needs sessions created and actions drained.
+    ggui: bool,
+}
+
 async fn subscribe(url: &str, session: &str) -> Ws {
-    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(url, None, true)
+        .await
+        .unwrap();
     ws.send(Message::Text(
         json!({"type": "subscribe", "payload": {"sessionId": session}})
             .to_string()
@@ -65,33 +89,36 @@ async fn next_json(ws: &mut Ws) -> Value {
     }
 }
 
-async fn actions(http: &str, ws_url: &str, total: usize) -> f64 {
+fn action_frame(session: &str, n: usize, i: usize) -> String {
+    json!({"type": "action", "requestId": format!("r{n}"), "payload": {
+        "sessionId": session, "type": "data:submit",
+        "payload": {"action": "toggleTask", "data": {"id": format!("task-{i}"), "done": i.is_multiple_of(2), "tags": ["a", "b"]}}}})
+    .to_string()
+}
+
+async fn actions(t: &Target, session: &str, total: usize) -> f64 {
     let client = reqwest::Client::new();
-    let spec = json!({"actionSpec": {"toggleTask": {"schema": {"type": "object",
-        "properties": {"id": {"type": "string", "minLength": 1}, "done": {"type": "boolean"},
-                       "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}},
-        "required": ["id", "done"]}}}});
-    client
-        .put(format!("{http}/ggui/sessions/bench-actions"))
-        .body(spec.to_string())
-        .send()
-        .await
-        .unwrap();
-    let ws = subscribe(ws_url, "bench-actions").await;
+    if t.ggui {
+        let spec = json!({"actionSpec": {"toggleTask": {"schema": {"type": "object",
+            "properties": {"id": {"type": "string", "minLength": 1}, "done": {"type": "boolean"},
+                           "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}},
+            "required": ["id", "done"]}}}});
+        let r = client
+            .put(format!("{}/ggui/sessions/{session}", t.http))
+            .body(spec.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+    }
+    let ws = subscribe(&t.ws, session).await;
     let (mut tx, mut rx) = ws.split();
     let mut timed = Duration::ZERO;
     let mut done = 0;
     while done < total {
         let n = BATCH.min(total - done);
-        let frames: Vec<String> = (0..n)
-            .map(|i| {
-                json!({"type": "action", "requestId": format!("r{}", done + i), "payload": {
-                    "sessionId": "bench-actions", "type": "data:submit",
-                    "payload": {"action": "toggleTask", "data": {"id": format!("task-{i}"), "done": i % 2 == 0, "tags": ["a", "b"]}}}})
-                .to_string()
-            })
-            .collect();
-        let t = Instant::now();
+        let frames: Vec<String> = (0..n).map(|i| action_frame(session, done + i, i)).collect();
+        let start = Instant::now();
         let sender = async {
             for f in frames {
                 tx.feed(Message::Text(f.into())).await.unwrap();
@@ -121,42 +148,39 @@ async fn actions(http: &str, ws_url: &str, total: usize) -> f64 {
             last
         };
         let ((), last) = tokio::join!(sender, receiver);
-        timed += t.elapsed();
+        timed += start.elapsed();
         done += n;
-        // The agent drains what it handled (not timed).
-        let r = client
-            .post(format!("{http}/ggui/sessions/bench-actions/actions/drain"))
-            .body(json!({"upTo": last}).to_string())
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success());
-        // The drain_ack frame goes to this subscriber too: read it.
-        loop {
-            match rx.next().await.unwrap().unwrap() {
-                Message::Text(t) if t.contains("drain_ack") => break,
-                _ => {}
-            }
+        if t.ggui {
+            // The agent drains what it handled (not timed).
+            let r = client
+                .post(format!("{}/ggui/sessions/{session}/actions/drain", t.http))
+                .body(json!({"upTo": last}).to_string())
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success());
         }
-        let _ = &mut rx;
     }
     total as f64 / timed.as_secs_f64()
 }
 
-async fn fan_out(http: &str, ws_url: &str, envelopes: usize) -> (f64, f64) {
+async fn fan_out(t: &Target, session: &str, envelopes: usize) -> (f64, f64) {
     let client = reqwest::Client::new();
-    client
-        .put(format!("{http}/ggui/sessions/bench-fan"))
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    if t.ggui {
+        let r = client
+            .put(format!("{}/ggui/sessions/{session}", t.http))
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+    }
     let received = Arc::new(AtomicU64::new(0));
     let all_in = Arc::new(Notify::new());
     let target = (envelopes * SUBSCRIBERS) as u64;
     let mut readers = Vec::new();
     for _ in 0..SUBSCRIBERS {
-        let mut ws = subscribe(ws_url, "bench-fan").await;
+        let mut ws = subscribe(&t.ws, session).await;
         let (received, all_in) = (Arc::clone(&received), Arc::clone(&all_in));
         readers.push(tokio::spawn(async move {
             for _ in 0..envelopes {
@@ -171,8 +195,12 @@ async fn fan_out(http: &str, ws_url: &str, envelopes: usize) -> (f64, f64) {
     let payload =
         json!({"kind": "progress", "step": 3, "of": 10, "label": "Fetching the weather for Lyon"});
     let body = json!({"channel": "status", "payload": payload}).to_string();
-    let url = format!("{http}/ggui/sessions/bench-fan/emit");
-    let t = Instant::now();
+    let url = if t.ggui {
+        format!("{}/ggui/sessions/{session}/emit", t.http)
+    } else {
+        format!("{}/bare/emit", t.http)
+    };
+    let start = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
     let mut emitters = Vec::new();
     for _ in 0..IN_FLIGHT {
@@ -188,7 +216,7 @@ async fn fan_out(http: &str, ws_url: &str, envelopes: usize) -> (f64, f64) {
     for e in emitters {
         e.await.unwrap();
     }
-    let emitted = t.elapsed();
+    let emitted = start.elapsed();
     tokio::time::timeout(GUARD, async {
         while received.load(Relaxed) < target {
             all_in.notified().await;
@@ -196,7 +224,7 @@ async fn fan_out(http: &str, ws_url: &str, envelopes: usize) -> (f64, f64) {
     })
     .await
     .expect("not every subscriber got every envelope");
-    let elapsed = t.elapsed();
+    let elapsed = start.elapsed();
     for r in readers {
         r.await.unwrap();
     }
@@ -206,13 +234,102 @@ async fn fan_out(http: &str, ws_url: &str, envelopes: usize) -> (f64, f64) {
     )
 }
 
+// ----- the baseline: the same stack with no protocol work ---------------
+
+/// The bare server's subscribers: a sender per connection.
+#[derive(Default)]
+struct Bare {
+    subscribers: Mutex<Vec<mpsc::UnboundedSender<Utf8Bytes>>>,
+}
+
+/// What the bare server answers every frame with: an ack the size of the
+/// channel's (`{"type":"ack","requestId":"r12345","payload":{"sequence":…}}`).
+const BARE_ACK: &str =
+    r#"{"type":"ack","requestId":"r00000","payload":{"sequence":12345,"timestamp":1800000000000}}"#;
+
+fn bare_router() -> Router {
+    Router::new()
+        .route("/bare/ws", get(bare_upgrade))
+        .route("/bare/emit", post(bare_emit))
+        .with_state(Arc::new(Bare::default()))
+}
+
+async fn bare_upgrade(
+    State(bare): State<Arc<Bare>>,
+    ws: WebSocketUpgrade,
+) -> axum::response::Response {
+    // The live channel's buffer sizes.
+    ws.read_buffer_size(4 * 1024)
+        .write_buffer_size(16 * 1024)
+        .on_upgrade(move |s| bare_conn(bare, s))
+}
+
+async fn bare_conn(bare: Arc<Bare>, socket: WebSocket) {
+    let (mut sink, mut stream) = socket.split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Utf8Bytes>();
+    bare.subscribers.lock().unwrap().push(tx.clone());
+    // One writer task that writes what is queued, then flushes once.
+    let writer = tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if sink.feed(AxMessage::Text(m)).await.is_err() {
+                return;
+            }
+            while let Ok(m) = rx.try_recv() {
+                if sink.feed(AxMessage::Text(m)).await.is_err() {
+                    return;
+                }
+            }
+            if sink.flush().await.is_err() {
+                return;
+            }
+        }
+    });
+    let ack = Utf8Bytes::from_static(BARE_ACK);
+    while let Some(Ok(m)) = stream.next().await {
+        match m {
+            AxMessage::Text(_) if tx.send(ack.clone()).is_err() => break,
+            AxMessage::Close(_) => break,
+            _ => {}
+        }
+    }
+    drop(tx);
+    bare.subscribers.lock().unwrap().retain(|s| !s.is_closed());
+    writer.abort();
+}
+
+async fn bare_emit(State(bare): State<Arc<Bare>>, body: String) -> &'static str {
+    // The body goes out as one frame, shared by every subscriber, as the
+    // channel shares its serialized envelope.
+    let frame = Utf8Bytes::from(format!(r#"{{"type":"data","payload":{body}}}"#));
+    for s in bare.subscribers.lock().unwrap().iter() {
+        let _ = s.send(frame.clone());
+    }
+    "{}"
+}
+
+// ----- the run -----------------------------------------------------------
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0.0)
+}
+
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let total_actions = args.first().copied().unwrap_or(20_000);
-    let envelopes = args.get(1).copied().unwrap_or(2_000);
+    let mut numbers = Vec::new();
+    let mut json_out = None;
+    let mut repeat = 3usize;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--json" => json_out = args.next(),
+            "--repeat" => repeat = args.next().and_then(|n| n.parse().ok()).unwrap_or(3),
+            // `cargo bench` passes `--bench`; criterion-style flags are ignored.
+            _ => numbers.extend(a.parse::<usize>().ok()),
+        }
+    }
+    let total_actions = numbers.first().copied().unwrap_or(20_000);
+    let envelopes = numbers.get(1).copied().unwrap_or(2_000);
+    let repeat = repeat.max(1);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -241,14 +358,68 @@ fn main() {
             Some(store as _),
         )
         .unwrap();
-        let http = format!("http://{}", app.addr);
-        let ws = format!("ws://{}/ggui/ws", app.addr);
-        let rate = actions(&http, &ws, total_actions).await;
-        println!("ggui actions validated and acked: {total_actions} in batches of {BATCH}: {rate:.0}/s");
-        let (delivered, emitted) = fan_out(&http, &ws, envelopes).await;
+        let ggui = Target {
+            http: format!("http://{}", app.addr),
+            ws: format!("ws://{}/ggui/ws", app.addr),
+            ggui: true,
+        };
+        let bare_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let bare_addr = bare_listener.local_addr().unwrap();
+        let bare_server = tokio::spawn(async move {
+            // TCP_NODELAY, as hostwire sets it on every connection.
+            let listener = bare_listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            let _ = axum::serve(listener, bare_router()).await;
+        });
+        let bare = Target {
+            http: format!("http://{bare_addr}"),
+            ws: format!("ws://{bare_addr}/bare/ws"),
+            ggui: false,
+        };
+
+        let mut action_runs = Vec::new();
+        let mut fan_runs = Vec::new();
+        for i in 1..=repeat {
+            // Turns alternate so that each pair sees the machine alike.
+            let ours = actions(&ggui, &format!("bench-actions-{i}"), total_actions).await;
+            // The bare server is so much faster that the same count would
+            // be over in milliseconds: it gets five times the frames.
+            let base = actions(&bare, "bare", total_actions * BARE_FACTOR).await;
+            println!("run {i}: actions validated and acked: {ours:.0}/s; bare WebSocket acks: {base:.0}/s ({:.2}×)", ours / base);
+            action_runs.push(json!({"ggui_per_s": ours, "bare_per_s": base}));
+            let (ours, ours_emits) = fan_out(&ggui, &format!("bench-fan-{i}"), envelopes).await;
+            let (base, base_emits) = fan_out(&bare, "bare", envelopes).await;
+            println!(
+                "run {i}: envelopes to {SUBSCRIBERS} subscribers: {ours:.0} deliveries/s ({ours_emits:.0} emits/s); bare: {base:.0} deliveries/s ({base_emits:.0} emits/s) ({:.2}×)",
+                ours / base
+            );
+            fan_runs.push(json!({
+                "ggui_deliveries_per_s": ours, "ggui_emits_per_s": ours_emits,
+                "bare_deliveries_per_s": base, "bare_emits_per_s": base_emits,
+            }));
+        }
+        let ratio = |runs: &[Value], a: &str, b: &str| {
+            median(
+                runs.iter()
+                    .filter_map(|r| Some(r[a].as_f64()? / r[b].as_f64()?))
+                    .collect(),
+            )
+        };
         println!(
-            "ggui stream envelopes fanned out to {SUBSCRIBERS} subscribers: {envelopes} envelopes, {delivered:.0} deliveries/s ({emitted:.0} emits/s through the HTTP API, {IN_FLIGHT} in flight)"
+            "median of {repeat}: actions {:.2}× the bare WebSocket; fan-out {:.2}×",
+            ratio(&action_runs, "ggui_per_s", "bare_per_s"),
+            ratio(&fan_runs, "ggui_deliveries_per_s", "bare_deliveries_per_s")
         );
+        if let Some(path) = json_out {
+            let out = json!({
+                "actions": {"total": total_actions, "bare_total": total_actions * BARE_FACTOR, "batch": BATCH, "runs": action_runs},
+                "fan_out": {"envelopes": envelopes, "subscribers": SUBSCRIBERS, "in_flight": IN_FLIGHT, "runs": fan_runs},
+            });
+            std::fs::write(&path, serde_json::to_string_pretty(&out).unwrap()).unwrap();
+            println!("wrote {path}");
+        }
+        bare_server.abort();
         app.shutdown().await;
     });
 }

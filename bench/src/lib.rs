@@ -10,6 +10,7 @@ pub mod procstat;
 pub mod report;
 pub mod report_churn;
 pub mod report_delta;
+pub mod report_ggui;
 pub mod report_match;
 pub mod report_sessions;
 pub mod sessions;

@@ -686,6 +686,7 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
 
     s.push_str(&crate::report_sessions::section(&a.results));
     s.push_str(&crate::report_churn::section(&a.results));
+    s.push_str(&crate::report_ggui::section(&a.results, &crit));
 
     // Plots.
     let font = register_font();

@@ -1,11 +1,15 @@
 //! Sans-IO throughput of the live channel: actions decoded, validated
-//! against a declared schema, appended and acked; and stream envelopes
-//! fanned out to 100 subscribers (serialized once, shared).
+//! against a declared schema, appended and acked, with its parts (the
+//! decode, the validation) and a baseline (the same frame parsed into a
+//! `Value`, no checks) measured beside it; and stream envelopes fanned out
+//! to 100 subscribers (serialized once, shared).
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use hostwire_ggui::channel::{Channel, ChannelConfig, ConnId, CreateSession, Output};
+use hostwire_ggui::decode::{decode_client_frame, ClientFrame};
 use hostwire_ggui::frames::StreamChannelMode;
-use serde_json::json;
+use hostwire_ggui::validate::ActionSpec;
+use serde_json::{json, Value};
 
 fn drain(ch: &mut Channel) -> usize {
     let mut n = 0;
@@ -18,17 +22,19 @@ fn drain(ch: &mut Channel) -> usize {
     n
 }
 
+fn action_spec() -> Value {
+    json!({"toggleTask": {"schema": {"type": "object", "properties": {
+        "id": {"type": "string", "minLength": 1},
+        "done": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}
+    }, "required": ["id", "done"]}}})
+}
+
 fn session(ch: &mut Channel) {
     ch.create_session(
         CreateSession {
             session_id: "s".into(),
-            action_spec: Some(
-                json!({"toggleTask": {"schema": {"type": "object", "properties": {
-                "id": {"type": "string", "minLength": 1},
-                "done": {"type": "boolean"},
-                "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}
-            }, "required": ["id", "done"]}}}),
-            ),
+            action_spec: Some(action_spec()),
             stream_spec: Some(json!({"todos": {"replay": "all"}})),
             ..Default::default()
         },
@@ -68,6 +74,20 @@ fn actions(c: &mut Criterion) {
                 drain(&mut ch);
             }
         })
+    });
+    g.bench_function("decode only", |b| {
+        b.iter(|| black_box(decode_client_frame(black_box(frame.as_bytes()), true).unwrap()))
+    });
+    let spec = ActionSpec::from_json(&action_spec()).unwrap();
+    let Ok(ClientFrame::Action { envelope, .. }) = decode_client_frame(frame.as_bytes(), true)
+    else {
+        panic!("not an action");
+    };
+    g.bench_function("validate only", |b| {
+        b.iter(|| assert!(spec.validate_action_data(envelope.payload.as_ref()).valid()))
+    });
+    g.bench_function("baseline: parse to Value", |b| {
+        b.iter(|| black_box(serde_json::from_slice::<Value>(black_box(frame.as_bytes())).unwrap()))
     });
     g.finish();
 }

@@ -14,11 +14,25 @@ use crate::frames::{
     RESERVED_CHANNEL_PREFIX,
 };
 
-/// One ledger entry and its `render_event` frame.
+/// One retained ledger entry: its `seq` and its `render_event` frame. The
+/// event itself is not kept: replay needs only the frame, and holding the
+/// `Value` tree too would double what a ledger of 10,000 costs (and its
+/// clone and drop were most of an action's time).
 #[derive(Debug, Clone)]
 pub struct LedgerEntry {
-    pub event: GguiSessionEvent,
+    pub seq: u64,
     pub frame: Arc<str>,
+}
+
+/// What [`Ledger::append`] did.
+#[derive(Debug, Clone)]
+pub struct Appended {
+    /// The new event, for the caller to persist.
+    pub event: GguiSessionEvent,
+    /// Its `render_event` frame (shared with the ledger).
+    pub frame: Arc<str>,
+    /// Older entries were evicted (the horizon moved).
+    pub evicted: bool,
 }
 
 /// A bounded, gap-free event ledger. Oldest entries are evicted past
@@ -62,14 +76,9 @@ impl Ledger {
         self.entries.is_empty()
     }
 
-    /// Appends with the next `seq`; returns the entry and whether older
-    /// entries were evicted (the horizon moved).
-    pub fn append(
-        &mut self,
-        event_type: &str,
-        timestamp: String,
-        data: Value,
-    ) -> (LedgerEntry, bool) {
+    /// Appends with the next `seq`; returns the event, its frame and
+    /// whether older entries were evicted.
+    pub fn append(&mut self, event_type: &str, timestamp: String, data: Value) -> Appended {
         self.last_sequence += 1;
         let event = GguiSessionEvent {
             seq: self.last_sequence,
@@ -77,17 +86,23 @@ impl Ledger {
             timestamp,
             data,
         };
-        let entry = self.push(event);
+        let frame = self.push(&event);
         let evicted = self.evict();
-        (entry, evicted)
+        Appended {
+            event,
+            frame,
+            evicted,
+        }
     }
 
-    fn push(&mut self, event: GguiSessionEvent) -> LedgerEntry {
-        let frame = encode_frame(frame_types::RENDER_EVENT, &event, None);
-        let entry = LedgerEntry { event, frame };
-        self.bytes += entry.frame.len();
-        self.entries.push_back(entry.clone());
-        entry
+    fn push(&mut self, event: &GguiSessionEvent) -> Arc<str> {
+        let frame = encode_frame(frame_types::RENDER_EVENT, event, None);
+        self.bytes += frame.len();
+        self.entries.push_back(LedgerEntry {
+            seq: event.seq,
+            frame: Arc::clone(&frame),
+        });
+        frame
     }
 
     fn evict(&mut self) -> bool {
@@ -98,7 +113,7 @@ impl Ledger {
         {
             if let Some(old) = self.entries.pop_front() {
                 self.bytes -= old.frame.len();
-                self.horizon = old.event.seq;
+                self.horizon = old.seq;
                 evicted = true;
             }
         }
@@ -124,7 +139,7 @@ impl Ledger {
             ));
         }
         self.last_sequence = event.seq;
-        self.push(event);
+        self.push(&event);
         self.evict();
         Ok(())
     }
@@ -140,7 +155,7 @@ impl Ledger {
 
     /// Entries with `seq > since`, at most `limit`.
     pub fn page(&self, since: u64, limit: usize) -> impl Iterator<Item = &LedgerEntry> {
-        let start = self.entries.partition_point(|e| e.event.seq <= since);
+        let start = self.entries.partition_point(|e| e.seq <= since);
         self.entries.range(start..).take(limit)
     }
 
@@ -150,24 +165,31 @@ impl Ledger {
     }
 }
 
-/// One buffered envelope and its `data` frame.
+/// One buffered envelope: its `seq`, channel and policy, and its `data`
+/// frame (all that replay reads; the envelope itself goes to the caller).
 #[derive(Debug, Clone)]
 pub struct StreamEntry {
-    pub envelope: StreamEnvelope,
+    pub seq: u64,
+    pub channel: String,
     pub policy: ReplayPolicy,
     pub frame: Arc<str>,
 }
 
 impl StreamEntry {
     pub fn seq(&self) -> u64 {
-        self.envelope.seq.unwrap_or(0)
+        self.seq
     }
 }
 
 /// What [`StreamBuffer::record`] did.
 #[derive(Debug, Clone)]
 pub struct Recorded {
-    pub entry: StreamEntry,
+    /// The envelope, back to the caller (to persist and answer with).
+    pub envelope: StreamEnvelope,
+    /// Its `seq`, the policy it was kept under, and its frame.
+    pub seq: u64,
+    pub policy: ReplayPolicy,
+    pub frame: Arc<str>,
     /// Kept for replay (false under `none`).
     pub buffered: bool,
     /// `seq`s of entries that left the buffer (evicted or replaced).
@@ -240,40 +262,42 @@ impl StreamBuffer {
             policy
         };
         let frame = encode_frame(frame_types::DATA, &envelope, None);
-        let entry = StreamEntry {
-            envelope,
+        let seq = envelope.seq.unwrap_or(0);
+        let entry = || StreamEntry {
+            seq,
+            channel: envelope.channel.clone(),
             policy,
-            frame,
+            frame: Arc::clone(&frame),
         };
         let mut dropped = Vec::new();
         let buffered = match policy {
             ReplayPolicy::None => false,
             ReplayPolicy::Latest => {
-                if let Some(old) = self
-                    .latest
-                    .insert(entry.envelope.channel.clone(), entry.clone())
-                {
-                    dropped.push(old.seq());
+                if let Some(old) = self.latest.insert(envelope.channel.clone(), entry()) {
+                    dropped.push(old.seq);
                 }
                 true
             }
             ReplayPolicy::All => {
-                self.ring_bytes += entry.frame.len();
-                self.ring.push_back(entry.clone());
+                self.ring_bytes += frame.len();
+                self.ring.push_back(entry());
                 while self.ring.len() > 1
                     && (self.ring.len() > self.max_entries || self.ring_bytes > self.max_bytes)
                 {
                     if let Some(old) = self.ring.pop_front() {
                         self.ring_bytes -= old.frame.len();
-                        self.evicted_above = self.evicted_above.max(old.seq());
-                        dropped.push(old.seq());
+                        self.evicted_above = self.evicted_above.max(old.seq);
+                        dropped.push(old.seq);
                     }
                 }
                 true
             }
         };
         Recorded {
-            entry,
+            envelope,
+            seq,
+            policy,
+            frame,
             buffered,
             dropped,
         }
@@ -322,14 +346,13 @@ impl StreamBuffer {
             .iter()
             .filter(|e| e.seq() > from)
             .filter(|e| {
-                is_reserved_channel(&e.envelope.channel)
-                    || policy_of(&e.envelope.channel) == ReplayPolicy::All
+                is_reserved_channel(&e.channel) || policy_of(&e.channel) == ReplayPolicy::All
             })
             .collect();
         out.extend(
-            self.latest.values().filter(|e| {
-                e.seq() > from && policy_of(&e.envelope.channel) == ReplayPolicy::Latest
-            }),
+            self.latest
+                .values()
+                .filter(|e| e.seq() > from && policy_of(&e.channel) == ReplayPolicy::Latest),
         );
         out.sort_by_key(|e| e.seq());
         let truncated = from < self.evicted_above;
@@ -376,7 +399,7 @@ mod tests {
             l.append("user.submitted", "t".into(), json!(i));
         }
         assert_eq!((l.last_sequence(), l.horizon(), l.len()), (8, 3, 5));
-        let page: Vec<u64> = l.page(3, 2).map(|e| e.event.seq).collect();
+        let page: Vec<u64> = l.page(3, 2).map(|e| e.seq).collect();
         assert_eq!(page, vec![4, 5]);
         assert_eq!(l.page(8, 100).count(), 0);
     }

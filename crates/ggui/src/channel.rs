@@ -757,7 +757,7 @@ impl Channel {
                             let before = frames.len();
                             for e in session.ledger.page(cursor, REPLAY_PAGE_SIZE) {
                                 frames.push(e.frame.clone());
-                                cursor = e.event.seq;
+                                cursor = e.seq;
                             }
                             if frames.len() - before < REPLAY_PAGE_SIZE {
                                 break;
@@ -832,12 +832,8 @@ impl Channel {
             return;
         }
         let timestamp = iso_timestamp(now_ms);
-        let data = serde_json::to_value(&envelope).unwrap_or(Value::Null);
-        let (entry, trimmed) =
-            session
-                .ledger
-                .append(LEDGER_USER_SUBMITTED, timestamp.clone(), data);
-        let seq = entry.event.seq;
+        // What the agent consumes is read before the envelope moves into
+        // the ledger entry (no second copy of the envelope is made).
         let payload = envelope.payload.as_ref();
         let intent = payload
             .and_then(|p| p.get("action"))
@@ -848,16 +844,25 @@ impl Channel {
         if let Some(tool) = payload.and_then(|p| p.get("tool")) {
             ui_context.insert("tool".into(), tool.clone());
         }
+        let action_data = payload
+            .and_then(|p| p.get("data"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let stack_item_id = envelope.stack_item_id.clone().unwrap_or_default();
+        let appended = session.ledger.append(
+            LEDGER_USER_SUBMITTED,
+            timestamp.clone(),
+            envelope.into_value(),
+        );
+        let (event, trimmed) = (appended.event, appended.evicted);
+        let seq = event.seq;
         session.pending.push_back(PendingAction {
             seq,
             entry: ConsumeEventEntry {
                 entry_type: "action".into(),
-                stack_item_id: envelope.stack_item_id.clone().unwrap_or_default(),
+                stack_item_id,
                 intent,
-                action_data: payload
-                    .and_then(|p| p.get("data"))
-                    .cloned()
-                    .unwrap_or(Value::Null),
+                action_data,
                 ui_context,
                 action_id: seq.to_string(),
                 fired_at: timestamp,
@@ -866,7 +871,7 @@ impl Channel {
         let horizon = session.ledger.horizon();
         self.persist(Record::LedgerEvent {
             session_id: sid.clone(),
-            event: entry.event,
+            event,
         });
         if trimmed {
             self.persist(Record::LedgerTrimmed {
@@ -1036,16 +1041,16 @@ impl Channel {
         let policy = s.policy_of(channel);
         let recorded = s.stream.record(envelope, policy);
         let subscribers = s.subscribers.clone();
-        let seq = recorded.entry.seq();
+        let seq = recorded.seq;
         for conn in subscribers {
-            self.send(conn, recorded.entry.frame.clone());
+            self.send(conn, Arc::clone(&recorded.frame));
         }
         let sid = session_id.to_owned();
         if recorded.buffered {
             self.persist(Record::StreamEntry {
                 session_id: sid.clone(),
-                envelope: recorded.entry.envelope.clone(),
-                policy: recorded.entry.policy,
+                envelope: recorded.envelope.clone(),
+                policy: recorded.policy,
             });
         } else {
             self.persist(Record::StreamSeq {
@@ -1059,7 +1064,7 @@ impl Channel {
                 seqs: recorded.dropped,
             });
         }
-        Ok(recorded.entry.envelope)
+        Ok(recorded.envelope)
     }
 
     /// Delivers a `ContractErrorPayload` on `_ggui:contract-error`.
@@ -1104,21 +1109,22 @@ impl Channel {
             });
         }
         let data = serde_json::to_value(&payload).unwrap_or(Value::Null);
-        let (entry, trimmed) = s
+        let appended = s
             .ledger
             .append(LEDGER_UI_UPDATED, iso_timestamp(now_ms), data);
+        let (event, trimmed) = (appended.event, appended.evicted);
         s.props = Some(payload.props);
         let subscribers = s.subscribers.clone();
         let record = s.record();
         let horizon = s.ledger.horizon();
-        let seq = entry.event.seq;
+        let seq = event.seq;
         for conn in subscribers {
             self.send(conn, frame.clone());
         }
         self.persist(Record::Session(record));
         self.persist(Record::LedgerEvent {
             session_id: session_id.to_owned(),
-            event: entry.event,
+            event,
         });
         if trimmed {
             self.persist(Record::LedgerTrimmed {

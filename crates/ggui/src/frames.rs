@@ -149,6 +149,33 @@ pub struct ActionEnvelope {
     pub schema_version: Option<String>,
 }
 
+impl ActionEnvelope {
+    /// The envelope as a JSON value, moving its fields: the same value
+    /// `serde_json::to_value` gives (keys in declaration order, absent
+    /// options omitted) without copying the payload.
+    pub fn into_value(self) -> Value {
+        let mut m = serde_json::Map::new();
+        m.insert("sessionId".into(), Value::String(self.session_id));
+        m.insert("type".into(), Value::String(self.event_type));
+        if let Some(p) = self.payload {
+            m.insert("payload".into(), p);
+        }
+        if let Some(n) = self.stack_index {
+            m.insert("stackIndex".into(), Value::Number(n));
+        }
+        if let Some(id) = self.stack_item_id {
+            m.insert("stackItemId".into(), Value::String(id));
+        }
+        if let Some(n) = self.client_seq {
+            m.insert("clientSeq".into(), Value::Number(n));
+        }
+        if let Some(v) = self.schema_version {
+            m.insert("schemaVersion".into(), Value::String(v));
+        }
+        Value::Object(m)
+    }
+}
+
 /// Input of [`make_action_envelope`].
 #[derive(Debug, Clone, Default)]
 pub struct MakeActionEnvelope {
@@ -446,6 +473,32 @@ mod tests {
 
     fn s<T: Serialize>(v: &T) -> String {
         serde_json::to_string(v).unwrap()
+    }
+
+    #[test]
+    fn an_action_envelope_moved_into_a_value_is_what_serde_gives() {
+        let full = ActionEnvelope {
+            session_id: "s".into(),
+            event_type: "data:submit".into(),
+            payload: Some(json!({"action": "a", "data": {"z": 1, "a": [true]}})),
+            stack_index: Some(2.into()),
+            stack_item_id: Some("item".into()),
+            client_seq: Some(7.into()),
+            schema_version: Some("v".into()),
+        };
+        let bare = ActionEnvelope {
+            payload: None,
+            stack_index: None,
+            stack_item_id: None,
+            client_seq: None,
+            schema_version: None,
+            ..full.clone()
+        };
+        for e in [full, bare] {
+            let expected = serde_json::to_value(&e).unwrap();
+            let moved = e.into_value();
+            assert_eq!(s(&moved), s(&expected));
+        }
     }
 
     #[test]

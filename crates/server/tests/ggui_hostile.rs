@@ -238,3 +238,82 @@ async fn sessions_subscribers_and_long_polls_are_bounded() {
         assert_eq!(tokio::time::timeout(GUARD, p).await.unwrap().unwrap(), 200);
     }
 }
+
+/// Tokio's clock is paused in the tests below: the runtime jumps to the
+/// next timer whenever every task waits, so 90 s pass without waiting.
+fn secs(s: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(s)
+}
+
+/// Reads whatever arrives within 50 ms (answering pings); returns the pings.
+async fn read_for_50_ms(c: &mut Client) -> usize {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let mut pings = 0;
+    while let Ok(Some(m)) =
+        tokio::time::timeout(std::time::Duration::from_millis(50), c.ws.next()).await
+    {
+        match m.unwrap() {
+            Message::Ping(_) => pings += 1,
+            Message::Close(f) => panic!("closed: {f:?}"),
+            _ => {}
+        }
+    }
+    pings
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_socket_silent_for_90_s_is_closed_with_1001_and_one_that_answers_pings_stays() {
+    let s = Server::start().await;
+    // `quiet` reads nothing, so it answers none of the server's pings;
+    // `alive` reads, and its library answers each ping with a pong.
+    let (mut quiet, _) = s.subscribed("idle").await;
+    let (mut alive, _) = s.subscribed("idle").await;
+    let mut pings = 0;
+    for _ in 0..8 {
+        tokio::time::advance(secs(11)).await;
+        pings += read_for_50_ms(&mut alive).await;
+    }
+    // 88 s in: nothing is closed yet.
+    assert_eq!(s.metric("hostwire_ggui_connections").await, 2);
+    tokio::time::advance(secs(3)).await;
+    assert_eq!(quiet.ended().await, Ended::Closed(1001));
+    // 200 s in, `alive` is still served.
+    for _ in 0..10 {
+        tokio::time::advance(secs(11)).await;
+        pings += read_for_50_ms(&mut alive).await;
+    }
+    assert!(alive.until_pong().await.is_empty());
+    assert_eq!(pings, 6, "one ping per 30 s");
+    assert_eq!(s.metric("hostwire_ggui_connections").await, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_poll_waits_what_it_asked_and_never_more_than_25_s() {
+    let s = Server::start().await;
+    s.create("lp", json!({})).await;
+    let client = reqwest::Client::new();
+    for (asked, waited) in [(0, 0), (1_000, 1), (25_000, 25), (600_000, 25)] {
+        let t = tokio::time::Instant::now();
+        let r = tokio::time::timeout(
+            secs(3_600),
+            client
+                .get(format!(
+                    "{}/ggui/sessions/lp/actions?waitMs={asked}",
+                    s.http
+                ))
+                .send(),
+        )
+        .await
+        .expect("the long poll never ended")
+        .unwrap();
+        let took = t.elapsed();
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v, json!({"actions": []}));
+        assert!(
+            took >= secs(waited) && took < secs(waited) + secs(1),
+            "waitMs={asked} answered after {took:?}"
+        );
+    }
+}

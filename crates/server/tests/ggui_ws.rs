@@ -560,3 +560,31 @@ async fn the_api_names_bad_fields_and_unknown_sessions() {
         (404, Some("SESSION_NOT_FOUND"))
     );
 }
+
+#[tokio::test]
+async fn a_browser_origin_not_allowed_is_refused_403_and_an_allowed_one_upgrades() {
+    use hostwire::http::AllowedOrigins;
+    use tokio_tungstenite::tungstenite::Error;
+    let config = GguiConfig {
+        allowed_origins: AllowedOrigins::List(vec!["https://app.example".into()]),
+        ..GguiConfig::default()
+    };
+    let s = Server::with(config).await;
+    for refused in ["https://evil.example", "null", "https://app.example.evil"] {
+        match Client::connect_from(&s.ws, refused).await {
+            Err(Error::Http(r)) => assert_eq!(r.status(), 403, "{refused}"),
+            Err(e) => panic!("{refused}: {e}"),
+            Ok(_) => panic!("{refused}: upgraded"),
+        }
+    }
+    // The allowed origin, and an agent that sends none, both upgrade.
+    let mut browser = Client::connect_from(&s.ws, "https://app.example")
+        .await
+        .unwrap();
+    let mut agent = s.client().await;
+    for c in [&mut browser, &mut agent] {
+        c.send(json!({"type": "subscribe", "payload": {"sessionId": "o1"}}))
+            .await;
+        assert_eq!(c.recv().await["type"], "ack");
+    }
+}

@@ -189,7 +189,22 @@ impl Client {
             req.headers_mut()
                 .insert("Authorization", format!("Bearer {t}").parse().unwrap());
         }
-        let (ws, _) = tokio_tungstenite::connect_async(req).await?;
+        // Nagle off, as the server has it: on tokio's paused clock a small
+        // frame held for an ACK would look like one that never came.
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(req, None, true).await?;
+        Ok(Client { ws })
+    }
+
+    /// An upgrade that carries `Origin: origin`, as a browser's does.
+    pub async fn connect_from(
+        url: &str,
+        origin: &str,
+    ) -> Result<Client, tokio_tungstenite::tungstenite::Error> {
+        let mut req = url.into_client_request().unwrap();
+        req.headers_mut().insert("Origin", origin.parse().unwrap());
+        // Nagle off, as the server has it: on tokio's paused clock a small
+        // frame held for an ACK would look like one that never came.
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(req, None, true).await?;
         Ok(Client { ws })
     }
 
@@ -203,6 +218,7 @@ impl Client {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         socket.set_recv_buffer_size(bytes).unwrap();
         let tcp = socket.connect(addr).await.unwrap();
+        tcp.set_nodelay(true).unwrap();
         let req = url.into_client_request().unwrap();
         let (ws, _) = tokio_tungstenite::client_async(req, MaybeTlsStream::Plain(tcp))
             .await
