@@ -127,6 +127,9 @@ impl App {
         let sessions = memizy::session::Sessions::new(
             memizy::session::SessionsConfig {
                 allowed_origins: config.allowed_origins.clone(),
+                sessions_per_ip_per_hour: config.rooms_per_ip_per_hour,
+                trust_proxy: config.trust_proxy,
+                trusted_proxy_hops: config.limits.trusted_proxy_hops,
                 ..Default::default()
             },
             Arc::clone(&clock),

@@ -70,7 +70,8 @@ pub struct ServeArgs {
     /// Directory of the embedded database (created if missing).
     #[arg(long, env = "HOSTWIRE_DATA_DIR", default_value = "data")]
     pub data_dir: PathBuf,
-    /// Rooms one client IP may create per hour (a school shares one IP).
+    /// Rooms one client IP may create per hour (a school shares one IP);
+    /// hosted Memizy sessions are limited by the same number, counted apart.
     #[arg(long, env = "ROOMS_PER_IP_PER_HOUR", default_value_t = RELAY_LIMITS.rooms_per_ip_per_hour)]
     pub rooms_per_ip_per_hour: u32,
     /// Room lookups (GET /api/rooms/:pin) one client IP may make per

@@ -324,3 +324,27 @@ async fn a_device_without_its_instance_token_is_closed_4001_and_attaches_with_it
     assert_eq!(code(d.hello(PLUGIN_ID).await), "TRANSPORT_CLOSED");
     assert_eq!(d.ended.lock().unwrap().1, Some(4001));
 }
+
+/// `POST /memizy/sessions` needs no credentials and each session may keep
+/// megabytes in the store: one client IP creates at most
+/// `ROOMS_PER_IP_PER_HOUR` sessions an hour, then 429 until the hour moves.
+#[tokio::test]
+async fn session_creation_is_limited_per_client_ip() {
+    let h = TestHost::start().await;
+    let api = Api::of(&h);
+    let per_hour = hostwire_memizy::limits::RELAY_LIMITS.rooms_per_ip_per_hour;
+    for _ in 0..per_hour {
+        api.create(&presenter_body(1)).await;
+    }
+    let (status, v) = api
+        .request("POST", "/memizy/sessions", None, Some(&presenter_body(1)))
+        .await;
+    assert_eq!(status, 429, "{v}");
+    assert!(
+        v.to_string().contains("ROOMS_PER_IP_PER_HOUR"),
+        "the answer names the limit: {v}"
+    );
+    // The window is an hour on the server's clock.
+    h.clock.advance_ms(3_600_000);
+    api.create(&presenter_body(1)).await;
+}

@@ -256,7 +256,18 @@ async fn player_spec(
     Ok(spec)
 }
 
-async fn create(State(sessions): State<Arc<Sessions>>, body: axum::body::Bytes) -> Response {
+async fn create(
+    State(sessions): State<Arc<Sessions>>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if !sessions.allow_creation(&headers, peer) {
+        return error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many sessions created from this address in the last hour (ROOMS_PER_IP_PER_HOUR)",
+        );
+    }
     let spec: CreateSession = match serde_json::from_slice(&body) {
         Ok(s) => s,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("body: {e}")),

@@ -25,6 +25,7 @@ use axum::routing::get;
 use axum::Router;
 use hostwire_core::Clock;
 use hostwire_memizy::limits::{CALL_ENVELOPE_BYTES, LIMITS};
+use hostwire_memizy::relay::create::RoomCreationLimit;
 use hostwire_memizy::session::{InstanceId, SessionTiming};
 use hostwire_store::sessions::SessionStore;
 use services::{ServiceCommand, ServiceHost, ServiceMetrics};
@@ -58,6 +59,13 @@ pub struct SessionsConfig {
     pub allowed_origins: AllowedOrigins,
     /// The host's times when a creation request does not set them.
     pub timing: SessionTiming,
+    /// Sessions one client IP may create per hour (`POST /memizy/sessions`
+    /// needs no credentials, and each session may keep up to 8 MB in the
+    /// store): the relay's `ROOMS_PER_IP_PER_HOUR`, counted apart.
+    pub sessions_per_ip_per_hour: u32,
+    /// The client IP behind trusted proxies, as the relay counts it.
+    pub trust_proxy: bool,
+    pub trusted_proxy_hops: usize,
 }
 
 impl Default for SessionsConfig {
@@ -65,6 +73,9 @@ impl Default for SessionsConfig {
         Self {
             allowed_origins: AllowedOrigins::parse("*"),
             timing: SessionTiming::default(),
+            sessions_per_ip_per_hour: hostwire_memizy::limits::RELAY_LIMITS.rooms_per_ip_per_hour,
+            trust_proxy: false,
+            trusted_proxy_hops: 1,
         }
     }
 }
@@ -168,6 +179,9 @@ pub struct Sessions {
     pub metrics: Arc<SessionMetrics>,
     live: Mutex<HashMap<String, SessionHandle>>,
     next_instance: AtomicU64,
+    /// Creations per client IP in the last hour; swept on each creation,
+    /// so it holds only IPs that created a session within the hour.
+    creations: Mutex<RoomCreationLimit>,
 }
 
 impl Sessions {
@@ -176,15 +190,36 @@ impl Sessions {
         clock: Arc<dyn Clock>,
         store: Arc<dyn SessionStore>,
     ) -> Arc<Sessions> {
+        let creations = Mutex::new(RoomCreationLimit::new(config.sessions_per_ip_per_hour));
         Arc::new(Sessions {
             config,
             clock,
+            creations,
             store: std::sync::RwLock::new(store),
             services: std::sync::RwLock::new(Arc::new(ServiceHost::none())),
             metrics: Arc::new(SessionMetrics::default()),
             live: Mutex::new(HashMap::new()),
             next_instance: AtomicU64::new(1),
         })
+    }
+
+    /// Whether the client at `peer` (behind `headers`' trusted proxies) may
+    /// create a session now; if so, the creation is counted.
+    pub fn allow_creation(
+        &self,
+        headers: &axum::http::HeaderMap,
+        peer: std::net::SocketAddr,
+    ) -> bool {
+        let ip = crate::http::client_ip::limit_key(&crate::http::client_ip(
+            headers,
+            peer,
+            self.config.trust_proxy,
+            self.config.trusted_proxy_hops,
+        ));
+        let now = self.clock.now_ms();
+        let mut c = self.creations.lock().unwrap_or_else(|p| p.into_inner());
+        c.sweep(now);
+        c.try_create(&ip, now)
     }
 
     /// The store sessions are kept in.
