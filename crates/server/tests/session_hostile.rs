@@ -348,3 +348,21 @@ async fn session_creation_is_limited_per_client_ip() {
     h.clock.advance_ms(3_600_000);
     api.create(&presenter_body(1)).await;
 }
+
+/// A creation body over 8 MB is refused with 413 (it is read only under a
+/// creation permit, with its bound).
+#[tokio::test]
+async fn a_creation_body_over_its_bound_is_413() {
+    let h = TestHost::start().await;
+    let body = vec![b' '; 8 * 1024 * 1024 + 1];
+    let r = reqwest::Client::new()
+        .post(format!("{}/memizy/sessions", h.http))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    let api = Api::of(&h);
+    api.create(&presenter_body(1)).await;
+}

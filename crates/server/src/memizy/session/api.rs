@@ -260,14 +260,33 @@ async fn create(
     State(sessions): State<Arc<Sessions>>,
     axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> Response {
+    // Held until the answer: what the request's set costs in memory is
+    // bounded by CONCURRENT_SESSION_CREATIONS of them.
+    let Some(_permit) = sessions.creation_permit() else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many sessions being created at once (CONCURRENT_SESSION_CREATIONS); try again",
+        );
+    };
     if !sessions.allow_creation(&headers, peer) {
         return error(
             StatusCode::TOO_MANY_REQUESTS,
             "too many sessions created from this address in the last hour (ROOMS_PER_IP_PER_HOUR)",
         );
     }
+    // The body is read only now, under the permit: a request waiting for
+    // one holds none of its bytes.
+    let body = match axum::body::to_bytes(body, MAX_BUNDLE_BYTES).await {
+        Ok(b) => b,
+        Err(e) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("body: more than {MAX_BUNDLE_BYTES} bytes, or not read whole: {e}"),
+            )
+        }
+    };
     let spec: CreateSession = match serde_json::from_slice(&body) {
         Ok(s) => s,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("body: {e}")),

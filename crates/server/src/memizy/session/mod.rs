@@ -53,6 +53,10 @@ pub const STORE_QUEUE: usize = hostwire_memizy::session::MAX_RECORDS_IN_FLIGHT;
 pub const MAX_SESSIONS: usize = 10_000;
 /// The largest creation request (plugin HTML and set).
 pub const MAX_BUNDLE_BYTES: usize = 8 * 1024 * 1024;
+/// Creation requests handled at once, over the server: a request's set is
+/// parsed into JSON trees (tens of times its text for small items), so
+/// this bounds what creations can hold in memory together; beyond it 503.
+pub const CONCURRENT_SESSION_CREATIONS: usize = 4;
 
 #[derive(Debug, Clone)]
 pub struct SessionsConfig {
@@ -182,6 +186,8 @@ pub struct Sessions {
     /// Creations per client IP in the last hour; swept on each creation,
     /// so it holds only IPs that created a session within the hour.
     creations: Mutex<RoomCreationLimit>,
+    /// [`CONCURRENT_SESSION_CREATIONS`] permits.
+    creating: Arc<tokio::sync::Semaphore>,
 }
 
 impl Sessions {
@@ -195,6 +201,7 @@ impl Sessions {
             config,
             clock,
             creations,
+            creating: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SESSION_CREATIONS)),
             store: std::sync::RwLock::new(store),
             services: std::sync::RwLock::new(Arc::new(ServiceHost::none())),
             metrics: Arc::new(SessionMetrics::default()),
@@ -220,6 +227,12 @@ impl Sessions {
         let mut c = self.creations.lock().unwrap_or_else(|p| p.into_inner());
         c.sweep(now);
         c.try_create(&ip, now)
+    }
+
+    /// A permit to handle one creation request, if fewer than
+    /// [`CONCURRENT_SESSION_CREATIONS`] are being handled.
+    pub fn creation_permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.creating).try_acquire_owned().ok()
     }
 
     /// The store sessions are kept in.
@@ -312,4 +325,34 @@ pub fn router(sessions: Arc<Sessions>) -> Router {
             "/memizy/session/ws",
             get(conn::ws_upgrade).with_state(sessions),
         )
+}
+
+#[cfg(test)]
+mod creation_tests {
+    use super::*;
+
+    #[test]
+    fn at_most_the_bound_of_creations_are_handled_at_once() {
+        let sessions = Sessions::new(
+            SessionsConfig::default(),
+            Arc::new(hostwire_core::ManualClock::new(0)),
+            Arc::new(hostwire_store::SqliteStore::in_memory().unwrap()),
+        );
+        let held: Vec<_> = (0..CONCURRENT_SESSION_CREATIONS)
+            .map(|_| {
+                sessions
+                    .creation_permit()
+                    .expect("a permit under the bound")
+            })
+            .collect();
+        assert!(
+            sessions.creation_permit().is_none(),
+            "one more than CONCURRENT_SESSION_CREATIONS is refused"
+        );
+        drop(held);
+        assert!(
+            sessions.creation_permit().is_some(),
+            "a finished creation frees its permit"
+        );
+    }
 }
