@@ -256,6 +256,43 @@ async fn player_spec(
     Ok(spec)
 }
 
+/// A creation request decoded and checked, before anything is stored.
+pub struct Prepared {
+    pub spec: CreateSession,
+    pub files: BTreeMap<String, Vec<u8>>,
+    pub assets: AssetCatalog,
+    pub session: Session,
+    pub plugin_id: String,
+    pub set_id: String,
+}
+
+/// Everything a creation request's body goes through before the store: its
+/// shape, its files, the session's configuration (manifest, set, timing)
+/// and the engine's new session. The fuzz target `memizy_session_create`
+/// feeds it any bytes.
+pub fn prepare_creation(
+    sessions: &Sessions,
+    id: &str,
+    body: &[u8],
+) -> Result<Prepared, (StatusCode, String)> {
+    let spec: CreateSession = serde_json::from_slice(body)
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("body: {e}")))?;
+    let files = decode_assets(&spec).map_err(|m| (StatusCode::BAD_REQUEST, m))?;
+    let sizes: BTreeMap<String, usize> = files.iter().map(|(f, b)| (f.clone(), b.len())).collect();
+    let (cfg, assets) = config(sessions, id, &spec, &sizes)?;
+    let (plugin_id, set_id) = (cfg.plugin_id.clone(), cfg.set_id.clone());
+    let session = Session::new(cfg, sessions.clock.now_ms())
+        .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+    Ok(Prepared {
+        spec,
+        files,
+        assets,
+        session,
+        plugin_id,
+        set_id,
+    })
+}
+
 async fn create(
     State(sessions): State<Arc<Sessions>>,
     axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
@@ -287,26 +324,19 @@ async fn create(
             )
         }
     };
-    let spec: CreateSession = match serde_json::from_slice(&body) {
-        Ok(s) => s,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("body: {e}")),
-    };
     let id = session_id();
-    let files = match decode_assets(&spec) {
-        Ok(f) => f,
-        Err(m) => return error(StatusCode::BAD_REQUEST, m),
+    let Prepared {
+        spec,
+        files,
+        assets,
+        session: mut s,
+        plugin_id,
+        set_id,
+    } = match prepare_creation(&sessions, &id, &body) {
+        Ok(p) => p,
+        Err((status, m)) => return error(status, m),
     };
-    let sizes: BTreeMap<String, usize> = files.iter().map(|(f, b)| (f.clone(), b.len())).collect();
-    let (cfg, assets) = match config(&sessions, &id, &spec, &sizes) {
-        Ok(c) => c,
-        Err((s, m)) => return error(s, m),
-    };
-    let (plugin_id, set_id) = (cfg.plugin_id.clone(), cfg.set_id.clone());
     let now = sessions.clock.now_ms();
-    let mut s = match Session::new(cfg, now) {
-        Ok(s) => s,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
-    };
     for p in &spec.players {
         let ps = match player_spec(&sessions, p, &plugin_id, &set_id).await {
             Ok(ps) => ps,
