@@ -236,7 +236,10 @@ async fn fan_out(t: &Target, session: &str, envelopes: usize) -> (f64, f64) {
 
 // ----- the baseline: the same stack with no protocol work ---------------
 
-/// The bare server's subscribers: a sender per connection.
+/// The bare server's subscribers: a sender per connection. Unbounded on
+/// purpose: it is the baseline (no limits, no checks), and what it holds is
+/// bounded by the bench itself, which emits a fixed number of envelopes
+/// with at most 4 in flight and reads every subscriber until the end.
 #[derive(Default)]
 struct Bare {
     subscribers: Mutex<Vec<mpsc::UnboundedSender<Utf8Bytes>>>,
@@ -266,6 +269,7 @@ async fn bare_upgrade(
 
 async fn bare_conn(bare: Arc<Bare>, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
+    // Bounded by the bench's own traffic (see `Bare`).
     let (tx, mut rx) = mpsc::unbounded_channel::<Utf8Bytes>();
     bare.subscribers.lock().unwrap().push(tx.clone());
     // One writer task that writes what is queued, then flushes once.

@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 struct Agent {
     updates: mpsc::UnboundedSender<String>,
     /// Pushed tells (logging notifications of logger `playerthree/tell`).
+    /// Test-only; bounded by the few tells each test sends.
     tells: mpsc::UnboundedSender<Value>,
 }
 
