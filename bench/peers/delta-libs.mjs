@@ -4,13 +4,19 @@
 // library: diff (or produce) and apply, per second, and the delta's size as
 // compact JSON. Prints one JSON document.
 //
-// jsondiffpatch and fast-json-patch apply in place: each iteration applies
-// to a working copy, which is put back (unpatch / the reverse patch) outside
-// the timed part; both compare the two plain objects in full. mutative has
-// no diff of two plain objects: it replays the edit on a draft of `before`
-// (the changed paths, found beforehand by fast-json-patch outside the
-// timing) and records patches from the draft, so its figure is the cost of
-// an edit already known, not of a comparison; it then applies immutably.
+// jsondiffpatch and fast-json-patch compare two states and run on two pairs:
+// `full`, the two fixture files parsed separately (nothing shared: every
+// member is compared), and `shared`, `after` derived from `before` by the
+// edit as an immutable update makes it (mutative's `create`, outside the
+// timing), so unchanged subtrees are the same objects and both libraries
+// skip them by identity, as a JavaScript game host's consecutive states
+// let them. Both apply in place: each iteration applies to a working copy,
+// put back (unpatch / the reverse patch) outside the timed part. mutative
+// has no diff of two plain objects: it replays the edit on a draft of
+// `before` (the changed paths, found beforehand by fast-json-patch outside
+// the timing) and records patches from the draft, so its figure is the
+// cost of an edit already known, not of a comparison; it then applies
+// immutably.
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
@@ -76,45 +82,55 @@ const overhead = (() => {
 
 const results = [];
 
-{
+// The edit itself: the fields that differ, found once, outside the timing.
+const edits = fastJsonPatch.compare(before, after).map((op) => ({
+  path: op.path.split('/').slice(1),
+  value: op.value,
+}));
+const edit = (draft) => {
+  for (const { path, value } of edits) {
+    let node = draft;
+    for (let i = 0; i < path.length - 1; i++) node = node[path[i]];
+    node[path[path.length - 1]] = value;
+  }
+};
+// `after` as an immutable update of `before`: unchanged subtrees shared.
+const derived = create(before, edit);
+if (!same(derived, after) || derived.players[0] !== before.players[0]) {
+  throw new Error('the derived state does not share the unchanged subtrees');
+}
+const pairs = [
+  ['full', after, 'full comparison of two plain objects, patch in place'],
+  ['shared', derived, 'a state derived by an immutable edit: shared subtrees skipped by identity, patch in place'],
+];
+
+for (const [pair, next, work] of pairs) {
   const differ = jsondiffpatch.create();
-  const work = JSON.parse(beforeText);
+  const copy = JSON.parse(beforeText);
   let delta;
   const r = run('jsondiffpatch', () => {
-    delta = differ.diff(before, after);
-    differ.patch(work, delta);
-  }, () => differ.unpatch(work, delta));
-  differ.patch(work, delta);
-  if (!same(work, after)) throw new Error('jsondiffpatch: wrong result');
-  results.push({ ...r, work: 'full comparison of two plain objects, patch in place', version: pkgVersion('jsondiffpatch'), deltaBytes: JSON.stringify(delta).length });
+    delta = differ.diff(before, next);
+    differ.patch(copy, delta);
+  }, () => differ.unpatch(copy, delta));
+  differ.patch(copy, delta);
+  if (!same(copy, after)) throw new Error('jsondiffpatch: wrong result');
+  results.push({ ...r, pair, work, version: pkgVersion('jsondiffpatch'), deltaBytes: JSON.stringify(delta).length });
 }
 
-{
-  const work = JSON.parse(beforeText);
-  const back = fastJsonPatch.compare(after, before);
+for (const [pair, next, work] of pairs) {
+  const copy = JSON.parse(beforeText);
+  const back = fastJsonPatch.compare(next, before);
   let ops;
   const r = run('fast-json-patch', () => {
-    ops = fastJsonPatch.compare(before, after);
-    fastJsonPatch.applyPatch(work, ops, false, true);
-  }, () => fastJsonPatch.applyPatch(work, back, false, true));
-  fastJsonPatch.applyPatch(work, ops, false, true);
-  if (!same(work, after)) throw new Error('fast-json-patch: wrong result');
-  results.push({ ...r, work: 'full comparison of two plain objects, patch in place', version: pkgVersion('fast-json-patch'), deltaBytes: JSON.stringify(ops).length });
+    ops = fastJsonPatch.compare(before, next);
+    fastJsonPatch.applyPatch(copy, ops, false, true);
+  }, () => fastJsonPatch.applyPatch(copy, back, false, true));
+  fastJsonPatch.applyPatch(copy, ops, false, true);
+  if (!same(copy, after)) throw new Error('fast-json-patch: wrong result');
+  results.push({ ...r, pair, work, version: pkgVersion('fast-json-patch'), deltaBytes: JSON.stringify(ops).length });
 }
 
 {
-  // The edit itself: the fields that differ, found once, outside the timing.
-  const edits = fastJsonPatch.compare(before, after).map((op) => ({
-    path: op.path.split('/').slice(1),
-    value: op.value,
-  }));
-  const edit = (draft) => {
-    for (const { path, value } of edits) {
-      let node = draft;
-      for (let i = 0; i < path.length - 1; i++) node = node[path[i]];
-      node[path[path.length - 1]] = value;
-    }
-  };
   let patches;
   let next;
   const r = run('mutative', () => {
@@ -122,7 +138,7 @@ const results = [];
     next = mutativeApply(before, patches);
   }, () => {});
   if (!same(next, after)) throw new Error('mutative: wrong result');
-  results.push({ ...r, work: 'no comparison: replays a known edit on a draft, then applies immutably', version: pkgVersion('mutative'), deltaBytes: JSON.stringify(patches).length });
+  results.push({ ...r, pair: 'edit', work: 'no comparison: replays a known edit on a draft, then applies immutably', version: pkgVersion('mutative'), deltaBytes: JSON.stringify(patches).length });
 }
 
 function pkgVersion(name) {

@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
     ) else {
         return;
     };
-    if let Ok(out) = apply(&base, &JsonDelta(other.clone())) {
+    if let Ok(out) = apply(&base, &JsonDelta::from_json(other.clone())) {
         let d = diff(&base, &out);
         assert_eq!(apply(&base, &d).unwrap(), out);
     }

@@ -41,7 +41,7 @@ fn delta(c: &mut Criterion) {
         "delta: state {} bytes, delta {} bytes: {}",
         before_text.trim_end().len(),
         d.json_len(),
-        d.as_json()
+        d.to_json_string()
     );
 
     let mut g = c.benchmark_group("delta/quiz_21k_5_scores_1_answer");
@@ -66,6 +66,9 @@ fn delta(c: &mut Criterion) {
             let d = diff(black_box(&before), black_box(&shared));
             black_box(apply(&before, &d).unwrap())
         })
+    });
+    g.bench_function("diff, shared subtrees", |b| {
+        b.iter(|| black_box(diff(black_box(&before), black_box(&shared))))
     });
     g.finish();
 
