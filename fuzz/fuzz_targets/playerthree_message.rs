@@ -1,22 +1,36 @@
 //! Any text as an inbound PlayerThree message: the decoder never panics,
 //! refuses with `bad_message` naming a field, and whatever it accepts (and
 //! one refused message in 16) goes through a match (one connection per
-//! principal kind) without a panic.
+//! principal kind) without a panic. The same text, if it is JSON, as the
+//! arguments of a disclosure (the MCP tool `disclose`): refused with
+//! `bad_message`, or accepted within its bounds and disclosed by each
+//! principal (only the agent's seat may).
 #![no_main]
 
-use hostwire_playerthree::decode::{decode_inbound, MAX_SAFE_INTEGER};
+use hostwire_playerthree::decode::{
+    decode_disclosure, decode_inbound, MAX_COMMENTARY_TEXT_BYTES, MAX_SAFE_INTEGER, MESSAGE_LIMITS,
+};
 use hostwire_playerthree::demo::Ridge;
 use hostwire_playerthree::host::{Match, MatchConfig, Output};
 use hostwire_playerthree::protocol::{
     ObserverGrant, Principal, ServerErrorCode, MAX_MESSAGE_BYTES,
 };
-use hostwire_playerthree::Inbound;
+use hostwire_playerthree::{Inbound, Json};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    let disclosure = hostwire_core::json::from_str_bounded::<Json>(text, MESSAGE_LIMITS)
+        .ok()
+        .map(|args| decode_disclosure(&args));
+    if let Some(d) = &disclosure {
+        match d {
+            Err(e) => assert_eq!(e.code, ServerErrorCode::BadMessage),
+            Ok(d) => assert!(!d.text.trim().is_empty() && d.text.len() <= MAX_COMMENTARY_TEXT_BYTES),
+        }
+    }
     match decode_inbound(text) {
         Err(e) => {
             assert_eq!(e.error.code, ServerErrorCode::BadMessage);
@@ -25,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
             // A refused message never reaches the match's state; one in 16
             // still goes through it (errors, rate limits), the rest are
             // skipped so that the fuzzer spends its time on the decoder.
-            if text.len() % 16 != 0 {
+            if text.len() % 16 != 0 && !matches!(disclosure, Some(Ok(_))) {
                 return;
             }
         }
@@ -56,6 +70,18 @@ fuzz_target!(|data: &[u8]| {
             m.handle_message(conn, text, now);
         }
         m.tick(now + 50);
+    }
+    if let Some(Ok(d)) = disclosure {
+        m.handle_message(
+            0,
+            r#"{"op":"controller","seq":1,"role":"red-scout","controller":{"kind":"agent"}}"#,
+            300,
+        );
+        for conn in 0..5 {
+            let r = m.disclose(conn, d.clone());
+            assert_eq!(r.is_ok(), conn == 2, "{r:?}");
+        }
+        m.tick(400);
     }
     for o in m.take_outputs() {
         if let Output::Send { text, .. } = o {

@@ -7,8 +7,8 @@
 //! message naming the field.
 
 use crate::protocol::{
-    ClientMsg, Controller, DetailRequest, ObserverRequest, ProtocolError, Roles, ServerErrorCode,
-    WatchMsg, MAX_MESSAGE_BYTES, MAX_MESSAGE_DEPTH,
+    ClientMsg, CommentaryCategory, Controller, DetailRequest, Disclosure, ObserverRequest,
+    ProtocolError, Roles, ServerErrorCode, WatchMsg, MAX_MESSAGE_BYTES, MAX_MESSAGE_DEPTH,
 };
 use hostwire_core::delta::{Json, JsonMap};
 use hostwire_core::json::{from_str_bounded, JsonError, JsonLimits};
@@ -17,6 +17,9 @@ use hostwire_core::json::{from_str_bounded, JsonError, JsonLimits};
 pub const MAX_NAME_BYTES: usize = 64;
 /// Longest `tell` text, in bytes.
 pub const MAX_TELL_TEXT_BYTES: usize = 4096;
+/// Longest commentary `text` an agent discloses, in bytes (UTF-8): a few
+/// sentences, so that a frame with every seat's commentary stays small.
+pub const MAX_COMMENTARY_TEXT_BYTES: usize = 500;
 /// Most entries in `scopes`, `roles`, `teams` or `detail`.
 pub const MAX_LIST_ITEMS: usize = 64;
 /// Largest `everyTicks` (0 stops the stream).
@@ -74,6 +77,50 @@ pub fn decode_inbound(text: &str) -> Result<Inbound, DecodeError> {
     };
     let f = Fields { op: &op, map, seq };
     f.decode().map_err(|message| bad(seq, message))
+}
+
+/// Decodes the arguments of a disclosure (the MCP tool `disclose`):
+/// exactly `{"category": "summary"|"chat", "text": …}`, the text not blank
+/// and at most [`MAX_COMMENTARY_TEXT_BYTES`]. Anything else is
+/// `bad_message` naming the field.
+pub fn decode_disclosure(args: &Json) -> Result<Disclosure, ProtocolError> {
+    let bad = |m: String| ProtocolError::new(ServerErrorCode::BadMessage, m);
+    let Json::Object(map) = args else {
+        return Err(bad("arguments: expected an object".into()));
+    };
+    if let Some(k) = map.keys().find(|k| !["category", "text"].contains(&&***k)) {
+        let mut shown: String = k.chars().take(MAX_NAME_BYTES).collect();
+        if shown.len() < k.len() {
+            shown.push('…');
+        }
+        return Err(bad(format!("{shown}: unknown field of disclose")));
+    }
+    let category = match map.get("category") {
+        None => return Err(bad("category: missing".into())),
+        Some(Json::String(s)) => CommentaryCategory::parse(s)
+            .ok_or_else(|| bad("category: expected \"summary\" or \"chat\"".into()))?,
+        Some(_) => return Err(bad("category: expected \"summary\" or \"chat\"".into())),
+    };
+    let text = match map.get("text") {
+        None => return Err(bad("text: missing".into())),
+        Some(Json::String(s)) => s.to_string(),
+        Some(_) => return Err(bad("text: expected a string".into())),
+    };
+    check_commentary_text(&text).map_err(bad)?;
+    Ok(Disclosure { category, text })
+}
+
+/// A commentary text is not blank and at most [`MAX_COMMENTARY_TEXT_BYTES`].
+pub fn check_commentary_text(text: &str) -> Result<(), String> {
+    if text.trim().is_empty() {
+        return Err("text: empty".into());
+    }
+    if text.len() > MAX_COMMENTARY_TEXT_BYTES {
+        return Err(format!(
+            "text: longer than MAX_COMMENTARY_TEXT_BYTES ({MAX_COMMENTARY_TEXT_BYTES} bytes)"
+        ));
+    }
+    Ok(())
 }
 
 fn safe_integer(v: &Json) -> Option<u64> {
@@ -434,6 +481,41 @@ mod tests {
             vec![r#""t""#; 65].join(",")
         );
         assert!(err(&many).error.message.starts_with("teams:"));
+    }
+
+    #[test]
+    fn disclosures_are_strictly_shaped_and_bounded() {
+        let j = |v: serde_json::Value| Json::from(v);
+        let d = decode_disclosure(&j(serde_json::json!({"category":"chat","text":"gg"}))).unwrap();
+        assert_eq!(d.category, CommentaryCategory::Chat);
+        assert_eq!(d.text, "gg");
+        let exact = "é".repeat(MAX_COMMENTARY_TEXT_BYTES / 2);
+        decode_disclosure(&j(serde_json::json!({"category":"summary","text":exact}))).unwrap();
+        let cases = [
+            (serde_json::json!([]), "arguments:"),
+            (serde_json::json!({"text":"x"}), "category:"),
+            (
+                serde_json::json!({"category":"log","text":"x"}),
+                "category:",
+            ),
+            (serde_json::json!({"category":1,"text":"x"}), "category:"),
+            (serde_json::json!({"category":"chat"}), "text:"),
+            (serde_json::json!({"category":"chat","text":7}), "text:"),
+            (serde_json::json!({"category":"chat","text":" \n"}), "text:"),
+            (
+                serde_json::json!({"category":"chat","text":"x".repeat(MAX_COMMENTARY_TEXT_BYTES + 1)}),
+                "text:",
+            ),
+            (
+                serde_json::json!({"category":"chat","text":"x","team":"blue"}),
+                "team:",
+            ),
+        ];
+        for (args, field) in cases {
+            let e = decode_disclosure(&j(args.clone())).unwrap_err();
+            assert_eq!(e.code, ServerErrorCode::BadMessage);
+            assert!(e.message.starts_with(field), "{args}: {}", e.message);
+        }
     }
 
     #[test]

@@ -19,7 +19,8 @@
 //! - MCP: [`Match::connect`] a session with the agent's seat token, then
 //!   [`Match::handle_client`] for tool calls, [`Match::control_methods`] for
 //!   the tool list and schemas, [`Match::team_view`] for the resource,
-//!   [`Match::take_inbox`] for tells, [`Match::proposal_status`];
+//!   [`Match::take_inbox`] for tells, [`Match::proposal_status`],
+//!   [`Match::disclose`] for commentary to observers;
 //! - time: [`Match::tick`] at the game's rate, and
 //!   [`Match::poll_observers`] at [`Match::next_timeout`];
 //! - after each call: [`Match::take_outputs`] and perform them in order
@@ -27,15 +28,16 @@
 //!   once the records before it are stored, hand `Told` to the agent's
 //!   session, log `GuardViolation`).
 
-use crate::decode::{decode_inbound, Inbound};
+use crate::decode::{check_commentary_text, decode_inbound, Inbound};
 use crate::game::{
     ControlMethod, Game, GameError, GameFactory, GuardViolation, Perspective, Vocabulary,
 };
 use crate::observer::{ObserverCursor, ObserverFeed, MAX_OBSERVER_DELAY_MS, OMNISCIENT};
 use crate::protocol::{
-    ClientMsg, Controller, DetailRequest, EntrantCard, ObserverAgentCard, ObserverGrant, Outcome,
-    Principal, ProtocolError, PublicSeatCard, ResultMsg, Roles, SeatInfo, ServerErrorCode as Code,
-    ServerMsg, WatchMsg, SCOPE_ALL,
+    ClientMsg, CommentaryCategory, Controller, DetailRequest, Disclosure, EntrantCard,
+    ObserverAgentCard, ObserverCommentary, ObserverGrant, Outcome, Principal, ProtocolError,
+    PublicSeatCard, ResultMsg, Roles, SeatInfo, ServerErrorCode as Code, ServerMsg, WatchMsg,
+    SCOPE_ALL,
 };
 use crate::tokens::{TokenHash, TokenTable};
 use crate::view::ViewStream;
@@ -59,6 +61,9 @@ pub const MAX_CONNECTIONS_PER_MATCH: usize = 4096;
 pub const MAX_INBOX_PER_SEAT: usize = 64;
 /// Resolved proposals remembered for [`Match::proposal_status`].
 pub const MAX_RESOLVED_PROPOSALS: usize = 256;
+/// Disclosures one seat may make per game tick; more are `rate_limited`.
+/// With the text bound this caps what commentary adds to a frame.
+pub const MAX_COMMENTARY_PER_TICK: u32 = 2;
 
 /// How a match runs.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -160,6 +165,16 @@ pub enum Record {
         text: String,
         tick: u64,
     },
+    /// Commentary an agent disclosed for observers (`ObserverCommentary`).
+    #[serde(rename_all = "camelCase")]
+    Commentary {
+        id: String,
+        team: String,
+        role: String,
+        tick: u64,
+        category: CommentaryCategory,
+        text: String,
+    },
 }
 
 /// A tell for an agent (the MCP side hands it to the agent).
@@ -224,6 +239,8 @@ struct Seat {
     card: Option<EntrantCard>,
     pending: Option<String>,
     inbox: VecDeque<Told>,
+    /// Disclosures at a tick: (tick, how many).
+    disclosed: (u64, u32),
 }
 
 #[derive(Debug, Clone)]
@@ -271,6 +288,9 @@ pub struct Match<G: Game> {
     next_proposal: u64,
     reported: BTreeSet<String>,
     outcomes: Arc<BTreeMap<String, Outcome>>,
+    /// Disclosed since the last recording; goes with the next frames.
+    commentary: Vec<Arc<ObserverCommentary>>,
+    next_commentary: u64,
     paused: bool,
     finished: bool,
     /// When the last tick recorded the match as finished.
@@ -280,6 +300,13 @@ pub struct Match<G: Game> {
 
 fn err(code: Code, message: impl Into<String>) -> ProtocolError {
     ProtocolError::new(code, message)
+}
+
+/// Whether observers of `perspective` see this commentary: the omniscient
+/// perspective every team's, a team's perspective its own team's only (a
+/// team grant never sees another team's data).
+fn sees(perspective: &str, c: &ObserverCommentary) -> bool {
+    perspective == OMNISCIENT || c.team == perspective
 }
 
 fn obj<const N: usize>(members: [(&str, Json); N]) -> Json {
@@ -326,8 +353,47 @@ impl<G: Game> Match<G> {
             .unwrap_or_default();
         let game = factory.restore(state)?;
         let mut m = Self::build(id.into(), game, config);
-        for r in records {
+        let last_state = records
+            .iter()
+            .rposition(|r| matches!(r, Record::State { .. }))
+            .unwrap_or(0);
+        // Commentary already in a frame before the restart: the next
+        // keyframes carry the newest of it.
+        let mut carried = Vec::new();
+        for (i, r) in records.iter().enumerate() {
             match r {
+                Record::Commentary {
+                    id,
+                    team,
+                    role,
+                    tick,
+                    category,
+                    text,
+                } => {
+                    // Ids continue past every id handed out before.
+                    if let Some(n) = id.strip_prefix('c').and_then(|n| n.parse::<u64>().ok()) {
+                        m.next_commentary = m.next_commentary.max(n);
+                    }
+                    if let Some(s) = m.seats.get_mut(role) {
+                        s.disclosed = match s.disclosed {
+                            (t, n) if t == *tick => (t, n + 1),
+                            _ => (*tick, 1),
+                        };
+                    }
+                    let c = Arc::new(ObserverCommentary {
+                        id: id.clone(),
+                        team: team.clone(),
+                        role: role.clone(),
+                        tick: *tick,
+                        category: *category,
+                        text: text.clone(),
+                    });
+                    if i < last_state {
+                        carried.push(c);
+                    } else {
+                        m.commentary.push(c);
+                    }
+                }
                 Record::Token {
                     token_hash,
                     principal,
@@ -402,6 +468,10 @@ impl<G: Game> Match<G> {
             .filter(|r| matches!(r, Record::State { .. }))
             .count();
         m.feed.continue_after(recordings as u64);
+        for p in m.perspectives() {
+            let seen = carried.iter().filter(|c| sees(&p, c)).cloned().collect();
+            m.feed.carry_commentary(&p, seen);
+        }
         m.record_frames(now);
         m.publish_views();
         m.check_outcomes();
@@ -433,6 +503,7 @@ impl<G: Game> Match<G> {
                     card: None,
                     pending: None,
                     inbox: VecDeque::new(),
+                    disclosed: (0, 0),
                 },
             );
         }
@@ -463,6 +534,8 @@ impl<G: Game> Match<G> {
             next_proposal: 0,
             reported: BTreeSet::new(),
             outcomes: Arc::new(BTreeMap::new()),
+            commentary: Vec::new(),
+            next_commentary: 0,
             paused: false,
             finished: false,
             finished_at: None,
@@ -633,6 +706,85 @@ impl<G: Game> Match<G> {
             .get_mut(role)
             .map(|s| s.inbox.drain(..).collect())
             .unwrap_or_default()
+    }
+
+    /// An agent discloses commentary for observers (the MCP tool
+    /// `disclose`). Only a seat token whose seat an agent plays may; the
+    /// entry goes with the next frame recorded (released at its
+    /// `releaseAt`, so the observer delay covers it). Result:
+    /// `{"id","tick"}`.
+    pub fn disclose(&mut self, conn: ConnId, d: Disclosure) -> Result<Json, ProtocolError> {
+        let principal = self
+            .conns
+            .get(&conn)
+            .map(|c| c.principal.clone())
+            .ok_or_else(|| err(Code::NotInMatch, "connection: not joined"))?;
+        let Principal::Seat { role, team, .. } = principal else {
+            return Err(err(
+                Code::Forbidden,
+                "disclose: agents only (a seat token); owners, spectators and observers never disclose",
+            ));
+        };
+        let seat = self
+            .seats
+            .get(&role)
+            .ok_or_else(|| err(Code::NotInMatch, format!("role: no seat {role:?}")))?;
+        if seat.controller == Controller::Human {
+            return Err(err(
+                Code::Forbidden,
+                "role: this seat is played by a human, not an agent",
+            ));
+        }
+        if self.finished {
+            return Err(err(Code::Paused, "match: over"));
+        }
+        if self.paused {
+            return Err(err(Code::Paused, "match: paused"));
+        }
+        check_commentary_text(&d.text).map_err(|m| err(Code::BadMessage, m))?;
+        let tick = self.game.tick();
+        let count = match seat.disclosed {
+            (t, n) if t == tick => n,
+            _ => 0,
+        };
+        if count >= MAX_COMMENTARY_PER_TICK {
+            return Err(err(
+                Code::RateLimited,
+                format!(
+                    "disclose: MAX_COMMENTARY_PER_TICK ({MAX_COMMENTARY_PER_TICK}) at tick {tick}"
+                ),
+            ));
+        }
+        self.seats.get_mut(&role).expect("found above").disclosed = (tick, count + 1);
+        self.next_commentary += 1;
+        let id = format!("c{}", self.next_commentary);
+        self.outputs.push(Output::Persist(Record::Commentary {
+            id: id.clone(),
+            team: team.clone(),
+            role: role.clone(),
+            tick,
+            category: d.category,
+            text: d.text.clone(),
+        }));
+        self.commentary.push(Arc::new(ObserverCommentary {
+            id: id.clone(),
+            team,
+            role,
+            tick,
+            category: d.category,
+            text: d.text,
+        }));
+        Ok(obj([
+            ("id", Json::string(&id)),
+            ("tick", Json::Number(tick.into())),
+        ]))
+    }
+
+    /// Whether the seat `role` is played by an agent (who may disclose).
+    pub fn is_agent_seat(&self, role: &str) -> bool {
+        self.seats
+            .get(role)
+            .is_some_and(|s| matches!(s.controller, Controller::Agent { .. }))
     }
 
     /// Everything to do since the last call.
@@ -1268,23 +1420,33 @@ impl<G: Game> Match<G> {
         self.record_frames(now);
     }
 
-    fn record_frames(&mut self, now: u64) {
-        let tick = self.game.tick();
-        let outcomes = (!self.outcomes.is_empty()).then(|| self.outcomes.clone());
-        let perspectives: Vec<String> = self
-            .teams
+    /// Every team's perspective, then the omniscient one.
+    fn perspectives(&self) -> Vec<String> {
+        self.teams
             .iter()
             .cloned()
             .chain([OMNISCIENT.to_owned()])
-            .collect();
-        for p in perspectives {
+            .collect()
+    }
+
+    fn record_frames(&mut self, now: u64) {
+        let tick = self.game.tick();
+        let outcomes = (!self.outcomes.is_empty()).then(|| self.outcomes.clone());
+        // Each frame carries what its perspective may see; a perspective
+        // whose world is withheld this time loses its share.
+        let commentary = std::mem::take(&mut self.commentary);
+        for p in self.perspectives() {
             let world = self.game.project_observer(if p == OMNISCIENT {
                 Perspective::Omniscient
             } else {
                 Perspective::Team(&p)
             });
             match self.vocabulary.guard(&world) {
-                Ok(()) => self.feed.record(&p, tick, now, world, outcomes.clone()),
+                Ok(()) => {
+                    let seen = commentary.iter().filter(|c| sees(&p, c)).cloned().collect();
+                    self.feed
+                        .record(&p, tick, now, world, outcomes.clone(), seen)
+                }
                 Err(v) => self.outputs.push(Output::GuardViolation(v)),
             }
         }

@@ -9,10 +9,17 @@
 //! from the frame just before it. Frames are built once per (perspective,
 //! delay, sequence, kind), serialized once, and shared by every observer at
 //! that cursor.
+//!
+//! Commentary (what agents disclosed) rides the first frame recorded after
+//! it, so it is released at that frame's `releaseAt`, never before. A delta
+//! frame carries the commentary recorded with it; a keyframe carries the
+//! last [`MAX_KEYFRAME_COMMENTARY`] entries of its perspective up to it, so
+//! an observer that skipped frames (a resume past the batch bound, a
+//! restart) still reads recent commentary; ids tell it what it already has.
 
 use crate::protocol::{
-    ObserverAgentCard, ObserverFrame, ObserverGrant, ObserverMessage, ObserverRequest,
-    ObserverState, Outcome, ProtocolError, ServerErrorCode, ServerMsg,
+    ObserverAgentCard, ObserverCommentary, ObserverFrame, ObserverGrant, ObserverMessage,
+    ObserverRequest, ObserverState, Outcome, ProtocolError, ServerErrorCode, ServerMsg,
 };
 use hostwire_core::delta::{apply, diff, Json, JsonDelta};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -29,6 +36,9 @@ pub const OBSERVER_BATCH_MAX: u64 = 32;
 pub const MAX_OBSERVER_HISTORY: usize = 8192;
 /// The longest delay a grant may ask for.
 pub const MAX_OBSERVER_DELAY_MS: u64 = 3_600_000;
+/// Commentary entries a keyframe carries: the newest of its perspective up
+/// to it (those of skipped frames included, older ones dropped).
+pub const MAX_KEYFRAME_COMMENTARY: usize = 32;
 
 #[derive(Debug)]
 struct Recorded {
@@ -40,6 +50,11 @@ struct Recorded {
     /// (the first one, and after a resync).
     delta: Option<JsonDelta>,
     outcomes: Option<Arc<BTreeMap<String, Outcome>>>,
+    /// Disclosed since the frame before (what a delta frame carries).
+    commentary: Vec<Arc<ObserverCommentary>>,
+    /// The newest entries up to this frame (what a keyframe carries);
+    /// shared by consecutive frames until new commentary comes.
+    recent: Arc<Vec<Arc<ObserverCommentary>>>,
 }
 
 /// A frame as sent: the message and its text, shared.
@@ -55,6 +70,8 @@ struct PerspectiveLog {
     next_sequence: u64,
     resync: bool,
     built: HashMap<(u64, u64, bool), Arc<ObserverOut>>,
+    /// The newest commentary entries of this perspective, oldest first.
+    recent: Arc<Vec<Arc<ObserverCommentary>>>,
 }
 
 /// What the match records for observers, by perspective.
@@ -96,7 +113,27 @@ impl ObserverFeed {
         }
     }
 
-    /// Records the projection of `perspective` at `tick`, made at `now`.
+    fn log_mut(&mut self, perspective: &str) -> &mut PerspectiveLog {
+        let base = self.base_sequence;
+        self.logs
+            .entry(perspective.to_owned())
+            .or_insert_with(|| PerspectiveLog {
+                next_sequence: base,
+                ..PerspectiveLog::default()
+            })
+    }
+
+    /// After a restart: the commentary of `perspective` disclosed before
+    /// the last recording, which the next keyframe carries (its newest
+    /// [`MAX_KEYFRAME_COMMENTARY`] entries).
+    pub fn carry_commentary(&mut self, perspective: &str, entries: Vec<Arc<ObserverCommentary>>) {
+        let log = self.log_mut(perspective);
+        let skip = entries.len().saturating_sub(MAX_KEYFRAME_COMMENTARY);
+        log.recent = Arc::new(entries.into_iter().skip(skip).collect());
+    }
+
+    /// Records the projection of `perspective` at `tick`, made at `now`,
+    /// with the `commentary` disclosed for it since the frame before.
     /// Consecutive worlds share unchanged subtrees (the stored world is the
     /// previous one with the delta applied).
     pub fn record(
@@ -106,15 +143,22 @@ impl ObserverFeed {
         now: u64,
         world: Json,
         outcomes: Option<Arc<BTreeMap<String, Outcome>>>,
+        commentary: Vec<Arc<ObserverCommentary>>,
     ) {
-        let base = self.base_sequence;
-        let log = self
-            .logs
-            .entry(perspective.to_owned())
-            .or_insert_with(|| PerspectiveLog {
-                next_sequence: base,
-                ..PerspectiveLog::default()
-            });
+        let retain_ms = self.retain_ms;
+        let log = self.log_mut(perspective);
+        if !commentary.is_empty() {
+            let skip =
+                (log.recent.len() + commentary.len()).saturating_sub(MAX_KEYFRAME_COMMENTARY);
+            log.recent = Arc::new(
+                log.recent
+                    .iter()
+                    .chain(&commentary)
+                    .skip(skip)
+                    .cloned()
+                    .collect(),
+            );
+        }
         let (delta, world) = match log.frames.back() {
             Some(prev) if !log.resync => {
                 let d = diff(&prev.world, &world);
@@ -133,10 +177,12 @@ impl ObserverFeed {
             world,
             delta,
             outcomes,
+            commentary,
+            recent: log.recent.clone(),
         });
         while log.frames.len() > MAX_OBSERVER_HISTORY
             || (log.frames.len() > OBSERVER_BATCH_MAX as usize + 1
-                && log.frames[1].recorded_at.saturating_add(self.retain_ms) <= now)
+                && log.frames[1].recorded_at.saturating_add(retain_ms) <= now)
         {
             log.frames.pop_front();
         }
@@ -186,7 +232,11 @@ impl ObserverFeed {
                     world: keyframe.then(|| r.world.clone()),
                     delta: if keyframe { None } else { r.delta.clone() },
                     outcomes: r.outcomes.as_ref().map(|o| (**o).clone()),
-                    commentary: None,
+                    commentary: {
+                        let c: &[Arc<ObserverCommentary>] =
+                            if keyframe { &r.recent } else { &r.commentary };
+                        (!c.is_empty()).then(|| c.iter().map(|e| (**e).clone()).collect())
+                    },
                     agent_cards: (keyframe && !cards.is_empty()).then(|| (*cards).clone()),
                 });
                 let text = ServerMsg::Observer(ObserverMessage {
@@ -391,7 +441,14 @@ mod tests {
         let mut c = ObserverCursor::new(grant(5_000));
         follow(&mut c, None);
         for t in 0..10u64 {
-            feed.record("red", t, 1_000 + t * 100, Json::from(json!({"t": t})), None);
+            feed.record(
+                "red",
+                t,
+                1_000 + t * 100,
+                Json::from(json!({"t": t})),
+                None,
+                vec![],
+            );
         }
         assert!(c.poll(&mut feed, 5_999).is_empty());
         assert_eq!(c.next_release_at(&feed), Some(6_000));
@@ -413,7 +470,7 @@ mod tests {
     fn a_resume_beyond_the_batch_bound_or_a_resync_is_a_keyframe_and_frames_are_shared() {
         let mut feed = ObserverFeed::new();
         for t in 0..100u64 {
-            feed.record("red", t, t, Json::from(json!({"t": t})), None);
+            feed.record("red", t, t, Json::from(json!({"t": t})), None, vec![]);
         }
         let mut a = ObserverCursor::new(grant(0));
         follow(&mut a, Some(100 - OBSERVER_BATCH_MAX));
@@ -433,7 +490,7 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert!(got[0].world.is_some());
         feed.resync("red");
-        feed.record("red", 100, 100, Json::from(json!({"t": 100})), None);
+        feed.record("red", 100, 100, Json::from(json!({"t": 100})), None, vec![]);
         let got = frames(&a.poll(&mut feed, 1_000));
         assert!(got[0].world.is_some() && got[0].sequence == 101);
     }
@@ -442,8 +499,8 @@ mod tests {
     fn perspective_outside_the_grant_is_forbidden_and_a_change_is_a_keyframe() {
         let mut feed = ObserverFeed::new();
         for p in ["red", "blue", OMNISCIENT] {
-            feed.record(p, 0, 0, Json::from(json!({"p": p})), None);
-            feed.record(p, 1, 1, Json::from(json!({"p": p, "x": 1})), None);
+            feed.record(p, 0, 0, Json::from(json!({"p": p})), None, vec![]);
+            feed.record(p, 1, 1, Json::from(json!({"p": p, "x": 1})), None, vec![]);
         }
         let mut c = ObserverCursor::new(grant(0));
         let e = c
@@ -470,14 +527,82 @@ mod tests {
         }
     }
 
+    fn said(id: u64) -> Arc<ObserverCommentary> {
+        Arc::new(ObserverCommentary {
+            id: format!("c{id}"),
+            team: "red".into(),
+            role: "red-scout".into(),
+            tick: id,
+            category: crate::protocol::CommentaryCategory::Chat,
+            text: format!("line {id}"),
+        })
+    }
+
+    fn ids(f: &ObserverFrame) -> Vec<String> {
+        f.commentary
+            .iter()
+            .flatten()
+            .map(|c| c.id.clone())
+            .collect()
+    }
+
+    #[test]
+    fn deltas_carry_their_own_commentary_and_keyframes_the_newest_shared() {
+        let mut feed = ObserverFeed::new();
+        feed.carry_commentary("red", (0..40).map(said).collect());
+        let n = 40u64;
+        for t in 0..n {
+            let c = if t % 2 == 0 {
+                vec![said(100 + t)]
+            } else {
+                vec![]
+            };
+            feed.record("red", t, t, Json::from(json!({"t": t})), None, c);
+        }
+        let mut a = ObserverCursor::new(grant(0));
+        follow(&mut a, Some(n - 4));
+        let got = frames(&a.poll(&mut feed, 1_000));
+        assert_eq!(got.len(), 4);
+        let own: Vec<Vec<String>> = got.iter().map(|f| ids(f)).collect();
+        assert_eq!(
+            own,
+            [
+                vec!["c136".to_owned()],
+                vec![],
+                vec!["c138".to_owned()],
+                vec![]
+            ]
+        );
+        assert!(got[1].commentary.is_none(), "no empty list on the wire");
+        // Two observers far behind share one keyframe with the newest
+        // MAX_KEYFRAME_COMMENTARY entries (carried ones included, in order).
+        let mut b = ObserverCursor::new(grant(0));
+        let mut c = ObserverCursor::new(grant(0));
+        follow(&mut b, None);
+        follow(&mut c, Some(1));
+        let (kb, kc) = (b.poll(&mut feed, 1_000), c.poll(&mut feed, 1_000));
+        match (&kb[0], &kc[0]) {
+            (ObserverSend::Frame(x), ObserverSend::Frame(y)) => assert!(Arc::ptr_eq(x, y)),
+            _ => panic!(),
+        }
+        let k = &frames(&kb)[0];
+        assert!(k.world.is_some());
+        let want: Vec<String> = (28..40)
+            .map(|i| format!("c{i}"))
+            .chain((0..n).step_by(2).map(|t| format!("c{}", 100 + t)))
+            .collect();
+        assert_eq!(want.len(), MAX_KEYFRAME_COMMENTARY);
+        assert_eq!(ids(k), want);
+    }
+
     #[test]
     fn closed_comes_after_the_final_frame_is_released() {
         let mut feed = ObserverFeed::new();
         feed.note_delay(1_000);
         let mut c = ObserverCursor::new(grant(1_000));
         follow(&mut c, None);
-        feed.record("red", 0, 0, Json::from(json!(0)), None);
-        feed.record("red", 1, 500, Json::from(json!(1)), None);
+        feed.record("red", 0, 0, Json::from(json!(0)), None, vec![]);
+        feed.record("red", 1, 500, Json::from(json!(1)), None, vec![]);
         feed.close();
         let first = c.poll(&mut feed, 1_000);
         assert_eq!(first.len(), 1);

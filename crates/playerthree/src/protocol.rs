@@ -378,16 +378,50 @@ pub struct Outcome {
     pub tick: u64,
 }
 
-/// `ObserverCommentary`: voluntarily disclosed agent chat or summaries.
+/// The `category` of an `ObserverCommentary`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommentaryCategory {
+    Summary,
+    Chat,
+}
+
+impl CommentaryCategory {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Summary => "summary",
+            Self::Chat => "chat",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "summary" => Some(Self::Summary),
+            "chat" => Some(Self::Chat),
+            _ => None,
+        }
+    }
+}
+
+/// `ObserverCommentary`: only voluntarily disclosed agent-emitted game chat
+/// or summaries, never owner messages or harness logs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ObserverCommentary {
     pub id: String,
     pub team: String,
     pub role: String,
+    /// The game tick when the agent disclosed it.
     pub tick: u64,
-    /// `"summary"` or `"chat"`.
-    pub category: String,
+    pub category: CommentaryCategory,
+    pub text: String,
+}
+
+/// What an agent discloses for observers (hostwire's MCP tool `disclose`;
+/// the seed leaves the way open and fixes no `ClientMsg` op for it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disclosure {
+    pub category: CommentaryCategory,
     pub text: String,
 }
 

@@ -10,10 +10,13 @@ use hostwire_playerthree::game::{
     ControlMethod, Game, GameError, Perspective, SeatSpec, Vocabulary,
 };
 use hostwire_playerthree::host::{
-    CloseReason, Match, MatchConfig, Output, ProposalStatus, Record, MESSAGE_BURST,
+    CloseReason, Match, MatchConfig, Output, ProposalStatus, Record, MAX_COMMENTARY_PER_TICK,
+    MESSAGE_BURST,
 };
-use hostwire_playerthree::observer::OMNISCIENT;
-use hostwire_playerthree::protocol::{DetailRequest, ObserverGrant, Outcome, Principal};
+use hostwire_playerthree::observer::{MAX_KEYFRAME_COMMENTARY, OMNISCIENT};
+use hostwire_playerthree::protocol::{
+    CommentaryCategory, DetailRequest, Disclosure, ObserverGrant, Outcome, Principal,
+};
 use hostwire_playerthree::{apply_view, Json, ViewMessage, ViewState};
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -1068,4 +1071,366 @@ fn a_finished_match_knows_when_it_finished_also_after_a_restart() {
     let m = Match::restore("m1", &h.records, &Ridge::restore, at + 5_000).unwrap();
     assert!(m.is_finished());
     assert_eq!(m.finished_at(), Some(at));
+}
+
+fn chat(text: &str) -> Disclosure {
+    Disclosure {
+        category: CommentaryCategory::Chat,
+        text: text.into(),
+    }
+}
+
+fn summary(text: &str) -> Disclosure {
+    Disclosure {
+        category: CommentaryCategory::Summary,
+        text: text.into(),
+    }
+}
+
+/// The observer frames a connection received: (time sent, frame).
+fn frames_of(h: &Harness<impl Game>, conn: u64) -> Vec<(u64, Value)> {
+    h.log
+        .iter()
+        .filter(|(c, _, _)| *c == conn)
+        .filter_map(|(_, at, text)| {
+            let v: Value = serde_json::from_str(text).unwrap();
+            v.get("frame").map(|f| (*at, f.clone()))
+        })
+        .collect()
+}
+
+/// The commentary texts among frames.
+fn commentary_texts(frames: &[(u64, Value)]) -> Vec<String> {
+    frames
+        .iter()
+        .filter_map(|(_, f)| f.get("commentary"))
+        .flat_map(|c| c.as_array().unwrap().clone())
+        .map(|c| c["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn agent_seats(h: &mut Harness<Ridge>) {
+    for (t, role) in [("red", "red-scout"), ("blue", "blue-scout")] {
+        let owner = if t == "red" { 1 } else { 5 };
+        let r = h.op(
+            owner,
+            json!({"op":"controller","seq":1,"role":role,"controller":{"kind":"agent"}}),
+        );
+        assert_eq!(r["ok"], true, "{r}");
+    }
+}
+
+#[test]
+fn commentary_is_released_with_the_next_frame_at_its_release_at_by_perspective() {
+    let mut h = ridge();
+    h.join(1, team("red"));
+    h.join(5, team("blue"));
+    agent_seats(&mut h);
+    h.join(2, seat("red-scout", "red"));
+    h.join(6, seat("blue-scout", "blue"));
+    let delay = 5_000;
+    let grants = [
+        (
+            3,
+            ObserverGrant::Team {
+                team: "red".into(),
+                delay_ms: delay,
+            },
+            "red",
+        ),
+        (
+            4,
+            ObserverGrant::Omniscient {
+                teams: vec!["red".into(), "blue".into()],
+                delay_ms: delay,
+            },
+            OMNISCIENT,
+        ),
+        (
+            7,
+            ObserverGrant::Team {
+                team: "blue".into(),
+                delay_ms: delay,
+            },
+            "blue",
+        ),
+        // An omniscient grant on a team perspective sees that team's only.
+        (
+            8,
+            ObserverGrant::Omniscient {
+                teams: vec!["red".into(), "blue".into()],
+                delay_ms: delay,
+            },
+            "blue",
+        ),
+    ];
+    for (conn, g, p) in grants.clone() {
+        h.join(conn, observer(g));
+        h.m.handle_message(
+            conn,
+            &json!({"op":"observer","perspective":p}).to_string(),
+            h.clock.now_ms(),
+        );
+        h.drain();
+    }
+    h.tick();
+    // Owners' tells and agents' replies (`said`) are never commentary.
+    h.op(
+        1,
+        json!({"op":"tell","seq":2,"roles":["red-scout"],"text":"owner-secret"}),
+    );
+    h.op(
+        2,
+        json!({"op":"tell","seq":3,"roles":"all","text":"agent-reply"}),
+    );
+    let disclosed_at = h.clock.now_ms();
+    let tick = h.m.game().tick();
+    let r = h.m.disclose(2, chat("red says hi")).unwrap();
+    assert_eq!(r.get("id").and_then(Json::as_str), Some("c1"));
+    assert_eq!(r.to_value()["tick"], tick);
+    h.m.disclose(6, summary("blue holds the flank")).unwrap();
+    h.drain();
+    // The frame of this tick was recorded before the disclosures; the
+    // next one carries them.
+    h.tick();
+    let recorded_at = h.clock.now_ms();
+    assert!(recorded_at > disclosed_at);
+    let release_at = recorded_at + delay;
+    // Released frames up to just before releaseAt carry no commentary.
+    for at in [recorded_at + 1, disclosed_at + delay, release_at - 1] {
+        h.clock.set_ms(at);
+        h.m.poll_observers(at);
+        h.drain();
+    }
+    for (conn, _, _) in &grants {
+        let got = frames_of(&h, *conn);
+        assert!(!got.is_empty(), "the earlier frames were released");
+        assert!(commentary_texts(&got).is_empty(), "early: {got:?}");
+    }
+    h.clock.set_ms(release_at);
+    h.m.poll_observers(release_at);
+    h.drain();
+    let seen = |h: &Harness<Ridge>, conn| commentary_texts(&frames_of(h, conn));
+    assert_eq!(seen(&h, 3), ["red says hi"]);
+    assert_eq!(seen(&h, 4), ["red says hi", "blue holds the flank"]);
+    assert_eq!(seen(&h, 7), ["blue holds the flank"]);
+    assert_eq!(seen(&h, 8), ["blue holds the flank"]);
+    let (at, f) = frames_of(&h, 4)
+        .into_iter()
+        .find(|(_, f)| f.get("commentary").is_some())
+        .unwrap();
+    assert!(at >= disclosed_at + delay && at == f["releaseAt"].as_u64().unwrap());
+    assert!(
+        f.get("delta").is_some(),
+        "a delta frame carries its own: {f}"
+    );
+    assert_eq!(
+        f["commentary"][0],
+        json!({"id":"c1","team":"red","role":"red-scout","tick":tick,"category":"chat","text":"red says hi"})
+    );
+    assert_eq!(f["commentary"][1]["category"], "summary");
+    // Once, not again with later frames.
+    for _ in 0..3 {
+        h.tick();
+    }
+    h.clock.advance_ms(delay);
+    h.m.poll_observers(h.clock.now_ms());
+    h.drain();
+    assert_eq!(seen(&h, 4).len(), 2);
+    // No observer ever reads an owner's tell or an agent's reply.
+    for (c, _, text) in &h.log {
+        if [3, 4, 7, 8].contains(c) {
+            assert!(
+                !text.contains("owner-secret") && !text.contains("agent-reply"),
+                "{text}"
+            );
+        }
+    }
+    // Persisted with the match, in order.
+    let kept: Vec<&Record> = h
+        .records
+        .iter()
+        .filter(|r| matches!(r, Record::Commentary { .. }))
+        .collect();
+    assert_eq!(kept.len(), 2);
+    assert!(
+        matches!(kept[0], Record::Commentary { id, role, .. } if id == "c1" && role == "red-scout")
+    );
+}
+
+#[test]
+fn only_an_agent_seat_discloses_within_its_bounds() {
+    let mut h = ridge();
+    h.join(1, team("red"));
+    h.join(2, seat("red-scout", "red"));
+    h.join(3, human("red-guard", "red"));
+    h.join(4, spectator(None));
+    h.join(
+        5,
+        observer(ObserverGrant::Team {
+            team: "red".into(),
+            delay_ms: 0,
+        }),
+    );
+    // The seat is played by a human: its token cannot disclose.
+    let e = h.m.disclose(2, chat("x")).unwrap_err();
+    assert_eq!(e.code.as_str(), "forbidden", "{e}");
+    // Owners, spectators and observers never do.
+    for conn in [1, 3, 4, 5] {
+        let e = h.m.disclose(conn, chat("x")).unwrap_err();
+        assert_eq!(e.code.as_str(), "forbidden", "{conn}: {e}");
+    }
+    assert_eq!(
+        h.m.disclose(99, chat("x")).unwrap_err().code.as_str(),
+        "not_in_match"
+    );
+    h.op(
+        1,
+        json!({"op":"controller","seq":1,"role":"red-scout","controller":{"kind":"agent","supervised":true}}),
+    );
+    // Bounds: blank or longer than MAX_COMMENTARY_TEXT_BYTES.
+    for bad in ["", "  \n", &"x".repeat(501)] {
+        let e = h.m.disclose(2, chat(bad)).unwrap_err();
+        assert_eq!(e.code.as_str(), "bad_message", "{e}");
+    }
+    h.m.disclose(2, chat(&"é".repeat(250))).unwrap();
+    // MAX_COMMENTARY_PER_TICK per seat and tick, then the next tick again.
+    for _ in 1..MAX_COMMENTARY_PER_TICK {
+        h.m.disclose(2, summary("more")).unwrap();
+    }
+    let e = h.m.disclose(2, summary("too many")).unwrap_err();
+    assert_eq!(e.code.as_str(), "rate_limited", "{e}");
+    h.tick();
+    let r = h.m.disclose(2, summary("next tick")).unwrap();
+    let id = r.get("id").and_then(Json::as_str).unwrap().to_owned();
+    assert_eq!(
+        id,
+        format!("c{}", MAX_COMMENTARY_PER_TICK + 1),
+        "ids count up"
+    );
+    // Paused or over: nothing to carry it.
+    h.m.set_paused(true);
+    assert_eq!(
+        h.m.disclose(2, chat("x")).unwrap_err().code.as_str(),
+        "paused"
+    );
+    h.m.set_paused(false);
+    // Handed back to a human: refused again.
+    h.op(
+        1,
+        json!({"op":"controller","seq":2,"role":"red-scout","controller":{"kind":"human"}}),
+    );
+    assert_eq!(
+        h.m.disclose(2, chat("x")).unwrap_err().code.as_str(),
+        "forbidden"
+    );
+    assert!(!h.m.is_agent_seat("red-scout"));
+}
+
+#[test]
+fn a_keyframe_carries_the_newest_commentary_of_frames_it_skips() {
+    let mut h = ridge();
+    h.join(1, team("red"));
+    h.join(5, team("blue"));
+    agent_seats(&mut h);
+    h.join(2, seat("red-scout", "red"));
+    h.join(6, seat("blue-scout", "blue"));
+    let n = MAX_KEYFRAME_COMMENTARY + 8;
+    for i in 0..n {
+        h.m.disclose(2, chat(&format!("red {i}"))).unwrap();
+        h.m.disclose(6, chat(&format!("blue {i}"))).unwrap();
+        h.tick();
+    }
+    // A red observer joining now gets one keyframe with red's newest.
+    h.join(
+        3,
+        observer(ObserverGrant::Team {
+            team: "red".into(),
+            delay_ms: 0,
+        }),
+    );
+    h.m.handle_message(
+        3,
+        r#"{"op":"observer","perspective":"red"}"#,
+        h.clock.now_ms(),
+    );
+    h.drain();
+    let got = frames_of(&h, 3);
+    assert_eq!(got.len(), 1);
+    assert!(got[0].1.get("world").is_some());
+    let texts = commentary_texts(&got);
+    let want: Vec<String> = (n - MAX_KEYFRAME_COMMENTARY..n)
+        .map(|i| format!("red {i}"))
+        .collect();
+    assert_eq!(texts, want);
+    // Then each delta carries only its own.
+    h.m.disclose(2, summary("fresh")).unwrap();
+    h.tick();
+    let got = frames_of(&h, 3);
+    assert_eq!(got.len(), 2);
+    assert_eq!(commentary_texts(&got[1..]), ["fresh"]);
+}
+
+#[test]
+fn commentary_survives_a_restart_and_its_ids_never_repeat() {
+    let mut h = ridge();
+    let red = h.join(1, team("red"));
+    h.join(5, team("blue"));
+    agent_seats(&mut h);
+    let agent = h.join(2, seat("red-scout", "red"));
+    h.m.disclose(2, chat("before the last tick")).unwrap();
+    h.tick();
+    // Disclosed after the last recording: not yet in any frame.
+    h.m.disclose(2, summary("after the last tick")).unwrap();
+    h.drain();
+    let records: Vec<Record> = h
+        .records
+        .iter()
+        .map(|r| serde_json::from_str(&serde_json::to_string(r).unwrap()).unwrap())
+        .collect();
+    let now = h.clock.now_ms() + 60_000;
+    let mut m = Match::restore("m1", &records, &Ridge::restore, now).unwrap();
+    let watcher = m
+        .mint(observer(ObserverGrant::Omniscient {
+            teams: vec!["red".into(), "blue".into()],
+            delay_ms: 1_000,
+        }))
+        .unwrap();
+    m.connect(3, watcher.as_str(), now).unwrap();
+    m.handle_message(
+        3,
+        r#"{"op":"observer","perspective":"omniscient","after":1}"#,
+        now,
+    );
+    let frames = |m: &mut Match<Ridge>| -> Vec<Value> {
+        m.take_outputs()
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::Send { conn: 3, text } => serde_json::from_str::<Value>(&text).ok(),
+                _ => None,
+            })
+            .filter_map(|v| v.get("frame").cloned())
+            .collect()
+    };
+    // The first frame after the restart (recorded at `now`): not before
+    // its releaseAt, then a keyframe with both entries.
+    m.poll_observers(now + 999);
+    assert!(frames(&mut m).is_empty());
+    m.poll_observers(now + 1_000);
+    let got = frames(&mut m);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(got[0].get("world").is_some());
+    let ids: Vec<&str> = got[0]["commentary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["c1", "c2"], "{got:?}");
+    assert_eq!(got[0]["commentary"][1]["text"], "after the last tick");
+    // The seat discloses again under a new id.
+    m.connect(1, &red, now).unwrap();
+    m.connect(2, &agent, now).unwrap();
+    let r = m.disclose(2, chat("after the restart")).unwrap();
+    assert_eq!(r.get("id").and_then(Json::as_str), Some("c3"));
 }

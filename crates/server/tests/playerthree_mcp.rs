@@ -1,6 +1,7 @@
 //! Agents through MCP (`/playerthree/mcp`, streamable HTTP) with rmcp's own
 //! client: a whole match of the example game played by two agents, the
-//! team view as a subscribable resource, tells, and the approval flow.
+//! team view as a subscribable resource, tells, the approval flow, and
+//! commentary disclosed to observers.
 #![allow(deprecated)] // resources/subscribe: the session-era API the server speaks.
 
 mod playerthree_support;
@@ -21,6 +22,8 @@ struct Agent {
     /// Pushed tells (logging notifications of logger `playerthree/tell`).
     /// Test-only; bounded by the few tells each test sends.
     tells: mpsc::UnboundedSender<Value>,
+    /// `notifications/tools/list_changed` (test-only, a few per test).
+    tools_changed: mpsc::UnboundedSender<()>,
 }
 
 impl ClientHandler for Agent {
@@ -35,6 +38,10 @@ impl ClientHandler for Agent {
         _context: NotificationContext<RoleClient>,
     ) {
         let _ = self.updates.send(params.uri);
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.tools_changed.send(());
     }
 
     async fn on_logging_message(
@@ -63,17 +70,39 @@ async fn connect_with_tells(
     url: &str,
     token: &str,
 ) -> Result<(Session, mpsc::UnboundedReceiver<String>, Tells), String> {
+    connect_all(url, token).await.map(|(s, u, t, _)| (s, u, t))
+}
+
+type ToolsChanged = mpsc::UnboundedReceiver<()>;
+
+async fn connect_all(
+    url: &str,
+    token: &str,
+) -> Result<
+    (
+        Session,
+        mpsc::UnboundedReceiver<String>,
+        Tells,
+        ToolsChanged,
+    ),
+    String,
+> {
     let (tx, rx) = mpsc::unbounded_channel();
     let (tells, tells_rx) = mpsc::unbounded_channel();
+    let (tools_changed, tools_rx) = mpsc::unbounded_channel();
     let transport = StreamableHttpClientTransport::from_config(
         StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token.to_owned()),
     );
-    let agent = Agent { updates: tx, tells };
+    let agent = Agent {
+        updates: tx,
+        tells,
+        tools_changed,
+    };
     let s = tokio::time::timeout(GUARD, agent.serve(transport))
         .await
         .map_err(|_| "initialize timed out".to_owned())?
         .map_err(|e| e.to_string())?;
-    Ok((s, rx, tells_rx))
+    Ok((s, rx, tells_rx, tools_rx))
 }
 
 /// A tool call: (is_error, the JSON its text holds).
@@ -136,11 +165,21 @@ async fn two_agents_play_a_whole_match_over_mcp() {
     let (ra, mut red_updates) = connect(&t.mcp, &red_seat).await.unwrap();
     let (ba, _blue_updates) = connect(&t.mcp, &blue_seat).await.unwrap();
 
-    // One tool per control method, with the game's input schema.
+    // One tool per control method, with the game's input schema; an
+    // agent-played seat also discloses.
     let tools = ra.list_all_tools().await.unwrap();
     let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     names.sort();
-    assert_eq!(names, ["hold", "inbox", "move", "proposal", "tell"]);
+    assert_eq!(
+        names,
+        ["disclose", "hold", "inbox", "move", "proposal", "tell"]
+    );
+    let disclose = tools.iter().find(|t| t.name == "disclose").unwrap();
+    assert_eq!(disclose.input_schema["additionalProperties"], false);
+    assert_eq!(
+        disclose.input_schema["properties"]["category"]["enum"],
+        json!(["summary", "chat"])
+    );
     let mv = tools.iter().find(|t| t.name == "move").unwrap();
     assert_eq!(
         mv.input_schema["properties"]["dir"]["enum"],
@@ -341,4 +380,242 @@ async fn next_tell(tells: &mut Tells) -> Value {
         .await
         .expect("no tell pushed")
         .unwrap()
+}
+
+/// An observer joined over the WebSocket, following `perspective`.
+async fn observe(t: &TestServer, id: &str, op: &str, grant: Value, perspective: &str) -> Client {
+    let token = mint(&t.http, id, op, json!({"kind": "observer", "grant": grant})).await;
+    let (mut ob, v) = t.join(&token).await;
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(ob.recv().await["state"], "buffering");
+    ob.send(json!({"op": "observer", "perspective": perspective}))
+        .await;
+    ob
+}
+
+/// The commentary in the frames an observer has received by now.
+async fn commentary(ob: &mut Client) -> Vec<Value> {
+    let frames = ob.drain().await;
+    frames
+        .iter()
+        .filter_map(|f| f["frame"].get("commentary"))
+        .flat_map(|c| c.as_array().unwrap().clone())
+        .collect()
+}
+
+async fn tool_names(s: &Session) -> Vec<String> {
+    let tools = tokio::time::timeout(GUARD, s.list_all_tools())
+        .await
+        .expect("tools/list hung")
+        .unwrap();
+    tools.iter().map(|t| t.name.to_string()).collect()
+}
+
+#[tokio::test]
+async fn an_agent_discloses_commentary_that_observers_read_after_their_delay() {
+    let t = TestServer::start().await;
+    let (id, op) = create_match(&t.http).await;
+    let red = mint(&t.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+    let (mut o, _) = t.join(&red).await;
+    let seat = hand_to_agent(&mut o, 1, "red-scout", false).await;
+    let delay = 5000;
+    let mut red_ob = observe(
+        &t,
+        &id,
+        &op,
+        json!({"kind": "team", "team": "red", "delayMs": delay}),
+        "red",
+    )
+    .await;
+    let mut blue_ob = observe(
+        &t,
+        &id,
+        &op,
+        json!({"kind": "team", "team": "blue", "delayMs": delay}),
+        "blue",
+    )
+    .await;
+    let mut all_ob = observe(
+        &t,
+        &id,
+        &op,
+        json!({"kind": "omniscient", "teams": ["red", "blue"], "delayMs": delay}),
+        "omniscient",
+    )
+    .await;
+    let (a, _, _, mut tools_changed) = connect_all(&t.mcp, &seat).await.unwrap();
+    assert!(tool_names(&a).await.contains(&"disclose".to_owned()));
+
+    // Strictly shaped: an unknown field or category is bad_message.
+    let (err, d) = tool(
+        &a,
+        "disclose",
+        json!({"category": "chat", "text": "x", "team": "blue"}),
+    )
+    .await;
+    assert!(err);
+    assert_eq!(
+        (d["code"].as_str(), d["message"].as_str()),
+        (Some("bad_message"), Some("team: unknown field of disclose"))
+    );
+    let (err, d) = tool(&a, "disclose", json!({"category": "log", "text": "x"})).await;
+    assert!(err);
+    assert_eq!(d["code"], "bad_message", "{d}");
+    let (err, d) = tool(
+        &a,
+        "disclose",
+        json!({"category": "chat", "text": "y".repeat(501)}),
+    )
+    .await;
+    assert!(err);
+    assert_eq!(d["code"], "bad_message", "{d}");
+
+    // An owner's tell and the agent's reply stay private.
+    o.expect_ok(json!({"op": "tell", "seq": 3, "roles": ["red-scout"], "text": "owner-secret"}))
+        .await;
+    let (err, _) = tool(&a, "tell", json!({"text": "agent-reply"})).await;
+    assert!(!err);
+    let (err, d) = tool(
+        &a,
+        "disclose",
+        json!({"category": "chat", "text": "scouting east"}),
+    )
+    .await;
+    assert!(!err, "{d}");
+    assert_eq!(d, json!({"id": "c1", "tick": 0}));
+    let (err, _) = tool(
+        &a,
+        "disclose",
+        json!({"category": "summary", "text": "flag next"}),
+    )
+    .await;
+    assert!(!err);
+    let (err, d) = tool(
+        &a,
+        "disclose",
+        json!({"category": "chat", "text": "a third"}),
+    )
+    .await;
+    assert!(err);
+    assert_eq!(d["code"], "rate_limited", "{d}");
+
+    // Recorded with the tick at T0+1s: released at T0+6s, not before,
+    // although the first frame (recorded at T0) goes at T0+5s.
+    t.tick().await;
+    t.advance(delay - 1000).await;
+    for ob in [&mut red_ob, &mut blue_ob, &mut all_ob] {
+        assert!(commentary(ob).await.is_empty());
+    }
+    t.advance(999).await;
+    for ob in [&mut red_ob, &mut blue_ob, &mut all_ob] {
+        assert!(commentary(ob).await.is_empty(), "released early");
+    }
+    t.advance(1).await;
+    let red_seen = commentary(&mut red_ob).await;
+    assert_eq!(red_seen.len(), 2, "{red_seen:?}");
+    assert_eq!(
+        red_seen[0],
+        json!({"id": "c1", "team": "red", "role": "red-scout", "tick": 0, "category": "chat", "text": "scouting east"})
+    );
+    assert_eq!(red_seen[1]["category"], "summary");
+    assert_eq!(commentary(&mut all_ob).await, red_seen);
+    // A team grant never sees another team's commentary.
+    assert!(commentary(&mut blue_ob).await.is_empty());
+
+    // Handed back to a human: the session is told, disclose is gone and refused.
+    o.expect_ok(
+        json!({"op": "controller", "seq": 4, "role": "red-scout", "controller": {"kind": "human"}}),
+    )
+    .await;
+    tokio::time::timeout(GUARD, tools_changed.recv())
+        .await
+        .expect("no tools/list_changed")
+        .unwrap();
+    assert!(!tool_names(&a).await.contains(&"disclose".to_owned()));
+    let (err, d) = tool(
+        &a,
+        "disclose",
+        json!({"category": "chat", "text": "still here?"}),
+    )
+    .await;
+    assert!(err);
+    assert_eq!(d["code"], "forbidden", "{d}");
+
+    // Nothing private reached an observer, ever.
+    t.advance(delay).await;
+    for ob in [&mut red_ob, &mut blue_ob, &mut all_ob] {
+        for f in ob.drain().await {
+            let text = f.to_string();
+            assert!(
+                !text.contains("owner-secret") && !text.contains("agent-reply"),
+                "{text}"
+            );
+        }
+    }
+    a.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn commentary_survives_a_restart_and_its_ids_never_repeat() {
+    let mut t = TestServer::start().await;
+    let (id, op) = create_match(&t.http).await;
+    let red = mint(&t.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+    let watcher = mint(
+        &t.http,
+        &id,
+        &op,
+        json!({"kind": "observer", "grant": {"kind": "omniscient", "teams": ["red", "blue"], "delayMs": 5000}}),
+    )
+    .await;
+    let (mut o, _) = t.join(&red).await;
+    let seat = hand_to_agent(&mut o, 1, "red-scout", false).await;
+    let (a, _) = connect(&t.mcp, &seat).await.unwrap();
+    let (err, d) = tool(
+        &a,
+        "disclose",
+        json!({"category": "chat", "text": "in a frame"}),
+    )
+    .await;
+    assert!(!err, "{d}");
+    t.tick().await;
+    // After the last recording: in no frame yet when the server stops.
+    let (err, d) = tool(
+        &a,
+        "disclose",
+        json!({"category": "summary", "text": "not yet"}),
+    )
+    .await;
+    assert!(!err, "{d}");
+    assert_eq!(d["id"], "c2");
+    a.cancel().await.unwrap();
+    drop(o);
+    t.restart().await;
+
+    // The first frame after the restart is a keyframe carrying both, at
+    // its releaseAt and not before.
+    let (mut ob, _) = t.join(&watcher).await;
+    assert_eq!(ob.recv().await["state"], "buffering");
+    ob.send(json!({"op": "observer", "perspective": "omniscient"}))
+        .await;
+    t.advance(4999).await;
+    assert!(ob.drain().await.is_empty(), "released early");
+    t.advance(1).await;
+    let frames = ob.drain().await;
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    let f = &frames[0]["frame"];
+    assert!(f.get("world").is_some(), "{f}");
+    let texts: Vec<(&str, &str)> = f["commentary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["id"].as_str().unwrap(), c["text"].as_str().unwrap()))
+        .collect();
+    assert_eq!(texts, [("c1", "in a frame"), ("c2", "not yet")]);
+
+    // The seat token works again over MCP; a new id follows the stored ones.
+    let (a, _) = connect(&t.mcp, &seat).await.unwrap();
+    let (err, d) = tool(&a, "disclose", json!({"category": "chat", "text": "back"})).await;
+    assert!(!err, "{d}");
+    assert_eq!(d["id"], "c3");
+    a.cancel().await.unwrap();
 }

@@ -3,7 +3,7 @@
 //! records in the order they
 //! happened (config, tokens with their principals, revocations,
 //! controllers, policies, cards, the game's state at each recorded tick,
-//! chat lines). The records are stored as the JSON the protocol crate
+//! chat lines, commentary agents disclosed). The records are stored as the JSON the protocol crate
 //! writes, with their kind and tick beside them for queries; the store
 //! does not depend on the protocol crate. No token is stored as text: the
 //! protocol crate writes token records with the token's hash only. A

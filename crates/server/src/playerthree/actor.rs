@@ -10,7 +10,7 @@ use super::PlayerThree;
 use axum::extract::ws::Utf8Bytes;
 use hostwire_playerthree::demo::Ridge;
 use hostwire_playerthree::host::{CloseReason, Output, ProposalStatus, Told};
-use hostwire_playerthree::protocol::{ProtocolError, ServerErrorCode};
+use hostwire_playerthree::protocol::{Disclosure, ProtocolError, ServerErrorCode};
 use hostwire_playerthree::tokens::TokenHash;
 use hostwire_playerthree::{
     ClientMsg, ConnId, ControlMethod, Json, Match, Principal, Record, ServerMsg,
@@ -75,6 +75,8 @@ pub enum MatchCmd {
     McpJoin {
         conn: ConnId,
         token: String,
+        /// The session, told when its tool list changes.
+        peer: Peer<RoleServer>,
         reply: oneshot::Sender<Result<SeatBinding, ProtocolError>>,
     },
     McpCall {
@@ -109,6 +111,16 @@ pub enum MatchCmd {
         id: String,
         reply: oneshot::Sender<Option<ProposalStatus>>,
     },
+    /// Whether the seat is played by an agent (and so offered `disclose`).
+    McpIsAgent {
+        role: String,
+        reply: oneshot::Sender<bool>,
+    },
+    McpDisclose {
+        conn: ConnId,
+        disclosure: Disclosure,
+        reply: oneshot::Sender<Result<Json, ProtocolError>>,
+    },
     /// Runs the due work now (after a manual clock moved).
     Wake(oneshot::Sender<()>),
     /// Closes every connection with 1001.
@@ -135,6 +147,9 @@ struct Actor {
     subscribers: HashMap<ConnId, Subscriber>,
     /// Sessions whose seat's tells are pushed, by connection: (role, peer).
     inbox_subscribers: HashMap<ConnId, (String, Peer<RoleServer>)>,
+    /// Every MCP session, by connection: (role, peer), told when its
+    /// seat's controller changes (`disclose` comes or goes).
+    sessions: HashMap<ConnId, (String, Peer<RoleServer>)>,
     /// The view each team's subscribers were last told about.
     notified: HashMap<String, Json>,
     next_tick: u64,
@@ -155,6 +170,7 @@ pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: TokenHash) -
         conns: HashMap::new(),
         subscribers: HashMap::new(),
         inbox_subscribers: HashMap::new(),
+        sessions: HashMap::new(),
         notified: HashMap::new(),
     };
     tokio::spawn(actor.run(rx));
@@ -255,6 +271,7 @@ impl Actor {
                 self.conns.remove(&conn);
                 self.subscribers.remove(&conn);
                 self.inbox_subscribers.remove(&conn);
+                self.sessions.remove(&conn);
                 self.m.disconnect(conn);
             }
             MatchCmd::Mint { principal, reply } => {
@@ -286,8 +303,16 @@ impl Actor {
             MatchCmd::Revoke { token, reply } => {
                 let _ = reply.send(self.m.revoke(&token));
             }
-            MatchCmd::McpJoin { conn, token, reply } => {
+            MatchCmd::McpJoin {
+                conn,
+                token,
+                peer,
+                reply,
+            } => {
                 let r = self.mcp_join(conn, &token, now);
+                if let Ok(seat) = &r {
+                    self.sessions.insert(conn, (seat.role.clone(), peer));
+                }
                 let _ = reply.send(r);
             }
             MatchCmd::McpCall { conn, msg, reply } => {
@@ -326,6 +351,16 @@ impl Actor {
             },
             MatchCmd::McpProposal { id, reply } => {
                 let _ = reply.send(self.m.proposal_status(&id));
+            }
+            MatchCmd::McpIsAgent { role, reply } => {
+                let _ = reply.send(self.m.is_agent_seat(&role));
+            }
+            MatchCmd::McpDisclose {
+                conn,
+                disclosure,
+                reply,
+            } => {
+                let _ = reply.send(self.m.disclose(conn, disclosure));
             }
             MatchCmd::Wake(done) => {
                 self.due(now);
@@ -386,6 +421,7 @@ impl Actor {
             out.close(CLOSE_MATCH_OVER, "match over");
         }
         self.subscribers.clear();
+        self.sessions.clear();
         self.p3.forget_match(self.m.id());
         self.p3.metrics.matches_expired.fetch_add(1, Relaxed);
         self.p3
@@ -425,6 +461,24 @@ impl Actor {
                     }
                 });
             }
+        }
+    }
+
+    /// Tells the MCP sessions of `role` that their tool list changed (its
+    /// controller did: `disclose` is offered to agent-played seats only).
+    fn tools_changed(&self, role: &str) {
+        for (r, peer) in self.sessions.values() {
+            if r != role {
+                continue;
+            }
+            let peer = peer.clone();
+            let id = self.m.id().to_owned();
+            // A notification never holds the match up.
+            tokio::spawn(async move {
+                if let Err(e) = peer.notify_tool_list_changed().await {
+                    tracing::debug!(r#match = %id, error = %e, "tools/list_changed not sent");
+                }
+            });
         }
     }
 
@@ -502,6 +556,7 @@ impl Actor {
     fn route(&mut self, outputs: Vec<Output>) -> Vec<PlayerThreeWrite> {
         let mut writes = Vec::new();
         let mut told: Vec<String> = Vec::new();
+        let mut controlled: Vec<String> = Vec::new();
         // The same text for many readers is converted once.
         let mut last: Option<(Arc<str>, Utf8Bytes)> = None;
         for o in outputs {
@@ -535,8 +590,12 @@ impl Actor {
                     }
                     self.subscribers.remove(&conn);
                     self.inbox_subscribers.remove(&conn);
+                    self.sessions.remove(&conn);
                 }
                 Output::Persist(r) => {
+                    if let Record::Controller { role, .. } = &r {
+                        controlled.push(role.clone());
+                    }
                     // Every token minted (by the operator or by an owner's
                     // `mint`) is found by its text from now on.
                     if let Record::Token { token_hash, .. } = &r {
@@ -556,6 +615,9 @@ impl Actor {
         told.dedup();
         for role in told {
             self.push_tells(&role);
+        }
+        for role in controlled {
+            self.tools_changed(&role);
         }
         writes
     }

@@ -5,7 +5,10 @@
 //!
 //! - tools: one per control method of the seat (the game's input schema),
 //!   `tell` (the agent's reply to its owners), `inbox` (its owners' tells
-//!   waiting for it), `proposal` (where a supervised proposal stands);
+//!   waiting for it), `proposal` (where a supervised proposal stands), and,
+//!   while an agent plays the seat, `disclose` (commentary for observers,
+//!   released with the delayed frames; `tools/list_changed` when the
+//!   seat's controller changes);
 //! - resource: the seat's team view, `playerthree://{match}/view/{team}`,
 //!   readable and subscribable (`notifications/resources/updated` when a
 //!   tick changes it);
@@ -26,8 +29,9 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use hostwire_playerthree::host::ProposalStatus;
-use hostwire_playerthree::protocol::{token_shape_ok, Roles};
+use hostwire_playerthree::decode::{decode_disclosure, MAX_COMMENTARY_TEXT_BYTES};
+use hostwire_playerthree::host::{ProposalStatus, MAX_COMMENTARY_PER_TICK};
+use hostwire_playerthree::protocol::{token_shape_ok, ProtocolError, Roles};
 use hostwire_playerthree::{ClientMsg, ConnId, Json, ServerMsg, MAX_MESSAGE_BYTES};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListResourcesResult,
@@ -194,6 +198,7 @@ impl Agent {
                     .send(MatchCmd::McpJoin {
                         conn,
                         token: token.clone(),
+                        peer: ctx.peer.clone(),
                         reply,
                     })
                     .await
@@ -249,6 +254,14 @@ impl Drop for Agent {
     }
 }
 
+/// A host answer as a tool result.
+fn answer(r: Result<Json, ProtocolError>) -> CallToolResult {
+    tool_result(&match r {
+        Ok(data) => ServerMsg::ok(0, data),
+        Err(e) => ServerMsg::error(0, &e),
+    })
+}
+
 /// A `result` as a tool result: `data` on success, `{code, message}` as
 /// an error result.
 fn tool_result(reply: &ServerMsg) -> CallToolResult {
@@ -273,6 +286,7 @@ fn schema(v: Value) -> Arc<serde_json::Map<String, Value>> {
 const TELL: &str = "tell";
 const INBOX: &str = "inbox";
 const PROPOSAL: &str = "proposal";
+const DISCLOSE: &str = "disclose";
 
 impl ServerHandler for Agent {
     #[allow(deprecated)] // logging: pushed tells (see actor.rs)
@@ -280,6 +294,7 @@ impl ServerHandler for Agent {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
+                .enable_tool_list_changed()
                 .enable_resources()
                 .enable_resources_subscribe()
                 .enable_logging()
@@ -290,7 +305,8 @@ impl ServerHandler for Agent {
              to the team view resource; `tell` answers your owners; `inbox` holds their \
              tells (subscribe to the inbox resource to have each pushed as a \
              `playerthree/tell` log message); on a supervised seat a call returns a \
-             pending proposal, see `proposal`.",
+             pending proposal, see `proposal`; `disclose` shares a summary or chat line \
+             with the match's observers (public, after their delay).",
         )
     }
 
@@ -337,6 +353,30 @@ impl ServerHandler for Agent {
                 "additionalProperties": false
             })),
         ));
+        let role = b.seat.role.clone();
+        if self
+            .ask(b, |reply| MatchCmd::McpIsAgent { role, reply })
+            .await?
+        {
+            tools.push(Tool::new(
+                DISCLOSE,
+                format!(
+                    "Share a summary of your play or a chat line with the match's observers. \
+                     Public: observers read it with the frame recorded after it, once their \
+                     delay has passed. At most {MAX_COMMENTARY_TEXT_BYTES} bytes, \
+                     {MAX_COMMENTARY_PER_TICK} per tick."
+                ),
+                schema(json!({
+                    "type": "object",
+                    "properties": {
+                        "category": {"type": "string", "enum": ["summary", "chat"]},
+                        "text": {"type": "string", "minLength": 1, "maxLength": MAX_COMMENTARY_TEXT_BYTES}
+                    },
+                    "required": ["category", "text"],
+                    "additionalProperties": false
+                })),
+            ));
+        }
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -400,6 +440,21 @@ impl ServerHandler for Agent {
                     Some(ProposalStatus::Failed(m)) => json!({"status": "failed", "message": m}),
                 };
                 Ok(CallToolResult::success(vec![ContentBlock::text(v.to_string())]).into())
+            }
+            DISCLOSE => {
+                let disclosure = match decode_disclosure(&Json::from(args)) {
+                    Ok(d) => d,
+                    Err(e) => return Ok(answer(Err(e)).into()),
+                };
+                let conn = b.conn;
+                let r = self
+                    .ask(b, |reply| MatchCmd::McpDisclose {
+                        conn,
+                        disclosure,
+                        reply,
+                    })
+                    .await?;
+                Ok(answer(r).into())
             }
             method => {
                 let msg = ClientMsg::Call {

@@ -48,6 +48,7 @@ pub fn write_of(match_id: &str, r: &Record) -> PlayerThreeWrite {
         Record::Resolved { .. } => ("resolved", None),
         Record::State { tick, .. } => ("state", Some(*tick)),
         Record::Chat { tick, .. } => ("chat", Some(*tick)),
+        Record::Commentary { tick, .. } => ("commentary", Some(*tick)),
     };
     PlayerThreeWrite::Record {
         match_id: match_id.to_owned(),

@@ -50,6 +50,7 @@ pub struct TestServer {
     pub ws: String,
     pub mcp: String,
     pub db: PathBuf,
+    config: PlayerThreeConfig,
     _dir: tempfile::TempDir,
 }
 
@@ -65,29 +66,47 @@ impl TestServer {
             .unwrap();
         let db = dir.path().join("hostwire.db");
         let clock = ManualClock::new(T0);
-        let store = Arc::new(SqliteStore::open(&db).unwrap());
+        let mut t = TestServer {
+            server: None,
+            clock,
+            http: String::new(),
+            ws: String::new(),
+            mcp: String::new(),
+            db,
+            config,
+            _dir: dir,
+        };
+        t.open().await;
+        t
+    }
+
+    /// Starts a server on the database file (restoring what it holds).
+    async fn open(&mut self) {
+        let store = Arc::new(SqliteStore::open(&self.db).unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let server = App::start_all(
             listener,
             relay_config(),
-            Arc::new(clock.clone()),
+            Arc::new(self.clock.clone()),
             Arc::clone(&store) as _,
             GguiConfig::default(),
             None,
-            config,
+            self.config.clone(),
             store,
         )
         .unwrap();
         let addr = server.addr;
-        TestServer {
-            server: Some(server),
-            clock,
-            http: format!("http://{addr}"),
-            ws: format!("ws://{addr}/playerthree/ws"),
-            mcp: format!("http://{addr}/playerthree/mcp"),
-            db,
-            _dir: dir,
-        }
+        self.http = format!("http://{addr}");
+        self.ws = format!("ws://{addr}/playerthree/ws");
+        self.mcp = format!("http://{addr}/playerthree/mcp");
+        self.server = Some(server);
+    }
+
+    /// Stops the server gracefully (its records flushed) and starts
+    /// another on the same file and clock, at a new address.
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        self.open().await;
     }
 
     pub fn p3(&self) -> &Arc<PlayerThree> {
