@@ -206,11 +206,11 @@ fn shared_key(k: &SmolStr) -> SmolStr {
 /// below `truncate`) replaced, then `append`: one copy of the elements.
 /// From a long array, the unchanged elements are shared with it (the new
 /// array keeps it alive); otherwise each gains an owner.
-fn build_array(
+fn build_array<'v>(
     a: &Arc<JsonArray>,
     truncate: usize,
     patched: Patched,
-    append: &[Json],
+    append: impl ExactSizeIterator<Item = &'v Json>,
 ) -> Arc<JsonArray> {
     let n = truncate + append.len();
     let chain = truncate >= CHAIN_FROM && a.generation < MAX_ARRAY_CHAIN;
@@ -239,7 +239,7 @@ fn build_array(
             owned.push(i as u32);
         }
     }
-    items.extend(append.iter().map(share));
+    items.extend(append.map(share));
     let items = items.into_boxed_slice();
     Arc::new(if chain {
         JsonArray {
@@ -641,48 +641,98 @@ impl<'de> Visitor<'de> for JsonVisitor {
 
 /// A structural delta (see the module documentation for its format).
 ///
-/// One made by [`diff`] is held typed: member positions and array indices
-/// as numbers, a replacement without the `[…]` around it, so building and
-/// applying it allocate only a list per changed container. One decoded
-/// from text is held as the JSON it was and read against the base when
-/// applied. Both mean what their text means: equality, `Debug` and the
-/// wire form are the text's.
+/// One made by [`diff`] is held typed, as one list of nodes in pre-order
+/// (member positions and array indices as numbers, a replacement without
+/// the `[…]` around it): building it allocates that one list, not one per
+/// changed container. One decoded from text is held as the JSON it was and
+/// read against the base when applied. Both mean what their text means:
+/// equality, `Debug` and the wire form are the text's.
 #[derive(Clone)]
-pub struct JsonDelta(Delta);
+pub struct JsonDelta(Repr);
 
 #[derive(Clone)]
-enum Delta {
-    /// `[v]`.
-    Replace(Json),
-    /// `[]` (as an object member's delta only).
-    Remove,
-    /// `{…}` made against an object; empty: `{}`, no change to any value.
-    Members(Vec<Member>),
-    /// `{…}` made against an array.
-    Elements(Box<Elements>),
+enum Repr {
+    /// Made by `diff`: the root node first; none at all is `{}`.
+    Built(Vec<Node>),
     /// As decoded from text.
     Wire(Json),
 }
 
-/// A member's delta, with where the member was in the object it was made
-/// against (`ADDED` for a new member): a hint, checked before it is used.
+/// One node of a built delta: how its parent addresses it, and what it
+/// does. A container node is followed by its children's subtrees.
 #[derive(Clone)]
-struct Member {
-    key: SmolStr,
-    at: u32,
-    delta: Delta,
+struct Node {
+    key: Key,
+    op: Op,
+}
+
+#[derive(Clone)]
+enum Key {
+    Root,
+    /// A member, with where it was in the object the delta was made
+    /// against (`ADDED` for a new one): a hint, checked before it is used.
+    Member {
+        name: SmolStr,
+        at: u32,
+    },
+    /// An element of the array as it was.
+    Index(usize),
+    /// An appended element (its node is a `Replace` of the value).
+    Append,
+}
+
+#[derive(Clone)]
+enum Op {
+    /// `[v]`.
+    Replace(Json),
+    /// `[]` (as an object member's delta only).
+    Remove,
+    /// `{…}` made against an object: `children` member subtrees follow,
+    /// `span` nodes in all.
+    Members { children: u32, span: u32 },
+    /// `{…}` made against an array: `patched` element subtrees (increasing
+    /// indices), then `append` appended values; `span` nodes in all.
+    Elements {
+        patched: u32,
+        append: u32,
+        span: u32,
+        truncate: Option<usize>,
+    },
 }
 
 const ADDED: u32 = u32::MAX;
 
-#[derive(Clone)]
-struct Elements {
-    /// Increasing, distinct indices into the array as it was.
-    patched: Vec<(usize, Delta)>,
-    /// `-`: the length to truncate to first.
-    truncate: Option<usize>,
-    /// `+`: the elements to append.
-    append: Vec<Json>,
+/// Node counts and positions are bounded by memory: a delta of more than
+/// `u32::MAX` nodes would take hundreds of gigabytes.
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The nodes of the subtree at `p`, beyond `p` itself.
+fn span(nodes: &[Node], p: usize) -> usize {
+    match nodes[p].op {
+        Op::Members { span, .. } | Op::Elements { span, .. } => span as usize,
+        _ => 0,
+    }
+}
+
+/// The positions of the `n` children of the container node at `p`.
+fn children(nodes: &[Node], p: usize, n: u32) -> impl Iterator<Item = usize> + '_ {
+    let mut c = p + 1;
+    (0..n).map(move |_| {
+        let at = c;
+        c += 1 + span(nodes, at);
+        at
+    })
+}
+
+/// The values of the `n` appended-element nodes from `c`.
+fn appended(nodes: &[Node], c: usize, n: u32) -> impl ExactSizeIterator<Item = &Json> {
+    nodes[c..c + n as usize].iter().map(|node| match &node.op {
+        Op::Replace(v) => v,
+        // `diff` makes every appended node a `Replace`.
+        _ => &Json::Null,
+    })
 }
 
 impl Default for JsonDelta {
@@ -694,26 +744,32 @@ impl Default for JsonDelta {
 impl JsonDelta {
     /// The delta that changes nothing: `{}`.
     pub fn empty() -> Self {
-        JsonDelta(Delta::Members(Vec::new()))
+        JsonDelta(Repr::Built(Vec::new()))
     }
 
     /// A delta as JSON (as decoded from its text); its shape is checked
     /// when it is applied.
     pub fn from_json(json: Json) -> Self {
-        JsonDelta(Delta::Wire(json))
+        JsonDelta(Repr::Wire(json))
     }
 
     pub fn is_empty(&self) -> bool {
         match &self.0 {
-            Delta::Members(m) => m.is_empty(),
-            Delta::Wire(Json::Object(m)) => m.is_empty(),
-            _ => false,
+            Repr::Built(nodes) => {
+                nodes.is_empty() || matches!(nodes[0].op, Op::Members { children: 0, .. })
+            }
+            Repr::Wire(Json::Object(m)) => m.is_empty(),
+            Repr::Wire(_) => false,
         }
     }
 
     /// The delta as JSON (its wire form).
     pub fn to_json(&self) -> Json {
-        self.0.to_json()
+        match &self.0 {
+            Repr::Built(nodes) if nodes.is_empty() => Json::object(json_map()),
+            Repr::Built(nodes) => node_json(nodes, 0),
+            Repr::Wire(j) => j.clone(),
+        }
     }
 
     /// The compact JSON text.
@@ -743,7 +799,11 @@ impl fmt::Debug for JsonDelta {
 
 impl Serialize for JsonDelta {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(s)
+        match &self.0 {
+            Repr::Built(nodes) if nodes.is_empty() => s.serialize_map(Some(0))?.end(),
+            Repr::Built(nodes) => Sub(nodes, 0).serialize(s),
+            Repr::Wire(j) => j.serialize(s),
+        }
     }
 }
 
@@ -753,69 +813,105 @@ impl<'de> Deserialize<'de> for JsonDelta {
     }
 }
 
-impl Serialize for Delta {
+/// The subtree at a node, serialized as its text.
+struct Sub<'a>(&'a [Node], usize);
+
+/// The appended values of an array node, as the `+` list.
+struct Appended<'a>(&'a [Node], usize, u32);
+
+impl Serialize for Appended<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Delta::Replace(v) => {
+        let mut seq = s.serialize_seq(Some(self.2 as usize))?;
+        for v in appended(self.0, self.1, self.2) {
+            seq.serialize_element(v)?;
+        }
+        seq.end()
+    }
+}
+
+impl Serialize for Sub<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Sub(nodes, p) = *self;
+        match &nodes[p].op {
+            Op::Replace(v) => {
                 let mut seq = s.serialize_seq(Some(1))?;
                 seq.serialize_element(v)?;
                 seq.end()
             }
-            Delta::Remove => s.serialize_seq(Some(0))?.end(),
-            Delta::Members(members) => {
-                let mut map = s.serialize_map(Some(members.len()))?;
-                for m in members {
-                    map.serialize_entry(m.key.as_str(), &m.delta)?;
+            Op::Remove => s.serialize_seq(Some(0))?.end(),
+            Op::Members { children: n, .. } => {
+                let mut map = s.serialize_map(Some(*n as usize))?;
+                for c in children(nodes, p, *n) {
+                    if let Key::Member { name, .. } = &nodes[c].key {
+                        map.serialize_entry(name.as_str(), &Sub(nodes, c))?;
+                    }
                 }
                 map.end()
             }
-            Delta::Elements(e) => {
-                let n = e.patched.len()
-                    + usize::from(e.truncate.is_some())
-                    + usize::from(!e.append.is_empty());
+            Op::Elements {
+                patched,
+                append,
+                truncate,
+                ..
+            } => {
+                let n =
+                    *patched as usize + usize::from(truncate.is_some()) + usize::from(*append > 0);
                 let mut map = s.serialize_map(Some(n))?;
-                for (i, d) in &e.patched {
-                    map.serialize_entry(index_key(*i).as_str(), d)?;
+                let mut next = p + 1;
+                for c in children(nodes, p, *patched) {
+                    if let Key::Index(i) = nodes[c].key {
+                        map.serialize_entry(index_key(i).as_str(), &Sub(nodes, c))?;
+                    }
+                    next = c + 1 + span(nodes, c);
                 }
-                if let Some(n) = e.truncate {
-                    map.serialize_entry("-", &n)?;
+                if let Some(n) = truncate {
+                    map.serialize_entry("-", n)?;
                 }
-                if !e.append.is_empty() {
-                    map.serialize_entry("+", &e.append)?;
+                if *append > 0 {
+                    map.serialize_entry("+", &Appended(nodes, next, *append))?;
                 }
                 map.end()
             }
-            Delta::Wire(j) => j.serialize(s),
         }
     }
 }
 
-impl Delta {
-    fn to_json(&self) -> Json {
-        match self {
-            Delta::Replace(v) => replace(v),
-            Delta::Remove => Json::array(Vec::new()),
-            Delta::Members(members) => {
-                let mut m = json_map();
-                for member in members {
-                    m.push_new(member.key.clone(), member.delta.to_json());
+/// The subtree at `p` as JSON (its text's tree).
+fn node_json(nodes: &[Node], p: usize) -> Json {
+    match &nodes[p].op {
+        Op::Replace(v) => replace(v),
+        Op::Remove => Json::array(Vec::new()),
+        Op::Members { children: n, .. } => {
+            let mut m = json_map();
+            for c in children(nodes, p, *n) {
+                if let Key::Member { name, .. } = &nodes[c].key {
+                    m.push_new(name.clone(), node_json(nodes, c));
                 }
-                Json::object(m)
             }
-            Delta::Elements(e) => {
-                let mut m = json_map();
-                for (i, d) in &e.patched {
-                    m.push_new(index_key(*i), d.to_json());
+            Json::object(m)
+        }
+        Op::Elements {
+            patched,
+            append,
+            truncate,
+            ..
+        } => {
+            let mut m = json_map();
+            let mut next = p + 1;
+            for c in children(nodes, p, *patched) {
+                if let Key::Index(i) = nodes[c].key {
+                    m.push_new(index_key(i), node_json(nodes, c));
                 }
-                if let Some(n) = e.truncate {
-                    m.push_new(SmolStr::new_static("-"), Json::Number(n.into()));
-                }
-                if !e.append.is_empty() {
-                    m.push_new(SmolStr::new_static("+"), Json::array(e.append.clone()));
-                }
-                Json::object(m)
+                next = c + 1 + span(nodes, c);
             }
-            Delta::Wire(j) => j.clone(),
+            if let Some(n) = truncate {
+                m.push_new(SmolStr::new_static("-"), Json::Number((*n).into()));
+            }
+            if *append > 0 {
+                let values = appended(nodes, next, *append).cloned().collect();
+                m.push_new(SmolStr::new_static("+"), Json::array(values));
+            }
+            Json::object(m)
         }
     }
 }
@@ -845,35 +941,47 @@ pub struct DeltaError {
 /// The delta that turns `a` into `b`. Subtrees that are the same
 /// allocation in both are skipped without being looked at.
 pub fn diff(a: &Json, b: &Json) -> JsonDelta {
-    JsonDelta(diff_value(a, b).unwrap_or(Delta::Members(Vec::new())))
+    let mut nodes = Vec::new();
+    diff_into(a, b, || Key::Root, &mut nodes);
+    JsonDelta(Repr::Built(nodes))
 }
 
 fn replace(v: &Json) -> Json {
     Json::array(vec![v.clone()])
 }
 
-/// `None` when equal. Scalars are settled here, inlined into the loops
-/// that walk containers: most members of a game state are scalars, and a
-/// call per member costs more than comparing it.
+/// Appends the node `make` builds, built in its place: a node assembled
+/// first and then moved stalls on the loads that move it (store
+/// forwarding fails where the pieces it was written in meet), and a plain
+/// `push` builds it before its capacity check.
 #[inline(always)]
-fn diff_value(a: &Json, b: &Json) -> Option<Delta> {
+fn push_node(out: &mut Vec<Node>, make: impl FnOnce() -> Node) {
+    out.reserve(1);
+    let len = out.len();
+    // SAFETY: there is room for one more (reserved above).
+    unsafe {
+        out.as_mut_ptr().add(len).write(make());
+        out.set_len(len + 1);
+    }
+}
+
+/// Appends the delta of `a` to `b` under `key` to `out`; false (nothing
+/// appended) when they are equal. Scalars are settled here, inlined into
+/// the loops that walk containers: most members of a game state are
+/// scalars, and a call per member costs more than comparing it.
+#[inline(always)]
+fn diff_into(a: &Json, b: &Json, key: impl FnOnce() -> Key, out: &mut Vec<Node>) -> bool {
     match (a, b) {
-        (Json::Object(x), Json::Object(y)) => {
-            if Arc::ptr_eq(x, y) {
-                None
-            } else {
-                diff_object(x, y)
-            }
+        (Json::Object(x), Json::Object(y)) => !Arc::ptr_eq(x, y) && diff_object(x, y, key(), out),
+        (Json::Array(x), Json::Array(y)) => !Arc::ptr_eq(x, y) && diff_array(x, y, b, key(), out),
+        _ if scalar_eq(a, b) => false,
+        _ => {
+            push_node(out, || Node {
+                key: key(),
+                op: Op::Replace(shared(b)),
+            });
+            true
         }
-        (Json::Array(x), Json::Array(y)) => {
-            if Arc::ptr_eq(x, y) {
-                None
-            } else {
-                diff_array(x, y, b)
-            }
-        }
-        _ if scalar_eq(a, b) => None,
-        _ => Some(Delta::Replace(shared(b))),
     }
 }
 
@@ -997,80 +1105,119 @@ fn shares_a_child(a: &Json, b: &Json) -> bool {
 }
 
 #[inline(never)]
-fn diff_object(x: &JsonMap, y: &JsonMap) -> Option<Delta> {
-    let mut members = Vec::new();
+fn diff_object(x: &JsonMap, y: &JsonMap, key: Key, out: &mut Vec<Node>) -> bool {
+    let at_node = out.len();
+    push_node(out, || Node {
+        key,
+        op: Op::Members {
+            children: 0,
+            span: 0,
+        },
+    });
+    let mut n = 0u32;
     let mut kept = 0usize;
     for (i, (k, va)) in x.entries.iter().enumerate() {
         let vb = match y.entries.get(i) {
             Some((kb, vb)) if str_eq(kb, k) => Some(vb),
             _ => y.get(k),
         };
-        // Objects of more than `u32::MAX` members do not fit in memory
-        // as text: the hint never saturates for real input.
-        let at = u32::try_from(i).unwrap_or(ADDED);
+        let member = || Key::Member {
+            name: shared_key(k),
+            at: count(i).min(ADDED - 1),
+        };
         match vb {
-            None => members.push(Member {
-                key: shared_key(k),
-                at,
-                delta: Delta::Remove,
-            }),
+            None => {
+                push_node(out, || Node {
+                    key: member(),
+                    op: Op::Remove,
+                });
+                n += 1;
+            }
             Some(vb) => {
                 kept += 1;
                 if settled(va, vb) || (!shares_a_child(va, vb) && same(va, vb)) {
                     continue;
                 }
-                if let Some(delta) = diff_value(va, vb) {
-                    members.push(Member {
-                        key: shared_key(k),
-                        at,
-                        delta,
-                    });
-                }
+                n += u32::from(diff_into(va, vb, member, out));
             }
         }
     }
     if kept < y.len() {
         for (k, vb) in y.iter() {
             if !x.contains_key(k) {
-                members.push(Member {
-                    key: shared_key(k),
-                    at: ADDED,
-                    delta: Delta::Replace(shared(vb)),
+                push_node(out, || Node {
+                    key: Key::Member {
+                        name: shared_key(k),
+                        at: ADDED,
+                    },
+                    op: Op::Replace(shared(vb)),
                 });
+                n += 1;
             }
         }
     }
-    (!members.is_empty()).then_some(Delta::Members(members))
+    if n == 0 {
+        out.truncate(at_node);
+        return false;
+    }
+    out[at_node].op = Op::Members {
+        children: n,
+        span: count(out.len() - at_node - 1),
+    };
+    true
 }
 
 #[inline(never)]
-fn diff_array(x: &[Json], y: &[Json], whole: &Json) -> Option<Delta> {
+fn diff_array(x: &[Json], y: &[Json], whole: &Json, key: Key, out: &mut Vec<Node>) -> bool {
+    let at_node = out.len();
+    push_node(out, || Node {
+        key,
+        op: Op::Elements {
+            patched: 0,
+            append: 0,
+            span: 0,
+            truncate: None,
+        },
+    });
     let common = x.len().min(y.len());
-    let mut patched = Vec::new();
+    let mut patched = 0usize;
     for i in 0..common {
         let (a, b) = (&x[i], &y[i]);
         if settled(a, b) || (!shares_a_child(a, b) && same(a, b)) {
             continue;
         }
-        if let Some(d) = diff_value(a, b) {
-            patched.push((i, d));
-        }
+        patched += usize::from(diff_into(a, b, || Key::Index(i), out));
     }
     // An insertion or removal near the front shifts every later element:
     // past half the elements changed, the whole array is the smaller delta.
-    if patched.len() > 1 && patched.len() * 2 > y.len() {
-        return Some(Delta::Replace(whole.clone()));
+    if patched > 1 && patched * 2 > y.len() {
+        let key = std::mem::replace(&mut out[at_node].key, Key::Root);
+        out.truncate(at_node);
+        push_node(out, || Node {
+            key,
+            op: Op::Replace(shared(whole)),
+        });
+        return true;
     }
     let truncate = (y.len() < x.len()).then_some(y.len());
-    let append = y[common..].to_vec();
-    if patched.is_empty() && truncate.is_none() && append.is_empty() {
-        return None;
+    for v in &y[common..] {
+        push_node(out, || Node {
+            key: Key::Append,
+            op: Op::Replace(shared(v)),
+        });
     }
-    Some(Delta::Elements(Box::new(Elements {
-        patched,
+    let append = y.len() - common;
+    if patched == 0 && truncate.is_none() && append == 0 {
+        out.truncate(at_node);
+        return false;
+    }
+    out[at_node].op = Op::Elements {
+        patched: count(patched),
+        append: count(append),
+        span: count(out.len() - at_node - 1),
         truncate,
-        append,
-    })))
+    };
+    true
 }
 
 /// An array index as a member name: its decimal digits, inline (no
@@ -1094,7 +1241,11 @@ fn index_key(mut i: usize) -> SmolStr {
 /// (shared, not copied); `a` itself is untouched. The work is bounded by the
 /// delta's size times the width of the containers it touches.
 pub fn apply(a: &Json, delta: &JsonDelta) -> Result<Json, DeltaError> {
-    apply_delta(a, &delta.0)
+    match &delta.0 {
+        Repr::Built(nodes) if nodes.is_empty() => Ok(a.clone()),
+        Repr::Built(nodes) => apply_node(a, nodes, 0),
+        Repr::Wire(j) => apply_value(a, j),
+    }
 }
 
 /// An error at the value being applied to; the path is filled in by the
@@ -1124,67 +1275,117 @@ fn under(seg: &str) -> impl FnOnce(DeltaError) -> DeltaError + '_ {
     }
 }
 
-/// A typed delta on the kind of value it was made against takes the
-/// fast paths; on any other value it is read as its text would be, so
-/// both forms always mean the same.
-fn apply_delta(base: &Json, d: &Delta) -> Result<Json, DeltaError> {
-    match (d, base) {
-        (Delta::Replace(v), _) => Ok(shared(v)),
-        (Delta::Wire(j), _) => apply_value(base, j),
-        (Delta::Members(m), _) if m.is_empty() => Ok(base.clone()),
-        (Delta::Members(m), Json::Object(o)) => apply_members(o, m),
-        (Delta::Elements(e), Json::Array(a)) => apply_elements(a, e),
-        _ => apply_value(base, &d.to_json()),
+/// A built delta on the kind of value it was made against takes the fast
+/// paths; on any other value it is read as its text would be, so both
+/// forms always mean the same.
+fn apply_node(base: &Json, nodes: &[Node], p: usize) -> Result<Json, DeltaError> {
+    match (&nodes[p].op, base) {
+        (Op::Replace(v), _) => Ok(shared(v)),
+        (Op::Members { children: 0, .. }, _) => Ok(base.clone()),
+        (Op::Members { children: n, .. }, Json::Object(o)) => apply_members(o, nodes, p, *n),
+        (
+            Op::Elements {
+                patched,
+                append,
+                truncate,
+                ..
+            },
+            Json::Array(a),
+        ) => apply_elements(a, nodes, p, *patched, *append, *truncate),
+        _ => apply_value(base, &node_json(nodes, p)),
     }
 }
 
 /// Members made against an object: positions from the hints (a name
 /// looked up only where the hint misses), one copy of the member list.
-fn apply_members(o: &JsonMap, members: &[Member]) -> Result<Json, DeltaError> {
+fn apply_members(o: &JsonMap, nodes: &[Node], p: usize, n: u32) -> Result<Json, DeltaError> {
     let mut patched = Patched::new();
-    let mut added = Vec::new();
-    for m in members {
+    let mut added: SmallVec<[(&SmolStr, &Json); 2]> = SmallVec::new();
+    for c in children(nodes, p, n) {
+        // `diff` gives every child of a members node a member key.
+        let Key::Member { name, at } = &nodes[c].key else {
+            continue;
+        };
         let hinted = o
             .entries
-            .get(m.at as usize)
-            .filter(|(k, _)| str_eq(k, &m.key))
-            .map(|_| m.at as usize);
-        match (hinted.or_else(|| o.position(&m.key)), &m.delta) {
+            .get(*at as usize)
+            .filter(|(k, _)| str_eq(k, name))
+            .map(|_| *at as usize);
+        match (hinted.or_else(|| o.position(name)), &nodes[c].op) {
             // A removal shifts the members after it: the general path.
-            (_, Delta::Remove) => return apply_object(o, members_as_wire(members)),
-            (Some(i), d) => {
-                let v = apply_delta(&o.entries[i].1, d).map_err(under(&m.key))?;
+            (_, Op::Remove) => return apply_object(o, members_as_wire(nodes, p, n)),
+            (Some(i), _) => {
+                let v = apply_node(&o.entries[i].1, nodes, c).map_err(under(name))?;
                 patched.push((i, v));
             }
-            (None, Delta::Replace(v)) => added.push((&m.key, v)),
-            (None, _) => return Err(under(&m.key)(err("patches a member that does not exist"))),
+            (None, Op::Replace(v)) => added.push((name, v)),
+            (None, _) => return Err(under(name)(err("patches a member that does not exist"))),
         }
     }
     patched.sort_unstable_by_key(|(i, _)| *i);
     if patched.windows(2).any(|w| w[0].0 == w[1].0) {
         // One member named twice: not made by `diff`; read as text.
-        return apply_object(o, members_as_wire(members));
+        return apply_object(o, members_as_wire(nodes, p, n));
     }
     let mut out = JsonMap {
         entries: copy_entries(&o.entries, patched, added.len()),
         index: o.index.clone(),
     };
     for (k, v) in added {
-        if out.position(k).is_none() {
-            out.push_new(k.clone(), v.clone());
-        } else {
-            out.insert(k.clone(), v.clone());
-        }
+        out.insert(shared_key(k), shared(v));
     }
     Ok(Json::object(out))
 }
 
-/// The members of a typed delta as (name, delta) pairs of its text.
-fn members_as_wire(members: &[Member]) -> Vec<(SmolStr, Json)> {
-    members
-        .iter()
-        .map(|m| (m.key.clone(), m.delta.to_json()))
+/// The children of a built members node as (name, delta) pairs of its text.
+fn members_as_wire(nodes: &[Node], p: usize, n: u32) -> Vec<(SmolStr, Json)> {
+    children(nodes, p, n)
+        .filter_map(|c| match &nodes[c].key {
+            Key::Member { name, .. } => Some((name.clone(), node_json(nodes, c))),
+            _ => None,
+        })
         .collect()
+}
+
+/// Elements made against an array: indices as numbers, already in order.
+fn apply_elements(
+    a: &Arc<JsonArray>,
+    nodes: &[Node],
+    p: usize,
+    n: u32,
+    append: u32,
+    truncate: Option<usize>,
+) -> Result<Json, DeltaError> {
+    let truncate = match truncate {
+        Some(t) if t > a.len() => {
+            return Err(err("`-` must be a length no larger than the array's"))
+        }
+        Some(t) => t,
+        None => a.len(),
+    };
+    let mut patched = Patched::new();
+    let mut next = p + 1;
+    for c in children(nodes, p, n) {
+        next = c + 1 + span(nodes, c);
+        // `diff` gives every patched child of an elements node an index.
+        let Key::Index(i) = nodes[c].key else {
+            continue;
+        };
+        if i >= truncate {
+            return Err(under(&index_key(i))(err(
+                "an index past the end of the array",
+            )));
+        }
+        if matches!(nodes[c].op, Op::Remove) {
+            return Err(under(&index_key(i))(err(
+                "`[]` removes object members only; truncate with `-`",
+            )));
+        }
+        let v = apply_node(&a[i], nodes, c).map_err(|e| under(&index_key(i))(e))?;
+        patched.push((i, v));
+    }
+    let values = appended(nodes, next, append);
+    Ok(Json::Array(build_array(a, truncate, patched, values)))
 }
 
 /// `entries` with the `patched` values (sorted, distinct positions) in
@@ -1216,31 +1417,6 @@ fn copy_entries(
         out.set_len(n);
     }
     out
-}
-
-/// Elements made against an array: indices as numbers, already in order.
-fn apply_elements(a: &Arc<JsonArray>, e: &Elements) -> Result<Json, DeltaError> {
-    let truncate = match e.truncate {
-        Some(n) if n > a.len() => {
-            return Err(err("`-` must be a length no larger than the array's"))
-        }
-        Some(n) => n,
-        None => a.len(),
-    };
-    let mut patched = Patched::new();
-    for (i, d) in &e.patched {
-        let at = || index_key(*i);
-        if *i >= truncate {
-            return Err(under(&at())(err("an index past the end of the array")));
-        }
-        if matches!(d, Delta::Remove) {
-            return Err(under(&at())(err(
-                "`[]` removes object members only; truncate with `-`",
-            )));
-        }
-        patched.push((*i, apply_delta(&a[*i], d).map_err(|x| under(&at())(x))?));
-    }
-    Ok(Json::Array(build_array(a, truncate, patched, &e.append)))
 }
 
 fn apply_value(base: &Json, d: &Json) -> Result<Json, DeltaError> {
@@ -1344,7 +1520,12 @@ fn apply_array(a: &Arc<JsonArray>, p: &JsonMap) -> Result<Json, DeltaError> {
     // in any order.
     patched.sort_unstable_by_key(|(i, _)| *i);
     // Untouched elements are the base's own, each a reference-count bump.
-    Ok(Json::Array(build_array(a, truncate, patched, append)))
+    Ok(Json::Array(build_array(
+        a,
+        truncate,
+        patched,
+        append.iter(),
+    )))
 }
 
 #[cfg(test)]
