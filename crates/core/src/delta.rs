@@ -1327,14 +1327,19 @@ fn apply_members(o: &JsonMap, nodes: &[Node], p: usize, n: u32) -> Result<Json, 
         // One member named twice: not made by `diff`; read as text.
         return apply_object(o, members_as_wire(nodes, p, n));
     }
-    let mut out = JsonMap {
+    let mut out = Arc::new(JsonMap {
         entries: copy_entries(&o.entries, patched, added.len()),
         index: o.index.clone(),
-    };
-    for (k, v) in added {
-        out.insert(shared_key(k), shared(v));
+    });
+    if !added.is_empty() {
+        // A fresh `Arc` is unique: `get_mut` always gives it.
+        if let Some(m) = Arc::get_mut(&mut out) {
+            for (k, v) in added {
+                m.insert(shared_key(k), shared(v));
+            }
+        }
     }
-    Ok(Json::object(out))
+    Ok(Json::Object(out))
 }
 
 /// The children of a built members node as (name, delta) pairs of its text.
@@ -1391,6 +1396,7 @@ fn apply_elements(
 /// `entries` with the `patched` values (sorted, distinct positions) in
 /// place, room for `extra` more: one allocation, every other entry copied
 /// whole after gaining an owner.
+#[inline(always)]
 fn copy_entries(
     entries: &[(SmolStr, Json)],
     patched: Patched,
