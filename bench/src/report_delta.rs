@@ -164,7 +164,11 @@ pub fn section(
         let _ = writeln!(s, "\n**Target** (≥ {TARGET_RATIO}× the fastest library's diff+apply rate, with a delta no larger than the smallest): the fastest library run here is {name} on {} ({}).", pair_label(f), fmt_rate(rate(f_ns)));
         if let Some(ns) = ours_for(f) {
             let ratio = f_ns / ns;
-            let _ = writeln!(s, "- Like for like (hostwire on the same pair): **{ratio:.1}×**, {size}: **{}**.", verdict(ratio));
+            let _ = writeln!(
+                s,
+                "- Like for like (hostwire on the same pair): **{ratio:.1}×**, {size}: **{}**.",
+                verdict(ratio)
+            );
         }
         if let (Some(ns), true) = (full_cpu, f["pair"] != "full") {
             let ratio = f_ns / ns;

@@ -1,6 +1,7 @@
 //! Any delta against any base value: `apply` never panics; when it
 //! succeeds, diffing the result against the base and applying that gives
-//! the result again; and apply(a, diff(a, b)) == b for any two values.
+//! the result again; apply(a, diff(a, b)) == b for any two values; and a
+//! delta made by `diff` applies to another value as its text does.
 #![no_main]
 
 use hostwire_core::delta::{apply, diff, Json, JsonDelta};
@@ -26,6 +27,10 @@ fuzz_target!(|data: &[u8]| {
     }
     let d = diff(&base, &other);
     assert_eq!(apply(&base, &d).unwrap(), other);
+    // A made delta means what its text means on any value, not only on
+    // the one it was made against: the same result or the same error.
+    let wire = JsonDelta::from_json(d.to_json());
+    assert_eq!(apply(&other, &d), apply(&other, &wire));
     let text = serde_json::to_string(&d).unwrap();
     let back: JsonDelta = serde_json::from_str(&text).unwrap();
     assert_eq!(apply(&base, &back).unwrap(), other);
