@@ -337,8 +337,19 @@ async fn room_creation_is_limited_per_ip_per_hour() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    // The clock has not moved: the oldest creation leaves the hour's
+    // window in a whole hour.
+    assert_eq!(r.headers()["retry-after"], "3600");
     assert!(r.json::<Value>().await.unwrap()["error"].is_string());
-    t.clock.advance_ms(3_600_000);
+    t.clock.advance_ms(3_599_000);
+    let r = http
+        .post(format!("{}/api/rooms", t.http))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.headers()["retry-after"], "1");
+    t.clock.advance_ms(1_000);
     assert_eq!(
         http.post(format!("{}/api/rooms", t.http))
             .send()

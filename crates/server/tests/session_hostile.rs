@@ -344,6 +344,11 @@ async fn session_creation_is_limited_per_client_ip() {
         v.to_string().contains("ROOMS_PER_IP_PER_HOUR"),
         "the answer names the limit: {v}"
     );
+    // And when to come back: the clock has not moved, so in an hour.
+    assert!(
+        v.to_string().contains("try again in 3600 s"),
+        "the answer says when: {v}"
+    );
     // The window is an hour on the server's clock.
     h.clock.advance_ms(3_600_000);
     api.create(&presenter_body(1)).await;

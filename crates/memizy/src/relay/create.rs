@@ -50,16 +50,27 @@ impl RoomCreationLimit {
 
     /// Whether `ip` may create a room now; if so, the creation is counted.
     pub fn try_create(&mut self, ip: &str, now_ms: u64) -> bool {
+        self.create_or_wait(ip, now_ms).is_ok()
+    }
+
+    /// [`Self::try_create`], saying when it is refused how many
+    /// milliseconds remain until `ip` may create one again: until its
+    /// oldest creation in the window leaves it (`u64::MAX` with a limit
+    /// of 0, which never allows one).
+    pub fn create_or_wait(&mut self, ip: &str, now_ms: u64) -> Result<(), u64> {
         if self.per_hour == 0 {
-            return false;
+            return Err(u64::MAX);
         }
         let times = self.by_ip.entry(ip.to_owned()).or_default();
         Self::forget_old(times, now_ms);
         if times.len() >= self.per_hour as usize {
-            return false;
+            let oldest = times.front().copied().unwrap_or(now_ms);
+            return Err(oldest
+                .saturating_add(ROOM_CREATION_WINDOW_MS)
+                .saturating_sub(now_ms));
         }
         times.push_back(now_ms);
-        true
+        Ok(())
     }
 
     /// Forgets creations older than the window, and the IPs left with none.
@@ -130,6 +141,26 @@ mod tests {
         assert!(limit.try_create("10.0.0.1", t0 + ROOM_CREATION_WINDOW_MS));
         assert!(!limit.try_create("10.0.0.1", t0 + ROOM_CREATION_WINDOW_MS));
         assert!(!RoomCreationLimit::new(0).try_create("10.0.0.1", t0));
+    }
+
+    #[test]
+    fn a_refusal_says_when_the_oldest_creation_leaves_the_window() {
+        let mut limit = RoomCreationLimit::new(2);
+        let t0 = 5_000_000;
+        assert_eq!(limit.create_or_wait("10.0.0.1", t0), Ok(()));
+        assert_eq!(limit.create_or_wait("10.0.0.1", t0 + 1_000), Ok(()));
+        assert_eq!(
+            limit.create_or_wait("10.0.0.1", t0 + 60_000),
+            Err(ROOM_CREATION_WINDOW_MS - 60_000)
+        );
+        assert_eq!(
+            limit.create_or_wait("10.0.0.1", t0 + ROOM_CREATION_WINDOW_MS - 1),
+            Err(1)
+        );
+        assert_eq!(
+            RoomCreationLimit::new(0).create_or_wait("x", t0),
+            Err(u64::MAX)
+        );
     }
 
     #[test]

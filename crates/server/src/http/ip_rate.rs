@@ -24,6 +24,16 @@ pub struct RetryAfter {
     pub seconds: u64,
 }
 
+impl RetryAfter {
+    /// Milliseconds to wait, rounded up to whole seconds, at least 1 and
+    /// at most [`MAX_RETRY_AFTER_S`].
+    pub fn from_ms(ms: u64) -> Self {
+        RetryAfter {
+            seconds: ms.div_ceil(1000).clamp(1, MAX_RETRY_AFTER_S),
+        }
+    }
+}
+
 /// Token buckets per client IP, at most `max_ips` of them.
 #[derive(Debug)]
 pub struct PerIpRate {

@@ -246,11 +246,15 @@ impl Relay {
         ))
     }
 
-    fn allow_room_creation(&self, ip: &str) -> bool {
+    /// Counts a room creation by `ip`, or says when it may create one.
+    fn allow_room_creation(&self, ip: &str) -> Result<(), crate::http::RetryAfter> {
         let now = self.clock.now_ms();
-        self.creation_limit
+        let mut l = self
+            .creation_limit
             .lock()
-            .is_ok_and(|mut l| l.try_create(ip, now))
+            .unwrap_or_else(|p| p.into_inner());
+        l.create_or_wait(ip, now)
+            .map_err(crate::http::RetryAfter::from_ms)
     }
 
     /// Runs one sweep over every room now (the timer calls it every 30 s).

@@ -307,11 +307,19 @@ async fn create(
             "too many sessions being created at once (CONCURRENT_SESSION_CREATIONS); try again",
         );
     };
-    if !sessions.allow_creation(&headers, peer) {
-        return error(
+    if let Err(retry) = sessions.allow_creation(&headers, peer) {
+        let mut r = error(
             StatusCode::TOO_MANY_REQUESTS,
-            "too many sessions created from this address in the last hour (ROOMS_PER_IP_PER_HOUR)",
+            format!(
+                "too many sessions created from this address in the last hour (ROOMS_PER_IP_PER_HOUR); try again in {} s",
+                retry.seconds
+            ),
         );
+        r.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from(retry.seconds),
+        );
+        return r;
     }
     // The body is read only now, under the permit: a request waiting for
     // one holds none of its bytes.

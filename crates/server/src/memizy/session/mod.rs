@@ -211,12 +211,13 @@ impl Sessions {
     }
 
     /// Whether the client at `peer` (behind `headers`' trusted proxies) may
-    /// create a session now; if so, the creation is counted.
+    /// create a session now; if so, the creation is counted, if not, when
+    /// it may.
     pub fn allow_creation(
         &self,
         headers: &axum::http::HeaderMap,
         peer: std::net::SocketAddr,
-    ) -> bool {
+    ) -> Result<(), crate::http::RetryAfter> {
         let ip = crate::http::client_ip::limit_key(&crate::http::client_ip(
             headers,
             peer,
@@ -226,7 +227,8 @@ impl Sessions {
         let now = self.clock.now_ms();
         let mut c = self.creations.lock().unwrap_or_else(|p| p.into_inner());
         c.sweep(now);
-        c.try_create(&ip, now)
+        c.create_or_wait(&ip, now)
+            .map_err(crate::http::RetryAfter::from_ms)
     }
 
     /// A permit to handle one creation request, if fewer than
