@@ -152,12 +152,28 @@ struct Game {
     controllers: Vec<(Device, String)>,
 }
 
+/// Times a creation answered 503 (the server handles at most
+/// `CONCURRENT_SESSION_CREATIONS` at once) is tried again.
+const CREATION_RETRIES: usize = 200;
+
 async fn open_session(http: &reqwest::Client, url: &str, ws: &str, c: usize) -> Result<Game> {
-    let r = http
-        .post(format!("{url}/memizy/sessions"))
-        .json(&create_body(c))
-        .send()
-        .await?;
+    let body = create_body(c);
+    let mut tries = 0;
+    let r = loop {
+        let r = http
+            .post(format!("{url}/memizy/sessions"))
+            .json(&body)
+            .send()
+            .await?;
+        if r.status().as_u16() == 503 && tries < CREATION_RETRIES {
+            // The server says to try again: more setup requests are in
+            // flight than it creates at once.
+            tries += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            continue;
+        }
+        break r;
+    };
     if r.status().as_u16() != 201 {
         bail!("POST /memizy/sessions: {} {}", r.status(), r.text().await?);
     }
