@@ -88,6 +88,9 @@ stop_server() {
   # The port must be free before the next server starts.
   for _ in $(seq 50); do (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null || return 0; sleep 0.1; done
 }
+# A run that stops early (a failed step under `set -e`) leaves no server
+# behind on the port for the next run.
+trap '[ -n "${SERVER:-}" ] && stop_server' EXIT
 gen() { "$BIN/hostwire-bench" "$@" --url "http://127.0.0.1:$PORT" --origin "$ORIGIN" --server-pid "$SERVER" --pin 0,1 --quiet; }
 
 # The machine is noisy: each server runs the classroom REPEAT times, the
