@@ -88,8 +88,16 @@ pub trait GguiStore: Send + Sync + 'static {
     fn ggui_apply(&self, changes: &[GguiChange]) -> Result<(), StoreError>;
 }
 
+/// Runs a statement through the connection's statement cache: the
+/// appliers run the same few statements for every change, and parsing
+/// one each time costs more than running it.
+fn exec(tx: &Connection, sql: &str, p: impl rusqlite::Params) -> Result<usize, StoreError> {
+    Ok(tx.prepare_cached(sql)?.execute(p)?)
+}
+
 fn ensure_row(tx: &Connection, session_id: &str) -> Result<(), StoreError> {
-    tx.execute(
+    exec(
+        tx,
         "INSERT INTO ggui_sessions (session_id) VALUES (?1) ON CONFLICT(session_id) DO NOTHING",
         params![session_id],
     )?;
@@ -140,7 +148,8 @@ impl GguiStore for SqliteStore {
         for c in changes {
             match c {
                 GguiChange::PutSession { session_id, record } => {
-                    tx.execute(
+                    exec(
+                        &tx,
                         "INSERT INTO ggui_sessions (session_id, record) VALUES (?1, ?2)
                          ON CONFLICT(session_id) DO UPDATE SET record = excluded.record",
                         params![session_id, record],
@@ -152,11 +161,13 @@ impl GguiStore for SqliteStore {
                     event,
                 } => {
                     ensure_row(&tx, session_id)?;
-                    tx.execute(
+                    exec(
+                        &tx,
                         "INSERT OR REPLACE INTO ggui_ledger (session_id, seq, event) VALUES (?1, ?2, ?3)",
                         params![session_id, *seq as i64, event],
                     )?;
-                    tx.execute(
+                    exec(
+                        &tx,
                         "UPDATE ggui_sessions SET ledger_last = MAX(ledger_last, ?2) WHERE session_id = ?1",
                         params![session_id, *seq as i64],
                     )?;
@@ -165,7 +176,8 @@ impl GguiStore for SqliteStore {
                     session_id,
                     horizon,
                 } => {
-                    tx.execute(
+                    exec(
+                        &tx,
                         "DELETE FROM ggui_ledger WHERE session_id = ?1 AND seq <= ?2",
                         params![session_id, *horizon as i64],
                     )?;
@@ -176,18 +188,21 @@ impl GguiStore for SqliteStore {
                     entry,
                 } => {
                     ensure_row(&tx, session_id)?;
-                    tx.execute(
+                    exec(
+                        &tx,
                         "INSERT OR REPLACE INTO ggui_stream (session_id, seq, entry) VALUES (?1, ?2, ?3)",
                         params![session_id, *seq as i64, entry],
                     )?;
-                    tx.execute(
+                    exec(
+                        &tx,
                         "UPDATE ggui_sessions SET stream_seq = MAX(stream_seq, ?2) WHERE session_id = ?1",
                         params![session_id, *seq as i64],
                     )?;
                 }
                 GguiChange::StreamSeq { session_id, seq } => {
                     ensure_row(&tx, session_id)?;
-                    tx.execute(
+                    exec(
+                        &tx,
                         "UPDATE ggui_sessions SET stream_seq = MAX(stream_seq, ?2) WHERE session_id = ?1",
                         params![session_id, *seq as i64],
                     )?;
@@ -202,7 +217,8 @@ impl GguiStore for SqliteStore {
                 }
                 GguiChange::Drained { session_id, up_to } => {
                     ensure_row(&tx, session_id)?;
-                    tx.execute(
+                    exec(
+                        &tx,
                         "UPDATE ggui_sessions SET drained_up_to = MAX(drained_up_to, ?2) WHERE session_id = ?1",
                         params![session_id, *up_to as i64],
                     )?;
