@@ -162,6 +162,7 @@ stop_server
 echo "== ggui"
 GGUI_N="20000 2000"; [ "$QUICK" = 1 ] && GGUI_N="5000 500"
 cargo bench -p hostwire-ggui --bench ggui -- $CRIT
+cargo bench -p hostwire-store --bench ggui_apply -- $CRIT
 cargo bench -p hostwire-bench --bench ggui_live -- $GGUI_N --repeat $REPEAT --json "$PWD/$OUT/ggui-live.json"
 
 "$BIN/hostwire-bench" report --results "$OUT" --out docs/BENCHMARKS.md --plots docs/bench --command "bench/run.sh"

@@ -126,6 +126,14 @@ pub fn section(results: &Path, crit: &BTreeMap<String, (f64, f64)>) -> String {
                 rate(100.0 * 1e9 / ns)
             );
         }
+        if let Some((ns, n)) = crit.get("store/ggui_apply/64 ledger + 64 stream entries") {
+            let _ = writeln!(
+                s,
+                "| the store: one batch of 64 ledger and 64 stream entries, one transaction on a SQLite file (`cargo bench -p hostwire-store --bench ggui_apply`) | {} | {} changes |",
+                time(*ns),
+                rate(n * 1e9 / ns)
+            );
+        }
         if let Some(base) = get("baseline: parse to Value") {
             let _ = writeln!(s, "\nA whole action costs {:.2}× a bare parse of its frame: the ledger keeps each entry's serialized frame (not a copy of its tree), and the envelope moves into its entry.", ours / base);
         }
