@@ -982,14 +982,16 @@ fn answers_update_leitner_progress_and_generated_items_only_stats() {
         "recordAnswer",
         r#"[{"itemId": "q1", "isCorrect": true}]"#,
     );
-    assert_eq!(sim.s.progress("p1").unwrap()["q1"]["bucket"], 2);
+    // OQSEP: familiar (2) after one correct answer, consolidated (3) after two.
+    assert_eq!(sim.s.progress("p1").unwrap()["q1"]["bucket"], 3);
     sim.ok(
         1,
         "recordAnswer",
         r#"[{"itemId": "q1", "isCorrect": false}]"#,
     );
     let p = sim.s.progress("p1").unwrap()["q1"].clone();
-    assert_eq!(p["bucket"], 0);
+    // A wrong answer is learning (1): 0 is kept for new or reset items.
+    assert_eq!(p["bucket"], 1);
     assert_eq!(
         p["stats"],
         json!({"attempts": 3, "incorrect": 1, "streak": 0})
@@ -1030,7 +1032,7 @@ fn answers_update_leitner_progress_and_generated_items_only_stats() {
     // The progress comes back in the next InitPayload.
     sim.detach(1);
     sim.attach(2, View::Controller, "p1");
-    assert_eq!(sim.hello(2).progress["q1"]["bucket"], 0);
+    assert_eq!(sim.hello(2).progress["q1"]["bucket"], 1);
 }
 
 #[test]
@@ -1065,7 +1067,7 @@ fn only_the_authority_records_for_another_player() {
         "recordAnswer",
         r#"[{"playerId": "p2", "itemId": "q1", "isCorrect": true}]"#,
     );
-    assert_eq!(sim.s.progress("p2").unwrap()["q1"]["bucket"], 1);
+    assert_eq!(sim.s.progress("p2").unwrap()["q1"]["bucket"], 2);
 }
 
 // ----- bounds -----

@@ -121,7 +121,7 @@ async fn a_saved_game_continues_after_a_restart_with_progress_and_plugin_data() 
     let (p1, init) = api.device(&sid, "controller", "p1").await;
     assert_eq!(init["data"]["plugin"], json!({"avatar": "fox"}));
     assert_eq!(init["data"]["set"], json!({"streak": 3}));
-    assert_eq!(init["progress"]["q1"]["bucket"], 1, "{}", init["progress"]);
+    assert_eq!(init["progress"]["q1"]["bucket"], 2, "{}", init["progress"]);
     p1.call("ready", json!([])).await.unwrap();
     // The bundle's file is served after the restart.
     let a = p1.call("getAsset", json!(["cover"])).await.unwrap();

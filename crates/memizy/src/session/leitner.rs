@@ -7,8 +7,10 @@ use serde_json::Value;
 /// The highest Leitner bucket of OQSEP.
 pub const MAX_BUCKET: u8 = 4;
 
-/// Days until the next review for each bucket 0..=4.
-pub const LEITNER_INTERVAL_DAYS: [u64; 5] = [1, 2, 4, 8, 16];
+/// Days until the next review for each bucket 0..=4: learning (1) the next
+/// day, familiar (2) after 3 days, consolidated (3) after a week, mastered
+/// (4) after 16 days. Bucket 0 is never the result of an answer.
+pub const LEITNER_INTERVAL_DAYS: [u64; 5] = [1, 1, 3, 7, 16];
 
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
 
@@ -77,11 +79,21 @@ pub trait Scheduler: Send + Sync + std::fmt::Debug {
     ) -> ProgressRecord;
 }
 
-/// Leitner boxes: a correct answer moves the item one bucket up (at most
-/// 4), a wrong one back to 0, a skipped one leaves it where it is; the
-/// next review is the bucket's interval after the answer.
+/// Leitner boxes on OQSEP's bucket scale: 0 is new or reset (never set by
+/// an answer, so a bucket of 0 keeps `attempts` at 0, as OQSEP asks), 1 is
+/// learning (a wrong answer, from any bucket), 2 familiar (answered
+/// correctly at least once), 3 consolidated, 4 mastered. A correct answer
+/// moves the item one bucket up, to at least 2 and at most 4; a skip is not
+/// an answer (OQSEP: scheduling ignores it): bucket, stats and the next
+/// review stay, only `lastAnswer` records it. The next review is the
+/// bucket's interval after the answer.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Leitner;
+
+/// The bucket of an item answered wrongly: learning.
+pub const LEARNING_BUCKET: u8 = 1;
+/// The lowest bucket of an item answered correctly: familiar.
+pub const FAMILIAR_BUCKET: u8 = 2;
 
 impl Scheduler for Leitner {
     fn algorithm(&self) -> &'static str {
@@ -96,32 +108,41 @@ impl Scheduler for Leitner {
     ) -> ProgressRecord {
         let old_bucket = previous.map_or(0, |p| p.bucket.min(MAX_BUCKET));
         let mut stats = previous.map(|p| p.stats).unwrap_or_default();
+        let last_answer = Some(LastAnswer {
+            // OQSEP: a skip's `isCorrect` SHOULD be false.
+            is_correct: outcome.is_correct && !outcome.is_skipped,
+            confidence: outcome.confidence,
+            answered_at: iso8601_utc(now_ms),
+            time_spent: outcome.time_spent_ms,
+            hints_used: outcome.hints_used,
+            is_skipped: outcome.is_skipped.then_some(true),
+        });
+        let app_specific = previous.and_then(|p| p.app_specific.clone());
+        if outcome.is_skipped {
+            return ProgressRecord {
+                bucket: old_bucket,
+                next_review_at: previous.and_then(|p| p.next_review_at.clone()),
+                stats,
+                last_answer,
+                app_specific,
+            };
+        }
         stats.attempts = stats.attempts.saturating_add(1);
-        let bucket = if outcome.is_skipped {
-            stats.streak = 0;
-            old_bucket
-        } else if outcome.is_correct {
+        let bucket = if outcome.is_correct {
             stats.streak = stats.streak.saturating_add(1);
-            (old_bucket + 1).min(MAX_BUCKET)
+            (old_bucket + 1).clamp(FAMILIAR_BUCKET, MAX_BUCKET)
         } else {
             stats.incorrect = stats.incorrect.saturating_add(1);
             stats.streak = 0;
-            0
+            LEARNING_BUCKET
         };
         let next = now_ms.saturating_add(LEITNER_INTERVAL_DAYS[usize::from(bucket)] * DAY_MS);
         ProgressRecord {
             bucket,
             next_review_at: Some(iso8601_utc(next)),
             stats,
-            last_answer: Some(LastAnswer {
-                is_correct: outcome.is_correct,
-                confidence: outcome.confidence,
-                answered_at: iso8601_utc(now_ms),
-                time_spent: outcome.time_spent_ms,
-                hints_used: outcome.hints_used,
-                is_skipped: outcome.is_skipped.then_some(true),
-            }),
-            app_specific: previous.and_then(|p| p.app_specific.clone()),
+            last_answer,
+            app_specific,
         }
     }
 }
@@ -173,10 +194,11 @@ mod tests {
     }
 
     #[test]
-    fn buckets_climb_to_four_and_fall_to_zero() {
+    fn buckets_climb_to_four_and_a_wrong_answer_falls_to_learning() {
         let l = Leitner;
         let mut r = l.schedule(None, &outcome(true), 0);
-        assert_eq!((r.bucket, r.stats.streak), (1, 1));
+        // Answered correctly once: familiar (OQSEP 2), not new.
+        assert_eq!((r.bucket, r.stats.streak), (FAMILIAR_BUCKET, 1));
         for _ in 0..10 {
             r = l.schedule(Some(&r), &outcome(true), 0);
         }
@@ -186,7 +208,7 @@ mod tests {
             Some("1970-01-17T00:00:00.000Z")
         );
         r = l.schedule(Some(&r), &outcome(false), 0);
-        assert_eq!(r.bucket, 0);
+        assert_eq!(r.bucket, LEARNING_BUCKET);
         assert_eq!(
             r.stats,
             ProgressStats {
@@ -202,17 +224,48 @@ mod tests {
     }
 
     #[test]
-    fn a_skip_keeps_the_bucket() {
+    fn bucket_zero_only_with_no_attempts() {
+        // OQSEP: 0 is new or reset, and then `attempts` SHOULD be 0.
         let l = Leitner;
-        let r = l.schedule(None, &outcome(true), 0);
+        let wrong_first = l.schedule(None, &outcome(false), 0);
+        assert_eq!(wrong_first.bucket, LEARNING_BUCKET);
+        assert_eq!(wrong_first.stats.attempts, 1);
         let skipped = AnswerOutcome {
             is_skipped: true,
             ..outcome(false)
         };
-        let r2 = l.schedule(Some(&r), &skipped, 0);
-        assert_eq!(
-            (r2.bucket, r2.stats.incorrect, r2.stats.attempts),
-            (1, 0, 2)
-        );
+        let skipped_first = l.schedule(None, &skipped, 0);
+        assert_eq!((skipped_first.bucket, skipped_first.stats.attempts), (0, 0));
+        assert_eq!(skipped_first.next_review_at, None);
+        let mut r = None;
+        for (i, o) in [true, false, true, true, false, false, true]
+            .into_iter()
+            .enumerate()
+        {
+            let out = if i % 3 == 2 {
+                skipped.clone()
+            } else {
+                outcome(o)
+            };
+            let next = l.schedule(r.as_ref(), &out, 0);
+            assert!(next.bucket != 0 || next.stats.attempts == 0, "{next:?}");
+            assert!(next.stats.incorrect <= next.stats.attempts);
+            r = Some(next);
+        }
+    }
+
+    #[test]
+    fn a_skip_is_not_an_answer() {
+        let l = Leitner;
+        let r = l.schedule(None, &outcome(true), 0);
+        let skipped = AnswerOutcome {
+            is_skipped: true,
+            ..outcome(true)
+        };
+        let r2 = l.schedule(Some(&r), &skipped, 5 * DAY_MS);
+        assert_eq!((r2.bucket, r2.stats), (r.bucket, r.stats));
+        assert_eq!(r2.next_review_at, r.next_review_at);
+        let last = r2.last_answer.unwrap();
+        assert_eq!((last.is_skipped, last.is_correct), (Some(true), false));
     }
 }
