@@ -142,9 +142,12 @@ impl std::fmt::Display for SettingProblem {
 }
 
 /// The settings of a session in `mode`: every declared setting gets the
-/// given value or its default. Any invalid value, unknown id, or value for
-/// a setting that does not apply to `mode` is reported; nothing is silently
-/// replaced.
+/// given value or its default. Any invalid value, unknown id, or value
+/// other than its default for a setting that does not apply to `mode` is
+/// reported; nothing is silently replaced. A setting outside the mode may
+/// carry its default: the plugin receives the default of every declared
+/// setting (SPEC 2), so the settings it holds, saves and sends back whole
+/// in `updateSettings` are valid as they are.
 pub fn resolve_settings(
     definitions: &[SettingDefinition],
     input: &Map<String, Value>,
@@ -157,13 +160,20 @@ pub fn resolve_settings(
             None => {
                 values.insert(def.id.clone(), def.default_value());
             }
-            Some(_) if !def.applies_to(mode) => problems.push(SettingProblem {
-                id: def.id.clone(),
-                message: format!(
-                    "does not apply to {} (the plugin gets its default)",
-                    mode_name(mode)
-                ),
-            }),
+            Some(v) if !def.applies_to(mode) => {
+                let default = def.default_value();
+                if same_json(v, &default) {
+                    values.insert(def.id.clone(), default);
+                } else {
+                    problems.push(SettingProblem {
+                        id: def.id.clone(),
+                        message: format!(
+                            "does not apply to {} (the plugin gets its default)",
+                            mode_name(mode)
+                        ),
+                    });
+                }
+            }
             Some(v) => match def.check_value(v) {
                 Some(message) => problems.push(SettingProblem {
                     id: def.id.clone(),

@@ -895,7 +895,7 @@ fn settings_resolve_for_a_mode() {
     let empty = Map::new();
     let solo = resolve_settings(defs, &empty, Mode::Solo).unwrap();
     assert_eq!(
-        Value::Object(solo),
+        Value::Object(solo.clone()),
         json!({"questionTime": 20, "rounds": 10, "showLeaderboard": true, "teamName": ""})
     );
     let input: Map<String, Value> =
@@ -925,6 +925,21 @@ fn settings_resolve_for_a_mode() {
         serde_json::from_value(json!({"showLeaderboard": false})).unwrap();
     let e = resolve_settings(defs, &wrong_mode, Mode::Solo).unwrap_err();
     assert!(e[0].to_string().contains("does not apply to solo"));
+    // The plugin holds the default of every declared setting (SPEC 2), so
+    // `InitPayload.settings` sent back whole (or a saved game's settings)
+    // is valid: a setting outside the mode may carry its default.
+    let sent_back = Value::Object(solo.clone());
+    let round_trip: Map<String, Value> = serde_json::from_value(sent_back).unwrap();
+    assert_eq!(
+        resolve_settings(defs, &round_trip, Mode::Solo).unwrap(),
+        solo
+    );
+    let mut one_change = round_trip.clone();
+    one_change.insert("questionTime".into(), json!(45));
+    assert_eq!(
+        resolve_settings(defs, &one_change, Mode::Solo).unwrap()["questionTime"],
+        45
+    );
     // 5.0 and 5 are the same select value, as in JavaScript.
     let five: Map<String, Value> = serde_json::from_value(json!({"rounds": 5.0})).unwrap();
     assert!(resolve_settings(defs, &five, Mode::Solo).is_ok());
