@@ -83,6 +83,66 @@ fn version_negotiation_and_plugin_identity() {
 }
 
 #[test]
+fn a_plugin_protocol_this_host_cannot_run_is_refused_at_creation() {
+    // SPEC 4.3: checked before loading, not when the board says hello.
+    for (protocol, needle) in [("2.0", "newer host"), ("1.9", "newer host")] {
+        let mut memizy = quiz_memizy();
+        memizy["protocol"] = json!(protocol);
+        let m = manifest(memizy);
+        let c = SessionConfig::new("s", Mode::Solo, None, PLUGIN_ID, m.runtime, quiz_set());
+        let Err(e) = Session::new(c, 0) else {
+            panic!("protocol {protocol} accepted");
+        };
+        let e = e.to_string();
+        assert!(e.contains("appSpecific.memizy.protocol"), "{protocol}: {e}");
+        assert!(e.contains(needle), "{protocol}: {e}");
+    }
+}
+
+#[test]
+fn only_declared_item_types_reach_the_plugin() {
+    // SPEC 4.2: the plugin declares mcq-single, true-false and flashcard.
+    let mut cfg = config(Mode::Solo, None);
+    cfg.set.items.push(json!({"id": "mp", "type": "match-pairs",
+        "prompts": [{"id": "a", "text": "A"}], "matches": [{"id": "b", "text": "B"}],
+        "pairs": [{"promptId": "a", "matchId": "b"}]}));
+    let mut sim = Sim::new(cfg);
+    let now = sim.now();
+    sim.s.add_player(PlayerSpec::new("p1", "Ann"), now).unwrap();
+    sim.s.start_game(now).unwrap();
+    sim.pump();
+    let init = sim.join(1, View::Solo, "p1");
+    let ids: Vec<&str> = init
+        .set
+        .items
+        .iter()
+        .filter_map(|i| i["id"].as_str())
+        .collect();
+    assert!(!ids.contains(&"mp"), "{ids:?}");
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    // An answer for it is not one of the set's: it needs its item.
+    let m = sim.fails(
+        1,
+        "recordAnswer",
+        r#"[{"itemId": "mp", "isCorrect": true}]"#,
+        C::InvalidArgument,
+    );
+    assert!(m.contains("answer.item"), "{m}");
+    // "*" declares every type.
+    let mut cfg = config(Mode::Solo, None);
+    cfg.item_types = Some(vec!["*".into()]);
+    cfg.set
+        .items
+        .push(json!({"id": "mp", "type": "match-pairs"}));
+    let mut sim = Sim::new(cfg);
+    let now = sim.now();
+    sim.s.add_player(PlayerSpec::new("p1", "Ann"), now).unwrap();
+    sim.s.start_game(now).unwrap();
+    sim.pump();
+    assert_eq!(sim.join(1, View::Solo, "p1").set.items.len(), 3);
+}
+
+#[test]
 fn init_payload_depends_on_the_instance() {
     let mut cfg = config(Mode::Multiplayer, Some(HostAs::Presenter));
     cfg.settings.insert("questionTime".into(), json!(30));

@@ -6,7 +6,9 @@ use super::*;
 use crate::calls::{check_asset_size, check_service_result, decode_host_call_with, HostCall};
 use crate::errors::{ProtocolError, ProtocolErrorCode as Code};
 use crate::items::{prepare_display_set, PreparedSet};
-use crate::negotiate::{negotiate_protocol_version, HOST_SUPPORTED_VERSIONS};
+use crate::negotiate::{
+    check_manifest_protocol, negotiate_protocol_version, HOST_SUPPORTED_VERSIONS,
+};
 use crate::settings::resolve_settings;
 use hostwire_core::rate::{Coalescer, Offer};
 use hostwire_core::TokenBucket;
@@ -144,6 +146,19 @@ impl Session {
         cfg.limits = cfg.limits.at_least_minimums();
         if cfg.id.is_empty() {
             return Err(SessionError::Config("the session id is empty".into()));
+        }
+        // SPEC 4.3: the manifest's protocol is checked before the plugin is
+        // loaded, so a plugin this host cannot run is refused at creation,
+        // not when the board says hello.
+        check_manifest_protocol(HOST_SUPPORTED_VERSIONS, cfg.runtime.protocol).map_err(|e| {
+            SessionError::Config(format!("appSpecific.memizy.protocol: {}", e.detail()))
+        })?;
+        if let Some(types) = &cfg.item_types {
+            // SPEC 4.2: only types the plugin declared reach it.
+            let declared = |t: &str| types.iter().any(|d| d == "*" || d == t);
+            cfg.set
+                .items
+                .retain(|it| it.get("type").and_then(Value::as_str).is_some_and(declared));
         }
         if !cfg.runtime.supports(cfg.mode) {
             return Err(SessionError::Config(format!(

@@ -135,6 +135,10 @@ pub struct SessionConfig {
     pub plugin_id: String,
     pub runtime: PluginRuntime,
     pub set: DisplaySet,
+    /// The manifest's `capabilities.types` (`"*"` declares all): only items
+    /// of these types reach the plugin (SPEC 4.2). `None` when the manifest
+    /// declares none: every item is kept.
+    pub item_types: Option<Vec<String>>,
     /// The set's id, the key of plugin data in scope `set` and of progress.
     pub set_id: String,
     /// The display-order seed (SPEC 4.4); the session id when `None`.
@@ -171,6 +175,7 @@ impl SessionConfig {
             plugin_id: plugin_id.into(),
             runtime,
             set,
+            item_types: None,
             set_id: String::new(),
             display_seed: None,
             assets: AssetIndex::default(),

@@ -83,6 +83,7 @@ pub fn quiz_set() -> DisplaySet {
 pub fn config(mode: Mode, host_as: Option<HostAs>) -> SessionConfig {
     let m = manifest(quiz_memizy());
     let mut c = SessionConfig::new("session-1", mode, host_as, PLUGIN_ID, m.runtime, quiz_set());
+    c.item_types = m.types;
     c.set_id = "set-1".into();
     c.services = ServiceRegistry::new().offer("chess.puzzles", ServiceSpec { timeout_ms: 2_000 });
     c.assets.set.insert("img/planet.png".into(), 1_000);

@@ -150,6 +150,7 @@ fn config(
         set,
     );
     c.set_id = set_id;
+    c.item_types = manifest.types;
     c.settings = spec.settings.clone();
     c.services = sessions.services().registry();
     let assets = catalog(&c.set, files);
