@@ -288,6 +288,40 @@ fn end_counts_once_and_discards_the_snapshot() {
 }
 
 #[test]
+fn a_closing_session_tells_each_instance_only_that_it_ended() {
+    // The board attaches first (the lowest instance id), as a real board
+    // does: its removal must not reach the controllers as "the authority is
+    // away" or a new roster ahead of their own `sessionEnded`.
+    const FIRST_BOARD: InstanceId = 0;
+    let mut sim = Sim::presenter(2);
+    let now = sim.now();
+    sim.s.start_game(now).unwrap();
+    sim.pump();
+    sim.join(FIRST_BOARD, View::Board, "board");
+    sim.join(1, View::Controller, "p1");
+    sim.join(2, View::Controller, "p2");
+    sim.advance(DEFAULT_COUNTDOWN_MS);
+    for i in [FIRST_BOARD, 1, 2] {
+        sim.take(i);
+    }
+    sim.ok(FIRST_BOARD, "end", r#"[{"scores": {"p1": 1}}]"#);
+    sim.advance(DEFAULT_FINISHED_CLOSE_MS);
+    assert_eq!(sim.s.phase(), Phase::Closed);
+    for c in [1, 2] {
+        let got: Vec<String> = sim.take(c).into_iter().map(|(m, _)| m).collect();
+        assert_eq!(got, vec!["sessionEnded".to_owned()], "controller {c}");
+    }
+}
+
+#[test]
+fn a_replaced_instance_gets_session_ended_first() {
+    let mut sim = running(1);
+    sim.attach(11, View::Controller, "p1");
+    assert_eq!(sim.take_method(1, "sessionEnded"), vec![json!(["closed"])]);
+    assert_eq!(sim.closed.get(&1), Some(&CloseReason::Replaced));
+}
+
+#[test]
 fn calls_after_session_ended_get_session_ended() {
     let mut sim = running(2);
     let now = sim.now();

@@ -90,7 +90,7 @@ async fn a_board_and_30_controllers_from_lobby_to_end() {
     assert_eq!(h.store.count_answers(&sid).unwrap(), 30);
     let progress = h.store.load_progress("p1", "set-1").unwrap();
     assert_eq!(progress.len(), 1);
-    assert!(progress[0].1.contains("\"bucket\":1"), "{}", progress[0].1);
+    assert!(progress[0].1.contains("\"bucket\":2"), "{}", progress[0].1);
     board
         .call("saveSnapshot", json!([{"round": 1, "answers": 30}]))
         .await

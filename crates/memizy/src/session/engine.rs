@@ -117,6 +117,9 @@ pub struct Session {
     ready_deadline_ms: Option<u64>,
     authority_away_since_ms: Option<u64>,
     authority_announced_away: bool,
+    /// The session is closing every instance: no one is told of the others
+    /// leaving (or of the authority going) before its own `sessionEnded`.
+    ending: bool,
     finished_close_at_ms: Option<u64>,
     records: HashMap<RecordId, Vec<Waiter>>,
     next_record: RecordId,
@@ -218,6 +221,7 @@ impl Session {
             ready_deadline_ms: None,
             authority_away_since_ms: None,
             authority_announced_away: false,
+            ending: false,
             finished_close_at_ms: None,
             records: HashMap::new(),
             next_record: 1,
@@ -621,9 +625,14 @@ impl Session {
             return;
         }
         let ids: Vec<InstanceId> = self.instances.keys().copied().collect();
+        // SPEC 3.3: the instances are closed with `sessionEnded`; one
+        // leaving is not news to the others, which are closed too (the SDK
+        // would show "waiting for the host" for an instant).
+        self.ending = true;
         for id in ids {
             self.end_instance(id, reason.clone(), now_ms);
         }
+        self.ending = false;
         // Nothing coalesced is lost: what waits is written now.
         if let Some(s) = self.snapshot_slot.take_pending() {
             let w = std::mem::take(&mut self.snapshot_waiters);
@@ -697,6 +706,9 @@ impl Session {
             _ => {}
         }
         if let Some(&old) = self.by_address.get(address) {
+            // The 1.0 changelog: the host ends an instance with
+            // `sessionEnded` before removing it, a replaced one too.
+            self.end_call(old, &SessionEndReason::Closed);
             self.remove_instance(old, Some(CloseReason::Replaced), now_ms);
         }
         if self.instances.len() >= MAX_INSTANCES_PER_SESSION {
@@ -1665,11 +1677,12 @@ impl Session {
                     ps.instance = None;
                 }
             }
-            if !replaced {
+            if !replaced && !self.ending {
                 self.players_changed(now);
             }
         }
         if was_authority
+            && !self.ending
             && !matches!(self.phase, Phase::Lobby | Phase::Closed)
             && self.authority_away_since_ms.is_none()
         {
@@ -1684,8 +1697,14 @@ impl Session {
 
     /// `sessionEnded(reason)`, then the connection is closed.
     fn end_instance(&mut self, id: InstanceId, reason: SessionEndReason, now: u64) {
+        self.end_call(id, &reason);
+        self.remove_instance(id, Some(CloseReason::SessionEnded(reason)), now);
+    }
+
+    /// `sessionEnded(reason)` to an instance that said hello.
+    fn end_call(&mut self, id: InstanceId, reason: &SessionEndReason) {
         if self.instances.get(&id).is_some_and(|i| i.hello) {
-            let args = args_json(&(&reason,));
+            let args = args_json(&(reason,));
             self.push_call(
                 id,
                 PluginCallOut {
@@ -1694,7 +1713,6 @@ impl Session {
                 },
             );
         }
-        self.remove_instance(id, Some(CloseReason::SessionEnded(reason)), now);
     }
 
     fn players_changed(&mut self, _now: u64) {
