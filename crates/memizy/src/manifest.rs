@@ -28,6 +28,11 @@ pub const PLUGIN_DEVICES: &[&str] = &["camera", "microphone", "geolocation", "se
 pub const OQSEM_ACTIONS: &[&str] = &["render", "edit", "validate", "import", "export"];
 /// The OQSEM MAJOR version this library reads.
 pub const OQSEM_MAJOR: u32 = 1;
+/// The draft OQSEM MAJOR version that every plugin written for protocol 1.0
+/// still declares (`"version": "0.2"`). The reference host accepts it (its
+/// schema checks only the `MAJOR.MINOR` form), so it is read as 1.0 here
+/// too, with a warning (see [`PluginManifest::warnings`]).
+pub const OQSEM_DRAFT_MAJOR: u32 = 0;
 
 /// One problem with a manifest: where, and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,7 +171,30 @@ pub struct PluginManifest {
     pub runtime: PluginRuntime,
 }
 
+/// Something a host accepts in a manifest but a plugin author should fix:
+/// where (a JSON path) and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestWarning {
+    pub path: String,
+    pub message: String,
+}
+
 impl PluginManifest {
+    /// What is accepted but should change: a draft OQSEM 0.x `version`.
+    pub fn warnings(&self) -> Vec<ManifestWarning> {
+        let mut out = Vec::new();
+        if self.version.major == OQSEM_DRAFT_MAJOR {
+            out.push(ManifestWarning {
+                path: "version".into(),
+                message: format!(
+                    "OQSEM {} is a draft: read as OQSEM {OQSEM_MAJOR}.0, as the reference host does; declare \"{OQSEM_MAJOR}.0\"",
+                    self.version
+                ),
+            });
+        }
+        out
+    }
+
     /// Whether the plugin declares an item type (`"*"` declares all).
     pub fn declares_type(&self, item_type: &str) -> bool {
         self.types
@@ -424,11 +452,13 @@ impl Check {
                 None
             }
             Some(v) => self.string(v, "version").and_then(|s| match s.parse::<Version>() {
-                Ok(ver) if ver.major == OQSEM_MAJOR => Some(ver),
+                Ok(ver) if ver.major == OQSEM_MAJOR || ver.major == OQSEM_DRAFT_MAJOR => Some(ver),
                 Ok(ver) => {
                     self.bad(
                         "version",
-                        format!("OQSEM {ver} is not supported: this host reads OQSEM {OQSEM_MAJOR}.x"),
+                        format!(
+                            "OQSEM {ver} is not supported: this host reads OQSEM {OQSEM_MAJOR}.x (and the draft {OQSEM_DRAFT_MAJOR}.x)"
+                        ),
                     );
                     None
                 }

@@ -423,6 +423,18 @@ fn oqsem_rules() {
         "version: must be MAJOR.MINOR",
     );
     assert!(problems(with(&["version"], json!("1.3"))).is_empty());
+    // Every plugin written for protocol 1.0 still declares the draft OQSEM
+    // 0.2, which the reference host reads: accepted, with a warning.
+    let draft = parse_plugin_manifest(with(&["version"], json!("0.2"))).expect("OQSEM 0.2 is read");
+    let w = draft.warnings();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!(w[0].path, "version");
+    assert!(w[0].message.contains("draft"), "{w:?}");
+    assert!(parse_plugin_manifest(base()).unwrap().warnings().is_empty());
+    assert_problem(
+        with(&["version"], json!("3.1")),
+        "version: OQSEM 3.1 is not supported",
+    );
     let mut doc = base();
     doc.as_object_mut().unwrap().remove("version");
     assert_problem(doc, "version: is required");

@@ -375,6 +375,9 @@ fn summary_text(
             );
         }
     }
+    for w in m.warnings() {
+        let _ = writeln!(s, "  ! warning: {}: {}", w.path, w.message);
+    }
     if problems.is_empty() {
         let _ = writeln!(s, "✓ valid");
     } else {
@@ -434,5 +437,8 @@ fn summary_json(
             "unsupportedTypes": c.unsupported_types,
         })),
         "problems": problems.iter().map(Problem::json).collect::<Vec<_>>(),
+        "warnings": m.warnings().iter().map(|w| json!({
+            "document": "manifest", "path": w.path, "message": w.message,
+        })).collect::<Vec<_>>(),
     })
 }

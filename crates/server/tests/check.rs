@@ -231,3 +231,32 @@ fn a_json_syntax_error_names_the_line_of_the_plugin_file() {
     // The missing comma is noticed at `"id"`, line 8 of the file.
     assert!(out.contains("at line 8 column 5 of the HTML file"), "{out}");
 }
+
+#[test]
+fn a_draft_oqsem_manifest_is_valid_with_a_warning() {
+    let html = std::fs::read_to_string(root().join("examples/quiz-race.html")).unwrap();
+    assert!(
+        html.contains("\"version\": \"1.0\""),
+        "the example declares OQSEM 1.0"
+    );
+    let draft = temp(
+        "draft.html",
+        &html.replacen("\"version\": \"1.0\"", "\"version\": \"0.2\"", 1),
+    );
+    let (code, out) = run(&[draft.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("warning: version: OQSEM 0.2 is a draft"),
+        "{out}"
+    );
+    let (code, out) = run(&[draft.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["warnings"][0]["path"], "version", "{out}");
+    let other = temp(
+        "other.html",
+        &html.replacen("\"version\": \"1.0\"", "\"version\": \"2.0\"", 1),
+    );
+    let (code, out) = run(&[other.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+}
