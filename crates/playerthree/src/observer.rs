@@ -527,6 +527,40 @@ mod tests {
         }
     }
 
+    #[test]
+    fn an_omniscient_grants_teams_are_the_team_perspectives_it_may_follow() {
+        // The decision (docs/protocols/playerthree.md, "Observer streams"):
+        // `teams` lists the team perspectives an omniscient grant may follow
+        // besides "omniscient"; the omniscient perspective is the whole
+        // world, whatever `teams` holds.
+        let mut feed = ObserverFeed::new();
+        for p in ["red", "blue", OMNISCIENT] {
+            feed.record(p, 0, 0, Json::from(json!({"p": p})), None, vec![]);
+        }
+        let mut o = ObserverCursor::new(ObserverGrant::Omniscient {
+            teams: vec!["red".into()],
+            delay_ms: 0,
+        });
+        let e = o
+            .request(&ObserverRequest {
+                perspective: "blue".into(),
+                after: None,
+            })
+            .unwrap_err();
+        assert_eq!(e.code, ServerErrorCode::Forbidden);
+        o.request(&ObserverRequest {
+            perspective: OMNISCIENT.into(),
+            after: None,
+        })
+        .unwrap();
+        let got = frames(&o.poll(&mut feed, 10));
+        assert_eq!(got[0].perspective, OMNISCIENT);
+        assert_eq!(
+            got[0].world.as_ref().map(|w| w.to_string()),
+            Some(json!({"p": OMNISCIENT}).to_string())
+        );
+    }
+
     fn said(id: u64) -> Arc<ObserverCommentary> {
         Arc::new(ObserverCommentary {
             id: format!("c{id}"),
