@@ -14,6 +14,10 @@
 //! - [`bridge`]: the agent bridge client as a request builder and a
 //!   response parser.
 
+// No unsafe code here: what needs it lives in hostwire-core, where Miri
+// checks it.
+#![forbid(unsafe_code)]
+
 pub mod bridge;
 pub mod buffer;
 pub mod channel;

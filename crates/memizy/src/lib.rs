@@ -1,6 +1,10 @@
 //! hostwire-memizy: the Memizy Plugin Protocol v1 as a host needs it,
 //! without I/O. Names follow the SPEC (`HostCall`, `InitPayload`, …).
 
+// No unsafe code here: what needs it lives in hostwire-core, where Miri
+// checks it.
+#![forbid(unsafe_code)]
+
 pub mod calls;
 pub mod compat;
 pub mod errors;

@@ -14,6 +14,10 @@
 //! Nothing here opens a socket, spawns a task or reads a clock: the server
 //! passes `now` in milliseconds and performs the [`host::Output`]s.
 
+// No unsafe code here: what needs it lives in hostwire-core, where Miri
+// checks it.
+#![forbid(unsafe_code)]
+
 pub mod decode;
 pub mod demo;
 pub mod game;

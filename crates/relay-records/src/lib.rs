@@ -3,6 +3,10 @@
 //! (`hostwire_store`) holds. A crate of its own so that a store needs
 //! neither the protocol crate nor what it depends on (an HTML parser).
 
+// No unsafe code here: what needs it lives in hostwire-core, where Miri
+// checks it.
+#![forbid(unsafe_code)]
+
 use bytes::Bytes;
 
 /// A player as it is stored.

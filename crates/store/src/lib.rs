@@ -4,6 +4,10 @@
 //! is the embedded default (one file, WAL). A networked database can
 //! implement the same trait to serve several nodes.
 
+// No unsafe code here: what needs it lives in hostwire-core, where Miri
+// checks it.
+#![forbid(unsafe_code)]
+
 pub mod ggui;
 pub mod playerthree;
 pub mod sessions;

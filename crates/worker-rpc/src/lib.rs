@@ -5,6 +5,10 @@
 //! progress, credit-based streams, hello and goodbye over any transport,
 //! where every call ends and every queue is bounded.
 
+// No unsafe code here: what needs it lives in hostwire-core, where Miri
+// checks it.
+#![forbid(unsafe_code)]
+
 pub mod error;
 pub mod frame;
 pub mod peer;
