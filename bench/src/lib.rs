@@ -1,5 +1,7 @@
 //! hostwire-bench: the relay load generator, the bare forwarder and the
 //! benchmark report, as a library for the binary and the smoke test.
+//! Linux only (`/proc`, epoll, io_uring): empty elsewhere.
+#![cfg(target_os = "linux")]
 
 pub mod churn;
 pub mod floor;

@@ -2,6 +2,7 @@
 //! controllers, a few calls each way, against the server on 127.0.0.1
 //! with its SQLite store and a manual clock; and its report section. Not a
 //! benchmark.
+#![cfg(target_os = "linux")]
 
 use hostwire::app::App;
 use hostwire::http::AllowedOrigins;

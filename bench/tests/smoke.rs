@@ -1,5 +1,6 @@
 //! Smoke mode: the load generator, the bare forwarder and the report with
 //! tiny counts, so the tools keep working. Not a benchmark.
+#![cfg(target_os = "linux")]
 
 use hostwire::app::App;
 use hostwire::http::AllowedOrigins;
