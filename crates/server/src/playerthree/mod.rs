@@ -305,6 +305,11 @@ impl PlayerThree {
             .unwrap_or_default()
     }
 
+    /// Units waiting for PlayerThree's store writer or being written.
+    pub fn store_pending(&self) -> usize {
+        self.writer.queued() + self.writer.in_batch()
+    }
+
     pub fn match_count(&self) -> usize {
         self.matches.lock().map(|m| m.len()).unwrap_or(0)
     }
