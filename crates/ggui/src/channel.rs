@@ -147,6 +147,11 @@ pub enum Output {
         otherwise: Arc<str>,
         undo: Undo,
     },
+    /// A durable change answered by the caller (a props update): the
+    /// outputs after this wait until every `Persist` before it is durable.
+    /// If they cannot be stored, drop them, give `undo` to
+    /// [`Channel::not_stored`] and answer that nothing changed.
+    Commit { undo: Undo },
 }
 
 /// What [`Channel::not_stored`] takes back.
@@ -154,6 +159,21 @@ pub enum Output {
 pub enum Undo {
     /// A submitted action (ledger `seq`), never acknowledged.
     Action { session_id: String, seq: u64 },
+    /// A props update (ledger `seq`) and the props it replaced.
+    Props {
+        session_id: String,
+        seq: u64,
+        previous: Option<Map<String, Value>>,
+    },
+}
+
+impl Undo {
+    /// The session whose change it takes back.
+    pub fn session_id(&self) -> &str {
+        match self {
+            Undo::Action { session_id, .. } | Undo::Props { session_id, .. } => session_id,
+        }
+    }
 }
 
 /// What a session is, as stored.
@@ -951,6 +971,16 @@ impl Channel {
                     }
                 }
             }
+            Undo::Props {
+                session_id,
+                seq,
+                previous,
+            } => {
+                if let Some(s) = self.sessions.get_mut(&session_id) {
+                    s.ledger.take_back(seq);
+                    s.props = previous;
+                }
+            }
         }
     }
 
@@ -1173,14 +1203,11 @@ impl Channel {
             .ledger
             .append(LEDGER_UI_UPDATED, iso_timestamp(now_ms), data);
         let (event, trimmed) = (appended.event, appended.evicted);
-        s.props = Some(payload.props);
+        let previous = s.props.replace(payload.props);
         let subscribers = s.subscribers.clone();
         let record = s.record();
         let horizon = s.ledger.horizon();
         let seq = event.seq;
-        for conn in subscribers {
-            self.send(conn, frame.clone());
-        }
         self.persist(Record::Session(record));
         self.persist(Record::LedgerEvent {
             session_id: session_id.to_owned(),
@@ -1191,6 +1218,17 @@ impl Channel {
                 session_id: session_id.to_owned(),
                 horizon,
             });
+        }
+        // Subscribers are told once it is durable.
+        self.outputs.push_back(Output::Commit {
+            undo: Undo::Props {
+                session_id: session_id.to_owned(),
+                seq,
+                previous,
+            },
+        });
+        for conn in subscribers {
+            self.send(conn, frame.clone());
         }
         Ok(seq)
     }

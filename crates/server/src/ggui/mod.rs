@@ -187,6 +187,9 @@ pub(crate) struct Core {
     conns: HashMap<ConnId, ws::Outbound>,
     waiters: HashMap<String, Vec<oneshot::Sender<()>>>,
     pub now_ms: u64,
+    /// An API call's question whether its change was stored, answered
+    /// once the command's records are (see [`Ggui::call_stored`]).
+    stored_answer: Option<oneshot::Sender<bool>>,
 }
 
 impl Core {
@@ -350,6 +353,7 @@ impl Ggui {
             conns: HashMap::new(),
             waiters: HashMap::new(),
             now_ms: clock.now_ms(),
+            stored_answer: None,
         };
         tokio::spawn(run_actor(
             core,
@@ -383,6 +387,24 @@ impl Ggui {
         }));
         self.tx.send(cmd).await.ok()?;
         rx.await.ok()
+    }
+
+    /// Runs `f` on the actor's state and returns its answer once what it
+    /// changed durably is stored: `(answer, false)` if the store failed
+    /// (the change was taken back). `None` when the actor is gone.
+    pub(crate) async fn call_stored<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Core) -> T + Send + 'static,
+    ) -> Option<(T, bool)> {
+        let (stored_tx, stored_rx) = oneshot::channel();
+        let answer = self
+            .call(move |core| {
+                core.stored_answer = Some(stored_tx);
+                f(core)
+            })
+            .await?;
+        let stored = stored_rx.await.ok()?;
+        Some((answer, stored))
     }
 
     /// Closes every socket with 1001 and waits until every record queued
@@ -534,7 +556,10 @@ async fn run_actor(
                 metrics.long_polls.store(waiting as u64, Relaxed);
             }
         }
-        dispatch(&mut core, &metrics, &mut persistence).await;
+        let stored = dispatch(&mut core, &metrics, &mut persistence).await;
+        if let Some(answer) = core.stored_answer.take() {
+            let _ = answer.send(stored);
+        }
         metrics
             .sessions
             .store(core.channel.session_count() as u64, Relaxed);
@@ -545,12 +570,17 @@ async fn run_actor(
 /// Carries out what the core asked for, in its order. Records are written
 /// behind, except those before a `Durable` output: the actor waits for
 /// them before it acknowledges (and goes on with the next command).
-async fn dispatch(core: &mut Core, metrics: &GguiMetrics, persistence: &mut Persistence) {
+/// Returns `false` if a change had to be taken back.
+async fn dispatch(core: &mut Core, metrics: &GguiMetrics, persistence: &mut Persistence) -> bool {
     let mut records = Vec::new();
     // The session whose change was just taken back: its wake-up goes too.
     let mut taken_back: Option<String> = None;
+    // A props update that was not stored: what told of it is dropped.
+    let mut dropping = false;
+    let mut stored = true;
     while let Some(o) = core.channel.poll_output() {
         match o {
+            Output::Send { .. } | Output::ActionsAvailable { .. } if dropping => {}
             Output::Send { conn, frame } => send(core, metrics, conn, frame),
             Output::Close { conn, code, .. } => {
                 if let Some(out) = core.conns.get(&conn) {
@@ -570,10 +600,20 @@ async fn dispatch(core: &mut Core, metrics: &GguiMetrics, persistence: &mut Pers
                 {
                     send(core, metrics, conn, frame);
                 } else {
-                    let hostwire_ggui::channel::Undo::Action { session_id, .. } = &undo;
-                    taken_back = Some(session_id.clone());
+                    stored = false;
+                    taken_back = Some(undo.session_id().to_owned());
                     core.channel.not_stored(undo);
                     send(core, metrics, conn, otherwise);
+                }
+            }
+            Output::Commit { undo } => {
+                if !persistence
+                    .write_durable(std::mem::take(&mut records))
+                    .await
+                {
+                    stored = false;
+                    dropping = true;
+                    core.channel.not_stored(undo);
                 }
             }
             Output::ActionsAvailable { session_id } => {
@@ -590,6 +630,7 @@ async fn dispatch(core: &mut Core, metrics: &GguiMetrics, persistence: &mut Pers
     if !records.is_empty() {
         persistence.write_behind(records).await;
     }
+    stored
 }
 
 fn send(core: &Core, metrics: &GguiMetrics, conn: ConnId, frame: Arc<str>) {
