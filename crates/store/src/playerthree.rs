@@ -292,4 +292,33 @@ mod tests {
             .unwrap();
         assert_eq!(left, 0);
     }
+
+    #[test]
+    fn a_record_with_a_slot_replaces_the_one_before_it() {
+        let s = SqliteStore::in_memory().unwrap();
+        let policy = |body: &str| PlayerThreeWrite::Record {
+            match_id: "m1".into(),
+            kind: "policy".into(),
+            tick: None,
+            slot: Some("policy:red-scout".into()),
+            body: body.into(),
+        };
+        s.apply_playerthree(&[
+            PlayerThreeWrite::Match {
+                id: "m1".into(),
+                game: "ridge".into(),
+                operator_token_hash: "op".into(),
+                created_at_ms: 5,
+            },
+            record("m1", "config", "{}"),
+        ])
+        .unwrap();
+        for i in 0..100 {
+            s.apply_playerthree(&[policy(&format!("{{\"v\":{i}}}"))])
+                .unwrap();
+        }
+        s.apply_playerthree(&[record("m1", "state", "{}")]).unwrap();
+        let loaded = s.load_matches().unwrap();
+        assert_eq!(loaded[0].records, vec!["{}", "{\"v\":99}", "{}"]);
+    }
 }
