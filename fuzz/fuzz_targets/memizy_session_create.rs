@@ -17,6 +17,7 @@ fn sessions() -> &'static Arc<Sessions> {
             SessionsConfig::default(),
             Arc::new(hostwire_core::ManualClock::new(1_700_000_000_000)),
             Arc::new(hostwire_store::SqliteStore::in_memory().expect("an in-memory store")),
+            Arc::new(hostwire::metrics::StoreMetrics::default()),
         )
     })
 }

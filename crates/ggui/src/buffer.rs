@@ -95,6 +95,21 @@ impl Ledger {
         }
     }
 
+    /// Takes back the newest entry, `seq`, that could not be stored: the
+    /// next append gets its `seq` again. `false` if `seq` is not the
+    /// newest. Entries its append evicted stay evicted (the store still
+    /// has them; replay from before the horizon is refused as before).
+    pub fn take_back(&mut self, seq: u64) -> bool {
+        if self.last_sequence != seq || self.entries.back().map(|e| e.seq) != Some(seq) {
+            return false;
+        }
+        if let Some(e) = self.entries.pop_back() {
+            self.bytes -= e.frame.len();
+        }
+        self.last_sequence -= 1;
+        true
+    }
+
     fn push(&mut self, event: &GguiSessionEvent) -> Arc<str> {
         let frame = encode_frame(frame_types::RENDER_EVENT, event, None);
         self.bytes += frame.len();

@@ -135,6 +135,45 @@ pub enum Output {
     Persist(Box<Record>),
     /// Actions arrived: wake the agent's long polls on this session.
     ActionsAvailable { session_id: String },
+    /// An acknowledgement of a durable change (an action's `ack`): send
+    /// `frame`, and the outputs after it, only once every `Persist` before
+    /// it is durable. If they cannot be stored, send `otherwise` (the
+    /// protocol's error) instead, drop the outputs after it that belong to
+    /// the change, and give `undo` to [`Channel::not_stored`]: nothing
+    /// changed.
+    Durable {
+        conn: ConnId,
+        frame: Arc<str>,
+        otherwise: Arc<str>,
+        undo: Undo,
+    },
+    /// A durable change answered by the caller (a props update): the
+    /// outputs after this wait until every `Persist` before it is durable.
+    /// If they cannot be stored, drop them, give `undo` to
+    /// [`Channel::not_stored`] and answer that nothing changed.
+    Commit { undo: Undo },
+}
+
+/// What [`Channel::not_stored`] takes back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Undo {
+    /// A submitted action (ledger `seq`), never acknowledged.
+    Action { session_id: String, seq: u64 },
+    /// A props update (ledger `seq`) and the props it replaced.
+    Props {
+        session_id: String,
+        seq: u64,
+        previous: Option<Map<String, Value>>,
+    },
+}
+
+impl Undo {
+    /// The session whose change it takes back.
+    pub fn session_id(&self) -> &str {
+        match self {
+            Undo::Action { session_id, .. } | Undo::Props { session_id, .. } => session_id,
+        }
+    }
 }
 
 /// What a session is, as stored.
@@ -177,6 +216,12 @@ pub enum Record {
     StreamEntriesDropped { session_id: String, seqs: Vec<u64> },
     /// The agent drained the actions up to this ledger `seq`.
     ActionsDrained { session_id: String, up_to: u64 },
+    /// The session's host context alone changed (`host_context_observed`):
+    /// the row with its props need not be written again. Keep-latest.
+    HostContext {
+        session_id: String,
+        host_context: Map<String, Value>,
+    },
 }
 
 /// Everything persisted about one session, to rebuild it after a restart.
@@ -526,10 +571,12 @@ impl Channel {
                     return;
                 };
                 if let Some(s) = self.sessions.get_mut(&sid) {
-                    // Idempotent overwrite, no merge.
-                    s.host_context = Some(host_context);
-                    let record = s.record();
-                    self.persist(Record::Session(record));
+                    // Idempotent overwrite, no merge; only it is written.
+                    s.host_context = Some(host_context.clone());
+                    self.persist(Record::HostContext {
+                        session_id: sid,
+                        host_context,
+                    });
                 }
             }
             ClientFrame::ChannelSubscribe {
@@ -889,9 +936,52 @@ impl Channel {
             session_token: None,
         };
         let frame = encode_frame(frame_types::ACK, &ack, request_id);
-        self.send(conn, frame);
+        // Acknowledged only once its ledger entry is durable.
+        let otherwise = encode_error(
+            &make_error_payload(
+                codes::APPEND_FAILED,
+                format!("session {sid}: the action was not stored; send it again"),
+                None,
+            ),
+            request_id,
+        );
+        self.outputs.push_back(Output::Durable {
+            conn,
+            frame,
+            otherwise,
+            undo: Undo::Action {
+                session_id: sid.clone(),
+                seq,
+            },
+        });
         self.outputs
             .push_back(Output::ActionsAvailable { session_id: sid });
+    }
+
+    /// The records before an [`Output::Durable`] were not stored: its
+    /// change is taken back (an action leaves the ledger and the pending
+    /// actions, and its `seq` is given again).
+    pub fn not_stored(&mut self, undo: Undo) {
+        match undo {
+            Undo::Action { session_id, seq } => {
+                if let Some(s) = self.sessions.get_mut(&session_id) {
+                    s.ledger.take_back(seq);
+                    if s.pending.back().is_some_and(|p| p.seq == seq) {
+                        s.pending.pop_back();
+                    }
+                }
+            }
+            Undo::Props {
+                session_id,
+                seq,
+                previous,
+            } => {
+                if let Some(s) = self.sessions.get_mut(&session_id) {
+                    s.ledger.take_back(seq);
+                    s.props = previous;
+                }
+            }
+        }
     }
 
     // ----- the agent's side ----------------------------------------------
@@ -1113,14 +1203,11 @@ impl Channel {
             .ledger
             .append(LEDGER_UI_UPDATED, iso_timestamp(now_ms), data);
         let (event, trimmed) = (appended.event, appended.evicted);
-        s.props = Some(payload.props);
+        let previous = s.props.replace(payload.props);
         let subscribers = s.subscribers.clone();
         let record = s.record();
         let horizon = s.ledger.horizon();
         let seq = event.seq;
-        for conn in subscribers {
-            self.send(conn, frame.clone());
-        }
         self.persist(Record::Session(record));
         self.persist(Record::LedgerEvent {
             session_id: session_id.to_owned(),
@@ -1131,6 +1218,17 @@ impl Channel {
                 session_id: session_id.to_owned(),
                 horizon,
             });
+        }
+        // Subscribers are told once it is durable.
+        self.outputs.push_back(Output::Commit {
+            undo: Undo::Props {
+                session_id: session_id.to_owned(),
+                seq,
+                previous,
+            },
+        });
+        for conn in subscribers {
+            self.send(conn, frame.clone());
         }
         Ok(seq)
     }
@@ -1335,6 +1433,15 @@ impl Channel {
                 Record::Session(rec) => {
                     let id = rec.session_id.clone();
                     slot(&mut by_id, &mut order, &id).record = Some(rec);
+                }
+                Record::HostContext {
+                    session_id,
+                    host_context,
+                } => {
+                    let s = slot(&mut by_id, &mut order, &session_id);
+                    if let Some(rec) = s.record.as_mut() {
+                        rec.host_context = Some(host_context);
+                    }
                 }
                 Record::LedgerEvent { session_id, event } => {
                     let s = slot(&mut by_id, &mut order, &session_id);

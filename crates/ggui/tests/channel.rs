@@ -16,6 +16,8 @@ struct Harness {
     closes: Vec<(ConnId, u16)>,
     wakeups: Vec<String>,
     sent: Vec<(ConnId, Arc<str>)>,
+    /// The store refuses what it is given (a full disk).
+    store_fails: bool,
 }
 
 impl Harness {
@@ -31,6 +33,7 @@ impl Harness {
             closes: Vec::new(),
             wakeups: Vec::new(),
             sent: Vec::new(),
+            store_fails: false,
         }
     }
 
@@ -57,8 +60,34 @@ impl Harness {
     /// Polls every output; returns the frames for `c`.
     fn drain(&mut self, c: ConnId) -> Vec<Value> {
         let mut mine = Vec::new();
+        let mut dropping = false;
         while let Some(o) = self.ch.poll_output() {
             match o {
+                Output::Send { .. } | Output::ActionsAvailable { .. } if dropping => {}
+                Output::Durable {
+                    conn,
+                    frame,
+                    otherwise,
+                    undo,
+                } => {
+                    let frame = if self.store_fails {
+                        self.ch.not_stored(undo);
+                        dropping = true;
+                        otherwise
+                    } else {
+                        frame
+                    };
+                    if conn == c {
+                        mine.push(serde_json::from_str(&frame).unwrap());
+                    }
+                    self.sent.push((conn, frame));
+                }
+                Output::Commit { undo } => {
+                    if self.store_fails {
+                        self.ch.not_stored(undo);
+                        dropping = true;
+                    }
+                }
                 Output::Send { conn, frame } => {
                     if conn == c {
                         mine.push(serde_json::from_str(&frame).unwrap());
@@ -362,7 +391,13 @@ fn host_context_is_stored_verbatim_without_a_reply() {
     assert!(frames.is_empty());
     let view = h.ch.read_session("ck-host-context-1").unwrap();
     assert_eq!(Value::Object(view.host_context.unwrap()), hc);
+    // Only the host context is recorded, not the session row with its
+    // props.
     assert!(h
+        .records
+        .iter()
+        .any(|r| matches!(r, Record::HostContext { host_context, .. } if Value::Object(host_context.clone()) == hc)));
+    assert!(!h
         .records
         .iter()
         .any(|r| matches!(r, Record::Session(s) if s.host_context.is_some())));
@@ -1008,4 +1043,46 @@ fn restore_refuses_broken_histories() {
     ch.restore_session(ok).unwrap();
     assert_eq!(ch.read_session("s").unwrap().stream_seq, 9);
     let _ = ReplayPolicy::All;
+}
+
+#[test]
+fn an_action_the_store_refuses_is_not_acked_and_leaves_nothing() {
+    let mut h = Harness::new();
+    let c = h.open(1);
+    h.subscribe(c, json!({"sessionId": "s"}));
+    h.store_fails = true;
+    let frames = h.send(c, action("s", "r1", "lost", json!({})));
+    assert_eq!(types(&frames), vec!["error"], "{frames:?}");
+    assert_eq!(frames[0]["payload"]["code"], codes::APPEND_FAILED);
+    assert!(h.wakeups.is_empty(), "the agent was woken for nothing");
+    assert!(h.ch.pending_actions("s", 10).unwrap().is_empty());
+    h.store_fails = false;
+    let frames = h.send(c, action("s", "r2", "kept", json!({})));
+    assert_eq!(types(&frames), vec!["ack"]);
+    assert_eq!(
+        frames[0]["payload"]["sequence"], 1,
+        "its seq is given again"
+    );
+}
+
+#[test]
+fn props_the_store_refuses_are_not_sent_and_change_nothing() {
+    let mut h = Harness::new();
+    let c = h.open(1);
+    h.subscribe(c, json!({"sessionId": "s"}));
+    let now = h.now();
+    let mut old = serde_json::Map::new();
+    old.insert("title".into(), json!("old"));
+    h.ch.push_props("s", old, None, now).unwrap();
+    assert_eq!(types(&h.drain(c)), vec!["props_update"]);
+    let before = h.ch.read_session("s").unwrap();
+    h.store_fails = true;
+    let mut new = serde_json::Map::new();
+    new.insert("title".into(), json!("new"));
+    h.ch.push_props("s", new, None, now).unwrap();
+    assert!(
+        h.drain(c).is_empty(),
+        "subscribers told of props not stored"
+    );
+    assert_eq!(h.ch.read_session("s").unwrap(), before);
 }

@@ -198,19 +198,35 @@ pub enum Output {
         reason: CloseReason,
     },
     Persist(Record),
-    /// A reply that hands out a token (`mint`): send `text` only once
-    /// every `Persist` before it is durable. If they cannot be stored,
-    /// send `otherwise` (an `internal` error) instead and
-    /// [`Match::revoke_hash`] the token, which was never handed out.
+    /// A reply that acknowledges a durable change (`mint` hands out a
+    /// token; `mandate` and `scopes` change a seat's policy): send `text`,
+    /// and the frames before it, only once every `Persist` before it is
+    /// durable. If they cannot be stored, send `otherwise` (an `internal`
+    /// error) instead, drop the frames before it, and give `undo` to
+    /// [`Match::not_stored`]: nothing changed.
     Durable {
         conn: ConnId,
         text: Arc<str>,
         otherwise: Arc<str>,
-        token_hash: TokenHash,
+        undo: Undo,
     },
     Told(Told),
     /// Game data that broke the closed vocabulary was withheld.
     GuardViolation(GuardViolation),
+}
+
+/// What [`Match::not_stored`] takes back when a change was not stored.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Undo {
+    /// A minted token, never handed out: refused from now on.
+    Token(TokenHash),
+    /// A seat's policy as it was before.
+    Policy {
+        role: String,
+        policy_version: u64,
+        scopes: Vec<String>,
+        mandate: Option<Json>,
+    },
 }
 
 /// Where a supervised proposal stands.
@@ -615,6 +631,28 @@ impl<G: Game> Match<G> {
     }
 
     /// [`Match::revoke`] by the token's hash.
+    /// The records before an [`Output::Durable`] were not stored: its
+    /// change is taken back.
+    pub fn not_stored(&mut self, undo: Undo) {
+        match undo {
+            Undo::Token(hash) => {
+                self.revoke_hash(hash);
+            }
+            Undo::Policy {
+                role,
+                policy_version,
+                scopes,
+                mandate,
+            } => {
+                if let Some(s) = self.seats.get_mut(&role) {
+                    s.policy_version = policy_version;
+                    s.scopes = scopes;
+                    s.mandate = mandate;
+                }
+            }
+        }
+    }
+
     pub fn revoke_hash(&mut self, token_hash: TokenHash) -> bool {
         if !self.tokens.revoke(&token_hash) {
             return false;
@@ -912,27 +950,47 @@ impl<G: Game> Match<G> {
     pub fn handle_client(&mut self, conn: ConnId, msg: ClientMsg, now: u64) -> ServerMsg {
         let seq = msg.seq();
         let mint = matches!(msg, ClientMsg::Mint { .. });
+        // A policy change is acknowledged once durable; what it replaced
+        // comes back if it is not.
+        let policy_before = match &msg {
+            ClientMsg::Mandate { role, .. } | ClientMsg::Scopes { role, .. } => {
+                self.seats.get(role).map(|s| Undo::Policy {
+                    role: role.clone(),
+                    policy_version: s.policy_version,
+                    scopes: s.scopes.clone(),
+                    mandate: s.mandate.clone(),
+                })
+            }
+            _ => None,
+        };
         let reply = match self.dispatch(conn, msg, now) {
             Ok(data) => ServerMsg::ok(seq, data),
             Err(e) => ServerMsg::error(seq, &e),
         };
-        let minted = match &reply {
+        let ok = matches!(&reply, ServerMsg::Result(ResultMsg { ok: true, .. }));
+        let undo = match &reply {
             ServerMsg::Result(ResultMsg {
                 ok: true,
                 data: Some(d),
                 ..
-            }) if mint => d.get("token").and_then(Json::as_str).map(TokenHash::of),
+            }) if mint => d.get("token").and_then(Json::as_str).map(|t| {
+                (
+                    Undo::Token(TokenHash::of(t)),
+                    "store: the token was not stored",
+                )
+            }),
+            _ if ok => policy_before.map(|u| (u, "store: the policy change was not stored")),
             _ => None,
         };
-        match minted {
-            // The token is handed out only once its record is durable.
-            Some(token_hash) => {
-                let e = err(Code::Internal, "store: the token was not stored");
+        match undo {
+            // Acknowledged only once its record is durable.
+            Some((undo, why)) => {
+                let e = err(Code::Internal, why);
                 self.outputs.push(Output::Durable {
                     conn,
                     text: reply.to_text().into(),
                     otherwise: ServerMsg::error(seq, &e).to_text().into(),
-                    token_hash,
+                    undo,
                 });
             }
             None => self.send(conn, reply.to_text().into()),
@@ -1066,6 +1124,10 @@ impl<G: Game> Match<G> {
         role: &str,
         need: Need,
     ) -> Result<(), ProtocolError> {
+        // A finished match keeps what it recorded: no owner writes more.
+        if let (Need::Own(op), true) = (need, self.finished) {
+            return Err(err(Code::Paused, format!("{op}: the match is over")));
+        }
         let seat = self.seats.get(role).ok_or_else(|| {
             err(
                 Code::NotInMatch,

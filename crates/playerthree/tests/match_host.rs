@@ -33,6 +33,8 @@ struct Harness<G: Game> {
     /// (conn, time sent, text) for every send.
     log: Vec<(u64, u64, String)>,
     violations: usize,
+    /// The store refuses what it is given (a full disk).
+    store_fails: bool,
 }
 
 impl<G: Game> Harness<G> {
@@ -47,6 +49,7 @@ impl<G: Game> Harness<G> {
             records: vec![],
             log: vec![],
             violations: 0,
+            store_fails: false,
         };
         h.drain();
         h
@@ -54,8 +57,29 @@ impl<G: Game> Harness<G> {
 
     fn drain(&mut self) {
         let now = self.clock.now_ms();
-        for o in self.m.take_outputs() {
+        let outputs = self.m.take_outputs();
+        // What a `Durable` acknowledges: the outputs before it wait for it.
+        let held_until = outputs
+            .iter()
+            .rposition(|o| matches!(o, Output::Durable { .. }));
+        for (i, o) in outputs.into_iter().enumerate() {
+            let held = held_until.is_some_and(|at| i < at);
             match o {
+                Output::Send { .. } if held && self.store_fails => {}
+                Output::Persist(_) if self.store_fails => {}
+                Output::Durable {
+                    conn,
+                    otherwise,
+                    undo,
+                    ..
+                } if self.store_fails => {
+                    self.m.not_stored(undo);
+                    self.log.push((conn, now, otherwise.to_string()));
+                    self.inbox
+                        .entry(conn)
+                        .or_default()
+                        .push(serde_json::from_str(&otherwise).unwrap());
+                }
                 Output::Send { conn, text } => {
                     self.log.push((conn, now, text.to_string()));
                     self.inbox
@@ -1433,4 +1457,42 @@ fn commentary_survives_a_restart_and_its_ids_never_repeat() {
     m.connect(2, &agent, now).unwrap();
     let r = m.disclose(2, chat("after the restart")).unwrap();
     assert_eq!(r.get("id").and_then(Json::as_str), Some("c3"));
+}
+
+#[test]
+fn a_policy_change_the_store_refuses_is_answered_internal_and_taken_back() {
+    let mut h = ridge();
+    h.join(1, team("red"));
+    h.store_fails = true;
+    let r = h.op(
+        1,
+        json!({"op":"mandate","seq":1,"role":"red-scout","mandate":"lost"}),
+    );
+    assert_eq!(code(&r), "internal", "{r}");
+    h.store_fails = false;
+    let r = h.op(
+        1,
+        json!({"op":"mandate","seq":2,"role":"red-scout","mandate":"kept"}),
+    );
+    assert_eq!(r["data"]["policyVersion"], 1, "{r}");
+    let policies: Vec<&Record> = h
+        .records
+        .iter()
+        .filter(|r| matches!(r, Record::Policy { .. }))
+        .collect();
+    assert_eq!(policies.len(), 1, "{policies:?}");
+}
+
+#[test]
+fn owners_write_no_policy_after_the_match_ended() {
+    let mut h = ridge();
+    h.join(1, team("red"));
+    for _ in 0..hostwire_playerthree::demo::MAX_TICKS {
+        h.tick();
+    }
+    let r = h.op(
+        1,
+        json!({"op":"mandate","seq":1,"role":"red-scout","mandate":"late"}),
+    );
+    assert_eq!(code(&r), "paused", "{r}");
 }

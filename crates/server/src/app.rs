@@ -22,7 +22,7 @@
 
 use crate::ggui::{self, Ggui, GguiConfig};
 use crate::memizy::{self, Relay, RelayConfig, RelayMetrics};
-use crate::metrics::{Render, StoreMetrics};
+use crate::metrics::{Render, StoreMetrics, StoreProtocol};
 use crate::playerthree::{self, PlayerThree, PlayerThreeConfig};
 use crate::store_writer::StoreWriter;
 use axum::extract::State;
@@ -122,8 +122,19 @@ impl App {
         p3_config: PlayerThreeConfig,
         p3_store: Arc<dyn PlayerThreeStore>,
     ) -> anyhow::Result<App> {
-        let playerthree = PlayerThree::start(p3_config, Arc::clone(&clock), p3_store)?;
-        let ggui = Ggui::start(ggui_config, Arc::clone(&clock), ggui_store)?;
+        let store_metrics = Arc::new(StoreMetrics::default());
+        let playerthree = PlayerThree::start(
+            p3_config,
+            Arc::clone(&clock),
+            p3_store,
+            Arc::clone(&store_metrics),
+        )?;
+        let ggui = Ggui::start(
+            ggui_config,
+            Arc::clone(&clock),
+            ggui_store,
+            Arc::clone(&store_metrics),
+        )?;
         let sessions = memizy::session::Sessions::new(
             memizy::session::SessionsConfig {
                 allowed_origins: config.allowed_origins.clone(),
@@ -134,12 +145,16 @@ impl App {
             },
             Arc::clone(&clock),
             Arc::new(hostwire_store::SqliteStore::in_memory()?),
+            Arc::clone(&store_metrics),
         );
-        let store_metrics = Arc::new(StoreMetrics::default());
         let relay_metrics = Arc::new(RelayMetrics::default());
         let stored = store.load_rooms()?;
         let loaded = stored.len();
-        let writer = StoreWriter::start(Arc::clone(&store), Arc::clone(&store_metrics));
+        let writer = StoreWriter::start(
+            Arc::clone(&store) as Arc<dyn hostwire_store::UnitStore<_>>,
+            StoreProtocol::Relay,
+            Arc::clone(&store_metrics),
+        );
         let serve_limits = crate::http::serve::ServeLimits::of(&config.limits);
         let relay = Relay::start(
             config,

@@ -82,7 +82,36 @@ pub struct StoreMetrics {
     latency: [AtomicU64; LATENCY_BUCKETS_US.len() + 1],
     latency_sum_us: AtomicU64,
     writes: AtomicU64,
-    errors: AtomicU64,
+    errors: Counters<StoreProtocol>,
+}
+
+/// Whose records a store writer writes (the `protocol` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreProtocol {
+    Relay,
+    Ggui,
+    PlayerThree,
+    Sessions,
+}
+
+impl Label for StoreProtocol {
+    const ALL: &'static [Self] = &[
+        StoreProtocol::Relay,
+        StoreProtocol::Ggui,
+        StoreProtocol::PlayerThree,
+        StoreProtocol::Sessions,
+    ];
+    fn name(self) -> &'static str {
+        match self {
+            StoreProtocol::Relay => "relay",
+            StoreProtocol::Ggui => "ggui",
+            StoreProtocol::PlayerThree => "playerthree",
+            StoreProtocol::Sessions => "memizy_session",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
 }
 
 impl StoreMetrics {
@@ -97,23 +126,23 @@ impl StoreMetrics {
         self.writes.fetch_add(1, Relaxed);
     }
 
-    /// One batch failed.
-    pub fn error(&self) {
-        self.errors.fetch_add(1, Relaxed);
+    /// One unit of `protocol` failed.
+    pub fn error(&self, protocol: StoreProtocol) {
+        self.errors.add(protocol, 1);
     }
 
-    pub fn errors(&self) -> u64 {
-        self.errors.load(Relaxed)
+    pub fn errors(&self, protocol: StoreProtocol) -> u64 {
+        self.errors.get(protocol)
     }
 }
 
 impl Render for StoreMetrics {
     fn render(&self, s: &mut String) {
-        write_counter(
+        self.errors.render(
             s,
             "hostwire_store_errors_total",
-            "Failed store writes.",
-            self.errors.load(Relaxed),
+            "Failed store writes (units), by protocol.",
+            "protocol",
         );
         let _ = writeln!(s, "# HELP hostwire_store_write_seconds Latency of one store write batch.\n# TYPE hostwire_store_write_seconds histogram");
         let mut cumulative = 0;

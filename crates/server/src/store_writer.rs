@@ -1,30 +1,55 @@
-//! Durable changes are written by one task, one batch at a time in the
-//! blocking pool, through a queue of [`STORE_QUEUE`] messages: a full queue
-//! makes the room that writes wait (back-pressure instead of unbounded
-//! memory), and everything queued is written before shutdown.
+//! THE store writer: every protocol's durable writes go through one of
+//! these (one per protocol, each with its own queue, so one protocol's
+//! flood waits in its own queue, not in another's).
 //!
-//! Each message is one unit: the changes of one room command, all or
-//! nothing. The task writes what is queued as one transaction with a
-//! savepoint per unit, so one room's failed write fails that room's units
-//! only (and its later units in the batch, so that a room's changes never
-//! land out of order), and answers each unit that asked whether it is
-//! durable.
+//! Each message is one unit: the records of one command of one relay
+//! room, ggui session, PlayerThree match or hosted session (its key), all
+//! or nothing. The writer takes what is queued as one batch and writes it
+//! in the blocking pool as one transaction with a savepoint per unit, so
+//! one unit's failed write fails that unit only, and the later units of
+//! the same key in the batch (a unit's records never land out of order).
+//! Each unit that asked is answered once it is durable or failed
+//! ([`Durable`]); failures are counted per protocol in `/metrics`.
+//!
+//! The queue is bounded twice: [`STORE_QUEUE`] units and
+//! [`STORE_QUEUE_BYTES`] bytes of records waiting. A full queue makes the
+//! unit that writes wait (back-pressure instead of unbounded memory), and
+//! everything queued is written before shutdown ([`StoreWriter::flush`]).
 
-use crate::metrics::StoreMetrics;
-use hostwire_memizy::relay::RoomChange;
-use hostwire_store::RelayStore;
+use crate::metrics::{StoreMetrics, StoreProtocol};
+use hostwire_store::{StoreWrite, Unit, UnitStore};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::mpsc;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-enum Msg {
-    Changes(Vec<RoomChange>, Option<oneshot::Sender<bool>>),
+/// Units waiting for one protocol's writer; a full queue makes the unit
+/// that writes wait.
+pub const STORE_QUEUE: usize = 1024;
+/// Bytes of records waiting for one protocol's writer (64 MiB); a unit
+/// larger than this waits until the queue is empty and then takes all of
+/// it.
+pub const STORE_QUEUE_BYTES: usize = 64 * 1024 * 1024;
+/// The most units written in one transaction.
+const MAX_BATCH: usize = 4096;
+/// The most bytes of records written in one transaction (a batch may pass
+/// it by one unit): a batch holds the database for a short while only, so
+/// the other protocols' writers get their turn.
+const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+
+struct Queued<W> {
+    key: String,
+    writes: Vec<W>,
+    ack: Option<oneshot::Sender<bool>>,
+    _bytes: OwnedSemaphorePermit,
+}
+
+enum Msg<W> {
+    Unit(Queued<W>),
     Flush(oneshot::Sender<()>),
 }
 
-/// Whether queued changes became durable, once the writer has tried.
+/// Whether a queued unit became durable, once the writer has tried.
 pub struct Durable(Option<oneshot::Receiver<bool>>);
 
 impl Durable {
@@ -51,44 +76,49 @@ impl Durable {
     }
 }
 
-/// A handle to the store writer.
-#[derive(Clone)]
-pub struct StoreWriter {
-    tx: mpsc::Sender<Msg>,
+/// A handle to one protocol's store writer.
+pub struct StoreWriter<W> {
+    tx: mpsc::Sender<Msg<W>>,
+    bytes: Arc<Semaphore>,
     /// Units in the batch being written now (0 while idle).
     in_batch: Arc<AtomicUsize>,
 }
 
-/// Messages (each one command's changes) waiting for the writer; a full
-/// queue makes the room that writes wait.
-pub const STORE_QUEUE: usize = 1024;
+impl<W> Clone for StoreWriter<W> {
+    fn clone(&self) -> Self {
+        StoreWriter {
+            tx: self.tx.clone(),
+            bytes: Arc::clone(&self.bytes),
+            in_batch: Arc::clone(&self.in_batch),
+        }
+    }
+}
 
-/// The most changes written in one transaction (a batch may pass it by
-/// one unit).
-const MAX_BATCH: usize = 4096;
-
-impl StoreWriter {
-    pub fn start(store: Arc<dyn RelayStore>, metrics: Arc<StoreMetrics>) -> StoreWriter {
-        let (tx, mut rx) = mpsc::channel::<Msg>(STORE_QUEUE);
+impl<W: StoreWrite + Sync> StoreWriter<W> {
+    /// Starts the writer of `protocol`'s records into `store`.
+    pub fn start(
+        store: Arc<dyn UnitStore<W>>,
+        protocol: StoreProtocol,
+        metrics: Arc<StoreMetrics>,
+    ) -> StoreWriter<W> {
+        let (tx, mut rx) = mpsc::channel::<Msg<W>>(STORE_QUEUE);
         let in_batch = Arc::new(AtomicUsize::new(0));
         let batch_len = Arc::clone(&in_batch);
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 let mut units = Vec::new();
-                let mut acks = Vec::new();
                 let mut flushes = Vec::new();
-                let mut changes = 0;
+                let mut bytes = 0;
                 let mut next = Some(first);
                 while let Some(msg) = next.take() {
                     match msg {
-                        Msg::Changes(c, ack) => {
-                            changes += c.len();
-                            units.push(c);
-                            acks.push(ack);
+                        Msg::Unit(u) => {
+                            bytes += u.writes.iter().map(StoreWrite::bytes).sum::<usize>();
+                            units.push(u);
                         }
                         Msg::Flush(done) => flushes.push(done),
                     }
-                    if changes < MAX_BATCH {
+                    if units.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
                         next = rx.try_recv().ok();
                     }
                 }
@@ -100,25 +130,33 @@ impl StoreWriter {
                     // while a write runs).
                     let written = tokio::task::spawn_blocking(move || {
                         let t = Instant::now();
-                        let refs: Vec<&[RoomChange]> = units.iter().map(Vec::as_slice).collect();
+                        let refs: Vec<Unit<'_, W>> = units
+                            .iter()
+                            .map(|u| Unit {
+                                key: &u.key,
+                                writes: &u.writes,
+                            })
+                            .collect();
                         let results = store.apply_units(&refs);
+                        drop(refs);
                         (units, results, t.elapsed())
                     })
                     .await;
                     match written {
                         Ok((units, results, took)) => {
                             metrics.write(took.as_micros() as u64);
-                            for ((unit, ack), r) in units.iter().zip(acks).zip(results) {
+                            for (unit, r) in units.into_iter().zip(results) {
                                 if let Err(e) = &r {
-                                    metrics.error();
+                                    metrics.error(protocol);
                                     tracing::error!(
                                         error = %e,
-                                        pin = unit.first().map_or("", RoomChange::pin),
-                                        changes = unit.len(),
+                                        protocol = crate::metrics::Label::name(protocol),
+                                        unit = %unit.key,
+                                        writes = unit.writes.len(),
                                         "store write failed"
                                     );
                                 }
-                                if let Some(a) = ack {
+                                if let Some(a) = unit.ack {
                                     let _ = a.send(r.is_ok());
                                 }
                             }
@@ -126,8 +164,8 @@ impl StoreWriter {
                         Err(e) => {
                             // The write panicked: nothing of it is known
                             // to be stored. Dropped acks answer `false`.
-                            metrics.error();
-                            tracing::error!(error = %e, "store write failed");
+                            metrics.error(protocol);
+                            tracing::error!(error = %e, protocol = crate::metrics::Label::name(protocol), "store write failed");
                         }
                     }
                     batch_len.store(0, Relaxed);
@@ -137,39 +175,94 @@ impl StoreWriter {
                 }
             }
         });
-        StoreWriter { tx, in_batch }
-    }
-
-    /// Queues changes; waits only while the queue is full.
-    pub async fn write_behind(&self, changes: Vec<RoomChange>) {
-        if !changes.is_empty() {
-            let _ = self.tx.send(Msg::Changes(changes, None)).await;
+        StoreWriter {
+            tx,
+            bytes: Arc::new(Semaphore::new(STORE_QUEUE_BYTES)),
+            in_batch,
         }
     }
 
-    /// Queues changes as one unit without waiting (at start-up, when the
-    /// queue is empty); `false` if the queue is full.
-    pub fn try_write_behind(&self, changes: Vec<RoomChange>) -> bool {
-        changes.is_empty() || self.tx.try_send(Msg::Changes(changes, None)).is_ok()
+    fn permits(writes: &[W]) -> u32 {
+        let n: usize = writes.iter().map(StoreWrite::bytes).sum();
+        n.clamp(1, STORE_QUEUE_BYTES) as u32
     }
 
-    /// Queues changes and resolves once they are durable (`true`) or failed.
-    pub async fn write_durable(&self, changes: Vec<RoomChange>) -> bool {
-        self.queue_acked(changes).await.wait().await
+    async fn send(&self, key: &str, writes: Vec<W>, ack: Option<oneshot::Sender<bool>>) -> bool {
+        let Ok(permit) = Arc::clone(&self.bytes)
+            .acquire_many_owned(Self::permits(&writes))
+            .await
+        else {
+            return false;
+        };
+        let unit = Queued {
+            key: key.to_owned(),
+            writes,
+            ack,
+            _bytes: permit,
+        };
+        self.tx.send(Msg::Unit(unit)).await.is_ok()
     }
 
-    /// Queues changes (waiting only while the queue is full) and returns
-    /// their answer, to wait for now or later: what a room queues is
-    /// written in the order it queued it.
-    pub async fn queue_acked(&self, changes: Vec<RoomChange>) -> Durable {
+    /// Queues one unit's writes; waits only while the queue is full.
+    pub async fn write_behind(&self, key: &str, writes: Vec<W>) {
+        if !writes.is_empty() {
+            self.send(key, writes, None).await;
+        }
+    }
+
+    /// Queues one unit without waiting (at start-up, when the queue is
+    /// empty); `false` if the queue is full.
+    pub fn try_write_behind(&self, key: &str, writes: Vec<W>) -> bool {
+        if writes.is_empty() {
+            return true;
+        }
+        let Ok(permit) = Arc::clone(&self.bytes).try_acquire_many_owned(Self::permits(&writes))
+        else {
+            return false;
+        };
+        let unit = Queued {
+            key: key.to_owned(),
+            writes,
+            ack: None,
+            _bytes: permit,
+        };
+        self.tx.try_send(Msg::Unit(unit)).is_ok()
+    }
+
+    /// Queues one unit without waiting and returns its answer; `None` if
+    /// the queue is full.
+    pub fn try_queue_acked(&self, key: &str, writes: Vec<W>) -> Option<Durable> {
+        let permit = Arc::clone(&self.bytes)
+            .try_acquire_many_owned(Self::permits(&writes))
+            .ok()?;
         let (tx, rx) = oneshot::channel();
-        if self.tx.send(Msg::Changes(changes, Some(tx))).await.is_err() {
+        let unit = Queued {
+            key: key.to_owned(),
+            writes,
+            ack: Some(tx),
+            _bytes: permit,
+        };
+        self.tx.try_send(Msg::Unit(unit)).ok()?;
+        Some(Durable(Some(rx)))
+    }
+
+    /// Queues one unit and resolves once it is durable (`true`) or failed.
+    pub async fn write_durable(&self, key: &str, writes: Vec<W>) -> bool {
+        self.queue_acked(key, writes).await.wait().await
+    }
+
+    /// Queues one unit (waiting only while the queue is full) and returns
+    /// its answer, to wait for now or later: what a unit queues is
+    /// written in the order it queued it.
+    pub async fn queue_acked(&self, key: &str, writes: Vec<W>) -> Durable {
+        let (tx, rx) = oneshot::channel();
+        if !self.send(key, writes, Some(tx)).await {
             return Durable(None);
         }
         Durable(Some(rx))
     }
 
-    /// Messages waiting for the writer (not yet taken into a batch).
+    /// Units waiting for the writer (not yet taken into a batch).
     pub fn queued(&self) -> usize {
         self.tx.max_capacity() - self.tx.capacity()
     }
@@ -191,51 +284,63 @@ impl StoreWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hostwire_store::{StoreError, StoredRoom};
+    use hostwire_store::{UnitResults, UnitStore};
     use std::sync::{Condvar, Mutex};
 
-    /// A store whose writes wait until it is opened (a stalled disk).
+    #[derive(Debug)]
+    struct W(String, usize);
+
+    impl StoreWrite for W {
+        fn bytes(&self) -> usize {
+            self.1
+        }
+    }
+
+    /// A store whose writes wait until it is opened (a stalled disk), and
+    /// that fails every write of the unit `"bad"`.
     #[derive(Default)]
     struct Stalled {
         open: Mutex<bool>,
         opened: Condvar,
+        written: Mutex<Vec<String>>,
     }
 
-    impl RelayStore for Stalled {
-        fn load_rooms(&self) -> Result<Vec<StoredRoom>, StoreError> {
-            Ok(Vec::new())
-        }
-        fn load_bundle(&self, _: &str) -> Result<Option<hostwire_store::StoredBundle>, StoreError> {
-            Ok(None)
-        }
-        fn apply(&self, _: &[RoomChange]) -> Result<(), StoreError> {
+    impl UnitStore<W> for Stalled {
+        fn apply_units(&self, units: &[Unit<'_, W>]) -> UnitResults {
             let mut open = self.open.lock().unwrap();
             while !*open {
                 open = self.opened.wait(open).unwrap();
             }
-            Ok(())
+            hostwire_store::apply_each(units, |ws| {
+                if ws.iter().any(|w| w.0 == "bad") {
+                    return Err(hostwire_store::StoreError::Commit("injected".into()));
+                }
+                self.written
+                    .lock()
+                    .unwrap()
+                    .extend(ws.iter().map(|w| w.0.clone()));
+                Ok(())
+            })
         }
     }
 
-    fn change(i: u64) -> Vec<RoomChange> {
-        vec![RoomChange::HostAway {
-            pin: format!("{}", 100_000 + i),
-            since_ms: Some(i),
-        }]
+    fn writer(store: &Arc<Stalled>) -> StoreWriter<W> {
+        StoreWriter::start(
+            Arc::clone(store) as Arc<dyn UnitStore<W>>,
+            StoreProtocol::Relay,
+            Arc::new(StoreMetrics::default()),
+        )
     }
 
     #[tokio::test]
     async fn a_stalled_store_holds_writers_back_instead_of_queueing_without_bound() {
         let store = Arc::new(Stalled::default());
-        let writer = StoreWriter::start(
-            Arc::clone(&store) as Arc<dyn RelayStore>,
-            Arc::new(StoreMetrics::default()),
-        );
+        let writer = writer(&store);
         // The writer takes one batch and stalls in it; the queue
         // then fills.
         let mut queued = 0u64;
         loop {
-            let w = writer.write_behind(change(queued));
+            let w = writer.write_behind("a", vec![W(queued.to_string(), 10)]);
             match tokio::time::timeout(std::time::Duration::from_millis(200), w).await {
                 Ok(()) => queued += 1,
                 Err(_) => break,
@@ -246,11 +351,53 @@ mod tests {
             );
         }
         assert!(queued >= STORE_QUEUE as u64, "held back early: {queued}");
-        // Once the disk moves again, the held writer goes on.
         *store.open.lock().unwrap() = true;
         store.opened.notify_all();
         tokio::time::timeout(std::time::Duration::from_secs(10), writer.flush())
             .await
             .expect("the queue did not drain");
+    }
+
+    #[tokio::test]
+    async fn the_queue_is_bounded_in_bytes() {
+        let store = Arc::new(Stalled::default());
+        let writer = writer(&store);
+        let big = STORE_QUEUE_BYTES / 4;
+        let mut queued = 0;
+        loop {
+            let w = writer.write_behind("a", vec![W("x".into(), big)]);
+            match tokio::time::timeout(std::time::Duration::from_millis(200), w).await {
+                Ok(()) => queued += 1,
+                Err(_) => break,
+            }
+            assert!(queued <= 8, "never held back");
+        }
+        // Four fill the bytes; one more may be in the stalled batch.
+        assert!((4..=5).contains(&queued), "{queued}");
+        *store.open.lock().unwrap() = true;
+        store.opened.notify_all();
+        writer.flush().await;
+    }
+
+    #[tokio::test]
+    async fn a_failed_unit_fails_itself_and_its_keys_later_units_only() {
+        let store = Arc::new(Stalled::default());
+        let writer = writer(&store);
+        // The writer stalls in a batch of its own; the three after it are
+        // the next batch.
+        writer.write_behind("z", vec![W("z".into(), 1)]).await;
+        tokio::task::yield_now().await;
+        let first = writer.queue_acked("a", vec![W("bad".into(), 1)]).await;
+        let second = writer.queue_acked("a", vec![W("a2".into(), 1)]).await;
+        let other = writer.queue_acked("b", vec![W("b1".into(), 1)]).await;
+        *store.open.lock().unwrap() = true;
+        store.opened.notify_all();
+        assert!(!first.wait().await);
+        assert!(!second.wait().await, "a later unit of a failed key");
+        assert!(other.wait().await, "another key's unit");
+        assert_eq!(
+            *store.written.lock().unwrap(),
+            vec!["z".to_owned(), "b1".to_owned()]
+        );
     }
 }

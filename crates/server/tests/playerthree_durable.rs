@@ -144,3 +144,156 @@ async fn a_finished_match_expires_after_its_time_with_its_rows() {
         .unwrap();
     assert!(kept > 0, "the other match keeps its records");
 }
+
+fn policy_rows(path: &std::path::Path, id: &str) -> i64 {
+    db(path)
+        .query_row(
+            "SELECT COUNT(*) FROM playerthree_records WHERE match_id = ?1 AND kind = 'policy'",
+            [id],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_mandate_on_a_failing_store_is_refused_and_an_accepted_one_survives_a_restart() {
+    let mut s = TestServer::start().await;
+    let (id, op) = create_match(&s.http).await;
+    let red = mint(&s.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+    let (mut o, _) = s.join(&red).await;
+    db(&s.db)
+        .execute_batch(
+            "CREATE TRIGGER refuse_policies BEFORE INSERT ON playerthree_records
+             WHEN NEW.kind = 'policy' BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+        )
+        .unwrap();
+    o.expect_error(
+        json!({"op": "mandate", "seq": 1, "role": "red-scout", "mandate": {"goal": "lost"}}),
+        "internal",
+    )
+    .await;
+    db(&s.db)
+        .execute_batch("DROP TRIGGER refuse_policies;")
+        .unwrap();
+    let d = o
+        .expect_ok(
+            json!({"op": "mandate", "seq": 2, "role": "red-scout", "mandate": {"goal": "kept"}}),
+        )
+        .await;
+    // The refused change was taken back: the version moved once.
+    assert_eq!(d["policyVersion"], 1, "{d}");
+    assert_eq!(policy_rows(&s.db, &id), 1, "durable when answered");
+    drop(o);
+    s.restart().await;
+    let (mut o, _) = s.join(&red).await;
+    let seats = o.recv_op("seats").await;
+    let scout = seats["seats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["role"] == "red-scout")
+        .unwrap();
+    assert_eq!(scout["policyVersion"], 1, "{seats}");
+    let stored: String = db(&s.db)
+        .query_row(
+            "SELECT body FROM playerthree_records WHERE match_id = ?1 AND kind = 'policy'",
+            [&id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(stored.contains("kept"), "{stored}");
+    let d = o
+        .expect_ok(
+            json!({"op": "mandate", "seq": 3, "role": "red-scout", "mandate": {"goal": "next"}}),
+        )
+        .await;
+    assert_eq!(d["policyVersion"], 2, "{d}");
+}
+
+#[tokio::test]
+async fn one_matchs_failing_write_does_not_fail_another_matchs() {
+    let s = TestServer::start().await;
+    let mut owners = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (id, op) = create_match(&s.http).await;
+        let red = mint(&s.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+        owners.push(s.join(&red).await.0);
+        ids.push(id);
+    }
+    db(&s.db)
+        .execute_batch(&format!(
+            "CREATE TRIGGER refuse_one BEFORE INSERT ON playerthree_records
+             WHEN NEW.match_id = '{}' BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+            ids[1]
+        ))
+        .unwrap();
+    // The file is held: the first mandates' batch waits in it, and the
+    // rest are queued behind it, into one batch (or all three are in the
+    // first).
+    let lock = db(&s.db);
+    lock.execute_batch("BEGIN IMMEDIATE;").unwrap();
+    let mandate =
+        |seq| json!({"op": "mandate", "seq": seq, "role": "red-scout", "mandate": {"goal": "g"}});
+    owners[0].send(mandate(1)).await;
+    owners[1].send(mandate(1)).await;
+    owners[2].send(mandate(1)).await;
+    tokio::time::timeout(GUARD, async {
+        while s.p3().store_pending() < 3 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the mandates were not queued");
+    lock.execute_batch("COMMIT;").unwrap();
+    let answers: Vec<Value> =
+        futures_util::future::join_all(owners.iter_mut().map(|o| o.result(1))).await;
+    assert_eq!(answers[0]["ok"], true, "{:?}", answers);
+    assert_eq!(answers[1]["ok"], false, "{:?}", answers);
+    assert_eq!(answers[1]["code"], "internal", "{:?}", answers);
+    assert_eq!(
+        answers[2]["ok"], true,
+        "another match's unit in the same batch: {:?}",
+        answers
+    );
+    assert_eq!(policy_rows(&s.db, &ids[2]), 1);
+}
+
+#[tokio::test]
+async fn a_mandate_flood_leaves_a_bounded_number_of_rows_and_none_after_the_end() {
+    let s = TestServer::start().await;
+    let (id, op) = create_match(&s.http).await;
+    let red = mint(&s.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+    let pad = "m".repeat(4096);
+    let mut accepted = 0;
+    // A fresh connection every few writes: each has its own rate.
+    for _ in 0..20 {
+        let (mut o, _) = s.join(&red).await;
+        for seq in 1..=5u64 {
+            for role in ["red-scout", "red-guard"] {
+                let r = o
+                    .call(json!({"op": "mandate", "seq": seq, "role": role, "mandate": {"goal": pad}}))
+                    .await;
+                assert_eq!(r["ok"], true, "{r}");
+                accepted += 1;
+            }
+        }
+    }
+    assert_eq!(accepted, 200);
+    let (mut o, _) = s.join(&red).await;
+    let rows = policy_rows(&s.db, &id);
+    assert!(
+        rows <= 2,
+        "one policy row per seat, not one per write: {rows}"
+    );
+    // Ridge ends by MAX_TICKS at the latest; then owners write no more.
+    for _ in 0..hostwire_playerthree::demo::MAX_TICKS {
+        s.tick().await;
+    }
+    o.recv_op("report").await;
+    o.expect_error(
+        json!({"op": "mandate", "seq": 999, "role": "red-scout", "mandate": {"goal": "late"}}),
+        "paused",
+    )
+    .await;
+}

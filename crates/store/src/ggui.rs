@@ -7,13 +7,16 @@
 //! crate); the counters are columns so that a restart resumes them even
 //! when the entries they cover were trimmed.
 
-use crate::{SqliteStore, StoreError};
+use crate::{SqliteStore, StoreError, StoreWrite, Unit, UnitResults, UnitStore};
 use rusqlite::{params, Connection};
 
 pub(crate) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ggui_sessions (
     session_id TEXT PRIMARY KEY,
     record TEXT,
+    -- The host context (JSON) when it changed after the row was written;
+    -- NULL: the row's own.
+    host_context TEXT,
     ledger_last INTEGER NOT NULL DEFAULT 0,
     stream_seq INTEGER NOT NULL DEFAULT 0,
     drained_up_to INTEGER NOT NULL DEFAULT 0
@@ -35,6 +38,13 @@ CREATE TABLE IF NOT EXISTS ggui_stream (
 /// Creates the ggui tables (the SQLite store calls this at open).
 pub(crate) fn create_tables(conn: &Connection) -> Result<(), StoreError> {
     conn.execute_batch(SCHEMA)?;
+    // A file from before the host context had its own column.
+    let has: bool = conn
+        .prepare("SELECT 1 FROM pragma_table_info('ggui_sessions') WHERE name = 'host_context'")?
+        .exists([])?;
+    if !has {
+        conn.execute_batch("ALTER TABLE ggui_sessions ADD COLUMN host_context TEXT")?;
+    }
     Ok(())
 }
 
@@ -43,6 +53,12 @@ pub(crate) fn create_tables(conn: &Connection) -> Result<(), StoreError> {
 pub enum GguiChange {
     /// Insert or replace the session's row (JSON).
     PutSession { session_id: String, record: String },
+    /// The session's host context alone (JSON object): a frame that only
+    /// changes it does not rewrite the row with its props.
+    HostContext {
+        session_id: String,
+        host_context: String,
+    },
     /// Append a ledger entry (JSON) with its `seq`.
     PutLedger {
         session_id: String,
@@ -71,6 +87,9 @@ pub struct GguiStoredSession {
     pub session_id: String,
     /// The session's row (JSON).
     pub record: String,
+    /// The host context (JSON object) written after the row, which
+    /// replaces the row's own; `None`: the row's own holds.
+    pub host_context: Option<String>,
     /// Retained ledger entries (JSON), ascending `seq`.
     pub ledger: Vec<String>,
     pub ledger_last: u64,
@@ -80,8 +99,37 @@ pub struct GguiStoredSession {
     pub drained_up_to: u64,
 }
 
+impl GguiChange {
+    /// The session the change belongs to.
+    pub fn session_id(&self) -> &str {
+        match self {
+            GguiChange::PutSession { session_id, .. }
+            | GguiChange::HostContext { session_id, .. }
+            | GguiChange::PutLedger { session_id, .. }
+            | GguiChange::TrimLedger { session_id, .. }
+            | GguiChange::PutStream { session_id, .. }
+            | GguiChange::StreamSeq { session_id, .. }
+            | GguiChange::DropStream { session_id, .. }
+            | GguiChange::Drained { session_id, .. } => session_id,
+        }
+    }
+}
+
+impl StoreWrite for GguiChange {
+    fn bytes(&self) -> usize {
+        64 + match self {
+            GguiChange::PutSession { record, .. } => record.len(),
+            GguiChange::HostContext { host_context, .. } => host_context.len(),
+            GguiChange::PutLedger { event, .. } => event.len(),
+            GguiChange::PutStream { entry, .. } => entry.len(),
+            GguiChange::DropStream { seqs, .. } => 8 * seqs.len(),
+            _ => 0,
+        }
+    }
+}
+
 /// The ggui channel's durable state.
-pub trait GguiStore: Send + Sync + 'static {
+pub trait GguiStore: UnitStore<GguiChange> {
     /// Every session, with its ledger and stream buffer.
     fn ggui_load(&self) -> Result<Vec<GguiStoredSession>, StoreError>;
     /// Applies changes in order, all or nothing.
@@ -110,7 +158,7 @@ impl GguiStore for SqliteStore {
         let mut sessions = Vec::new();
         {
             let mut stmt = conn.prepare(
-                "SELECT session_id, record, ledger_last, stream_seq, drained_up_to
+                "SELECT session_id, record, ledger_last, stream_seq, drained_up_to, host_context
                  FROM ggui_sessions WHERE record IS NOT NULL ORDER BY rowid",
             )?;
             let rows = stmt.query_map([], |r| {
@@ -120,6 +168,7 @@ impl GguiStore for SqliteStore {
                     ledger_last: r.get::<_, i64>(2)? as u64,
                     stream_seq: r.get::<_, i64>(3)? as u64,
                     drained_up_to: r.get::<_, i64>(4)? as u64,
+                    host_context: r.get(5)?,
                     ..Default::default()
                 })
             })?;
@@ -143,91 +192,106 @@ impl GguiStore for SqliteStore {
     }
 
     fn ggui_apply(&self, changes: &[GguiChange]) -> Result<(), StoreError> {
-        let mut conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
-        let tx = conn.transaction()?;
-        for c in changes {
-            match c {
-                GguiChange::PutSession { session_id, record } => {
-                    exec(
-                        &tx,
-                        "INSERT INTO ggui_sessions (session_id, record) VALUES (?1, ?2)
-                         ON CONFLICT(session_id) DO UPDATE SET record = excluded.record",
-                        params![session_id, record],
-                    )?;
-                }
-                GguiChange::PutLedger {
-                    session_id,
-                    seq,
-                    event,
-                } => {
-                    ensure_row(&tx, session_id)?;
-                    exec(
-                        &tx,
-                        "INSERT OR REPLACE INTO ggui_ledger (session_id, seq, event) VALUES (?1, ?2, ?3)",
-                        params![session_id, *seq as i64, event],
-                    )?;
-                    exec(
-                        &tx,
-                        "UPDATE ggui_sessions SET ledger_last = MAX(ledger_last, ?2) WHERE session_id = ?1",
-                        params![session_id, *seq as i64],
-                    )?;
-                }
-                GguiChange::TrimLedger {
-                    session_id,
-                    horizon,
-                } => {
-                    exec(
-                        &tx,
-                        "DELETE FROM ggui_ledger WHERE session_id = ?1 AND seq <= ?2",
-                        params![session_id, *horizon as i64],
-                    )?;
-                }
-                GguiChange::PutStream {
-                    session_id,
-                    seq,
-                    entry,
-                } => {
-                    ensure_row(&tx, session_id)?;
-                    exec(
-                        &tx,
-                        "INSERT OR REPLACE INTO ggui_stream (session_id, seq, entry) VALUES (?1, ?2, ?3)",
-                        params![session_id, *seq as i64, entry],
-                    )?;
-                    exec(
-                        &tx,
-                        "UPDATE ggui_sessions SET stream_seq = MAX(stream_seq, ?2) WHERE session_id = ?1",
-                        params![session_id, *seq as i64],
-                    )?;
-                }
-                GguiChange::StreamSeq { session_id, seq } => {
-                    ensure_row(&tx, session_id)?;
-                    exec(
-                        &tx,
-                        "UPDATE ggui_sessions SET stream_seq = MAX(stream_seq, ?2) WHERE session_id = ?1",
-                        params![session_id, *seq as i64],
-                    )?;
-                }
-                GguiChange::DropStream { session_id, seqs } => {
-                    let mut del = tx.prepare_cached(
-                        "DELETE FROM ggui_stream WHERE session_id = ?1 AND seq = ?2",
-                    )?;
-                    for s in seqs {
-                        del.execute(params![session_id, *s as i64])?;
-                    }
-                }
-                GguiChange::Drained { session_id, up_to } => {
-                    ensure_row(&tx, session_id)?;
-                    exec(
-                        &tx,
-                        "UPDATE ggui_sessions SET drained_up_to = MAX(drained_up_to, ?2) WHERE session_id = ?1",
-                        params![session_id, *up_to as i64],
-                    )?;
-                }
+        self.apply_all(changes, apply_ggui)
+    }
+}
+
+impl UnitStore<GguiChange> for SqliteStore {
+    fn apply_units(&self, units: &[Unit<'_, GguiChange>]) -> UnitResults {
+        self.apply_units_with(units, apply_ggui)
+    }
+}
+
+fn apply_ggui(tx: &Connection, c: &GguiChange) -> Result<(), StoreError> {
+    match c {
+        GguiChange::PutSession { session_id, record } => {
+            // The row carries its host context: a separate one is older.
+            exec(
+                tx,
+                "INSERT INTO ggui_sessions (session_id, record) VALUES (?1, ?2)
+                 ON CONFLICT(session_id) DO UPDATE SET record = excluded.record, host_context = NULL",
+                params![session_id, record],
+            )?;
+        }
+        GguiChange::HostContext {
+            session_id,
+            host_context,
+        } => {
+            exec(
+                tx,
+                "UPDATE ggui_sessions SET host_context = ?2 WHERE session_id = ?1",
+                params![session_id, host_context],
+            )?;
+        }
+        GguiChange::PutLedger {
+            session_id,
+            seq,
+            event,
+        } => {
+            ensure_row(tx, session_id)?;
+            exec(
+                tx,
+                "INSERT OR REPLACE INTO ggui_ledger (session_id, seq, event) VALUES (?1, ?2, ?3)",
+                params![session_id, *seq as i64, event],
+            )?;
+            exec(
+                tx,
+                "UPDATE ggui_sessions SET ledger_last = MAX(ledger_last, ?2) WHERE session_id = ?1",
+                params![session_id, *seq as i64],
+            )?;
+        }
+        GguiChange::TrimLedger {
+            session_id,
+            horizon,
+        } => {
+            exec(
+                tx,
+                "DELETE FROM ggui_ledger WHERE session_id = ?1 AND seq <= ?2",
+                params![session_id, *horizon as i64],
+            )?;
+        }
+        GguiChange::PutStream {
+            session_id,
+            seq,
+            entry,
+        } => {
+            ensure_row(tx, session_id)?;
+            exec(
+                tx,
+                "INSERT OR REPLACE INTO ggui_stream (session_id, seq, entry) VALUES (?1, ?2, ?3)",
+                params![session_id, *seq as i64, entry],
+            )?;
+            exec(
+                tx,
+                "UPDATE ggui_sessions SET stream_seq = MAX(stream_seq, ?2) WHERE session_id = ?1",
+                params![session_id, *seq as i64],
+            )?;
+        }
+        GguiChange::StreamSeq { session_id, seq } => {
+            ensure_row(tx, session_id)?;
+            exec(
+                tx,
+                "UPDATE ggui_sessions SET stream_seq = MAX(stream_seq, ?2) WHERE session_id = ?1",
+                params![session_id, *seq as i64],
+            )?;
+        }
+        GguiChange::DropStream { session_id, seqs } => {
+            let mut del =
+                tx.prepare_cached("DELETE FROM ggui_stream WHERE session_id = ?1 AND seq = ?2")?;
+            for s in seqs {
+                del.execute(params![session_id, *s as i64])?;
             }
         }
-        tx.commit()?;
-        Ok(())
+        GguiChange::Drained { session_id, up_to } => {
+            ensure_row(tx, session_id)?;
+            exec(
+                tx,
+                "UPDATE ggui_sessions SET drained_up_to = MAX(drained_up_to, ?2) WHERE session_id = ?1",
+                params![session_id, *up_to as i64],
+            )?;
+        }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -295,6 +359,7 @@ mod tests {
             vec![GguiStoredSession {
                 session_id: id(),
                 record: "{\"a\":2}".into(),
+                host_context: None,
                 ledger: vec!["e2".into()],
                 ledger_last: 2,
                 stream: vec!["x2".into()],

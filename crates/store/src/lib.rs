@@ -84,42 +84,73 @@ pub struct StoredBundle {
     pub text: Vec<u8>,
 }
 
-/// What became of each unit given to [`RelayStore::apply_units`].
+/// What became of each unit given to [`UnitStore::apply_units`], in order.
 pub type UnitResults = Vec<Result<(), StoreError>>;
 
+/// One unit of durable writes: the records of one command of one relay
+/// room, ggui session, PlayerThree match or hosted session (`key` names
+/// it), stored all or nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Unit<'a, W> {
+    pub key: &'a str,
+    pub writes: &'a [W],
+}
+
+/// A store write's size, for byte bounds on what waits to be written.
+pub trait StoreWrite: Send + 'static {
+    /// About how many bytes the write holds (its text and blobs).
+    fn bytes(&self) -> usize;
+}
+
+/// The one shape every protocol's store has for the store writer: units
+/// applied in order, each all or nothing on its own (one unit's failure
+/// does not undo another's). A unit after a failed one with the same key
+/// fails too, untried, so that a unit's writes are never durable out of
+/// order. `Ok` means durable.
+pub trait UnitStore<W>: Send + Sync + 'static {
+    fn apply_units(&self, units: &[Unit<'_, W>]) -> UnitResults;
+}
+
+/// [`UnitStore::apply_units`] for a store that can only apply one batch
+/// at a time (`apply`, all or nothing): each unit on its own.
+pub fn apply_each<W>(
+    units: &[Unit<'_, W>],
+    mut apply: impl FnMut(&[W]) -> Result<(), StoreError>,
+) -> UnitResults {
+    let mut failed = std::collections::HashSet::new();
+    units
+        .iter()
+        .map(|u| {
+            if failed.contains(u.key) {
+                return Err(StoreError::EarlierFailed(u.key.to_owned()));
+            }
+            let r = apply(u.writes);
+            if r.is_err() {
+                failed.insert(u.key);
+            }
+            r
+        })
+        .collect()
+}
+
 /// The relay's durable state.
-pub trait RelayStore: Send + Sync + 'static {
+pub trait RelayStore: UnitStore<RoomChange> {
     /// Every room that was live when the server stopped.
     fn load_rooms(&self) -> Result<Vec<StoredRoom>, StoreError>;
     /// Applies changes in order, all or nothing.
     fn apply(&self, changes: &[RoomChange]) -> Result<(), StoreError>;
-    /// Applies units in order, each all or nothing on its own: one unit's
-    /// failure does not undo another's. A unit after a failed one of the
-    /// same room fails too, untried, so that a room's changes are never
-    /// durable out of order. The default applies each unit on its own.
-    fn apply_units(&self, units: &[&[RoomChange]]) -> UnitResults {
-        let mut failed = std::collections::HashSet::new();
-        units
-            .iter()
-            .map(|unit| {
-                if let Some(pin) = unit
-                    .iter()
-                    .map(RoomChange::pin)
-                    .find(|p| failed.contains(*p))
-                {
-                    return Err(StoreError::EarlierFailed(pin.to_owned()));
-                }
-                let r = self.apply(unit);
-                if r.is_err() {
-                    failed.extend(unit.iter().map(|c| c.pin().to_owned()));
-                }
-                r
-            })
-            .collect()
-    }
     /// A room's bundle as stored (`None` before an upload or for an
     /// unknown room).
     fn load_bundle(&self, pin: &str) -> Result<Option<StoredBundle>, StoreError>;
+}
+
+impl StoreWrite for RoomChange {
+    fn bytes(&self) -> usize {
+        match self {
+            RoomChange::Bundle { text, .. } => 128 + text.len(),
+            _ => 256,
+        }
+    }
 }
 
 pub struct SqliteStore {
@@ -247,58 +278,7 @@ impl RelayStore for SqliteStore {
     }
 
     fn apply(&self, changes: &[RoomChange]) -> Result<(), StoreError> {
-        let mut conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
-        let tx = conn.transaction()?;
-        for change in changes {
-            apply_change(&tx, change)?;
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
-    /// One transaction (one commit for the whole batch), a savepoint per
-    /// unit: a unit that fails is rolled back to its savepoint alone.
-    fn apply_units(&self, units: &[&[RoomChange]]) -> UnitResults {
-        let mut conn = match self.conn.lock() {
-            Ok(c) => c,
-            Err(_) => return units.iter().map(|_| Err(StoreError::Poisoned)).collect(),
-        };
-        let all_failed = |e: &rusqlite::Error, n: usize| -> UnitResults {
-            (0..n).map(|_| Err(clone_error(e))).collect()
-        };
-        let mut tx = match conn.transaction() {
-            Ok(t) => t,
-            Err(e) => return all_failed(&e, units.len()),
-        };
-        let mut failed = std::collections::HashSet::new();
-        let mut results = Vec::with_capacity(units.len());
-        for unit in units {
-            if let Some(pin) = unit
-                .iter()
-                .map(RoomChange::pin)
-                .find(|p| failed.contains(*p))
-            {
-                results.push(Err(StoreError::EarlierFailed(pin.to_owned())));
-                continue;
-            }
-            let r = (|| -> Result<(), rusqlite::Error> {
-                let sp = tx.savepoint()?;
-                for change in unit.iter() {
-                    apply_change(&sp, change)?;
-                }
-                sp.commit()
-            })();
-            if r.is_err() {
-                // The savepoint rolled back on drop; later units of the
-                // room must not land without this one.
-                failed.extend(unit.iter().map(|c| c.pin().to_owned()));
-            }
-            results.push(r.map_err(StoreError::from));
-        }
-        if let Err(e) = tx.commit() {
-            return all_failed(&e, units.len());
-        }
-        results
+        self.apply_all(changes, |tx, c| Ok(apply_change(tx, c)?))
     }
 
     fn load_bundle(&self, pin: &str) -> Result<Option<StoredBundle>, StoreError> {
@@ -337,6 +317,76 @@ impl RelayStore for SqliteStore {
             version: version as u64,
             text,
         }))
+    }
+}
+
+impl UnitStore<RoomChange> for SqliteStore {
+    fn apply_units(&self, units: &[Unit<'_, RoomChange>]) -> UnitResults {
+        self.apply_units_with(units, |tx, c| Ok(apply_change(tx, c)?))
+    }
+}
+
+impl SqliteStore {
+    /// Applies writes in order in one transaction, all or nothing.
+    pub(crate) fn apply_all<W>(
+        &self,
+        writes: &[W],
+        apply: impl Fn(&Connection, &W) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let tx = conn.transaction()?;
+        for w in writes {
+            apply(&tx, w)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// One transaction (one commit for the whole batch), a savepoint per
+    /// unit: a unit that fails is rolled back to its savepoint alone, and
+    /// the later units with its key are not tried.
+    pub(crate) fn apply_units_with<W>(
+        &self,
+        units: &[Unit<'_, W>],
+        apply: impl Fn(&Connection, &W) -> Result<(), StoreError>,
+    ) -> UnitResults {
+        let mut conn = match self.conn.lock() {
+            Ok(c) => c,
+            Err(_) => return units.iter().map(|_| Err(StoreError::Poisoned)).collect(),
+        };
+        let all_failed = |e: &rusqlite::Error, n: usize| -> UnitResults {
+            (0..n).map(|_| Err(clone_error(e))).collect()
+        };
+        let mut tx = match conn.transaction() {
+            Ok(t) => t,
+            Err(e) => return all_failed(&e, units.len()),
+        };
+        let mut failed = std::collections::HashSet::new();
+        let mut results = Vec::with_capacity(units.len());
+        for unit in units {
+            if failed.contains(unit.key) {
+                results.push(Err(StoreError::EarlierFailed(unit.key.to_owned())));
+                continue;
+            }
+            let r = (|| -> Result<(), StoreError> {
+                let sp = tx.savepoint()?;
+                for w in unit.writes {
+                    apply(&sp, w)?;
+                }
+                sp.commit()?;
+                Ok(())
+            })();
+            if r.is_err() {
+                // The savepoint rolled back on drop; later units with the
+                // same key must not land without this one.
+                failed.insert(unit.key);
+            }
+            results.push(r);
+        }
+        if let Err(e) = tx.commit() {
+            return all_failed(&e, units.len());
+        }
+        results
     }
 }
 
@@ -625,7 +675,13 @@ mod tests {
             }],
             vec![kick],
         ];
-        let refs: Vec<&[RoomChange]> = units.iter().map(Vec::as_slice).collect();
+        let refs: Vec<Unit<'_, RoomChange>> = units
+            .iter()
+            .map(|u| Unit {
+                key: u[0].pin(),
+                writes: u,
+            })
+            .collect();
         let r = s.apply_units(&refs);
         assert!(r[0].is_ok() && r[3].is_ok(), "{r:?}");
         assert!(matches!(r[1], Err(StoreError::Sqlite(_))), "{r:?}");

@@ -10,7 +10,7 @@
 //! finished match is removed whole ([`PlayerThreeWrite::RemoveMatch`])
 //! once it has expired.
 
-use crate::{SqliteStore, StoreError};
+use crate::{SqliteStore, StoreError, StoreWrite, Unit, UnitResults, UnitStore};
 use rusqlite::{params, Connection};
 
 pub(crate) const SCHEMA: &str = "
@@ -31,9 +31,24 @@ CREATE TABLE IF NOT EXISTS playerthree_records (
 CREATE INDEX IF NOT EXISTS playerthree_records_by_match ON playerthree_records (match_id, seq);
 ";
 
+/// The slot column, added to a file from before it.
+const SLOT_SCHEMA: &str = "
+ALTER TABLE playerthree_records ADD COLUMN slot TEXT;
+";
+const SLOT_INDEX: &str = "
+CREATE INDEX IF NOT EXISTS playerthree_records_by_slot ON playerthree_records (match_id, slot) WHERE slot IS NOT NULL;
+";
+
 /// Creates the PlayerThree tables (the SQLite store calls it at open).
 pub(crate) fn create_tables(conn: &Connection) -> Result<(), StoreError> {
     conn.execute_batch(SCHEMA)?;
+    let has_slot: bool = conn
+        .prepare("SELECT 1 FROM pragma_table_info('playerthree_records') WHERE name = 'slot'")?
+        .exists([])?;
+    if !has_slot {
+        conn.execute_batch(SLOT_SCHEMA)?;
+    }
+    conn.execute_batch(SLOT_INDEX)?;
     Ok(())
 }
 
@@ -66,14 +81,37 @@ pub enum PlayerThreeWrite {
         /// The record's kind (`token`, `state`, …).
         kind: String,
         tick: Option<u64>,
+        /// A record with a slot (a seat's latest policy, the latest game
+        /// state) replaces the match's earlier record of that slot: what
+        /// a match keeps stays bounded however often an owner writes.
+        slot: Option<String>,
         body: String,
     },
     /// A match and every record of it, gone (an expired finished match).
     RemoveMatch { id: String },
 }
 
+impl PlayerThreeWrite {
+    /// The match the write belongs to.
+    pub fn match_id(&self) -> &str {
+        match self {
+            PlayerThreeWrite::Match { id, .. } | PlayerThreeWrite::RemoveMatch { id } => id,
+            PlayerThreeWrite::Record { match_id, .. } => match_id,
+        }
+    }
+}
+
+impl StoreWrite for PlayerThreeWrite {
+    fn bytes(&self) -> usize {
+        match self {
+            PlayerThreeWrite::Record { body, .. } => 96 + body.len(),
+            _ => 160,
+        }
+    }
+}
+
 /// The durable state PlayerThree needs.
-pub trait PlayerThreeStore: Send + Sync + 'static {
+pub trait PlayerThreeStore: UnitStore<PlayerThreeWrite> {
     /// Every stored match with its records in order.
     fn load_matches(&self) -> Result<Vec<StoredMatch>, StoreError>;
     /// Applies writes in order, all or nothing.
@@ -108,46 +146,57 @@ impl PlayerThreeStore for SqliteStore {
     }
 
     fn apply_playerthree(&self, writes: &[PlayerThreeWrite]) -> Result<(), StoreError> {
-        let mut conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
-        let tx = conn.transaction()?;
-        for w in writes {
-            match w {
-                PlayerThreeWrite::Match {
-                    id,
-                    game,
-                    operator_token_hash,
-                    created_at_ms,
-                } => {
-                    tx.execute(
-                        "INSERT OR IGNORE INTO playerthree_matches (id, game, operator_token, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
-                        params![id, game, operator_token_hash, *created_at_ms as i64],
-                    )?;
-                }
-                PlayerThreeWrite::RemoveMatch { id } => {
-                    // Records first: the cascade needs foreign keys on,
-                    // and this holds without them too.
-                    tx.execute(
-                        "DELETE FROM playerthree_records WHERE match_id = ?1",
-                        params![id],
-                    )?;
-                    tx.execute("DELETE FROM playerthree_matches WHERE id = ?1", params![id])?;
-                }
-                PlayerThreeWrite::Record {
-                    match_id,
-                    kind,
-                    tick,
-                    body,
-                } => {
-                    tx.execute(
-                        "INSERT INTO playerthree_records (match_id, kind, tick, body) VALUES (?1, ?2, ?3, ?4)",
-                        params![match_id, kind, tick.map(|t| t as i64), body],
-                    )?;
-                }
-            }
-        }
-        tx.commit()?;
-        Ok(())
+        self.apply_all(writes, apply_playerthree)
     }
+}
+
+impl UnitStore<PlayerThreeWrite> for SqliteStore {
+    fn apply_units(&self, units: &[Unit<'_, PlayerThreeWrite>]) -> UnitResults {
+        self.apply_units_with(units, apply_playerthree)
+    }
+}
+
+fn apply_playerthree(tx: &Connection, w: &PlayerThreeWrite) -> Result<(), StoreError> {
+    match w {
+        PlayerThreeWrite::Match {
+            id,
+            game,
+            operator_token_hash,
+            created_at_ms,
+        } => {
+            tx.prepare_cached(
+                "INSERT OR IGNORE INTO playerthree_matches (id, game, operator_token, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![id, game, operator_token_hash, *created_at_ms as i64])?;
+        }
+        PlayerThreeWrite::RemoveMatch { id } => {
+            // Records first: the cascade needs foreign keys on, and this
+            // holds without them too.
+            tx.prepare_cached("DELETE FROM playerthree_records WHERE match_id = ?1")?
+                .execute(params![id])?;
+            tx.prepare_cached("DELETE FROM playerthree_matches WHERE id = ?1")?
+                .execute(params![id])?;
+        }
+        PlayerThreeWrite::Record {
+            match_id,
+            kind,
+            tick,
+            slot,
+            body,
+        } => {
+            if let Some(slot) = slot {
+                tx.prepare_cached(
+                    "DELETE FROM playerthree_records WHERE match_id = ?1 AND slot = ?2",
+                )?
+                .execute(params![match_id, slot])?;
+            }
+            tx.prepare_cached(
+                "INSERT INTO playerthree_records (match_id, kind, tick, slot, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![match_id, kind, tick.map(|t| t as i64), slot, body])?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -159,6 +208,7 @@ mod tests {
             match_id: m.into(),
             kind: kind.into(),
             tick: None,
+            slot: None,
             body: body.into(),
         }
     }
@@ -241,5 +291,34 @@ mod tests {
             )
             .unwrap();
         assert_eq!(left, 0);
+    }
+
+    #[test]
+    fn a_record_with_a_slot_replaces_the_one_before_it() {
+        let s = SqliteStore::in_memory().unwrap();
+        let policy = |body: &str| PlayerThreeWrite::Record {
+            match_id: "m1".into(),
+            kind: "policy".into(),
+            tick: None,
+            slot: Some("policy:red-scout".into()),
+            body: body.into(),
+        };
+        s.apply_playerthree(&[
+            PlayerThreeWrite::Match {
+                id: "m1".into(),
+                game: "ridge".into(),
+                operator_token_hash: "op".into(),
+                created_at_ms: 5,
+            },
+            record("m1", "config", "{}"),
+        ])
+        .unwrap();
+        for i in 0..100 {
+            s.apply_playerthree(&[policy(&format!("{{\"v\":{i}}}"))])
+                .unwrap();
+        }
+        s.apply_playerthree(&[record("m1", "state", "{}")]).unwrap();
+        let loaded = s.load_matches().unwrap();
+        assert_eq!(loaded[0].records, vec!["{}", "{\"v\":99}", "{}"]);
     }
 }

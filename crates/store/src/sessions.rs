@@ -6,7 +6,7 @@
 //! asset files. Values are stored as the JSON text the protocol crate writes; the
 //! store does not depend on the protocol crate.
 
-use crate::{SqliteStore, StoreError};
+use crate::{SqliteStore, StoreError, StoreWrite, Unit, UnitResults, UnitStore};
 use rusqlite::{params, Connection, OptionalExtension};
 
 pub(crate) const SCHEMA: &str = "
@@ -142,8 +142,25 @@ pub struct StoredPluginData {
     pub set: Option<String>,
 }
 
+impl StoreWrite for SessionWrite {
+    fn bytes(&self) -> usize {
+        128 + match self {
+            SessionWrite::Session(s) => s.spec.len(),
+            SessionWrite::Snapshot { snapshot, .. } => snapshot.len(),
+            SessionWrite::PluginData { value, .. } => value.len(),
+            SessionWrite::Answer { body, progress, .. } => {
+                body.len() + progress.as_ref().map_or(0, String::len)
+            }
+            SessionWrite::Result { result, .. } => result.len(),
+            SessionWrite::SavedGame { body, .. } => body.len(),
+            SessionWrite::Asset { bytes, .. } => bytes.len(),
+            SessionWrite::SnapshotDiscarded { .. } | SessionWrite::PlayerToken { .. } => 0,
+        }
+    }
+}
+
 /// The durable state hosted sessions need.
-pub trait SessionStore: Send + Sync + 'static {
+pub trait SessionStore: UnitStore<SessionWrite> {
     /// Applies writes in order, all or nothing; `Ok` means durable.
     fn apply_sessions(&self, writes: &[SessionWrite]) -> Result<(), StoreError>;
     fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError>;
@@ -168,104 +185,109 @@ pub trait SessionStore: Send + Sync + 'static {
     fn load_asset(&self, session_id: &str, file: &str) -> Result<Option<Vec<u8>>, StoreError>;
 }
 
-impl SessionStore for SqliteStore {
-    fn apply_sessions(&self, writes: &[SessionWrite]) -> Result<(), StoreError> {
-        let mut conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
-        let tx = conn.transaction()?;
-        for w in writes {
-            match w {
-                SessionWrite::Session(s) => {
-                    tx.execute(
-                        "INSERT OR REPLACE INTO memizy_sessions (id, host_token, created_at_ms, spec) VALUES (?1, ?2, ?3, ?4)",
-                        params![s.id, s.host_token, s.created_at_ms as i64, s.spec],
-                    )?;
-                }
-                SessionWrite::Snapshot {
-                    session_id,
-                    snapshot,
-                } => {
-                    tx.execute(
-                        "INSERT OR REPLACE INTO memizy_snapshots (session_id, snapshot) VALUES (?1, ?2)",
-                        params![session_id, snapshot],
-                    )?;
-                }
-                SessionWrite::SnapshotDiscarded { session_id } => {
-                    tx.execute(
-                        "DELETE FROM memizy_snapshots WHERE session_id = ?1",
-                        params![session_id],
-                    )?;
-                }
-                SessionWrite::PluginData {
-                    user,
-                    plugin_id,
-                    scope,
-                    set_id,
-                    value,
-                } => {
-                    tx.execute(
-                        "INSERT OR REPLACE INTO memizy_plugin_data (user, plugin_id, scope, set_id, value) VALUES (?1, ?2, ?3, ?4, ?5)",
-                        params![user, plugin_id, scope, set_id, value],
-                    )?;
-                }
-                SessionWrite::Answer {
-                    session_id,
-                    user,
-                    set_id,
-                    item_id,
-                    body,
-                    progress,
-                } => {
-                    tx.execute(
-                        "INSERT INTO memizy_answers (session_id, user, item_id, body) VALUES (?1, ?2, ?3, ?4)",
-                        params![session_id, user, item_id, body],
-                    )?;
-                    if let Some(p) = progress {
-                        tx.execute(
-                            "INSERT OR REPLACE INTO memizy_progress (user, set_id, item_id, record) VALUES (?1, ?2, ?3, ?4)",
-                            params![user, set_id, item_id, p],
-                        )?;
-                    }
-                }
-                SessionWrite::Result {
-                    session_id,
-                    result,
-                    at_ms,
-                } => {
-                    tx.execute(
-                        "INSERT OR REPLACE INTO memizy_results (session_id, result, at_ms) VALUES (?1, ?2, ?3)",
-                        params![session_id, result, *at_ms as i64],
-                    )?;
-                }
-                SessionWrite::SavedGame { session_id, body } => {
-                    tx.execute(
-                        "INSERT OR REPLACE INTO memizy_saved_games (session_id, body) VALUES (?1, ?2)",
-                        params![session_id, body],
-                    )?;
-                }
-                SessionWrite::PlayerToken {
-                    session_id,
-                    player_id,
-                    token,
-                } => {
-                    tx.execute(
-                        "INSERT OR IGNORE INTO memizy_player_tokens (session_id, player_id, token) VALUES (?1, ?2, ?3)",
-                        params![session_id, player_id, token],
-                    )?;
-                }
-                SessionWrite::Asset {
-                    session_id,
-                    file,
-                    bytes,
-                } => {
-                    tx.execute(
-                        "INSERT OR REPLACE INTO memizy_assets (session_id, file, bytes) VALUES (?1, ?2, ?3)",
-                        params![session_id, file, bytes],
-                    )?;
-                }
+impl UnitStore<SessionWrite> for SqliteStore {
+    fn apply_units(&self, units: &[Unit<'_, SessionWrite>]) -> UnitResults {
+        self.apply_units_with(units, apply_session)
+    }
+}
+
+fn apply_session(tx: &Connection, w: &SessionWrite) -> Result<(), StoreError> {
+    match w {
+        SessionWrite::Session(s) => {
+            tx.execute(
+                "INSERT OR REPLACE INTO memizy_sessions (id, host_token, created_at_ms, spec) VALUES (?1, ?2, ?3, ?4)",
+                params![s.id, s.host_token, s.created_at_ms as i64, s.spec],
+            )?;
+        }
+        SessionWrite::Snapshot {
+            session_id,
+            snapshot,
+        } => {
+            tx.execute(
+                "INSERT OR REPLACE INTO memizy_snapshots (session_id, snapshot) VALUES (?1, ?2)",
+                params![session_id, snapshot],
+            )?;
+        }
+        SessionWrite::SnapshotDiscarded { session_id } => {
+            tx.execute(
+                "DELETE FROM memizy_snapshots WHERE session_id = ?1",
+                params![session_id],
+            )?;
+        }
+        SessionWrite::PluginData {
+            user,
+            plugin_id,
+            scope,
+            set_id,
+            value,
+        } => {
+            tx.execute(
+                "INSERT OR REPLACE INTO memizy_plugin_data (user, plugin_id, scope, set_id, value) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![user, plugin_id, scope, set_id, value],
+            )?;
+        }
+        SessionWrite::Answer {
+            session_id,
+            user,
+            set_id,
+            item_id,
+            body,
+            progress,
+        } => {
+            tx.execute(
+                "INSERT INTO memizy_answers (session_id, user, item_id, body) VALUES (?1, ?2, ?3, ?4)",
+                params![session_id, user, item_id, body],
+            )?;
+            if let Some(p) = progress {
+                tx.execute(
+                    "INSERT OR REPLACE INTO memizy_progress (user, set_id, item_id, record) VALUES (?1, ?2, ?3, ?4)",
+                    params![user, set_id, item_id, p],
+                )?;
             }
         }
-        tx.commit()?;
-        Ok(())
+        SessionWrite::Result {
+            session_id,
+            result,
+            at_ms,
+        } => {
+            tx.execute(
+                "INSERT OR REPLACE INTO memizy_results (session_id, result, at_ms) VALUES (?1, ?2, ?3)",
+                params![session_id, result, *at_ms as i64],
+            )?;
+        }
+        SessionWrite::SavedGame { session_id, body } => {
+            tx.execute(
+                "INSERT OR REPLACE INTO memizy_saved_games (session_id, body) VALUES (?1, ?2)",
+                params![session_id, body],
+            )?;
+        }
+        SessionWrite::PlayerToken {
+            session_id,
+            player_id,
+            token,
+        } => {
+            tx.execute(
+                "INSERT OR IGNORE INTO memizy_player_tokens (session_id, player_id, token) VALUES (?1, ?2, ?3)",
+                params![session_id, player_id, token],
+            )?;
+        }
+        SessionWrite::Asset {
+            session_id,
+            file,
+            bytes,
+        } => {
+            tx.execute(
+                "INSERT OR REPLACE INTO memizy_assets (session_id, file, bytes) VALUES (?1, ?2, ?3)",
+                params![session_id, file, bytes],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+impl SessionStore for SqliteStore {
+    fn apply_sessions(&self, writes: &[SessionWrite]) -> Result<(), StoreError> {
+        self.apply_all(writes, apply_session)
     }
 
     fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError> {

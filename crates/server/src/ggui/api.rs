@@ -257,16 +257,23 @@ async fn push_props(
             None => return invalid("epoch must be a non-negative integer".into()),
         },
     };
+    // Answered once the props are durable; nothing changed if they
+    // cannot be stored.
     let answer = ggui
-        .call(move |core| {
+        .call_stored(move |core| {
             let now = core.now_ms;
             core.channel.push_props(&id, props, epoch, now)
         })
         .await;
     match answer {
         None => gone(),
-        Some(Err(e)) => api_error(e),
-        Some(Ok(seq)) => json_response(StatusCode::OK, &json!({ "sequence": seq })),
+        Some((Err(e), _)) => api_error(e),
+        Some((Ok(_), false)) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "STORE_UNAVAILABLE",
+            "props: not stored, nothing changed; try again",
+        ),
+        Some((Ok(seq), true)) => json_response(StatusCode::OK, &json!({ "sequence": seq })),
     }
 }
 

@@ -18,6 +18,8 @@ pub mod ws;
 
 use crate::http::AllowedOrigins;
 use crate::metrics::{write_counter, write_gauge, Render};
+use crate::metrics::{StoreMetrics, StoreProtocol};
+use crate::store_writer::StoreWriter;
 use axum::extract::ws::Utf8Bytes;
 use axum::Router;
 use bytes::Bytes;
@@ -26,11 +28,11 @@ use hostwire_ggui::channel::{RestoredSession, SessionRecord};
 use hostwire_ggui::{Channel, ChannelConfig, ConnId, GguiSessionEvent, Output, Record};
 use hostwire_ggui::{ReplayPolicy, StreamEnvelope};
 use hostwire_store::ggui::{GguiChange, GguiStore, GguiStoredSession};
+use hostwire_store::UnitStore;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 /// Frames waiting for one slow reader before it is closed (1013). A
@@ -42,9 +44,10 @@ pub const OUTBOUND_QUEUE: usize = 16 * 1024;
 /// Commands waiting for the channel actor; a full queue makes readers and
 /// API calls wait (backpressure), never grow memory.
 pub const COMMAND_QUEUE: usize = 4096;
-/// Batches of records waiting for the disk; a full queue makes the actor
-/// wait for it.
-pub const PERSIST_QUEUE: usize = 1024;
+/// Commands the actor handles at most while a session's host context
+/// waits to be written (keep-latest: a flood of `host_context_observed`
+/// writes one small row per session now and then, never the props).
+pub const HOST_CONTEXT_COALESCE_COMMANDS: u32 = 256;
 /// Long polls waiting on one session at once (`429` past it).
 pub const MAX_LONG_POLLS_PER_SESSION: usize = 16;
 
@@ -184,6 +187,9 @@ pub(crate) struct Core {
     conns: HashMap<ConnId, ws::Outbound>,
     waiters: HashMap<String, Vec<oneshot::Sender<()>>>,
     pub now_ms: u64,
+    /// An API call's question whether its change was stored, answered
+    /// once the command's records are (see [`Ggui::call_stored`]).
+    stored_answer: Option<oneshot::Sender<bool>>,
 }
 
 impl Core {
@@ -200,17 +206,12 @@ impl Core {
     }
 }
 
-enum Persist {
-    Records(Vec<Record>),
-    Flush(oneshot::Sender<()>),
-}
-
 /// Everything the live channel's handlers share.
 pub struct Ggui {
     pub(crate) config: GguiConfig,
     pub(crate) tx: mpsc::Sender<Cmd>,
     pub metrics: Arc<GguiMetrics>,
-    persist: mpsc::Sender<Persist>,
+    writer: Option<StoreWriter<GguiChange>>,
     next_conn: AtomicU64,
 }
 
@@ -263,6 +264,13 @@ fn to_change(r: Record) -> Option<GguiChange> {
             GguiChange::DropStream { session_id, seqs }
         }
         Record::ActionsDrained { session_id, up_to } => GguiChange::Drained { session_id, up_to },
+        Record::HostContext {
+            session_id,
+            host_context,
+        } => GguiChange::HostContext {
+            session_id,
+            host_context: json(&host_context)?,
+        },
     })
 }
 
@@ -273,8 +281,12 @@ fn json<T: Serialize>(v: &T) -> Option<String> {
 
 /// A stored session back into the core's input; `Err` names what is wrong.
 fn restored(s: GguiStoredSession) -> Result<RestoredSession, String> {
-    let record: SessionRecord =
+    let mut record: SessionRecord =
         serde_json::from_str(&s.record).map_err(|e| format!("session row: {e}"))?;
+    if let Some(ctx) = &s.host_context {
+        record.host_context =
+            Some(serde_json::from_str(ctx).map_err(|e| format!("host context: {e}"))?);
+    }
     let ledger = s
         .ledger
         .iter()
@@ -304,6 +316,7 @@ impl Ggui {
         mut config: GguiConfig,
         clock: Arc<dyn Clock>,
         store: Option<Arc<dyn GguiStore>>,
+        store_metrics: Arc<StoreMetrics>,
     ) -> anyhow::Result<Arc<Ggui>> {
         if config.token.is_some() {
             config.channel.ws_token = config.token.clone();
@@ -327,27 +340,33 @@ impl Ggui {
         metrics
             .sessions
             .store(channel.session_count() as u64, Relaxed);
-        let (persist, persist_rx) = mpsc::channel(PERSIST_QUEUE);
-        spawn_persistence(store, persist_rx, Arc::clone(&metrics));
+        let writer = store.map(|store| {
+            StoreWriter::start(
+                store as Arc<dyn UnitStore<GguiChange>>,
+                StoreProtocol::Ggui,
+                store_metrics,
+            )
+        });
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         let core = Core {
             channel,
             conns: HashMap::new(),
             waiters: HashMap::new(),
             now_ms: clock.now_ms(),
+            stored_answer: None,
         };
         tokio::spawn(run_actor(
             core,
             rx,
             clock,
-            persist.clone(),
+            writer.clone(),
             Arc::clone(&metrics),
         ));
         Ok(Arc::new(Ggui {
             config,
             tx,
             metrics,
-            persist,
+            writer,
             next_conn: AtomicU64::new(1),
         }))
     }
@@ -370,6 +389,24 @@ impl Ggui {
         rx.await.ok()
     }
 
+    /// Runs `f` on the actor's state and returns its answer once what it
+    /// changed durably is stored: `(answer, false)` if the store failed
+    /// (the change was taken back). `None` when the actor is gone.
+    pub(crate) async fn call_stored<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Core) -> T + Send + 'static,
+    ) -> Option<(T, bool)> {
+        let (stored_tx, stored_rx) = oneshot::channel();
+        let answer = self
+            .call(move |core| {
+                core.stored_answer = Some(stored_tx);
+                f(core)
+            })
+            .await?;
+        let stored = stored_rx.await.ok()?;
+        Some((answer, stored))
+    }
+
     /// Closes every socket with 1001 and waits until every record queued
     /// so far is on disk.
     pub async fn shutdown(&self) {
@@ -380,10 +417,102 @@ impl Ggui {
                 }
             })
             .await;
-        // Records the actor queued before the call above are ahead of this.
-        let (tx, rx) = oneshot::channel();
-        if self.persist.send(Persist::Flush(tx)).await.is_ok() {
-            let _ = rx.await;
+        // Records the actor queued before the call above (host contexts
+        // waiting included: the actor writes them when it is idle) are
+        // ahead of this.
+        let _ = self.call(|_| ()).await;
+        if let Some(w) = &self.writer {
+            w.flush().await;
+        }
+    }
+}
+
+/// What the actor writes: through the store writer (none without a
+/// store), with host contexts coalesced per session.
+struct Persistence {
+    writer: Option<StoreWriter<GguiChange>>,
+    metrics: Arc<GguiMetrics>,
+    /// The latest host context of each session not written yet.
+    host_contexts: HashMap<String, String>,
+    /// Commands handled since the first of them was kept.
+    held_for: u32,
+}
+
+impl Persistence {
+    /// Queues `records` behind the actor, one unit per session.
+    async fn write_behind(&mut self, records: Vec<Record>) {
+        for (session, changes) in self.units(records) {
+            if let Some(w) = &self.writer {
+                w.write_behind(&session, changes).await;
+            }
+        }
+    }
+
+    /// Writes `records` and waits: `true` once every unit is durable.
+    async fn write_durable(&mut self, records: Vec<Record>) -> bool {
+        let mut answers = Vec::new();
+        for (session, changes) in self.units(records) {
+            if let Some(w) = &self.writer {
+                answers.push(w.queue_acked(&session, changes).await);
+            }
+        }
+        let mut ok = true;
+        for a in answers {
+            ok &= a.wait().await;
+        }
+        if !ok {
+            self.metrics.store_errors.fetch_add(1, Relaxed);
+        }
+        ok
+    }
+
+    /// The records as store changes, one unit per session, in order; host
+    /// contexts are kept aside (a session row written now carries its
+    /// own).
+    fn units(&mut self, records: Vec<Record>) -> Vec<(String, Vec<GguiChange>)> {
+        let mut units: Vec<(String, Vec<GguiChange>)> = Vec::new();
+        for r in records {
+            let Some(c) = to_change(r) else { continue };
+            if let GguiChange::HostContext {
+                session_id,
+                host_context,
+            } = c
+            {
+                if self.host_contexts.is_empty() {
+                    self.held_for = 0;
+                }
+                self.host_contexts.insert(session_id, host_context);
+                continue;
+            }
+            if matches!(c, GguiChange::PutSession { .. }) {
+                self.host_contexts.remove(c.session_id());
+            }
+            match units.last_mut() {
+                Some((s, changes)) if s == c.session_id() => changes.push(c),
+                _ => units.push((c.session_id().to_owned(), vec![c])),
+            }
+        }
+        units
+    }
+
+    /// Writes the host contexts kept aside when the actor is idle, or once
+    /// they waited [`HOST_CONTEXT_COALESCE_COMMANDS`] commands.
+    async fn after_command(&mut self, idle: bool) {
+        if self.host_contexts.is_empty() {
+            return;
+        }
+        self.held_for += 1;
+        if !idle && self.held_for < HOST_CONTEXT_COALESCE_COMMANDS {
+            return;
+        }
+        for (session_id, host_context) in std::mem::take(&mut self.host_contexts) {
+            if let Some(w) = &self.writer {
+                let change = GguiChange::HostContext {
+                    session_id: session_id.clone(),
+                    host_context,
+                };
+                w.write_behind(&session_id, vec![change]).await;
+            }
         }
     }
 }
@@ -392,9 +521,15 @@ async fn run_actor(
     mut core: Core,
     mut rx: mpsc::Receiver<Cmd>,
     clock: Arc<dyn Clock>,
-    persist: mpsc::Sender<Persist>,
+    writer: Option<StoreWriter<GguiChange>>,
     metrics: Arc<GguiMetrics>,
 ) {
+    let mut persistence = Persistence {
+        writer,
+        metrics: Arc::clone(&metrics),
+        host_contexts: HashMap::new(),
+        held_for: 0,
+    };
     while let Some(cmd) = rx.recv().await {
         core.now_ms = clock.now_ms();
         let now = core.now_ms;
@@ -421,80 +556,88 @@ async fn run_actor(
                 metrics.long_polls.store(waiting as u64, Relaxed);
             }
         }
-        let records = dispatch(&mut core, &metrics);
+        let stored = dispatch(&mut core, &metrics, &mut persistence).await;
+        if let Some(answer) = core.stored_answer.take() {
+            let _ = answer.send(stored);
+        }
         metrics
             .sessions
             .store(core.channel.session_count() as u64, Relaxed);
-        if !records.is_empty() && persist.send(Persist::Records(records)).await.is_err() {
-            tracing::error!("ggui persistence stopped: records are no longer kept");
-        }
+        persistence.after_command(rx.is_empty()).await;
     }
 }
 
-/// Carries out what the core asked for, in its order; returns the records
-/// to persist.
-fn dispatch(core: &mut Core, metrics: &GguiMetrics) -> Vec<Record> {
+/// Carries out what the core asked for, in its order. Records are written
+/// behind, except those before a `Durable` output: the actor waits for
+/// them before it acknowledges (and goes on with the next command).
+/// Returns `false` if a change had to be taken back.
+async fn dispatch(core: &mut Core, metrics: &GguiMetrics, persistence: &mut Persistence) -> bool {
     let mut records = Vec::new();
+    // The session whose change was just taken back: its wake-up goes too.
+    let mut taken_back: Option<String> = None;
+    // A props update that was not stored: what told of it is dropped.
+    let mut dropping = false;
+    let mut stored = true;
     while let Some(o) = core.channel.poll_output() {
         match o {
-            Output::Send { conn, frame } => {
-                if let Some(out) = core.conns.get(&conn) {
-                    metrics.frames_out.fetch_add(1, Relaxed);
-                    if out.frame(to_text(frame)) == ws::Pushed::TooSlow {
-                        metrics.slow_consumers_closed.fetch_add(1, Relaxed);
-                    }
-                }
-            }
+            Output::Send { .. } | Output::ActionsAvailable { .. } if dropping => {}
+            Output::Send { conn, frame } => send(core, metrics, conn, frame),
             Output::Close { conn, code, .. } => {
                 if let Some(out) = core.conns.get(&conn) {
                     out.close(code, ws::close_reason(code));
                 }
             }
             Output::Persist(r) => records.push(*r),
+            Output::Durable {
+                conn,
+                frame,
+                otherwise,
+                undo,
+            } => {
+                if persistence
+                    .write_durable(std::mem::take(&mut records))
+                    .await
+                {
+                    send(core, metrics, conn, frame);
+                } else {
+                    stored = false;
+                    taken_back = Some(undo.session_id().to_owned());
+                    core.channel.not_stored(undo);
+                    send(core, metrics, conn, otherwise);
+                }
+            }
+            Output::Commit { undo } => {
+                if !persistence
+                    .write_durable(std::mem::take(&mut records))
+                    .await
+                {
+                    stored = false;
+                    dropping = true;
+                    core.channel.not_stored(undo);
+                }
+            }
             Output::ActionsAvailable { session_id } => {
+                if taken_back.as_ref() == Some(&session_id) {
+                    taken_back = None;
+                    continue;
+                }
                 for w in core.waiters.remove(&session_id).unwrap_or_default() {
                     let _ = w.send(());
                 }
             }
         }
     }
-    records
+    if !records.is_empty() {
+        persistence.write_behind(records).await;
+    }
+    stored
 }
 
-/// Writes records behind the actor, in order, batched into transactions.
-fn spawn_persistence(
-    store: Option<Arc<dyn GguiStore>>,
-    mut rx: mpsc::Receiver<Persist>,
-    metrics: Arc<GguiMetrics>,
-) {
-    std::thread::Builder::new()
-        .name("hostwire-ggui-store".into())
-        .spawn(move || {
-            while let Some(first) = rx.blocking_recv() {
-                let mut changes = Vec::new();
-                let mut flushes = Vec::new();
-                let mut next = Some(first);
-                while let Some(msg) = next.take() {
-                    match msg {
-                        Persist::Records(rs) => changes.extend(rs.into_iter().filter_map(to_change)),
-                        Persist::Flush(done) => flushes.push(done),
-                    }
-                    if changes.len() < 4096 {
-                        next = rx.try_recv().ok();
-                    }
-                }
-                if let (Some(store), false) = (&store, changes.is_empty()) {
-                    let t = Instant::now();
-                    if let Err(e) = store.ggui_apply(&changes) {
-                        metrics.store_errors.fetch_add(1, Relaxed);
-                        tracing::error!(error = %e, changes = changes.len(), "ggui store write failed");
-                    }
-                    tracing::trace!(us = t.elapsed().as_micros() as u64, "ggui store write");
-                }
-                for f in flushes {
-                    let _ = f.send(());
-                }
-            }
-        })
-        .expect("spawn the ggui store thread");
+fn send(core: &Core, metrics: &GguiMetrics, conn: ConnId, frame: Arc<str>) {
+    if let Some(out) = core.conns.get(&conn) {
+        metrics.frames_out.fetch_add(1, Relaxed);
+        if out.frame(to_text(frame)) == ws::Pushed::TooSlow {
+            metrics.slow_consumers_closed.fetch_add(1, Relaxed);
+        }
+    }
 }

@@ -23,7 +23,7 @@ use axum::routing::get;
 use axum::Router;
 use hostwire_core::Clock;
 use hostwire_memizy::limits::RelayLimits;
-use hostwire_memizy::relay::{choose_pin, ConnId, Room, RoomCreationLimit};
+use hostwire_memizy::relay::{choose_pin, ConnId, Room, RoomChange, RoomCreationLimit};
 use hostwire_store::{RelayStore, StoredRoom};
 pub use metrics::RelayMetrics;
 use room::{RoomCmd, RoomHandle};
@@ -73,7 +73,7 @@ pub struct Relay {
     origins: Arc<AllowedOrigins>,
     clock: Arc<dyn Clock>,
     pub metrics: Arc<RelayMetrics>,
-    writer: StoreWriter,
+    writer: StoreWriter<RoomChange>,
     rooms: Mutex<HashMap<String, RoomHandle>>,
     creation_limit: Mutex<RoomCreationLimit>,
     next_conn: AtomicU64,
@@ -95,7 +95,7 @@ impl Relay {
         config: RelayConfig,
         clock: Arc<dyn Clock>,
         metrics: Arc<RelayMetrics>,
-        writer: StoreWriter,
+        writer: StoreWriter<RoomChange>,
         store: Arc<dyn RelayStore>,
         stored: Vec<StoredRoom>,
     ) -> Arc<Relay> {
@@ -136,7 +136,7 @@ impl Relay {
             fix_ups.extend(fix_up);
             relay.spawn_room(room);
         }
-        if !relay.writer.try_write_behind(fix_ups) {
+        if !relay.writer.try_write_behind("start-up", fix_ups) {
             tracing::error!("start-up fix-ups not queued: the store queue is full");
         }
         relay
@@ -222,7 +222,7 @@ impl Relay {
         };
         let (room, created) = Room::create(pin.clone(), now, self.config.limits);
         let token = room.host_token().as_str().to_owned();
-        if !self.writer.write_durable(vec![created]).await {
+        if !self.writer.write_durable(&pin, vec![created]).await {
             // Dropping the queue's receiver answers whoever waits with 404.
             if let Ok(mut rooms) = self.rooms.lock() {
                 rooms.remove(&pin);

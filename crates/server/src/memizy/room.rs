@@ -289,7 +289,7 @@ pub(super) async fn run(
                 let change = room.bundle_change(meta.clone(), text);
                 // Queued in the room's order; its answer is awaited beside
                 // the room, which goes on forwarding meanwhile.
-                let durable = relay.writer.queue_acked(vec![change]).await;
+                let durable = relay.writer.queue_acked(&pin, vec![change]).await;
                 let itself = itself.clone();
                 tokio::spawn(async move {
                     let durable = durable.wait().await;
@@ -347,7 +347,7 @@ pub(super) async fn run(
         if acked {
             // A full store queue holds this room here: its commands wait
             // in its own bounded queue, its senders behind that.
-            let stored = relay.writer.queue_acked(changes).await.wait();
+            let stored = relay.writer.queue_acked(&pin, changes).await.wait();
             tokio::pin!(stored);
             // Meanwhile other connections' `to`, `up` and `ping` go ahead,
             // on the state from before the change, as if they had come just
@@ -413,7 +413,7 @@ pub(super) async fn run(
                 }
             }
         } else if !changes.is_empty() {
-            host_away = Some(relay.writer.queue_acked(changes).await);
+            host_away = Some(relay.writer.queue_acked(&pin, changes).await);
         }
         if sweep {
             metrics.rooms_expired.fetch_add(1, Relaxed);

@@ -278,15 +278,15 @@ impl Actor {
                 let r = self.m.mint(principal);
                 let outputs = self.m.take_outputs();
                 let writes = self.route(outputs);
-                let acked = self.p3.writer.write_acked(writes).await;
+                let acked = self.p3.writer.queue_acked(self.m.id(), writes).await;
                 match r {
                     Ok(token) => {
                         let token = token.as_str().to_owned();
                         // Handed out only once durable, without holding
                         // the match up meanwhile.
                         tokio::spawn(async move {
-                            let r = match acked.await {
-                                Ok(true) => Ok(token),
+                            let r = match acked.wait().await {
+                                true => Ok(token),
                                 _ => Err(ProtocolError::new(
                                     ServerErrorCode::Internal,
                                     "store: the token was not stored",
@@ -426,9 +426,12 @@ impl Actor {
         self.p3.metrics.matches_expired.fetch_add(1, Relaxed);
         self.p3
             .writer
-            .write_behind(vec![PlayerThreeWrite::RemoveMatch {
-                id: self.m.id().to_owned(),
-            }])
+            .write_behind(
+                self.m.id(),
+                vec![PlayerThreeWrite::RemoveMatch {
+                    id: self.m.id().to_owned(),
+                }],
+            )
             .await;
         tracing::info!(r#match = %self.m.id(), "finished match expired");
     }
@@ -511,8 +514,11 @@ impl Actor {
     }
 
     /// Performs the host's outputs in order. At a `Durable` reply (a
-    /// minted token) the records before it are written and committed
-    /// first: the match waits for that one transaction.
+    /// minted token, a policy change) the records before it are written
+    /// and committed first, and the frames before it wait for that: the
+    /// match waits for that one transaction. If it fails, those frames
+    /// are dropped, the change is taken back and the asker gets
+    /// `internal`.
     async fn perform(&mut self) {
         let mut rest = self.m.take_outputs();
         while !rest.is_empty() {
@@ -521,25 +527,34 @@ impl Actor {
                 .position(|o| matches!(o, Output::Durable { .. }))
             else {
                 let writes = self.route(rest);
-                self.p3.writer.write_behind(writes).await;
+                self.p3.writer.write_behind(self.m.id(), writes).await;
                 return;
             };
             let tail = rest.split_off(at + 1);
             let durable = rest.pop();
-            let writes = self.route(rest);
-            let stored = self.p3.writer.write_durable(writes).await;
+            let (records, held): (Vec<Output>, Vec<Output>) = rest
+                .into_iter()
+                .partition(|o| matches!(o, Output::Persist(_)));
+            let writes = self.route(records);
+            let stored = self.p3.writer.write_durable(self.m.id(), writes).await;
             if let Some(Output::Durable {
                 conn,
                 text,
                 otherwise,
-                token_hash,
+                undo,
             }) = durable
             {
                 let reply = if stored {
+                    self.route(held);
                     text
                 } else {
-                    // Never handed out: refused from now on.
-                    self.m.revoke_hash(token_hash);
+                    // Closes still happen; what told of the change does not.
+                    let closes = held
+                        .into_iter()
+                        .filter(|o| matches!(o, Output::Close { .. }))
+                        .collect();
+                    self.route(closes);
+                    self.m.not_stored(undo);
                     otherwise
                 };
                 if let Some(out) = self.conns.get(&conn) {

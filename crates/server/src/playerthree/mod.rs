@@ -182,6 +182,7 @@ impl PlayerThree {
         config: PlayerThreeConfig,
         clock: Arc<dyn Clock>,
         store: Arc<dyn PlayerThreeStore>,
+        store_metrics: Arc<crate::metrics::StoreMetrics>,
     ) -> anyhow::Result<Arc<PlayerThree>> {
         let stored = store.load_matches()?;
         let p3 = Arc::new(PlayerThree {
@@ -189,7 +190,11 @@ impl PlayerThree {
             config,
             clock,
             metrics: Arc::new(PlayerThreeMetrics::default()),
-            writer: writer::Writer::start(store),
+            writer: writer::Writer::start(
+                store as Arc<dyn hostwire_store::UnitStore<PlayerThreeWrite>>,
+                crate::metrics::StoreProtocol::PlayerThree,
+                store_metrics,
+            ),
             matches: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
@@ -300,6 +305,11 @@ impl PlayerThree {
             .unwrap_or_default()
     }
 
+    /// Units waiting for PlayerThree's store writer or being written.
+    pub fn store_pending(&self) -> usize {
+        self.writer.queued() + self.writer.in_batch()
+    }
+
     pub fn match_count(&self) -> usize {
         self.matches.lock().map(|m| m.len()).unwrap_or(0)
     }
@@ -323,7 +333,7 @@ impl PlayerThree {
             created_at_ms: now,
         }];
         writes.extend(writer::persisted(&id, m.take_outputs()));
-        if !self.writer.write_durable(writes).await {
+        if !self.writer.write_durable(&id, writes).await {
             return None;
         }
         Some((

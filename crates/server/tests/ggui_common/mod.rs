@@ -86,6 +86,15 @@ impl Server {
         }
     }
 
+    /// The data directory, to keep across a restart on the same file.
+    pub fn take_dir(&mut self) -> Option<tempfile::TempDir> {
+        self._dir.take()
+    }
+
+    pub fn keep_dir(&mut self, dir: Option<tempfile::TempDir>) {
+        self._dir = dir;
+    }
+
     pub async fn stop(&mut self) {
         if let Some(a) = self.app.take() {
             a.shutdown().await;

@@ -6,6 +6,7 @@
 use super::services::{self, ServiceHost};
 use super::{SessionMetrics, Sessions, STORE_QUEUE};
 use crate::outbound::{self, Direct, Refused};
+use crate::store_writer::{Durable, StoreWriter};
 use axum::extract::ws::Utf8Bytes;
 use base64::Engine;
 use hostwire_core::token::Token;
@@ -14,7 +15,7 @@ use hostwire_memizy::session::{
     Reply, ServiceCallId, Session, SessionError, SessionEvent,
 };
 use hostwire_memizy::{ProtocolError, ProtocolErrorCode, SessionEndReason, View};
-use hostwire_store::sessions::{SessionStore, SessionWrite};
+use hostwire_store::sessions::SessionWrite;
 use hostwire_worker_rpc::frame::{ErrorEnvelope, Frame, Outcome, Payload, PROTOCOL_VERSION};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -134,7 +135,9 @@ struct Actor {
     metrics: Arc<SessionMetrics>,
     s: Session,
     devices: HashMap<InstanceId, Device>,
-    store_tx: mpsc::Sender<(RecordId, SessionWrite)>,
+    /// Each record's answer from the store writer, in the order queued.
+    store_tx: mpsc::Sender<(RecordId, Durable)>,
+    writer: StoreWriter<SessionWrite>,
     /// HTTP `save` requests waiting for their record to be durable.
     saves: HashMap<RecordId, (AdminReply, Value)>,
     result: Option<Value>,
@@ -165,8 +168,7 @@ pub fn spawn(
         return None;
     }
     let (store_tx, store_rx) = mpsc::channel(STORE_QUEUE);
-    tokio::spawn(store_writer(
-        sessions.store(),
+    tokio::spawn(store_answers(
         Arc::clone(&sessions.metrics),
         store_rx,
         tx.clone(),
@@ -178,6 +180,7 @@ pub fn spawn(
         s,
         devices: HashMap::new(),
         store_tx,
+        writer: sessions.writer(),
         saves: HashMap::new(),
         result: None,
         auth,
@@ -190,23 +193,20 @@ pub fn spawn(
     Some(handle)
 }
 
-/// Writes one session's records in order; each is reported to the session
-/// only once the store says it is durable (or failed).
-async fn store_writer(
-    store: Arc<dyn SessionStore>,
+/// Reports one session's records to it in order, each once the store
+/// writer says it is durable (or failed).
+async fn store_answers(
     metrics: Arc<SessionMetrics>,
-    mut rx: mpsc::Receiver<(RecordId, SessionWrite)>,
+    mut rx: mpsc::Receiver<(RecordId, Durable)>,
     session: mpsc::Sender<Cmd>,
 ) {
-    while let Some((id, w)) = rx.recv().await {
-        let store = Arc::clone(&store);
-        let outcome = tokio::task::spawn_blocking(move || store.apply_sessions(&[w]))
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.reason()));
-        if outcome.is_err() {
+    while let Some((id, durable)) = rx.recv().await {
+        let outcome = if durable.wait().await {
+            Ok(())
+        } else {
             metrics.store_failures.fetch_add(1, Relaxed);
-        }
+            Err("the store did not take the record".to_owned())
+        };
         if session.send(Cmd::Durable { id, outcome }).await.is_err() {
             return;
         }
@@ -561,9 +561,14 @@ impl Actor {
                 }
                 Output::Persist { id, record } => {
                     let w = to_write(&record);
-                    if self.store_tx.try_send((id, w)).is_err() {
+                    let queued = self
+                        .writer
+                        .try_queue_acked(self.s.id(), vec![w])
+                        .map(|d| self.store_tx.try_send((id, d)));
+                    if !matches!(queued, Some(Ok(()))) {
                         // The engine bounds the records in flight to the
-                        // same number, so this is a writer that is gone.
+                        // answers' queue, so this is a writer that is gone
+                        // or a store queue that is full.
                         let now = self.now();
                         self.s.record_durable(
                             id,

@@ -20,6 +20,8 @@ pub mod device;
 pub mod services;
 
 use crate::http::AllowedOrigins;
+use crate::metrics::{StoreMetrics, StoreProtocol};
+use crate::store_writer::StoreWriter;
 use actor::{Cmd, SessionHandle};
 use axum::routing::get;
 use axum::Router;
@@ -27,7 +29,7 @@ use hostwire_core::Clock;
 use hostwire_memizy::limits::{CALL_ENVELOPE_BYTES, LIMITS};
 use hostwire_memizy::relay::create::RoomCreationLimit;
 use hostwire_memizy::session::{InstanceId, SessionTiming};
-use hostwire_store::sessions::SessionStore;
+use hostwire_store::sessions::{SessionStore, SessionWrite};
 use services::{ServiceCommand, ServiceHost, ServiceMetrics};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -179,6 +181,9 @@ pub struct Sessions {
     pub config: SessionsConfig,
     pub clock: Arc<dyn Clock>,
     store: std::sync::RwLock<Arc<dyn SessionStore>>,
+    /// The writer of `store`, started at its first use (in the runtime).
+    writer: Mutex<Option<StoreWriter<SessionWrite>>>,
+    store_metrics: Arc<StoreMetrics>,
     services: std::sync::RwLock<Arc<ServiceHost>>,
     pub metrics: Arc<SessionMetrics>,
     live: Mutex<HashMap<String, SessionHandle>>,
@@ -195,6 +200,7 @@ impl Sessions {
         config: SessionsConfig,
         clock: Arc<dyn Clock>,
         store: Arc<dyn SessionStore>,
+        store_metrics: Arc<StoreMetrics>,
     ) -> Arc<Sessions> {
         let creations = Mutex::new(RoomCreationLimit::new(config.sessions_per_ip_per_hour));
         Arc::new(Sessions {
@@ -203,6 +209,8 @@ impl Sessions {
             creations,
             creating: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SESSION_CREATIONS)),
             store: std::sync::RwLock::new(store),
+            writer: Mutex::new(None),
+            store_metrics,
             services: std::sync::RwLock::new(Arc::new(ServiceHost::none())),
             metrics: Arc::new(SessionMetrics::default()),
             live: Mutex::new(HashMap::new()),
@@ -252,6 +260,21 @@ impl Sessions {
             Ok(mut s) => *s = store,
             Err(p) => *p.into_inner() = store,
         }
+        // The old writer writes what it holds and ends.
+        *self.writer.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// The store writer of the sessions' store.
+    pub fn writer(&self) -> StoreWriter<SessionWrite> {
+        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        w.get_or_insert_with(|| {
+            StoreWriter::start(
+                self.store() as Arc<dyn hostwire_store::UnitStore<SessionWrite>>,
+                StoreProtocol::Sessions,
+                Arc::clone(&self.store_metrics),
+            )
+        })
+        .clone()
     }
 
     /// The services offered to sessions created from now on.
@@ -339,6 +362,7 @@ mod creation_tests {
             SessionsConfig::default(),
             Arc::new(hostwire_core::ManualClock::new(0)),
             Arc::new(hostwire_store::SqliteStore::in_memory().unwrap()),
+            Arc::new(StoreMetrics::default()),
         );
         let held: Vec<_> = (0..CONCURRENT_SESSION_CREATIONS)
             .map(|_| {
