@@ -48,6 +48,9 @@ pub const STREAM_BUFFER_MAX: usize = 256;
 pub const STREAM_BUFFER_MAX_BYTES: usize = 16 * 1024 * 1024;
 /// Actions submitted and not yet drained by the agent, per session.
 pub const MAX_PENDING_ACTIONS: usize = 1_024;
+/// Bytes of action data (as JSON text) submitted and not yet drained, per
+/// session; an action past it is refused with `APPEND_FAILED`.
+pub const MAX_PENDING_ACTION_BYTES: usize = 16 * 1024 * 1024;
 /// Ledger entries per replay page.
 pub const REPLAY_PAGE_SIZE: usize = 100;
 /// The longest an agent's consume may wait for actions.
@@ -98,6 +101,7 @@ pub struct ChannelConfig {
     pub stream_buffer_max: usize,
     pub stream_buffer_max_bytes: usize,
     pub max_pending_actions: usize,
+    pub max_pending_action_bytes: usize,
 }
 
 impl Default for ChannelConfig {
@@ -116,6 +120,7 @@ impl Default for ChannelConfig {
             stream_buffer_max: STREAM_BUFFER_MAX,
             stream_buffer_max_bytes: STREAM_BUFFER_MAX_BYTES,
             max_pending_actions: MAX_PENDING_ACTIONS,
+            max_pending_action_bytes: MAX_PENDING_ACTION_BYTES,
         }
     }
 }
@@ -331,6 +336,8 @@ struct Session {
     stream: StreamBuffer,
     subscribers: Vec<ConnId>,
     pending: VecDeque<PendingAction>,
+    /// Bytes of `action_data` text in `pending`.
+    pending_bytes: usize,
     drained_up_to: u64,
 }
 
@@ -370,6 +377,15 @@ pub struct Channel {
     sessions: HashMap<String, Session>,
     conns: HashMap<ConnId, Conn>,
     outputs: VecDeque<Output>,
+}
+
+/// An action's `data` (`null` when absent) as JSON text.
+fn raw_data(data: Option<&Value>) -> Box<serde_json::value::RawValue> {
+    let null = Value::Null;
+    // Serializing a `Value` cannot fail.
+    serde_json::value::to_raw_value(data.unwrap_or(&null)).unwrap_or_else(|_| {
+        serde_json::value::RawValue::from_string("null".into()).expect("null is JSON")
+    })
 }
 
 fn parse_action_spec(spec: Option<&Value>) -> Result<Option<ActionSpec>, ApiError> {
@@ -891,10 +907,14 @@ impl Channel {
         if let Some(tool) = payload.and_then(|p| p.get("tool")) {
             ui_context.insert("tool".into(), tool.clone());
         }
-        let action_data = payload
-            .and_then(|p| p.get("data"))
-            .cloned()
-            .unwrap_or(Value::Null);
+        let action_data = raw_data(payload.and_then(|p| p.get("data")));
+        let max_bytes = self.config.max_pending_action_bytes;
+        if session.pending_bytes + action_data.get().len() > max_bytes {
+            let message = format!("session {sid} has {max_bytes} bytes of actions the agent has not drained; action not appended");
+            self.error(conn, codes::APPEND_FAILED, message, request_id);
+            return;
+        }
+        session.pending_bytes += action_data.get().len();
         let stack_item_id = envelope.stack_item_id.clone().unwrap_or_default();
         let appended = session.ledger.append(
             LEDGER_USER_SUBMITTED,
@@ -1017,6 +1037,7 @@ impl Channel {
             ),
             subscribers: Vec::new(),
             pending: VecDeque::new(),
+            pending_bytes: 0,
             drained_up_to: 0,
         };
         let record = session.record();
@@ -1269,6 +1290,7 @@ impl Channel {
         let drained_at = iso_timestamp(now_ms);
         while s.pending.front().is_some_and(|p| p.seq <= up_to) {
             if let Some(p) = s.pending.pop_front() {
+                s.pending_bytes -= p.entry.action_data.get().len();
                 let ack = DrainAckPayload {
                     app_id: s.app_id.clone(),
                     session_id: s.id.clone(),
@@ -1360,10 +1382,7 @@ impl Channel {
                                 .and_then(Value::as_str)
                                 .unwrap_or(&env.event_type)
                                 .to_owned(),
-                            action_data: payload
-                                .and_then(|p| p.get("data"))
-                                .cloned()
-                                .unwrap_or(Value::Null),
+                            action_data: raw_data(payload.and_then(|p| p.get("data"))),
                             ui_context,
                             action_id: event.seq.to_string(),
                             fired_at: event.timestamp.clone(),
@@ -1384,8 +1403,16 @@ impl Channel {
                 .map_err(ApiError::InvalidField)?;
         }
         stream.restore_seq(restored.stream_seq);
-        while pending.len() > self.config.max_pending_actions {
-            pending.pop_front();
+        let mut pending_bytes: usize = pending
+            .iter()
+            .map(|p| p.entry.action_data.get().len())
+            .sum();
+        while pending.len() > self.config.max_pending_actions
+            || pending_bytes > self.config.max_pending_action_bytes
+        {
+            if let Some(p) = pending.pop_front() {
+                pending_bytes -= p.entry.action_data.get().len();
+            }
         }
         if !self.sessions.contains_key(&record.session_id)
             && self.sessions.len() >= self.config.max_sessions
@@ -1406,6 +1433,7 @@ impl Channel {
             stream,
             subscribers: Vec::new(),
             pending,
+            pending_bytes,
             drained_up_to: restored.drained_up_to,
         };
         self.sessions.insert(record.session_id, session);

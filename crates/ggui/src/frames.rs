@@ -406,7 +406,7 @@ pub struct ChannelErrorPayload {
 }
 
 /// One drained action as the agent sees it (`ConsumeEventEntry`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConsumeEventEntry {
     /// Always `action`.
@@ -415,7 +415,9 @@ pub struct ConsumeEventEntry {
     pub stack_item_id: String,
     /// The action name.
     pub intent: String,
-    pub action_data: Value,
+    /// The action's `data` as JSON text: a pending action keeps its text,
+    /// not a tree many times its size.
+    pub action_data: Box<serde_json::value::RawValue>,
     pub ui_context: Map<String, Value>,
     /// The ledger sequence of the action, as a string.
     pub action_id: String,

@@ -24,6 +24,15 @@ pub const MAX_DECLARED_ACTIONS: usize = 256;
 pub const MAX_VIOLATIONS: usize = 64;
 /// Bound on the serialized size of one declared schema.
 pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+/// Bound on the schemas one place of an action payload is checked against,
+/// with every `$ref` expanded (the schema's evaluation fan-out). It keeps
+/// the work of one action within a small multiple of the action's size.
+pub const MAX_SCHEMA_FANOUT: u64 = 16;
+/// Bound on the compiled size of one `pattern` (and on its lazy DFA's
+/// cache), so that compiling `(a{1000}){1000}` is refused, not attempted.
+pub const MAX_PATTERN_PROGRAM_BYTES: usize = 1024 * 1024;
+/// Bound on nested schemas and `$ref`s followed from one schema's root.
+pub const MAX_SCHEMA_NESTING: usize = 64;
 
 /// One violation, in the protocol's shape.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,8 +122,18 @@ impl ActionSpec {
                         ));
                     }
                     let closed = inject_closed_shape(schema);
+                    check_fanout(&closed)
+                        .map_err(|(at, why)| format!("actionSpec.{name}.schema#{at}: {why}"))?;
                     let validator = jsonschema::draft7::options()
                         .should_validate_formats(true)
+                        // `regex` runs in time linear in the input; a
+                        // pattern it cannot run (look-around, back
+                        // references) is refused here, not backtracked.
+                        .with_pattern_options(
+                            jsonschema::PatternOptions::regex()
+                                .size_limit(MAX_PATTERN_PROGRAM_BYTES)
+                                .dfa_size_limit(MAX_PATTERN_PROGRAM_BYTES),
+                        )
                         .build(&closed)
                         .map_err(|e| {
                             format!("actionSpec.{name}.schema is not a valid JSON Schema: {e}")
@@ -294,6 +313,236 @@ pub fn inject_closed_shape(schema: &Value) -> Value {
     }
     map_branches(&mut out);
     Value::Object(out)
+}
+
+/// Keywords whose subschemas apply to the same place of the instance.
+const IN_PLACE_ONE: [&str; 4] = ["not", "if", "then", "else"];
+const IN_PLACE_MANY: [&str; 3] = ["allOf", "anyOf", "oneOf"];
+
+/// How many schemas one place of the instance is checked against, for a
+/// schema and everything under it: `here` at the schema's own place, and
+/// the worst place under each key / element below it.
+#[derive(Clone, Default)]
+struct Fanout {
+    here: u64,
+    /// Named keys of an object: the schemas that apply to that member.
+    keys: HashMap<String, u64>,
+    /// Any other key (`additionalProperties`, `patternProperties`).
+    other_keys: u64,
+    /// Any element of an array (`items`, `additionalItems`, `contains`).
+    elements: u64,
+    /// Property names as strings (`propertyNames`).
+    names: u64,
+}
+
+impl Fanout {
+    /// The worst place, its own or any below it.
+    fn worst(&self) -> u64 {
+        let keys = self.keys.values().copied().max().unwrap_or(0);
+        self.here
+            .max(keys)
+            .max(self.other_keys)
+            .max(self.elements)
+            .max(self.names)
+    }
+
+    /// Both `self` and `other` apply at the same place.
+    fn add(&mut self, other: &Fanout) {
+        self.here = self.here.saturating_add(other.here);
+        for (k, v) in self.keys.iter_mut() {
+            let theirs = other.keys.get(k).copied().unwrap_or(other.other_keys);
+            *v = v.saturating_add(theirs);
+        }
+        for (k, v) in &other.keys {
+            if !self.keys.contains_key(k) {
+                self.keys
+                    .insert(k.clone(), v.saturating_add(self.other_keys));
+            }
+        }
+        self.other_keys = self.other_keys.saturating_add(other.other_keys);
+        self.elements = self.elements.saturating_add(other.elements);
+        self.names = self.names.saturating_add(other.names);
+    }
+}
+
+/// Walks a schema with every `$ref` expanded (each target once, memoized)
+/// and refuses it when some place of an instance would be checked against
+/// more than [`MAX_SCHEMA_FANOUT`] schemas. A reference cycle is refused
+/// too: one that stays at a place never ends, and one that descends can
+/// multiply with the instance's depth. The error is `(JSON pointer, why)`.
+fn check_fanout(root: &Value) -> Result<(), (String, String)> {
+    let mut walk = FanoutWalk {
+        root,
+        memo: HashMap::new(),
+        // `#` is the root, already being walked.
+        stack: vec![String::new()],
+    };
+    walk.schema(root, String::new(), 0).map(|_| ())
+}
+
+struct FanoutWalk<'a> {
+    root: &'a Value,
+    memo: HashMap<String, Fanout>,
+    stack: Vec<String>,
+}
+
+impl<'a> FanoutWalk<'a> {
+    fn schema(
+        &mut self,
+        s: &'a Value,
+        at: String,
+        depth: usize,
+    ) -> Result<Fanout, (String, String)> {
+        if depth > MAX_SCHEMA_NESTING {
+            return Err((
+                at,
+                format!("schemas and $refs nest deeper than {MAX_SCHEMA_NESTING}"),
+            ));
+        }
+        let Value::Object(m) = s else {
+            // `true` / `false`: one check at its place.
+            return Ok(Fanout {
+                here: 1,
+                ..Fanout::default()
+            });
+        };
+        if depth > 0 && m.get("$id").is_some_and(Value::is_string) {
+            // A nested base URI would change what `#/...` refers to below.
+            return Err((at, "$id is only allowed at the schema's root".into()));
+        }
+        let mut f = Fanout {
+            here: 1,
+            ..Fanout::default()
+        };
+        let child =
+            |at: &str, key: &str| format!("{at}/{}", key.replace('~', "~0").replace('/', "~1"));
+        if let Some(r) = m.get("$ref") {
+            let target = self.reference(r, &at, depth)?;
+            f.add(&target);
+        }
+        for key in IN_PLACE_ONE {
+            if let Some(sub) = m.get(key) {
+                let sub = self.schema(sub, child(&at, key), depth + 1)?;
+                f.add(&sub);
+            }
+        }
+        for key in IN_PLACE_MANY {
+            if let Some(Value::Array(subs)) = m.get(key) {
+                for (i, sub) in subs.iter().enumerate() {
+                    let sub = self.schema(sub, format!("{}/{i}", child(&at, key)), depth + 1)?;
+                    f.add(&sub);
+                }
+            }
+        }
+        if let Some(Value::Object(deps)) = m.get("dependencies") {
+            let at = child(&at, "dependencies");
+            for (k, sub) in deps {
+                if sub.is_object() || sub.is_boolean() {
+                    let sub = self.schema(sub, child(&at, k), depth + 1)?;
+                    f.add(&sub);
+                }
+            }
+        }
+        // What applies to any key: every `patternProperties` (a pattern may
+        // match any name) and, for a key not named, `additionalProperties`.
+        let mut any_key = 0u64;
+        if let Some(Value::Object(pats)) = m.get("patternProperties") {
+            let at = child(&at, "patternProperties");
+            for (k, sub) in pats {
+                let w = self.schema(sub, child(&at, k), depth + 1)?.worst();
+                any_key = any_key.saturating_add(w);
+            }
+        }
+        let mut other_keys = any_key;
+        if let Some(sub) = m.get("additionalProperties") {
+            let w = self
+                .schema(sub, child(&at, "additionalProperties"), depth + 1)?
+                .worst();
+            other_keys = other_keys.saturating_add(w);
+        }
+        let mut own = Fanout {
+            other_keys,
+            ..Fanout::default()
+        };
+        if let Some(Value::Object(props)) = m.get("properties") {
+            let at = child(&at, "properties");
+            for (k, sub) in props {
+                let w = self.schema(sub, child(&at, k), depth + 1)?.worst();
+                own.keys.insert(k.clone(), w.saturating_add(any_key));
+            }
+        }
+        let mut elements = 0u64;
+        match m.get("items") {
+            Some(Value::Array(subs)) => {
+                let at = child(&at, "items");
+                for (i, sub) in subs.iter().enumerate() {
+                    let w = self.schema(sub, format!("{at}/{i}"), depth + 1)?.worst();
+                    elements = elements.max(w);
+                }
+                if let Some(sub) = m.get("additionalItems") {
+                    let w = self
+                        .schema(sub, child(&at, "additionalItems"), depth + 1)?
+                        .worst();
+                    elements = elements.max(w);
+                }
+            }
+            Some(sub) => {
+                elements = self.schema(sub, child(&at, "items"), depth + 1)?.worst();
+            }
+            None => {}
+        }
+        if let Some(sub) = m.get("contains") {
+            let w = self.schema(sub, child(&at, "contains"), depth + 1)?.worst();
+            elements = elements.saturating_add(w);
+        }
+        own.elements = elements;
+        if let Some(sub) = m.get("propertyNames") {
+            own.names = self
+                .schema(sub, child(&at, "propertyNames"), depth + 1)?
+                .worst();
+        }
+        f.add(&own);
+        if f.worst() > MAX_SCHEMA_FANOUT {
+            return Err((
+                at,
+                format!(
+                    "one place of an action would be checked against more than {MAX_SCHEMA_FANOUT} schemas (reference or combinator fan-out)"
+                ),
+            ));
+        }
+        Ok(f)
+    }
+
+    fn reference(&mut self, r: &Value, at: &str, depth: usize) -> Result<Fanout, (String, String)> {
+        let at_ref = format!("{at}/$ref");
+        let Value::String(r) = r else {
+            return Err((at_ref, "$ref must be a string".into()));
+        };
+        let Some(pointer) = r.strip_prefix('#') else {
+            return Err((
+                at_ref,
+                format!("$ref '{r}' must be a local '#/...' reference"),
+            ));
+        };
+        if let Some(f) = self.memo.get(pointer) {
+            return Ok(f.clone());
+        }
+        if self.stack.iter().any(|p| p == pointer) {
+            return Err((
+                pointer.to_owned(),
+                format!("$ref '{r}' is recursive (reference cycles are refused)"),
+            ));
+        }
+        let Some(target) = self.root.pointer(pointer) else {
+            return Err((at_ref, format!("$ref '{r}' does not resolve")));
+        };
+        self.stack.push(pointer.to_owned());
+        let f = self.schema(target, pointer.to_owned(), depth + 1);
+        self.stack.pop();
+        let f = f?;
+        self.memo.insert(pointer.to_owned(), f.clone());
+        Ok(f)
+    }
 }
 
 /// `/todos/0/done` → `todos[0].done`.
@@ -671,6 +920,118 @@ mod tests {
         // The protocol joins prefix and path with a dot even before an
         // index, so a root-level array element reads `a.data.[3]`.
         assert_eq!(r.violations[3].field, "a.data.[3]");
+    }
+
+    /// `l0 = allOf[$ref l1, $ref l1]`, ... : 2^levels schemas at one place.
+    pub(crate) fn ref_chain(levels: usize) -> Value {
+        let mut defs = Map::new();
+        for i in 0..levels {
+            let next = format!("#/definitions/l{}", i + 1);
+            defs.insert(
+                format!("l{i}"),
+                json!({"allOf": [{"$ref": next}, {"$ref": next}]}),
+            );
+        }
+        defs.insert(format!("l{levels}"), json!({"type": "string"}));
+        json!({"definitions": defs, "$ref": "#/definitions/l0"})
+    }
+
+    #[test]
+    fn reference_fan_out_is_refused_naming_the_schema_path() {
+        let started = std::time::Instant::now();
+        let e = ActionSpec::from_json(&json!({"a": {"schema": ref_chain(24)}})).unwrap_err();
+        assert!(e.starts_with("actionSpec.a.schema#/definitions/l"), "{e}");
+        assert!(e.contains(&MAX_SCHEMA_FANOUT.to_string()), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        // Fan-out through sibling objects at the same key counts too.
+        let wide = json!({"allOf": (0..20).map(|_| json!({"properties": {"x": {"type": "string"}}})).collect::<Vec<_>>()});
+        let e = ActionSpec::from_json(&json!({"a": {"schema": wide}})).unwrap_err();
+        assert!(e.starts_with("actionSpec.a.schema"), "{e}");
+        // A reference cycle that never descends into the instance loops.
+        let e = ActionSpec::from_json(&json!({"a": {"schema": {"definitions": {"x": {"allOf": [{"$ref": "#/definitions/x"}]}}, "$ref": "#/definitions/x"}}})).unwrap_err();
+        assert!(e.starts_with("actionSpec.a.schema#/definitions/x"), "{e}");
+        // Shallow, reasonable schemas with references still register.
+        let ok = json!({
+            "definitions": {"id": {"type": "string", "pattern": "^[a-z0-9-]+$"}},
+            "type": "object",
+            "properties": {"id": {"$ref": "#/definitions/id"}, "items": {"type": "array", "items": {"$ref": "#/definitions/id"}}},
+            "oneOf": [{"required": ["id"]}, {"required": ["items"]}]
+        });
+        let s = ActionSpec::from_json(&json!({"a": {"schema": ok}})).unwrap();
+        assert!(s
+            .validate_action_data(Some(&json!({"action": "a", "data": {"id": "x-1"}})))
+            .valid());
+        // Named properties of one object go to different places: no fan-out.
+        let props: Map<String, Value> = (0..1000)
+            .map(|i| (format!("p{i}"), json!({"type": "string"})))
+            .collect();
+        ActionSpec::from_json(&json!({"a": {"schema": {"type": "object", "properties": props}}}))
+            .unwrap();
+    }
+
+    #[test]
+    fn backtracking_patterns_are_refused_and_patterns_run_in_linear_time() {
+        for pattern in ["^(?=(a+)+$)", "^(a+)\\1$", "(?<=a)b"] {
+            for schema in [
+                json!({"type": "string", "pattern": pattern}),
+                json!({"type": "object", "patternProperties": {pattern: {}}}),
+            ] {
+                let e = ActionSpec::from_json(&json!({"a": {"schema": schema}})).unwrap_err();
+                assert!(e.starts_with("actionSpec.a.schema"), "{e}");
+            }
+        }
+        let s = ActionSpec::from_json(
+            &json!({"a": {"schema": {"type": "string", "pattern": "^(a+)+$"}}}),
+        )
+        .unwrap();
+        let data = format!("{}!", "a".repeat(100_000));
+        let started = std::time::Instant::now();
+        assert!(!s
+            .validate_action_data(Some(&json!({"action": "a", "data": data})))
+            .valid());
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    }
+
+    /// The worst schema that registers: every element of an array is
+    /// checked against [`MAX_SCHEMA_FANOUT`] schemas, through references.
+    pub(crate) fn worst_admissible() -> Value {
+        // The `allOf` itself, then each `{"$ref"}` and its target.
+        let per = (MAX_SCHEMA_FANOUT as usize - 1) / 2;
+        json!({
+            "definitions": {"s": {"type": "string", "pattern": "^(a|b)+$", "maxLength": 64}},
+            "type": "array",
+            "items": {"allOf": (0..per).map(|_| json!({"$ref": "#/definitions/s"})).collect::<Vec<_>>()}
+        })
+    }
+
+    #[test]
+    fn the_worst_admissible_schema_costs_a_bounded_multiple_of_the_action() {
+        let schema = worst_admissible();
+        let s = ActionSpec::from_json(&json!({"a": {"schema": schema}})).unwrap();
+        // One more reference and it is refused.
+        let mut over = worst_admissible();
+        over["items"]["allOf"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"$ref": "#/definitions/s"}));
+        assert!(ActionSpec::from_json(&json!({"a": {"schema": over}})).is_err());
+        // An action of short strings: as many places as fit. Against the
+        // cheapest schema of the same kind (one check per element), the
+        // worst admissible one costs about its fan-out, not more.
+        let data: Vec<&str> = std::iter::repeat_n("ab", 64 * 1024 / 5).collect();
+        let action = json!({"action": "a", "data": data});
+        let cheapest = ActionSpec::from_json(&json!({"a": {"schema": {"type": "array", "items": {"type": "string", "pattern": "^(a|b)+$", "maxLength": 64}}}})).unwrap();
+        let time = |spec: &ActionSpec| {
+            let started = std::time::Instant::now();
+            assert!(spec.validate_action_data(Some(&action)).valid());
+            started.elapsed()
+        };
+        let (base, worst) = (time(&cheapest), time(&s));
+        eprintln!("64 KiB action: fan-out 1 {base:?}, fan-out {MAX_SCHEMA_FANOUT} {worst:?}");
+        assert!(
+            worst < base * 2 * MAX_SCHEMA_FANOUT as u32,
+            "{base:?} {worst:?}"
+        );
     }
 
     #[test]

@@ -277,7 +277,7 @@ fn declared_action_is_appended_then_acked_with_its_sequence() {
     let pending = h.ch.pending_actions("ck-action-ack-1", 10).unwrap();
     assert_eq!(pending.len(), 3);
     assert_eq!(pending[0].intent, "toggleTask");
-    assert_eq!(pending[0].action_data, json!({"id": "seed-1"}));
+    assert_eq!(pending[0].action_data.get(), r#"{"id":"seed-1"}"#);
     // The tool comes from the declared nextStep, not from the client.
     assert_eq!(pending[0].ui_context["tool"], "todo.toggle");
     let ledger: Vec<&Record> = h
@@ -690,6 +690,40 @@ fn props_push_reaches_subscribers_and_the_ledger() {
         json!({"sessionId": "ck-props-update-1", "sinceSequence": 0}),
     );
     assert_eq!(frames[1]["payload"]["type"], "ui.updated");
+}
+
+#[test]
+fn pending_actions_are_bounded_in_bytes_and_kept_as_text() {
+    let mut h = Harness::with(ChannelConfig {
+        max_pending_action_bytes: 100,
+        ..Default::default()
+    });
+    let c = h.open(1);
+    h.subscribe(c, json!({"sessionId": "s"}));
+    let sixty = "x".repeat(58);
+    assert_eq!(
+        h.send(c, action("s", "r1", "a", json!(sixty)))[0]["type"],
+        "ack"
+    );
+    let frames = h.send(c, action("s", "r2", "a", json!(sixty)));
+    assert_eq!(frames[0]["payload"]["code"], "APPEND_FAILED", "{frames:?}");
+    assert!(
+        frames[0]["payload"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("100 bytes"),
+        "{frames:?}"
+    );
+    let pending = h.ch.pending_actions("s", 10).unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].action_data.get(), format!("\"{sixty}\""));
+    // Draining gives the bytes back.
+    assert_eq!(h.ch.drain_actions("s", 1, h.now()).unwrap(), 1);
+    h.drain(c);
+    assert_eq!(
+        h.send(c, action("s", "r3", "a", json!(sixty)))[0]["type"],
+        "ack"
+    );
 }
 
 #[test]

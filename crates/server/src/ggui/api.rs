@@ -13,6 +13,7 @@ use crate::http::json_response;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::header::{CONTENT_LENGTH, RETRY_AFTER, TRANSFER_ENCODING};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{from_fn_with_state, Next};
 use axum::response::Response;
@@ -25,9 +26,15 @@ use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Semaphore;
 
 /// The largest request body: one frame's payload and its wrapper.
 pub const API_BODY_LIMIT: usize = 2 * MAX_FRAME_BYTES;
+/// Bytes of request bodies the agent API reads and parses at once (each
+/// request is charged its `Content-Length`, or [`API_BODY_LIMIT`] when it
+/// has none), so that many concurrent bodies cannot multiply into
+/// gigabytes of parsed JSON; past it: 503 `RATE_LIMITED`.
+pub const API_BODY_BUDGET_BYTES: usize = 8 * API_BODY_LIMIT;
 /// Actions returned by one consume when `max` is not given.
 pub const DEFAULT_CONSUME_MAX: usize = 100;
 /// The most actions one consume returns.
@@ -42,6 +49,10 @@ pub fn router(ggui: Arc<Ggui>) -> Router {
         .route("/{id}/actions/drain", post(drain_actions))
         .route("/{id}/version", put(set_version))
         .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
+        .route_layer(from_fn_with_state(
+            Arc::new(Semaphore::new(API_BODY_BUDGET_BYTES)),
+            body_budget,
+        ))
         .route_layer(from_fn_with_state(Arc::clone(&ggui), require_token))
         .with_state(ggui)
 }
@@ -76,6 +87,46 @@ async fn require_token(
             "Authorization: Bearer <token> is required",
         );
     }
+    next.run(req).await
+}
+
+/// Holds the request's share of [`API_BODY_BUDGET_BYTES`] from before its
+/// body is read until it is answered; refuses it at once when the budget
+/// is spent (503) or its declared body is over [`API_BODY_LIMIT`] (413).
+async fn body_budget(State(budget): State<Arc<Semaphore>>, req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let charge = match declared {
+        Some(n) if n > API_BODY_LIMIT as u64 => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                codes::FRAME_TOO_LARGE,
+                format!("request body: {n} bytes is over the limit of {API_BODY_LIMIT}"),
+            )
+        }
+        Some(n) => n as usize,
+        None if headers.contains_key(TRANSFER_ENCODING) => API_BODY_LIMIT,
+        None => 0,
+    };
+    if charge == 0 {
+        return next.run(req).await;
+    }
+    // `charge` is at most API_BODY_LIMIT, which fits in u32.
+    let Ok(_held) = budget.try_acquire_many_owned(charge as u32) else {
+        let mut r = error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            codes::RATE_LIMITED,
+            format!(
+                "request body: {API_BODY_BUDGET_BYTES} bytes of request bodies are being read (API_BODY_BUDGET_BYTES); try again"
+            ),
+        );
+        r.headers_mut()
+            .insert(RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        return r;
+    };
     next.run(req).await
 }
 

@@ -579,7 +579,7 @@ impl Actor {
                 }
                 Output::Service(req) => {
                     let params = services::params(&req.payload, self.s.id(), req.player.as_deref());
-                    match self.services.call(&req.name, params) {
+                    match self.services.call(&req.name, self.s.id(), params) {
                         Ok((call, ticket)) => {
                             let (stop, stopped) = oneshot::channel();
                             self.service_calls.insert(req.id, (stop, req.deadline_ms));

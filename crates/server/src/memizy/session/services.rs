@@ -21,7 +21,7 @@ use hostwire_memizy::session::{ServiceRegistry, ServiceSpec};
 use hostwire_memizy::{ProtocolError, ProtocolErrorCode as Code};
 use hostwire_worker_rpc::transport::{NdjsonCodec, Transport};
 use hostwire_worker_rpc::{codes, Payload, Peer, PeerConfig, RpcError, Side};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -42,6 +42,11 @@ pub const MAX_WORKER_FRAME_BYTES: usize = LIMITS.service_result_bytes + CALL_ENV
 /// Calls in flight to one worker (over all sessions); one more fails with
 /// `INTERNAL_ERROR` ("busy").
 pub const MAX_CALLS_PER_WORKER: usize = 256;
+/// Calls of one session in flight to one worker: one session's flood takes
+/// this share of the worker and no more (one more fails `RATE_LIMITED`),
+/// so the other sessions' calls are still taken and answered. Sixteen
+/// sessions at their share fill [`MAX_CALLS_PER_WORKER`].
+pub const MAX_CALLS_PER_SESSION: usize = 16;
 /// The built-in example service and its worker program.
 pub const BUILTIN_SERVICE: &str = "answers.check";
 pub const BUILTIN_WORKER: &str = "hostwire-answer-checker";
@@ -144,6 +149,8 @@ struct WorkerState {
     generation: u64,
     /// When it was started within the last minute (clock ms).
     starts: VecDeque<u64>,
+    /// Calls in flight, by session (over every generation of the worker).
+    in_flight: HashMap<String, usize>,
 }
 
 struct Worker {
@@ -153,12 +160,26 @@ struct Worker {
     state: Mutex<WorkerState>,
 }
 
-/// Where a call stands, to tell a hung worker from a slow call.
+/// Where a call stands, to tell a hung worker from a slow call; it holds
+/// the call's place in its session's share until it is dropped.
 pub struct Ticket {
     worker: Arc<Worker>,
     generation: u64,
     answers_at_start: u64,
     answers: Arc<AtomicU64>,
+    session_id: String,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut s = self.worker.lock();
+        if let Some(n) = s.in_flight.get_mut(&self.session_id) {
+            *n -= 1;
+            if *n == 0 {
+                s.in_flight.remove(&self.session_id);
+            }
+        }
+    }
 }
 
 impl ServiceHost {
@@ -216,9 +237,12 @@ impl ServiceHost {
 
     /// Starts a call of `name`: the future of its result (JSON text) and
     /// its ticket (for [`ServiceHost::timed_out`]).
+    /// A session has at most [`MAX_CALLS_PER_SESSION`] calls in flight to
+    /// one worker.
     pub fn call(
         &self,
         name: &str,
+        session_id: &str,
         params: Payload,
     ) -> Result<(hostwire_worker_rpc::Call, Ticket), ProtocolError> {
         let Some(w) = self.workers.get(name) else {
@@ -228,15 +252,34 @@ impl ServiceHost {
             ));
         };
         self.metrics.calls.fetch_add(1, Relaxed);
+        {
+            let mut s = w.lock();
+            let n = s.in_flight.entry(session_id.to_owned()).or_default();
+            if *n >= MAX_CALLS_PER_SESSION {
+                self.metrics.failures.fetch_add(1, Relaxed);
+                return Err(ProtocolError::new(
+                    Code::RateLimited,
+                    format!(
+                        "service: {name:?}: this session has {MAX_CALLS_PER_SESSION} calls of it in flight; try again when one is answered"
+                    ),
+                ));
+            }
+            *n += 1;
+        }
+        // From here the ticket gives the place back, also on failure.
+        let mut ticket = Ticket {
+            worker: Arc::clone(w),
+            generation: 0,
+            answers_at_start: 0,
+            answers: Arc::default(),
+            session_id: session_id.to_owned(),
+        };
         let (peer, generation, answers) = w.live().inspect_err(|_| {
             self.metrics.failures.fetch_add(1, Relaxed);
         })?;
-        let ticket = Ticket {
-            worker: Arc::clone(w),
-            generation,
-            answers_at_start: answers.load(Relaxed),
-            answers,
-        };
+        ticket.generation = generation;
+        ticket.answers_at_start = answers.load(Relaxed);
+        ticket.answers = answers;
         Ok((peer.call(name, params), ticket))
     }
 
