@@ -184,6 +184,8 @@ pub(crate) struct Core {
     conns: HashMap<ConnId, ws::Outbound>,
     waiters: HashMap<String, Vec<oneshot::Sender<()>>>,
     pub now_ms: u64,
+    /// Shutting down: long polls are answered at once, none waits.
+    pub(crate) closing: bool,
 }
 
 impl Core {
@@ -334,6 +336,7 @@ impl Ggui {
             channel,
             conns: HashMap::new(),
             waiters: HashMap::new(),
+            closing: false,
             now_ms: clock.now_ms(),
         };
         tokio::spawn(run_actor(
@@ -377,6 +380,13 @@ impl Ggui {
             .call(|core| {
                 for out in core.conns.values() {
                     out.close(ws::CLOSE_GOING_AWAY, "server shutting down");
+                }
+                // Waiting long polls answer with what they have.
+                core.closing = true;
+                for (_, list) in core.waiters.drain() {
+                    for w in list {
+                        let _ = w.send(());
+                    }
                 }
             })
             .await;
