@@ -44,6 +44,9 @@ pub(super) fn socket_config(config: &super::RelayConfig) -> ws::Config {
         outbound_bytes: limits.outbound_queue_bytes,
         too_slow: TOO_SLOW,
         oversized: (CLOSE_TOO_BIG, "frame too large"),
+        // A room writes to its own players' sockets: a frame for an idle
+        // connection leaves at once, without waking its writer.
+        direct_write: true,
         ..ws::Config::new(limits.frame_bytes.saturating_mul(2))
     }
 }

@@ -11,7 +11,7 @@
 //!   protocol answers; RFC 6455 violations close 1007 / 1002 with a reason);
 //! - the writer task, which drains the connection's bounded outbound queue
 //!   (frames and bytes), with a direct-write fast path for an idle
-//!   connection ([`Outbound::send`]);
+//!   connection where the protocol asks for it ([`Config::direct_write`]);
 //! - a clean close ([`Reader::finish`]): after the server's Close frame it
 //!   keeps reading (and discarding) until the peer's Close or
 //!   [`Config::close_linger`], so the frames queued before the close and its
@@ -105,6 +105,12 @@ pub struct Config {
     pub too_slow: Close,
     /// The close after an oversized message.
     pub oversized: Close,
+    /// Whether a frame for an idle connection is written at once by the
+    /// task that sends it ([`Outbound::send`]) rather than by the
+    /// connection's writer: right for many small units that each write to
+    /// their own few sockets (relay rooms); wrong where one task serves
+    /// every connection, whose writes would then all run on it.
+    pub direct_write: bool,
 }
 
 impl Config {
@@ -125,6 +131,7 @@ impl Config {
             close_linger: CLOSE_LINGER,
             too_slow: (CLOSE_TOO_SLOW, "too slow: outbound queue full"),
             oversized: (CLOSE_MESSAGE_TOO_BIG, "frame too large"),
+            direct_write: false,
         }
     }
 }
@@ -249,6 +256,7 @@ type WsSink = SplitSink<WebSocket, Message>;
 pub struct Parked {
     sink: Mutex<Option<WsSink>>,
     too_slow: Close,
+    direct_write: bool,
 }
 
 impl Parked {
@@ -299,6 +307,11 @@ impl Outbound {
     /// the protocol's `too_slow` code ([`Refused::Full`], once).
     pub fn send(&self, frame: Utf8Bytes) -> Result<(), Refused> {
         let parked = self.0.parked();
+        if !parked.direct_write {
+            return self
+                .0
+                .push_or_write(frame, parked.too_slow, outbound::Direct::Declined);
+        }
         self.0
             .push_or_write(frame, parked.too_slow, |f| parked.write_now(f))
     }
@@ -336,6 +349,7 @@ impl Connection {
             Parked {
                 sink: Mutex::new(Some(sink)),
                 too_slow: config.too_slow,
+                direct_write: config.direct_write,
             },
         );
         let out = Outbound(out);
