@@ -12,50 +12,17 @@
 //!   they are expected, and a refused upgrade says why.
 
 mod session_support;
+mod ws_support;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use session_support::{presenter_body, Api, TestHost, GUARD};
+use session_support::{Api, TestHost, GUARD};
 use std::time::Duration;
-use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
-
-const ORIGIN: &str = "https://play.example.org";
-/// The idle timeout of the three newer endpoints (the relay's is its
-/// limits').
-const IDLE: Duration = Duration::from_secs(90);
-
-/// A WebSocket to `url`, with an `Origin` when given and a kernel receive
-/// buffer of `recv_buffer` bytes when given (a client that never reads
-/// then fills it fast).
-async fn connect(url: &str, origin: Option<&str>, recv_buffer: Option<u32>) -> Ws {
-    let addr: std::net::SocketAddr = url
-        .trim_start_matches("ws://")
-        .split('/')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    if let Some(b) = recv_buffer {
-        socket.set_recv_buffer_size(b).unwrap();
-    }
-    let tcp = socket.connect(addr).await.unwrap();
-    let mut req = url.into_client_request().unwrap();
-    if let Some(o) = origin {
-        req.headers_mut().insert("Origin", o.parse().unwrap());
-    }
-    let (ws, _) = tokio_tungstenite::client_async(req, MaybeTlsStream::Plain(tcp))
-        .await
-        .unwrap();
-    ws
-}
+use ws_support::*;
 
 #[derive(Debug, PartialEq, Eq)]
 enum Ended {
@@ -94,92 +61,6 @@ async fn read_to_end(ws: &mut Ws) -> (Vec<String>, Ended) {
     }
 }
 
-async fn text(ws: &mut Ws) -> Value {
-    loop {
-        let m = tokio::time::timeout(GUARD, ws.next())
-            .await
-            .expect("no frame arrived")
-            .expect("stream ended")
-            .unwrap();
-        match m {
-            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
-            Message::Close(c) => panic!("closed: {c:?}"),
-            _ => continue,
-        }
-    }
-}
-
-/// A PlayerThree match and a seat's token: (match id, operator, token).
-async fn p3_token(http: &str) -> (String, String, String) {
-    let c = reqwest::Client::new();
-    let v: Value = c
-        .post(format!("{http}/playerthree/matches"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = v["match"].as_str().unwrap().to_owned();
-    let op = v["operatorToken"].as_str().unwrap().to_owned();
-    let r = c
-        .post(format!("{http}/playerthree/matches/{id}/tokens"))
-        .header("Authorization", format!("Bearer {op}"))
-        .body(json!({"kind": "team", "team": "red"}).to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    let v: Value = r.json().await.unwrap();
-    (id, op, v["token"].as_str().unwrap().to_owned())
-}
-
-/// A joined PlayerThree socket (its join answered).
-async fn p3_joined(h: &TestHost, token: &str, recv_buffer: Option<u32>) -> Ws {
-    let mut ws = connect(&format!("{}/playerthree/ws", h.ws), None, recv_buffer).await;
-    ws.send(Message::text(
-        json!({"op": "join", "token": token}).to_string(),
-    ))
-    .await
-    .unwrap();
-    let v = text(&mut ws).await;
-    assert_eq!(v["ok"], true, "{v}");
-    ws
-}
-
-/// A hosted session's board socket, attached (before `hello`).
-async fn board(h: &TestHost, api: &Api, recv_buffer: Option<u32>) -> Ws {
-    let (sid, host) = api.create(&presenter_body(2)).await;
-    let (status, v) = api.op(&sid, &host, "start").await;
-    assert_eq!(status, 200, "{v}");
-    let url = format!(
-        "{}/memizy/session/ws?session={sid}&view=board&address=board&token={host}",
-        h.ws
-    );
-    connect(&url, None, recv_buffer).await
-}
-
-/// A ggui socket subscribed to a new session.
-async fn ggui_subscribed(h: &TestHost, session: &str, recv_buffer: Option<u32>) -> Ws {
-    let r = reqwest::Client::new()
-        .put(format!("{}/ggui/sessions/{session}", h.http))
-        .header("Content-Type", "application/json")
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "{}", r.status());
-    let mut ws = connect(&format!("{}/ggui/ws", h.ws), None, recv_buffer).await;
-    ws.send(Message::text(
-        json!({"type": "subscribe", "payload": {"sessionId": session}, "requestId": "sub"})
-            .to_string(),
-    ))
-    .await
-    .unwrap();
-    assert_eq!(text(&mut ws).await["type"], "ack");
-    ws
-}
-
 /// Pings (never reading) for twice `idle`, in steps of a sixth of it;
 /// true once the server has closed the connection (a send fails).
 async fn ping_flood_is_cut_off(ws: &mut Ws, idle: Duration) -> bool {
@@ -216,15 +97,7 @@ async fn a_client_that_pings_and_never_reads_is_closed_at_the_idle_timeout_on_se
     let api = Api::of(&h);
     let mut ws = board(&h, &api, Some(16 * 1024)).await;
     // Said hello: the board is a device the session keeps.
-    let hello = hostwire_worker_rpc::frame::Frame::Request {
-        v: hostwire_worker_rpc::frame::PROTOCOL_VERSION.to_owned(),
-        id: 1,
-        method: "hello".into(),
-        params: Some(hostwire_worker_rpc::frame::Payload::from(
-            &hostwire::memizy::session::device::hello_args(session_support::PLUGIN_ID),
-        )),
-    };
-    ws.send(Message::text(hello.to_text())).await.unwrap();
+    hello(&mut ws).await;
     assert!(ping_flood_is_cut_off(&mut ws, IDLE).await, "still open");
 }
 
