@@ -172,7 +172,7 @@ async fn shutdown_closes_every_socket_with_1001_and_answers_long_polls_within_th
     let h = TestHost::start().await;
     let api = Api::of(&h);
     let (_, _, token) = p3_token(&h.http).await;
-    let mut sockets = vec![
+    let mut sockets = [
         // Attached to nothing.
         (
             "/ws",
