@@ -182,15 +182,20 @@ impl App {
         let shutdown_relay = Arc::clone(&relay);
         let shutdown_ggui = Arc::clone(&ggui);
         let shutdown_p3 = Arc::clone(&playerthree);
+        let shutdown_sessions = Arc::clone(&sessions);
+        let sockets = crate::ws::Sockets::default();
         let task = tokio::spawn(async move {
             let graceful = async move {
                 let _ = stopped.wait_for(|s| *s).await;
-                // Sockets first (1001), then the store is flushed.
+                // Each protocol says goodbye its own way (1001 and what
+                // goes before it), then the store is flushed; `serve` then
+                // closes every socket left (1001) and waits for them.
                 shutdown_relay.shutdown().await;
                 shutdown_ggui.shutdown().await;
                 shutdown_p3.shutdown().await;
+                shutdown_sessions.shutdown().await;
             };
-            crate::http::serve::serve(listener, app, serve_limits, graceful).await;
+            crate::http::serve::serve(listener, app, serve_limits, sockets, graceful).await;
         });
         tracing::info!(%addr, rooms = loaded, "relay listening");
         Ok(App {

@@ -15,3 +15,4 @@ pub mod metrics;
 mod outbound;
 pub mod playerthree;
 pub mod store_writer;
+pub mod ws;

@@ -9,7 +9,7 @@
 
 use futures_util::task::AtomicWaker;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll};
 
 /// A close code and its reason.
@@ -115,6 +115,7 @@ pub struct Drain<T, P = ()> {
 }
 
 /// A queue of at most `cap` frames, and `parked` shared by both ends.
+#[cfg(test)]
 pub fn queue<T, P>(cap: usize, parked: P) -> (Outbound<T, P>, Drain<T, P>) {
     queue_bounded(cap, usize::MAX, |_| 0, parked)
 }
@@ -263,6 +264,37 @@ impl<T, P> Outbound<T, P> {
         // Registered under the lock: a kill after it sees this waker.
         self.shared.reader.register(cx.waker());
         Poll::Pending
+    }
+}
+
+/// A handle that can only close a connection, and keeps nothing alive: a
+/// registry of every socket holds these, so that its connections still end
+/// when their own holders let go.
+pub struct Closer<T, P = ()> {
+    shared: Weak<Shared<T, P>>,
+}
+
+impl<T, P> Closer<T, P> {
+    /// [`Outbound::close`], if the connection still exists.
+    pub fn close(&self, code: Close) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let mut s = shared.lock();
+        if s.close.is_none() && s.kill.is_none() {
+            s.close = Some(code);
+        }
+        drop(s);
+        shared.wake_both();
+    }
+}
+
+impl<T, P> Outbound<T, P> {
+    /// A handle that closes this connection without keeping it alive.
+    pub fn closer(&self) -> Closer<T, P> {
+        Closer {
+            shared: Arc::downgrade(&self.shared),
+        }
     }
 }
 

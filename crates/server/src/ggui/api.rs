@@ -354,7 +354,7 @@ async fn consume_actions(
         let answer = ggui
             .call(move |core| {
                 let entries = core.channel.pending_actions(&sid, max)?;
-                let waiter = if entries.is_empty() && may_wait {
+                let waiter = if entries.is_empty() && may_wait && !core.closing {
                     Some(core.wait_for_actions(&sid))
                 } else {
                     None

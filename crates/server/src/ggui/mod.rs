@@ -190,6 +190,8 @@ pub(crate) struct Core {
     /// An API call's question whether its change was stored, answered
     /// once the command's records are (see [`Ggui::call_stored`]).
     stored_answer: Option<oneshot::Sender<bool>>,
+    /// Shutting down: long polls are answered at once, none waits.
+    pub(crate) closing: bool,
 }
 
 impl Core {
@@ -352,6 +354,7 @@ impl Ggui {
             channel,
             conns: HashMap::new(),
             waiters: HashMap::new(),
+            closing: false,
             now_ms: clock.now_ms(),
             stored_answer: None,
         };
@@ -414,6 +417,13 @@ impl Ggui {
             .call(|core| {
                 for out in core.conns.values() {
                     out.close(ws::CLOSE_GOING_AWAY, "server shutting down");
+                }
+                // Waiting long polls answer with what they have.
+                core.closing = true;
+                for (_, list) in core.waiters.drain() {
+                    for w in list {
+                        let _ = w.send(());
+                    }
                 }
             })
             .await;

@@ -6,9 +6,12 @@
 //! - a header read timeout (a silent socket, or a header trickled byte by
 //!   byte, is closed; it also ends idle keep-alive connections);
 //! - a deadline for a whole request body ([`BodyTimeout`]);
-//! - a bounded graceful shutdown: connections still open after the grace
-//!   time are dropped.
+//! - a bounded graceful shutdown: every WebSocket is closed with 1001 (by
+//!   the [`Sockets`] registry, each request carries it), requests in flight
+//!   are finished; connections still open after the grace time are
+//!   dropped.
 
+use crate::ws::Sockets;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::Router;
@@ -203,12 +206,14 @@ impl tokio::io::AsyncWrite for Counted {
     }
 }
 
-/// Serves `router` on `listener` until `stop` resolves, then waits at most
-/// `shutdown_grace` for open connections before dropping them.
+/// Serves `router` on `listener` until `stop` resolves, then closes every
+/// socket of `sockets` (1001) and waits at most `shutdown_grace` for open
+/// connections and sockets to end before dropping them.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ServeLimits,
+    sockets: Sockets,
     stop: impl Future<Output = ()>,
 ) {
     let per_ip = Arc::new(PerIp::default());
@@ -247,6 +252,7 @@ pub async fn serve(
         let header_timeout = limits.header_read_timeout;
         let router = router.clone();
         let body_limit = limits.body_read_timeout;
+        let sockets = sockets.clone();
         let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
             let mut req = req.map(|inner| {
                 Body::new(Deadline {
@@ -256,6 +262,7 @@ pub async fn serve(
                 })
             });
             req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+            req.extensions_mut().insert(sockets.clone());
             router.clone().call(req)
         });
         let conn = http
@@ -297,7 +304,14 @@ pub async fn serve(
     drop(listener);
     let _ = stopping.send(true);
     drop(alive);
-    if tokio::time::timeout(limits.shutdown_grace, done.recv())
+    // Upgraded connections have left hyper: the registry closes and
+    // counts them.
+    sockets.close_all();
+    let ended = async {
+        let _ = done.recv().await;
+        sockets.ended().await;
+    };
+    if tokio::time::timeout(limits.shutdown_grace, ended)
         .await
         .is_err()
     {

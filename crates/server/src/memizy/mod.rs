@@ -86,6 +86,8 @@ pub struct Relay {
     pub(crate) joins: PerIpRate,
     /// Bundles, read from the store through a cache bounded in bytes.
     pub bundles: bundles::Bundles,
+    /// Its sockets' settings (from `config`).
+    socket_config: Arc<crate::ws::Config>,
 }
 
 impl Relay {
@@ -119,6 +121,7 @@ impl Relay {
                 l.rate_limited_ips,
             ),
             origins: Arc::new(config.allowed_origins.clone()),
+            socket_config: Arc::new(conn::socket_config(&config)),
             creation_limit: Mutex::new(RoomCreationLimit::new(config.rooms_per_ip_per_hour)),
             config,
             clock,

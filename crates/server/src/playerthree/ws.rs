@@ -6,20 +6,16 @@
 
 use super::actor::{MatchCmd, CLOSE_GOING_AWAY};
 use super::{PlayerThree, PlayerThreeMetrics};
-use crate::outbound;
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use crate::ws;
+use axum::extract::ws::Utf8Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use bytes::Bytes;
-use futures_util::stream::{SplitSink, SplitStream};
-use futures_util::{SinkExt, StreamExt};
 use hostwire_playerthree::protocol::{token_shape_ok, ProtocolError, ServerErrorCode};
 use hostwire_playerthree::{ServerMsg, MAX_MESSAGE_BYTES};
 use serde::Deserialize;
-use std::future::poll_fn;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,41 +23,53 @@ use tokio::sync::{mpsc, oneshot};
 
 /// How long a new connection has to present its token.
 pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
-/// Server pings keep idle connections (spectators, observers) alive
-/// behind proxies.
-const PING_INTERVAL: Duration = Duration::from_secs(30);
-/// How long a closing connection may take to flush its queue.
-const WRITER_GRACE: Duration = Duration::from_secs(5);
+/// A connection that sends nothing but pings for this long is closed
+/// (1001); spectators and observers answer the server's pings, which
+/// counts.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Messages above `MAX_MESSAGE_BYTES` up to this are read and answered
-/// `bad_message`; beyond it the WebSocket layer ends the connection (1009).
+/// `bad_message`; beyond it the connection is closed (1009).
 pub const MAX_WS_MESSAGE_BYTES: usize = 2 * MAX_MESSAGE_BYTES;
+/// The outbound queue's bound in bytes (views and observer frames).
+pub const OUTBOUND_BYTES: usize = 8 * 1024 * 1024;
+/// Bytes the WebSocket layer may hold unsent: a view or observer frame out
+/// can be far larger than a message in.
+pub const MAX_UNSENT_BYTES: usize = 4 * 1024 * 1024 + 64 * 1024;
 
-pub const CLOSE_NORMAL: u16 = 1000;
+pub const CLOSE_NORMAL: u16 = ws::CLOSE_NORMAL;
 pub const CLOSE_POLICY: u16 = 1008;
-pub const CLOSE_TOO_BIG: u16 = 1009;
-pub const CLOSE_TOO_SLOW: u16 = 1013;
+pub const CLOSE_TOO_BIG: u16 = ws::CLOSE_MESSAGE_TOO_BIG;
+pub const CLOSE_TOO_SLOW: u16 = ws::CLOSE_TOO_SLOW;
 pub const CLOSE_BAD_TOKEN: u16 = 4001;
 pub const CLOSE_JOIN_TIMEOUT: u16 = 4008;
 
-const TOO_SLOW: outbound::Close = (CLOSE_TOO_SLOW, "too slow: outbound queue full");
+/// The socket settings of `/playerthree/ws` (its bound in frames from the
+/// configuration).
+fn socket_config(outbound_frames: usize) -> ws::Config {
+    ws::Config {
+        max_unsent_bytes: MAX_UNSENT_BYTES,
+        idle_timeout: IDLE_TIMEOUT,
+        outbound_frames,
+        outbound_bytes: OUTBOUND_BYTES,
+        oversized: (CLOSE_TOO_BIG, "message too big"),
+        ..ws::Config::new(MAX_WS_MESSAGE_BYTES)
+    }
+}
 
 /// The sending side of one connection.
 #[derive(Clone)]
-pub struct ConnOut(outbound::Outbound<Utf8Bytes, ()>);
+pub struct ConnOut(ws::Outbound);
 
 impl ConnOut {
     /// Queues a frame; a full queue closes the connection (1013).
     pub fn frame(&self, frame: Utf8Bytes, metrics: &PlayerThreeMetrics) -> bool {
-        match self
-            .0
-            .push_or_write(frame, TOO_SLOW, outbound::Direct::Declined)
-        {
+        match self.0.send(frame) {
             Ok(()) => true,
-            Err(outbound::Refused::Full) => {
+            Err(ws::Refused::Full) => {
                 metrics.slow_consumers_closed.fetch_add(1, Relaxed);
                 false
             }
-            Err(outbound::Refused::Closing) => false,
+            Err(ws::Refused::Closing) => false,
         }
     }
 
@@ -75,20 +83,26 @@ pub fn router(p3: Arc<PlayerThree>) -> Router {
     Router::new().route("/playerthree/ws", get(ws_upgrade).with_state(p3))
 }
 
+/// Bots, game servers and agents connect too, and send no `Origin`: the
+/// token in the join message is what admits a connection. A browser always
+/// sends one, and it must be of an allowed origin.
 async fn ws_upgrade(
     State(p3): State<Arc<PlayerThree>>,
     headers: HeaderMap,
-    ws: WebSocketUpgrade,
+    ws: ws::Upgrade,
 ) -> Response {
-    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
-    if !p3.origins.allows(origin) {
-        return (StatusCode::FORBIDDEN, "Origin not allowed").into_response();
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        if !p3.origins.allows(origin.to_str().ok()) {
+            return (
+                StatusCode::FORBIDDEN,
+                "Origin not allowed: a browser's page must be of an allowed origin \
+                 (clients that are not browsers send no Origin)",
+            )
+                .into_response();
+        }
     }
-    ws.max_message_size(MAX_WS_MESSAGE_BYTES)
-        .max_frame_size(MAX_WS_MESSAGE_BYTES)
-        .read_buffer_size(4 * 1024)
-        .write_buffer_size(16 * 1024)
-        .on_upgrade(move |socket| connection(p3, socket))
+    let config = Arc::new(socket_config(p3.config.outbound_queue));
+    ws.on_upgrade(config, move |c| connection(p3, c))
 }
 
 /// The join message.
@@ -103,31 +117,17 @@ fn error_frame(code: ServerErrorCode, message: &str) -> Utf8Bytes {
     Utf8Bytes::from(ServerMsg::error(0, &ProtocolError::new(code, message)).to_text())
 }
 
-async fn connection(p3: Arc<PlayerThree>, socket: WebSocket) {
+async fn connection(p3: Arc<PlayerThree>, c: ws::Connection) {
+    let ws::Connection { mut reader, out } = c;
     let conn = p3.next_conn();
     p3.metrics.connections.fetch_add(1, Relaxed);
-    let (sink, mut stream) = socket.split();
-    let (out, drain) = outbound::queue(p3.config.outbound_queue, ());
     let out = ConnOut(out);
-    let mut writer = tokio::spawn(write_loop(drain, sink));
-    if let Some(tx) = join(&p3, conn, &mut stream, &out).await {
-        read_loop(&p3, conn, stream, &out, &tx).await;
+    if let Some(tx) = join(&p3, conn, &mut reader, &out).await {
+        read_loop(&p3, conn, &mut reader, &out, &tx).await;
         let _ = tx.send(MatchCmd::Leave { conn }).await;
     }
-    let too_slow = out
-        .0
-        .killed()
-        .is_some_and(|(code, _)| code == CLOSE_TOO_SLOW);
     drop(out);
-    if too_slow {
-        // A reader that does not read gets its socket dropped at once.
-        writer.abort();
-    } else if tokio::time::timeout(WRITER_GRACE, &mut writer)
-        .await
-        .is_err()
-    {
-        writer.abort();
-    }
+    reader.finish().await;
     p3.metrics.connections.fetch_sub(1, Relaxed);
 }
 
@@ -136,32 +136,32 @@ async fn connection(p3: Arc<PlayerThree>, socket: WebSocket) {
 async fn join(
     p3: &Arc<PlayerThree>,
     conn: u64,
-    stream: &mut SplitStream<WebSocket>,
+    reader: &mut ws::Reader,
     out: &ConnOut,
 ) -> Option<mpsc::Sender<MatchCmd>> {
     let refuse = |code: ServerErrorCode, message: &str, close: u16| {
         out.frame(error_frame(code, message), &p3.metrics);
         out.close(close, "join refused");
     };
-    let first = match tokio::time::timeout(JOIN_TIMEOUT, stream.next()).await {
+    let first = match tokio::time::timeout(JOIN_TIMEOUT, reader.next()).await {
         Err(_) => {
             out.close(CLOSE_JOIN_TIMEOUT, "no join in time");
             return None;
         }
-        Ok(None) | Ok(Some(Ok(Message::Close(_)))) => return None,
-        Ok(Some(Err(e))) => {
-            if is_oversized(e) {
-                p3.metrics.oversized.fetch_add(1, Relaxed);
-                refuse(
+        Ok(ws::Event::End) => return None,
+        Ok(ws::Event::Oversized) => {
+            p3.metrics.oversized.fetch_add(1, Relaxed);
+            out.frame(
+                error_frame(
                     ServerErrorCode::BadMessage,
                     "message: over twice MAX_MESSAGE_BYTES",
-                    CLOSE_TOO_BIG,
-                );
-            }
+                ),
+                &p3.metrics,
+            );
             return None;
         }
-        Ok(Some(Ok(Message::Text(t)))) => t,
-        Ok(Some(Ok(_))) => {
+        Ok(ws::Event::Text(t)) => t,
+        Ok(ws::Event::Binary(_)) => {
             refuse(
                 ServerErrorCode::BadMessage,
                 "message: the join must be a text message",
@@ -237,47 +237,29 @@ async fn join(
     }
 }
 
-/// Whether the WebSocket layer refused a message for its size.
-fn is_oversized(e: axum::Error) -> bool {
-    e.into_inner()
-        .downcast_ref::<tungstenite::Error>()
-        .is_some_and(|e| matches!(e, tungstenite::Error::Capacity(_)))
-}
-
 async fn read_loop(
     p3: &Arc<PlayerThree>,
     conn: u64,
-    mut stream: SplitStream<WebSocket>,
+    reader: &mut ws::Reader,
     out: &ConnOut,
     tx: &mpsc::Sender<MatchCmd>,
 ) {
-    let mut ping = tokio::time::interval(PING_INTERVAL);
-    ping.tick().await;
     loop {
-        let next = tokio::select! {
-            biased;
-            _ = poll_fn(|cx| out.0.poll_killed(cx)) => return,
-            _ = ping.tick() => { out.0.ping(); continue; }
-            n = stream.next() => n,
-        };
-        let text = match next {
-            None | Some(Ok(Message::Close(_))) => return,
-            Some(Err(e)) => {
-                if is_oversized(e) {
-                    p3.metrics.oversized.fetch_add(1, Relaxed);
-                    out.frame(
-                        error_frame(
-                            ServerErrorCode::BadMessage,
-                            "message: over twice MAX_MESSAGE_BYTES",
-                        ),
-                        &p3.metrics,
-                    );
-                    out.close(CLOSE_TOO_BIG, "message too big");
-                }
+        let text = match reader.next().await {
+            ws::Event::End => return,
+            ws::Event::Oversized => {
+                p3.metrics.oversized.fetch_add(1, Relaxed);
+                out.frame(
+                    error_frame(
+                        ServerErrorCode::BadMessage,
+                        "message: over twice MAX_MESSAGE_BYTES",
+                    ),
+                    &p3.metrics,
+                );
                 return;
             }
-            Some(Ok(Message::Text(t))) => t,
-            Some(Ok(Message::Binary(b))) => match Utf8Bytes::try_from(b) {
+            ws::Event::Text(t) => t,
+            ws::Event::Binary(b) => match Utf8Bytes::try_from(b) {
                 Ok(t) => t,
                 Err(_) => {
                     out.frame(
@@ -287,7 +269,6 @@ async fn read_loop(
                     continue;
                 }
             },
-            Some(Ok(_)) => continue,
         };
         // Waits while the match's queue is full: a flood holds up only
         // its own connection's reads.
@@ -296,45 +277,4 @@ async fn read_loop(
             return;
         }
     }
-}
-
-/// Writes what the queue holds (all that is queued, then one flush).
-async fn write_loop(
-    drain: outbound::Drain<Utf8Bytes, ()>,
-    mut sink: SplitSink<WebSocket, Message>,
-) {
-    loop {
-        let work = poll_fn(|cx| drain.poll_work(cx)).await;
-        let go_on = match work {
-            outbound::Work::Frame(first) => {
-                let mut ok = sink.feed(Message::Text(first)).await.is_ok();
-                while ok {
-                    match drain.next_frame() {
-                        Some(f) => ok = sink.feed(Message::Text(f)).await.is_ok(),
-                        None => break,
-                    }
-                }
-                ok && sink.flush().await.is_ok()
-            }
-            outbound::Work::Flush => sink.flush().await.is_ok(),
-            outbound::Work::Ping => sink.send(Message::Ping(Bytes::new())).await.is_ok(),
-            outbound::Work::Close((code, reason)) | outbound::Work::Kill((code, reason)) => {
-                let _ = sink
-                    .send(Message::Close(Some(CloseFrame {
-                        code,
-                        reason: Utf8Bytes::from_static(reason),
-                    })))
-                    .await;
-                false
-            }
-            outbound::Work::End => false,
-        };
-        if !go_on {
-            break;
-        }
-        drain.idle();
-    }
-    let _ = sink.close().await;
-    // Stops the reader, if it still reads.
-    let _ = drain.kill((CLOSE_NORMAL, "closed"));
 }

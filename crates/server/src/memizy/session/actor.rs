@@ -5,8 +5,8 @@
 
 use super::services::{self, ServiceHost};
 use super::{SessionMetrics, Sessions, STORE_QUEUE};
-use crate::outbound::{self, Direct, Refused};
 use crate::store_writer::{Durable, StoreWriter};
+use crate::ws::{self, Refused};
 use axum::extract::ws::Utf8Bytes;
 use base64::Engine;
 use hostwire_core::token::Token;
@@ -25,12 +25,12 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 /// A device's outbound queue (text frames).
-pub type DeviceOut = outbound::Outbound<Utf8Bytes>;
+pub type DeviceOut = ws::Outbound;
 
 /// 1013: the device did not read its frames fast enough.
-pub const CLOSE_TOO_SLOW: outbound::Close = (1013, "too slow: outbound queue full");
+pub const CLOSE_TOO_SLOW: ws::Close = (1013, "too slow: outbound queue full");
 /// 4001: the device did not present the token of the instance it attaches as.
-pub const CLOSE_UNAUTHORIZED: outbound::Close = (4001, "unauthorized: wrong or missing token");
+pub const CLOSE_UNAUTHORIZED: ws::Close = (4001, "unauthorized: wrong or missing token");
 /// Assets read from the store and encoded at once, over all sessions (each
 /// costs up to the 2 MB asset and its base64 text); more wait their turn.
 pub const CONCURRENT_ASSET_LOADS: usize = 16;
@@ -553,9 +553,7 @@ impl Actor {
                             error: None,
                         }
                         .to_text();
-                        let _ = d
-                            .out
-                            .push_or_write(bye.into(), CLOSE_TOO_SLOW, Direct::Declined);
+                        let _ = d.out.send(bye.into());
                         d.out.close((1000, "session instance closed"));
                     }
                 }
@@ -676,7 +674,7 @@ impl Actor {
             };
             let text = response_text(call, result.map_err(|e| envelope(&e)));
             // A full queue closes the device (1013); its reader detaches it.
-            let _ = out.push_or_write(Utf8Bytes::from(text), CLOSE_TOO_SLOW, Direct::Declined);
+            let _ = out.send(Utf8Bytes::from(text));
         });
     }
 
@@ -684,10 +682,7 @@ impl Actor {
         let Some(d) = self.devices.get(&instance) else {
             return;
         };
-        if let Err(Refused::Full) =
-            d.out
-                .push_or_write(Utf8Bytes::from(text), CLOSE_TOO_SLOW, Direct::Declined)
-        {
+        if let Err(Refused::Full) = d.out.send(Utf8Bytes::from(text)) {
             self.metrics.slow_devices.fetch_add(1, Relaxed);
             self.devices.remove(&instance);
             let now = self.now();
