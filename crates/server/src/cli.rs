@@ -90,6 +90,27 @@ pub struct ServeArgs {
     /// joining together).
     #[arg(long, env = "JOIN_BURST_PER_IP", default_value_t = RELAY_LIMITS.join_burst_per_ip)]
     pub join_burst_per_ip: u32,
+    /// The operator credential: creating a PlayerThree match
+    /// (`POST /playerthree/matches`) or a hosted Memizy session
+    /// (`POST /memizy/sessions`) needs it as `Authorization: Bearer`. At
+    /// least 16 characters. Unset: one is made at first start and kept in
+    /// <data dir>/credentials/operator.token (its path is printed).
+    #[arg(long, env = "HOSTWIRE_OPERATOR_TOKEN", hide_env_values = true)]
+    pub operator_token: Option<String>,
+    /// Wrong credentials one client IP may present per second, on any
+    /// endpoint, after its burst; beyond it 429 with Retry-After, before
+    /// the next one is even compared.
+    #[arg(long, env = "WRONG_CREDENTIALS_PER_IP_PER_SECOND", default_value_t = crate::http::credentials::WRONG_CREDENTIALS_PER_IP_PER_SECOND)]
+    pub wrong_credentials_per_ip_per_second: u32,
+    /// Wrong credentials one client IP may present at once.
+    #[arg(long, env = "WRONG_CREDENTIAL_BURST_PER_IP", default_value_t = crate::http::credentials::WRONG_CREDENTIAL_BURST_PER_IP)]
+    pub wrong_credential_burst_per_ip: u32,
+    /// PlayerThree matches one client IP may create per hour.
+    #[arg(long, env = "MATCHES_PER_IP_PER_HOUR", default_value_t = crate::http::credentials::MATCHES_PER_IP_PER_HOUR)]
+    pub matches_per_ip_per_hour: u32,
+    /// ggui sessions one client IP may create per hour.
+    #[arg(long, env = "GGUI_SESSIONS_PER_IP_PER_HOUR", default_value_t = crate::http::credentials::GGUI_SESSIONS_PER_IP_PER_HOUR)]
+    pub ggui_sessions_per_ip_per_hour: u32,
     /// Live rooms on this server; beyond it room creation answers 503.
     #[arg(long, env = "MAX_ROOMS", default_value_t = RELAY_LIMITS.max_rooms)]
     pub max_rooms: usize,
@@ -248,7 +269,39 @@ pub fn relay_config(args: &ServeArgs) -> RelayConfig {
             ..RELAY_LIMITS
         },
         outbound_queue: OUTBOUND_QUEUE,
+        credentials: crate::http::CredentialSettings {
+            operator_token: args.operator_token.clone(),
+            wrong_per_ip_per_second: args.wrong_credentials_per_ip_per_second,
+            wrong_burst_per_ip: args.wrong_credential_burst_per_ip,
+            matches_per_ip_per_hour: args.matches_per_ip_per_hour,
+            ggui_sessions_per_ip_per_hour: args.ggui_sessions_per_ip_per_hour,
+        },
     }
+}
+
+/// A credential from its setting, or the one kept in the data directory
+/// (made at first start); the file's path is printed, never the secret.
+fn credential(
+    dir: &Path,
+    setting: &str,
+    configured: Option<&str>,
+    file: &str,
+    what: &str,
+) -> anyhow::Result<String> {
+    if let Some(v) = configured.filter(|v| !v.trim().is_empty()) {
+        return crate::http::credentials::checked_credential(setting, v);
+    }
+    let (token, path) = crate::http::credentials::load_or_make(dir, file).map_err(|e| {
+        anyhow!(
+            "cannot keep the {what} in {}: {e}. Hint: set {setting}, or choose a writable --data-dir / HOSTWIRE_DATA_DIR",
+            dir.join(crate::http::credentials::CREDENTIALS_DIR).join(file).display()
+        )
+    })?;
+    println!(
+        "hostwire {what}: {} (set {setting} to choose it)",
+        path.display()
+    );
+    Ok(token)
 }
 
 /// The `hostwire` binary.
@@ -340,7 +393,14 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             open_files = files,
             "open-file limit (each connection uses one)"
         );
-        let config = relay_config(&args);
+        let mut config = relay_config(&args);
+        config.credentials.operator_token = Some(credential(
+            &dir,
+            "HOSTWIRE_OPERATOR_TOKEN",
+            args.operator_token.as_deref(),
+            crate::http::credentials::OPERATOR_CREDENTIAL_FILE,
+            "operator credential",
+        )?);
         if config.allowed_origins == AllowedOrigins::Any {
             tracing::warn!("ALLOWED_ORIGINS=* accepts every origin: for development only");
         }

@@ -102,15 +102,8 @@ async fn create_room(
     headers: HeaderMap,
 ) -> Response {
     let ip = relay.client_ip(&headers, peer);
-    if let Err(retry) = relay.allow_room_creation(&ip) {
-        let mut r = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "Too many rooms from this network, try again later.",
-        )
-        .into_response();
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(retry.seconds));
-        return r;
+    if let Err(refused) = relay.allow_room_creation(&ip) {
+        return refused;
     }
     match relay.create_room().await {
         Ok((pin, token)) => json_response(

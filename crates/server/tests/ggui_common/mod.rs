@@ -21,6 +21,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 /// A guard against a hung test, not a wait for time to pass.
+/// The operator credential every test server is started with.
+pub const OPERATOR: &str = "test-operator-credential-0123456789";
 pub const GUARD: Duration = Duration::from_secs(10);
 pub const T0: u64 = 1_800_000_000_000;
 pub const VERSION: &str = "draft-2026-08-19";
@@ -32,6 +34,10 @@ pub fn relay_config() -> RelayConfig {
         rooms_per_ip_per_hour: RELAY_LIMITS.rooms_per_ip_per_hour,
         limits: RELAY_LIMITS,
         outbound_queue: OUTBOUND_QUEUE,
+        credentials: hostwire::http::CredentialSettings {
+            operator_token: Some(OPERATOR.to_owned()),
+            ..Default::default()
+        },
     }
 }
 
