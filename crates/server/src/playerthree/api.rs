@@ -184,12 +184,19 @@ async fn revoke(
         Ok(r) => r.token,
         Err(e) => return bad_request(format!("body: expected {{\"token\":…}}: {e}")),
     };
+    let hash = TokenHash::of(&token);
     let (reply, answer) = oneshot::channel();
     if h.tx.send(MatchCmd::Revoke { token, reply }).await.is_err() {
         return MATCH_NOT_FOUND.into_response();
     }
     match answer.await {
-        Ok(true) => json_response(StatusCode::OK, &json!({ "revoked": true })),
+        Ok(true) => {
+            // Its MCP sessions end now, not at their next request.
+            if let Some(mcp) = p3.mcp.get() {
+                mcp.end_token(hash).await;
+            }
+            json_response(StatusCode::OK, &json!({ "revoked": true }))
+        }
         Ok(false) => json_response(
             StatusCode::NOT_FOUND,
             &json!({ "error": "token: not a token of this match" }),
