@@ -1214,6 +1214,12 @@ impl Channel {
     }
 
     /// A session as the agent reads it.
+    /// The app a session belongs to (the server's tenancy check, without
+    /// copying the session).
+    pub fn session_app(&self, session_id: &str) -> Option<&str> {
+        self.sessions.get(session_id).map(|s| s.app_id.as_str())
+    }
+
     pub fn read_session(&self, session_id: &str) -> Option<SessionView> {
         let s = self.sessions.get(session_id)?;
         Some(SessionView {

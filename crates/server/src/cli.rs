@@ -144,11 +144,17 @@ pub struct ServeArgs {
     /// directives per module, e.g. "info,hostwire=debug".
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub log_filter: String,
-    /// ggui: a token the agent API requires as `Authorization: Bearer`,
-    /// and live-channel sockets as a bearer header, `?token=` or the
-    /// subscribe's `wsToken`. Unset: no authentication.
-    #[arg(long, env = "GGUI_TOKEN")]
+    /// Replaced by per-app credentials (GGUI_APPS): setting it stops the
+    /// server with a hint, so that no deployment runs open by mistake.
+    #[arg(long, env = "GGUI_TOKEN", hide = true, hide_env_values = true)]
     pub ggui_token: Option<String>,
+    /// ggui: the apps whose agents may use the agent API, comma-separated,
+    /// each `APP` or `APP=CREDENTIAL` (at least 16 characters). An app
+    /// without a credential gets one made at first start, kept in
+    /// <data dir>/credentials/ggui-app-APP.token (its path is printed).
+    /// Each agent sees only its own app's sessions.
+    #[arg(long = "ggui-app", env = "GGUI_APPS", value_delimiter = ',', default_value = hostwire_ggui::channel::DEFAULT_APP_ID)]
+    pub ggui_apps: Vec<String>,
     /// ggui: the app a session belongs to when none is named.
     #[arg(long, env = "GGUI_DEFAULT_APP", default_value = hostwire_ggui::channel::DEFAULT_APP_ID)]
     pub ggui_default_app: String,
@@ -217,7 +223,6 @@ pub enum GguiVersionPolicy {
 pub fn ggui_config(args: &ServeArgs) -> crate::ggui::GguiConfig {
     let mut c = crate::ggui::GguiConfig {
         allowed_origins: AllowedOrigins::parse(&args.allowed_origins),
-        token: args.ggui_token.clone().filter(|t| !t.is_empty()),
         ..Default::default()
     };
     c.channel.default_app_id = args.ggui_default_app.clone();
@@ -227,6 +232,46 @@ pub fn ggui_config(args: &ServeArgs) -> crate::ggui::GguiConfig {
         GguiVersionPolicy::Advisory => hostwire_ggui::VersionPolicy::Advisory,
     };
     c
+}
+
+/// The longest ggui app id GGUI_APPS takes.
+pub const MAX_GGUI_APP_ID_CHARS: usize = 64;
+
+/// The ggui apps of GGUI_APPS with their agent credentials (configured, or
+/// kept in the data directory).
+fn ggui_apps(dir: &Path, specs: &[String]) -> anyhow::Result<Vec<crate::ggui::GguiApp>> {
+    let mut apps: Vec<crate::ggui::GguiApp> = Vec::new();
+    for spec in specs.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        let (id, configured) = match spec.split_once('=') {
+            Some((id, c)) => (id.trim(), Some(c)),
+            None => (spec, None),
+        };
+        let ok = !id.is_empty()
+            && id.len() <= MAX_GGUI_APP_ID_CHARS
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !ok || id.starts_with('.') {
+            anyhow::bail!(
+                "GGUI_APPS: app id {id:?} must be 1 to {MAX_GGUI_APP_ID_CHARS} letters, digits, '-', '_' or '.'"
+            );
+        }
+        if apps.iter().any(|a| a.id == id) {
+            anyhow::bail!("GGUI_APPS: app {id:?} is named twice");
+        }
+        let credential = credential(
+            dir,
+            "GGUI_APPS",
+            configured,
+            &format!("ggui-app-{id}.token"),
+            &format!("ggui agent credential of app {id}"),
+        )?;
+        apps.push(crate::ggui::GguiApp {
+            id: id.to_owned(),
+            credential,
+        });
+    }
+    Ok(apps)
 }
 
 /// The database file in the data directory.
@@ -297,7 +342,8 @@ fn credential(
             dir.join(crate::http::credentials::CREDENTIALS_DIR).join(file).display()
         )
     })?;
-    println!(
+    // On stderr: stdout's first line stays where the server listens.
+    eprintln!(
         "hostwire {what}: {} (set {setting} to choose it)",
         path.display()
     );
@@ -404,6 +450,13 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if config.allowed_origins == AllowedOrigins::Any {
             tracing::warn!("ALLOWED_ORIGINS=* accepts every origin: for development only");
         }
+        if args.ggui_token.is_some() {
+            anyhow::bail!(
+                "GGUI_TOKEN is no longer read: each ggui app has its own agent credential. Set GGUI_APPS=APP=CREDENTIAL (or APP, to have one made in the data directory) and unset GGUI_TOKEN"
+            );
+        }
+        let mut ggui = ggui_config(&args);
+        ggui.apps = ggui_apps(&dir, &args.ggui_apps)?;
         let mut p3_config =
             crate::playerthree::PlayerThreeConfig::new(config.allowed_origins.clone());
         p3_config.tick_ms = args.playerthree_tick_ms.max(1);
@@ -415,7 +468,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             config,
             Arc::new(SystemClock),
             store,
-            ggui_config(&args),
+            ggui,
             Some(Arc::clone(&sqlite) as _),
             p3_config,
             sqlite,

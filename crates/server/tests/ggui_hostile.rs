@@ -65,6 +65,7 @@ async fn deeply_nested_input_is_refused_on_the_socket_and_the_api() {
     );
     let r = reqwest::Client::new()
         .post(format!("{}/ggui/sessions/deep/emit", s.http))
+        .bearer_auth(app_credential("conformance"))
         .body(body)
         .send()
         .await
@@ -84,6 +85,7 @@ async fn an_api_body_over_its_bound_is_413() {
     );
     let r = reqwest::Client::new()
         .post(format!("{}/ggui/sessions/b/emit", s.http))
+        .bearer_auth(app_credential("conformance"))
         .body(body)
         .send()
         .await
@@ -216,7 +218,10 @@ async fn sessions_subscribers_and_long_polls_are_bounded() {
     for _ in 0..16 {
         let http = s.http.clone();
         polls.push(tokio::spawn(async move {
-            reqwest::get(format!("{http}/ggui/sessions/two/actions?waitMs=25000"))
+            reqwest::Client::new()
+                .get(format!("{http}/ggui/sessions/two/actions?waitMs=25000"))
+                .bearer_auth(app_credential("conformance"))
+                .send()
                 .await
                 .unwrap()
                 .status()
@@ -302,6 +307,7 @@ async fn a_long_poll_waits_what_it_asked_and_never_more_than_25_s() {
                     "{}/ggui/sessions/lp/actions?waitMs={asked}",
                     s.http
                 ))
+                .bearer_auth(app_credential("conformance"))
                 .send(),
         )
         .await

@@ -14,12 +14,16 @@ struct Spawned {
     ws: String,
 }
 
+/// The agent credential of the app the tests use.
+const NOTES: &str = "notes-agent-credential-0123456789";
+
 fn spawn(dir: &std::path::Path) -> Spawned {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hostwire"))
         .args(["serve", "--port", "0", "--host", "127.0.0.1"])
         .arg("--data-dir")
         .arg(dir)
         .env("RUST_LOG", "warn")
+        .env("GGUI_APPS", format!("notes={NOTES}"))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -48,7 +52,9 @@ fn stop(mut s: Spawned) {
 }
 
 async fn call(method: reqwest::Method, url: String, body: Option<Value>) -> Value {
-    let mut r = reqwest::Client::new().request(method, url);
+    let mut r = reqwest::Client::new()
+        .request(method, url)
+        .bearer_auth(NOTES);
     if let Some(b) = body {
         r = r.body(b.to_string());
     }

@@ -80,7 +80,10 @@ async fn a_long_poll_wakes_when_an_action_arrives() {
     let (mut c, _) = s.subscribed("s1").await;
     let http = s.http.clone();
     let poll = tokio::spawn(async move {
-        let r = reqwest::get(format!("{http}/ggui/sessions/s1/actions?waitMs=25000"))
+        let r = reqwest::Client::new()
+            .get(format!("{http}/ggui/sessions/s1/actions?waitMs=25000"))
+            .bearer_auth(app_credential("conformance"))
+            .send()
             .await
             .unwrap();
         r.json::<Value>().await.unwrap()
@@ -469,45 +472,23 @@ async fn a_contract_error_goes_out_on_the_reserved_channel_and_is_replayed() {
 }
 
 #[tokio::test]
-async fn a_configured_token_is_required_as_bearer_or_ws_token() {
-    let config = GguiConfig {
-        token: Some("sekret".into()),
-        ..GguiConfig::default()
-    };
-    let s = Server::with(config).await;
-    // The API without it.
-    let r = reqwest::Client::new()
-        .put(format!("{}/ggui/sessions/a1", s.http))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 401);
-    // A wrong bearer on the upgrade.
-    assert!(Client::connect(&s.ws, Some("wrong")).await.is_err());
-    // No token at all: the subscribe must carry it.
-    let mut c = s.client().await;
-    c.send(json!({"type": "subscribe", "payload": {"sessionId": "a1"}}))
+async fn the_agent_api_needs_an_app_credential() {
+    let s = Server::start().await;
+    // None, and a wrong one: 401, nothing created.
+    assert_eq!(s.api_as(None, "PUT", "a1", None).await.0, 401);
+    assert_eq!(s.api_as(Some("wrong"), "PUT", "a1", None).await.0, 401);
+    assert_eq!(
+        s.api_as(Some(&app_credential("conformance")), "GET", "a1", None)
+            .await
+            .0,
+        404
+    );
+    // The app's own credential.
+    let (status, v) = s
+        .api_as(Some(&app_credential("conformance")), "PUT", "a1", None)
         .await;
-    c.expect_error("UNAUTHENTICATED").await;
-    c.send(json!({"type": "subscribe", "payload": {"sessionId": "a1", "wsToken": "nope"}}))
-        .await;
-    c.expect_error("UNAUTHENTICATED").await;
-    c.send(json!({"type": "subscribe", "payload": {"sessionId": "a1", "wsToken": "sekret"}}))
-        .await;
-    assert_eq!(c.recv().await["type"], "ack");
-    // The bearer header, and `?token=`.
-    let mut c = Client::connect(&s.ws, Some("sekret")).await.unwrap();
-    c.send(json!({"type": "subscribe", "payload": {"sessionId": "a1"}}))
-        .await;
-    assert_eq!(c.recv().await["type"], "ack");
-    let mut c = Client::connect(&format!("{}?token=sekret", s.ws), None)
-        .await
-        .unwrap();
-    c.send(json!({"type": "subscribe", "payload": {"sessionId": "a1"}}))
-        .await;
-    assert_eq!(c.recv().await["type"], "ack");
-    let (status, _) = s.api("GET", "a1", None).await;
-    assert_eq!(status, 200);
+    assert_eq!(status, 201, "{v}");
+    assert_eq!(v["session"]["appId"], "conformance");
 }
 
 #[tokio::test]

@@ -7,13 +7,12 @@
 // per request, so its size does not matter.
 #![allow(clippy::result_large_err)]
 
-use super::ws::presented_token;
 use super::Ggui;
-use crate::http::json_response;
+use crate::http::{json_response, same_secret, Presented, Refused};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query, Request, State};
+use axum::http::StatusCode;
 use axum::middleware::{from_fn_with_state, Next};
 use axum::response::Response;
 use axum::routing::{get, post, put};
@@ -42,7 +41,7 @@ pub fn router(ggui: Arc<Ggui>) -> Router {
         .route("/{id}/actions/drain", post(drain_actions))
         .route("/{id}/version", put(set_version))
         .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
-        .route_layer(from_fn_with_state(Arc::clone(&ggui), require_token))
+        .route_layer(from_fn_with_state(Arc::clone(&ggui), require_app))
         .with_state(ggui)
 }
 
@@ -63,20 +62,49 @@ fn gone() -> Response {
     )
 }
 
-async fn require_token(
+/// The app whose agent made a request (by its credential).
+#[derive(Debug, Clone)]
+pub struct AgentApp(pub Arc<str>);
+
+/// Every call needs an app's agent credential; the app goes with the
+/// request, and each handler sees only that app's sessions.
+async fn require_app(
     State(ggui): State<Arc<Ggui>>,
-    headers: HeaderMap,
-    req: Request,
+    presented: Presented,
+    mut req: Request,
     next: Next,
 ) -> Response {
-    if ggui.config.token.is_some() && presented_token(&ggui, &headers, None) != Some(true) {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            codes::UNAUTHENTICATED,
-            "Authorization: Bearer <token> is required",
-        );
+    let app = presented.check(|given| {
+        ggui.config
+            .apps
+            .iter()
+            .find(|a| same_secret(given, &a.credential))
+            .map(|a| Arc::<str>::from(a.id.as_str()))
+    });
+    match app {
+        Ok(app) => {
+            req.extensions_mut().insert(AgentApp(app));
+            next.run(req).await
+        }
+        Err(r @ Refused::Throttled(_)) => r.response("app credential"),
+        Err(r) => {
+            let message = if r == Refused::Missing {
+                "Authorization: Bearer <the app's agent credential> is required"
+            } else {
+                "Authorization: not an app's agent credential"
+            };
+            error(StatusCode::UNAUTHORIZED, codes::UNAUTHENTICATED, message)
+        }
     }
-    next.run(req).await
+}
+
+/// Whether `session_id` is `app`'s: another app's session is answered as
+/// one that does not exist (its existence is not another app's to learn).
+fn owned(core: &super::Core, app: &str, session_id: &str) -> Result<(), ApiError> {
+    match core.channel.session_app(session_id) {
+        Some(a) if a == app => Ok(()),
+        _ => Err(ApiError::SessionNotFound(session_id.to_owned())),
+    }
 }
 
 /// The body as a JSON object (an empty body is `{}`), with the protocol's
@@ -140,17 +168,44 @@ fn opt_object(m: &mut Map<String, Value>, field: &str) -> Result<Option<Value>, 
 /// 201 created, 200 when it existed (idempotent).
 async fn create_session(
     State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
     Path(id): Path<String>,
+    presented: Presented,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let mut m = match body_object(body) {
         Ok(m) => m,
         Err(r) => return r,
     };
+    // A new session counts toward the client IP's creations.
+    let sid = id.clone();
+    match ggui
+        .call(move |core| core.channel.session_app(&sid).is_some())
+        .await
+    {
+        None => return gone(),
+        Some(true) => {}
+        Some(false) => {
+            let gate = &presented.gate;
+            if let Err(r) = gate.ggui_sessions.admit(&presented.ip, gate.now_ms()) {
+                return r;
+            }
+        }
+    }
     let req = (|| {
+        // The agent creates for its own app: naming another is refused.
+        if let Some(named) = opt_string(&m, "appId")? {
+            if *named != *app {
+                return Err(error(
+                    StatusCode::FORBIDDEN,
+                    codes::APP_MISMATCH,
+                    format!("appId: this credential is app '{app}'s, not '{named}'"),
+                ));
+            }
+        }
         Ok::<_, Response>(CreateSession {
             session_id: id.clone(),
-            app_id: opt_string(&m, "appId")?,
+            app_id: Some(app.to_string()),
             version_override: opt_string(&m, "versionOverride")?,
             action_spec: opt_object(&mut m, "actionSpec")?,
             stream_spec: opt_object(&mut m, "streamSpec")?,
@@ -184,9 +239,20 @@ async fn create_session(
 
 /// `GET /ggui/sessions/{id}`: app, host context, props, sequence,
 /// streamSeq, version.
-async fn read_session(State(ggui): State<Arc<Ggui>>, Path(id): Path<String>) -> Response {
+async fn read_session(
+    State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
+    Path(id): Path<String>,
+) -> Response {
     let missing = id.clone();
-    match ggui.call(move |core| core.channel.read_session(&id)).await {
+    let answer = ggui
+        .call(move |core| {
+            owned(core, &app, &id)
+                .ok()
+                .and_then(|()| core.channel.read_session(&id))
+        })
+        .await;
+    match answer {
         None => gone(),
         Some(None) => api_error(ApiError::SessionNotFound(missing)),
         Some(Some(view)) => json_response(StatusCode::OK, &json!(view)),
@@ -197,6 +263,7 @@ async fn read_session(State(ggui): State<Arc<Ggui>>, Path(id): Path<String>) -> 
 /// the stamped envelope with its `seq`.
 async fn emit(
     State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -226,7 +293,10 @@ async fn emit(
         return invalid("payload is required".into());
     };
     let answer = ggui
-        .call(move |core| core.channel.emit(&id, &channel, mode, payload, complete))
+        .call(move |core| {
+            owned(core, &app, &id)?;
+            core.channel.emit(&id, &channel, mode, payload, complete)
+        })
         .await;
     match answer {
         None => gone(),
@@ -239,6 +309,7 @@ async fn emit(
 /// subscribers, `ui.updated` in the ledger; answers its `sequence`.
 async fn push_props(
     State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -259,6 +330,7 @@ async fn push_props(
     };
     let answer = ggui
         .call(move |core| {
+            owned(core, &app, &id)?;
             let now = core.now_ms;
             core.channel.push_props(&id, props, epoch, now)
         })
@@ -275,6 +347,7 @@ async fn push_props(
 /// (at most 25 s) and answers `[]` when none came.
 async fn consume_actions(
     State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
@@ -292,9 +365,11 @@ async fn consume_actions(
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let sid = id.clone();
+        let app = Arc::clone(&app);
         let may_wait = tokio::time::Instant::now() < deadline;
         let answer = ggui
             .call(move |core| {
+                owned(core, &app, &sid)?;
                 let entries = core.channel.pending_actions(&sid, max)?;
                 let waiter = if entries.is_empty() && may_wait {
                     Some(core.wait_for_actions(&sid))
@@ -334,6 +409,7 @@ async fn consume_actions(
 /// up to that `actionId` and sends `drain_ack` to subscribers.
 async fn drain_actions(
     State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -352,6 +428,7 @@ async fn drain_actions(
     };
     let answer = ggui
         .call(move |core| {
+            owned(core, &app, &id)?;
             let now = core.now_ms;
             core.channel.drain_actions(&id, up_to, now)
         })
@@ -367,6 +444,7 @@ async fn drain_actions(
 /// version this session advertises instead of the server's.
 async fn set_version(
     State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -380,6 +458,7 @@ async fn set_version(
     };
     let answer = ggui
         .call(move |core| {
+            owned(core, &app, &id)?;
             core.channel
                 .set_version_override(&id, version)
                 .map(|()| core.channel.read_session(&id))

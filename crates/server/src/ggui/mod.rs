@@ -57,10 +57,10 @@ pub struct GguiConfig {
     /// Browser origins allowed to open `/ggui/ws` (a request without an
     /// `Origin`, from an agent or a test kit, is not a browser's).
     pub allowed_origins: AllowedOrigins,
-    /// When set: the API needs `Authorization: Bearer <token>`, and a
-    /// socket that did not present it (header or `?token=`) must send it
-    /// as the subscribe's `wsToken`.
-    pub token: Option<String>,
+    /// The apps whose agents may use the API, each with its own agent
+    /// credential (`Authorization: Bearer`): an agent sees only its own
+    /// app's sessions. None: the agent API is closed.
+    pub apps: Vec<GguiApp>,
     /// Frames queued for one connection before it counts as too slow.
     pub outbound_queue: usize,
 }
@@ -70,9 +70,23 @@ impl Default for GguiConfig {
         GguiConfig {
             channel: ChannelConfig::default(),
             allowed_origins: AllowedOrigins::Any,
-            token: None,
+            apps: Vec::new(),
             outbound_queue: OUTBOUND_QUEUE,
         }
+    }
+}
+
+/// An app and its agent's credential.
+#[derive(Clone)]
+pub struct GguiApp {
+    pub id: String,
+    pub credential: String,
+}
+
+impl std::fmt::Debug for GguiApp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The credential is a secret: never in logs.
+        f.debug_struct("GguiApp").field("id", &self.id).finish()
     }
 }
 
@@ -301,13 +315,10 @@ impl Ggui {
     /// Starts the channel actor and the persistence thread, with the
     /// sessions `store` holds (none without a store).
     pub fn start(
-        mut config: GguiConfig,
+        config: GguiConfig,
         clock: Arc<dyn Clock>,
         store: Option<Arc<dyn GguiStore>>,
     ) -> anyhow::Result<Arc<Ggui>> {
-        if config.token.is_some() {
-            config.channel.ws_token = config.token.clone();
-        }
         let metrics = Arc::new(GguiMetrics::default());
         let mut channel = Channel::new(config.channel.clone());
         if let Some(store) = &store {
