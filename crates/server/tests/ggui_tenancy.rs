@@ -57,5 +57,46 @@ async fn one_apps_credential_cannot_touch_another_apps_session() {
     let (status, v) = s.api("GET", "b-session", None).await;
     assert_eq!(status, 200);
     assert_eq!(v["appId"], "notes");
-    assert_eq!(v["props"], json!({}), "{v}");
+    assert!(v["props"].is_null(), "no props were pushed: {v}");
+    assert_eq!(v["sequence"], 0, "nothing reached its ledger: {v}");
+    assert_eq!(v["streamSeq"], 0, "nothing was emitted: {v}");
+}
+
+#[tokio::test]
+async fn a_ui_token_of_one_session_cannot_subscribe_to_another() {
+    let s = Server::start().await;
+    s.create("mine", json!({})).await;
+    s.create("theirs", json!({"appId": "notes"})).await;
+    s.emit("theirs", "secret", json!("for notes' users only"))
+        .await;
+    // No token, a wrong one: the upgrade is refused.
+    assert!(Client::connect(&s.ws, None).await.is_err());
+    assert!(Client::connect(&format!("{}?token=nope", s.ws), None)
+        .await
+        .is_err());
+    // Minting for another app's session: as if it did not exist.
+    let a = app_credential("conformance");
+    let (status, _) = s.api_as(Some(&a), "POST", "theirs/ui-tokens", None).await;
+    assert_eq!(status, 404);
+    // A token of `mine` subscribes to `mine` only.
+    let mut c = s.client_for("mine").await;
+    for (session, app) in [
+        ("theirs", None),
+        ("theirs", Some("notes")),
+        ("new-one", None),
+    ] {
+        let mut payload = json!({"sessionId": session, "fromSeq": 0});
+        if let Some(app) = app {
+            payload["appId"] = json!(app);
+        }
+        c.send(json!({"type": "subscribe", "payload": payload, "requestId": "x"}))
+            .await;
+        let e = c.expect_error("UNAUTHENTICATED").await;
+        assert_eq!(e["requestId"], "x");
+    }
+    // Nothing was created by those subscribes.
+    assert_eq!(s.api("GET", "new-one", None).await.0, 404);
+    c.send(json!({"type": "subscribe", "payload": {"sessionId": "mine"}}))
+        .await;
+    assert_eq!(c.recv().await["type"], "ack");
 }

@@ -20,10 +20,54 @@ use axum::Router;
 use hostwire_ggui::channel::{clamp_long_poll_ms, ApiError, CreateSession};
 use hostwire_ggui::decode::{MAX_FRAME_BYTES, MAX_FRAME_DEPTH};
 use hostwire_ggui::{codes, StreamChannelMode};
+use hostwire_playerthree::tokens::TokenHash;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// UI tokens kept per session; minting past it forgets the oldest.
+pub const MAX_UI_TOKENS_PER_SESSION: usize = 64;
+
+/// The UI tokens minted through the agent API, by the hash of their text:
+/// each admits a `/ggui/ws` socket to one session of one app. Kept in
+/// memory: after a restart the agent mints new ones.
+#[derive(Default)]
+pub struct UiTokens {
+    by_hash: std::sync::Mutex<HashMap<TokenHash, (String, String)>>,
+}
+
+impl UiTokens {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TokenHash, (String, String)>> {
+        self.by_hash.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new token for `session` of `app`.
+    fn mint(&self, session: &str, app: &str) -> hostwire_core::Token {
+        let token = hostwire_core::Token::generate();
+        let mut t = self.lock();
+        let of_session: Vec<TokenHash> = t
+            .iter()
+            .filter(|(_, (s, _))| s == session)
+            .map(|(h, _)| *h)
+            .collect();
+        // Oldest first is not known from a map: any one goes (each is
+        // equally a credential of the session).
+        if of_session.len() >= MAX_UI_TOKENS_PER_SESSION {
+            t.remove(&of_session[0]);
+        }
+        t.insert(
+            TokenHash::of(token.as_str()),
+            (session.to_owned(), app.to_owned()),
+        );
+        token
+    }
+
+    /// The session and app a presented UI token is for.
+    pub(crate) fn lookup(&self, token: &str) -> Option<(String, String)> {
+        self.lock().get(&TokenHash::of(token)).cloned()
+    }
+}
 
 /// The largest request body: one frame's payload and its wrapper.
 pub const API_BODY_LIMIT: usize = 2 * MAX_FRAME_BYTES;
@@ -40,6 +84,7 @@ pub fn router(ggui: Arc<Ggui>) -> Router {
         .route("/{id}/actions", get(consume_actions))
         .route("/{id}/actions/drain", post(drain_actions))
         .route("/{id}/version", put(set_version))
+        .route("/{id}/ui-tokens", post(mint_ui_token))
         .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
         .route_layer(from_fn_with_state(Arc::clone(&ggui), require_app))
         .with_state(ggui)
@@ -188,7 +233,7 @@ async fn create_session(
         Some(false) => {
             let gate = &presented.gate;
             if let Err(r) = gate.ggui_sessions.admit(&presented.ip, gate.now_ms()) {
-                return r;
+                return axum::response::IntoResponse::into_response(r);
             }
         }
     }
@@ -468,5 +513,28 @@ async fn set_version(
         None => gone(),
         Some(Err(e)) => api_error(e),
         Some(Ok(view)) => json_response(StatusCode::OK, &json!(view)),
+    }
+}
+
+/// `POST /ggui/sessions/{id}/ui-tokens`: a token for the session's user
+/// interface, bound to this session and app: what a `/ggui/ws` socket
+/// presents (`Authorization: Bearer` or `?token=`).
+async fn mint_ui_token(
+    State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
+    Path(id): Path<String>,
+) -> Response {
+    let sid = id.clone();
+    let owner = Arc::clone(&app);
+    match ggui.call(move |core| owned(core, &owner, &sid)).await {
+        None => gone(),
+        Some(Err(e)) => api_error(e),
+        Some(Ok(())) => {
+            let token = ggui.ui_tokens.mint(&id, &app);
+            json_response(
+                StatusCode::CREATED,
+                &json!({ "token": token.as_str(), "sessionId": id }),
+            )
+        }
     }
 }

@@ -178,6 +178,8 @@ pub(crate) enum Cmd {
         conn: ConnId,
         out: ws::Outbound,
         authenticated: bool,
+        /// The session and app of the connection's UI token.
+        bound: Option<(String, String)>,
     },
     Frame {
         conn: ConnId,
@@ -226,6 +228,8 @@ pub struct Ggui {
     pub metrics: Arc<GguiMetrics>,
     persist: mpsc::Sender<Persist>,
     next_conn: AtomicU64,
+    /// The UI tokens minted through the agent API.
+    pub(crate) ui_tokens: api::UiTokens,
 }
 
 /// The live channel's routes: `/ggui/ws` and the API under `/ggui/sessions`.
@@ -360,6 +364,7 @@ impl Ggui {
             metrics,
             persist,
             next_conn: AtomicU64::new(1),
+            ui_tokens: api::UiTokens::default(),
         }))
     }
 
@@ -414,8 +419,12 @@ async fn run_actor(
                 conn,
                 out,
                 authenticated,
+                bound,
             } => {
                 core.channel.connection_opened(conn, now, authenticated);
+                if let Some((session, app)) = bound {
+                    core.channel.bind_connection(conn, session, app);
+                }
                 core.conns.insert(conn, out);
             }
             Cmd::Frame { conn, text } => {

@@ -79,7 +79,8 @@ impl Outbound {
 pub(crate) async fn ws_upgrade(
     State(ggui): State<Arc<Ggui>>,
     headers: HeaderMap,
-    Query(_query): Query<HashMap<String, String>>,
+    Query(query): Query<HashMap<String, String>>,
+    presented: crate::http::Presented,
     ws: WebSocketUpgrade,
 ) -> Response {
     // Browsers always send an Origin: check it. Agents and test kits send
@@ -89,15 +90,39 @@ pub(crate) async fn ws_upgrade(
             return (StatusCode::FORBIDDEN, "Origin not allowed").into_response();
         }
     }
+    // A UI token minted through the agent API (bearer header, or
+    // `?token=` for browsers) admits the socket to its one session.
+    let given = presented
+        .token
+        .clone()
+        .or_else(|| query.get("token").cloned());
+    let bound = match presented.gate.check(&presented.ip, given.as_deref(), |t| {
+        ggui.ui_tokens.lookup(t)
+    }) {
+        Ok(b) => b,
+        Err(r @ crate::http::Refused::Throttled(_)) => return r.response("UI token"),
+        Err(_) => {
+            return (
+                StatusCode::UNAUTHORIZED,
+                "a UI token of the session is required (Authorization: Bearer or ?token=)",
+            )
+                .into_response()
+        }
+    };
     let authenticated = true;
     ws.max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
         .read_buffer_size(4 * 1024)
         .write_buffer_size(16 * 1024)
-        .on_upgrade(move |socket| handle_socket(ggui, socket, authenticated))
+        .on_upgrade(move |socket| handle_socket(ggui, socket, authenticated, bound))
 }
 
-async fn handle_socket(ggui: Arc<Ggui>, socket: WebSocket, authenticated: bool) {
+async fn handle_socket(
+    ggui: Arc<Ggui>,
+    socket: WebSocket,
+    authenticated: bool,
+    bound: (String, String),
+) {
     let conn = ggui.next_conn();
     ggui.metrics.connections.fetch_add(1, Relaxed);
     let (sink, stream) = socket.split();
@@ -110,6 +135,7 @@ async fn handle_socket(ggui: Arc<Ggui>, socket: WebSocket, authenticated: bool) 
             conn,
             out: out.clone(),
             authenticated,
+            bound: Some(bound),
         })
         .await
         .is_ok();

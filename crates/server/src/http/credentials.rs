@@ -172,21 +172,37 @@ impl CreationLimit {
         l.create_or_wait(ip, now_ms).map_err(RetryAfter::from_ms)
     }
 
-    /// [`Self::try_create`] with the refusal as a response: 429,
+    /// [`Self::try_create`] with a refusal that answers 429,
     /// `Retry-After`, `{"error"}` naming the setting.
-    pub fn admit(&self, ip: &str, now_ms: u64) -> Result<(), Response> {
-        self.try_create(ip, now_ms).map_err(|retry| {
-            let message = format!(
-                "Too many {} from this network ({}); try again in {} s.",
-                self.what, self.setting, retry.seconds
-            );
-            too_many(&message, retry)
+    pub fn admit(&self, ip: &str, now_ms: u64) -> Result<(), TooManyCreations> {
+        self.try_create(ip, now_ms).map_err(|retry| TooManyCreations {
+            what: self.what,
+            setting: self.setting,
+            retry,
         })
     }
 
     pub fn sweep(&self, now_ms: u64) {
         let mut l = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         l.sweep(now_ms);
+    }
+}
+
+/// A creation refused by its per-IP limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooManyCreations {
+    what: &'static str,
+    setting: &'static str,
+    pub retry: RetryAfter,
+}
+
+impl axum::response::IntoResponse for TooManyCreations {
+    fn into_response(self) -> Response {
+        let message = format!(
+            "Too many {} from this network ({}); try again in {} s.",
+            self.what, self.setting, self.retry.seconds
+        );
+        too_many(&message, self.retry)
     }
 }
 

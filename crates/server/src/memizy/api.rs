@@ -103,7 +103,7 @@ async fn create_room(
 ) -> Response {
     let ip = relay.client_ip(&headers, peer);
     if let Err(refused) = relay.allow_room_creation(&ip) {
-        return refused;
+        return refused.into_response();
     }
     match relay.create_room().await {
         Ok((pin, token)) => json_response(

@@ -254,7 +254,10 @@ impl Relay {
     }
 
     /// Counts a room creation by `ip`, or answers 429 with when it may.
-    fn allow_room_creation(&self, ip: &str) -> Result<(), axum::response::Response> {
+    fn allow_room_creation(
+        &self,
+        ip: &str,
+    ) -> Result<(), crate::http::credentials::TooManyCreations> {
         self.creation_limit.admit(ip, self.clock.now_ms())
     }
 

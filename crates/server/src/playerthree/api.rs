@@ -82,7 +82,7 @@ async fn create(State(p3): State<Arc<PlayerThree>>, presented: Presented) -> Res
     }
     let gate = &presented.gate;
     if let Err(refused) = gate.matches.admit(&presented.ip, gate.now_ms()) {
-        return refused;
+        return refused.into_response();
     }
     match p3.create_match().await {
         Some((h, operator_token)) => json_response(
@@ -99,6 +99,8 @@ async fn create(State(p3): State<Arc<PlayerThree>>, presented: Presented) -> Res
 }
 
 /// The match, if the request carries its operator token.
+// The refusal is answered at once: its size does not matter.
+#[allow(clippy::result_large_err)]
 fn operated(p3: &PlayerThree, id: &str, presented: &Presented) -> Result<MatchHandle, Response> {
     let h = p3
         .match_handle(id)

@@ -122,13 +122,28 @@ impl Server {
         }
     }
 
-    pub async fn client(&self) -> Client {
-        Client::connect(&self.ws, None).await.unwrap()
+    /// The live channel's URL with a UI token of `session` (created
+    /// through the agent API first when it does not exist).
+    pub async fn ui_url(&self, session: &str) -> String {
+        let (status, v) = self.api("PUT", session, None).await;
+        assert!(status == 200 || status == 201, "{status} {v}");
+        let (status, v) = self
+            .api("POST", &format!("{session}/ui-tokens"), None)
+            .await;
+        assert_eq!(status, 201, "{v}");
+        format!("{}?token={}", self.ws, v["token"].as_str().unwrap())
+    }
+
+    /// A socket admitted with a UI token of `session`.
+    pub async fn client_for(&self, session: &str) -> Client {
+        Client::connect(&self.ui_url(session).await, None)
+            .await
+            .unwrap()
     }
 
     /// A client subscribed to `session` (app `conformance`); returns the ack.
     pub async fn subscribed(&self, session: &str) -> (Client, Value) {
-        let mut c = self.client().await;
+        let mut c = self.client_for(session).await;
         c.send(json!({"type": "subscribe", "payload": {"sessionId": session}, "requestId": "sub"}))
             .await;
         let ack = c.recv().await;
@@ -281,7 +296,9 @@ impl Client {
     pub async fn connect_with_receive_buffer(url: &str, bytes: u32) -> Client {
         let addr: std::net::SocketAddr = url
             .trim_start_matches("ws://")
-            .trim_end_matches("/ggui/ws")
+            .split('/')
+            .next()
+            .unwrap()
             .parse()
             .unwrap();
         let socket = tokio::net::TcpSocket::new_v4().unwrap();

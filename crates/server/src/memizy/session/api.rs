@@ -24,7 +24,7 @@ use crate::http::error::json_response;
 use crate::http::{Presented, Refused};
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
 use base64::Engine;
@@ -316,7 +316,7 @@ async fn create(
         );
     };
     if let Err(refused) = sessions.allow_creation(&headers, peer) {
-        return refused;
+        return refused.into_response();
     }
     // The body is read only now, under the permit: a request waiting for
     // one holds none of its bytes.

@@ -219,7 +219,7 @@ impl Sessions {
         &self,
         headers: &axum::http::HeaderMap,
         peer: std::net::SocketAddr,
-    ) -> Result<(), axum::response::Response> {
+    ) -> Result<(), crate::http::credentials::TooManyCreations> {
         let ip = crate::http::client_ip::limit_key(&crate::http::client_ip(
             headers,
             peer,
