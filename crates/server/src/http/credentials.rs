@@ -175,11 +175,12 @@ impl CreationLimit {
     /// [`Self::try_create`] with a refusal that answers 429,
     /// `Retry-After`, `{"error"}` naming the setting.
     pub fn admit(&self, ip: &str, now_ms: u64) -> Result<(), TooManyCreations> {
-        self.try_create(ip, now_ms).map_err(|retry| TooManyCreations {
-            what: self.what,
-            setting: self.setting,
-            retry,
-        })
+        self.try_create(ip, now_ms)
+            .map_err(|retry| TooManyCreations {
+                what: self.what,
+                setting: self.setting,
+                retry,
+            })
     }
 
     pub fn sweep(&self, now_ms: u64) {
