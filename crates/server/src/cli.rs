@@ -365,7 +365,18 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// rmcp logs each MCP session id at `info` when it creates one; a session
+/// id read from a log is enough to talk in that session's stream, so its
+/// session module logs at `warn` unless the filter names it.
+const QUIET_MCP_SESSIONS: &str = "rmcp::transport::streamable_http_server::session=warn";
+
 fn init_logs(format: LogFormat, filter: &str) -> anyhow::Result<()> {
+    let filter = if filter.contains("streamable_http_server") {
+        filter.to_owned()
+    } else {
+        format!("{filter},{QUIET_MCP_SESSIONS}")
+    };
+    let filter = filter.as_str();
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .map_err(|e| anyhow!("invalid log filter {filter:?} (--log-filter, RUST_LOG): {e}"))?;
     let colours = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
