@@ -233,16 +233,7 @@ async fn put_bundle(
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    let token = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        // The scheme is case-insensitive (RFC 9110 §11.1).
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, t)| t.trim())
-        .unwrap_or("")
-        .to_owned();
+    let token = crate::http::bearer(req.headers()).unwrap_or("").to_owned();
     // The token is checked first: a caller who is not the host never gets
     // its body read.
     let (tx, rx) = oneshot::channel();
