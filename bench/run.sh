@@ -57,6 +57,9 @@ for mode in send uring; do
 done
 
 PORT=${PORT:-18787}
+# Creating matches and hosted sessions needs the operator credential: one
+# for this run, given to the server and to the load generators alike.
+export HOSTWIRE_OPERATOR_TOKEN=${HOSTWIRE_OPERATOR_TOKEN:-bench-operator-$(date +%s)-$$-credential}
 if (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null; then
   echo "port $PORT is in use: stop what listens there or set PORT" >&2; exit 1
 fi
@@ -65,7 +68,7 @@ start_hostwire() {
   local dir; dir=$(mktemp -d)
   # Started on core 1 so the runtime sizes itself for one core. Every
   # client is 127.0.0.1: the per-IP limits are off.
-  ROOMS_PER_IP_PER_HOUR=100000000 JOINS_PER_IP_PER_SECOND=0 LOOKUPS_PER_IP_PER_SECOND=0 CONNECTIONS_PER_IP=100000 RUST_LOG=warn taskset -c 1 "$BIN/hostwire" serve --port $PORT --data-dir "$dir" --allowed-origins "$ORIGIN" > "$OUT/server.log" 2>&1 &
+  HOSTWIRE_OPERATOR_TOKEN="$HOSTWIRE_OPERATOR_TOKEN" MATCHES_PER_IP_PER_HOUR=100000000 GGUI_SESSIONS_PER_IP_PER_HOUR=100000000 ROOMS_PER_IP_PER_HOUR=100000000 JOINS_PER_IP_PER_SECOND=0 LOOKUPS_PER_IP_PER_SECOND=0 CONNECTIONS_PER_IP=100000 RUST_LOG=warn taskset -c 1 "$BIN/hostwire" serve --port $PORT --data-dir "$dir" --allowed-origins "$ORIGIN" > "$OUT/server.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 50); do alive; curl -sf "http://127.0.0.1:$PORT/api/health" >/dev/null && return; sleep 0.1; done
   echo "the server did not start" >&2; exit 1

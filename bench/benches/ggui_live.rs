@@ -58,6 +58,9 @@ struct Target {
     ggui: bool,
 }
 
+/// The agent credential of the app the bench drives.
+const APP_CREDENTIAL: &str = "bench-agent-credential-0123456789";
+
 async fn subscribe(url: &str, session: &str) -> Ws {
     let (mut ws, _) = tokio_tungstenite::connect_async_with_config(url, None, true)
         .await
@@ -105,6 +108,7 @@ async fn actions(t: &Target, session: &str, total: usize) -> f64 {
             "required": ["id", "done"]}}}});
         let r = client
             .put(format!("{}/ggui/sessions/{session}", t.http))
+            .bearer_auth(APP_CREDENTIAL)
             .body(spec.to_string())
             .send()
             .await
@@ -154,6 +158,7 @@ async fn actions(t: &Target, session: &str, total: usize) -> f64 {
             // The agent drains what it handled (not timed).
             let r = client
                 .post(format!("{}/ggui/sessions/{session}/actions/drain", t.http))
+                .bearer_auth(APP_CREDENTIAL)
                 .body(json!({"upTo": last}).to_string())
                 .send()
                 .await
@@ -169,6 +174,7 @@ async fn fan_out(t: &Target, session: &str, envelopes: usize) -> (f64, f64) {
     if t.ggui {
         let r = client
             .put(format!("{}/ggui/sessions/{session}", t.http))
+            .bearer_auth(APP_CREDENTIAL)
             .body("{}")
             .send()
             .await
@@ -345,12 +351,20 @@ fn main() {
         config.channel.rate_per_second = 1e9;
         config.channel.rate_burst = u32::MAX;
         config.channel.max_subscribers_per_session = SUBSCRIBERS;
+        config.apps = vec![hostwire::ggui::GguiApp {
+            id: "conformance".to_owned(),
+            credential: APP_CREDENTIAL.to_owned(),
+        }];
         let relay = RelayConfig {
             allowed_origins: AllowedOrigins::Any,
             trust_proxy: false,
             rooms_per_ip_per_hour: RELAY_LIMITS.rooms_per_ip_per_hour,
             limits: RELAY_LIMITS,
             outbound_queue: OUTBOUND_QUEUE,
+            credentials: hostwire::http::CredentialSettings {
+                ggui_sessions_per_ip_per_hour: u32::MAX,
+                ..Default::default()
+            },
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let app = App::start_with_ggui(

@@ -105,6 +105,14 @@ async fn next_json(ws: &mut Ws) -> Result<Value> {
     }
 }
 
+/// The server's operator credential (creating a match needs it), from
+/// `HOSTWIRE_OPERATOR_TOKEN` as the server has it.
+pub fn operator_credential() -> Option<String> {
+    std::env::var("HOSTWIRE_OPERATOR_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty())
+}
+
 struct Api {
     http: reqwest::Client,
     base: String,
@@ -132,7 +140,10 @@ impl Api {
 
     /// A new match: (id, operator token).
     async fn create(&self) -> Result<(String, String)> {
-        let v = self.post("/matches", None, json!({})).await?;
+        let operator = operator_credential();
+        let v = self
+            .post("/matches", operator.as_deref(), json!({}))
+            .await?;
         Ok((
             v["match"].as_str().context("match")?.to_owned(),
             v["operatorToken"]

@@ -160,11 +160,12 @@ async fn open_session(http: &reqwest::Client, url: &str, ws: &str, c: usize) -> 
     let body = create_body(c);
     let mut tries = 0;
     let r = loop {
-        let r = http
-            .post(format!("{url}/memizy/sessions"))
-            .json(&body)
-            .send()
-            .await?;
+        let mut req = http.post(format!("{url}/memizy/sessions")).json(&body);
+        // Creating a session needs the server's operator credential.
+        if let Some(op) = crate::p3match::operator_credential() {
+            req = req.bearer_auth(op);
+        }
+        let r = req.send().await?;
         if r.status().as_u16() == 503 && tries < CREATION_RETRIES {
             // The server says to try again: more setup requests are in
             // flight than it creates at once.

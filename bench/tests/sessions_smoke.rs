@@ -14,7 +14,12 @@ use hostwire_store::SqliteStore;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The operator credential of the test server, which the load generator
+/// reads from the environment as it does against `hostwire serve`.
+const OPERATOR: &str = "smoke-operator-credential-0123456789";
+
 async fn server() -> App {
+    std::env::set_var("HOSTWIRE_OPERATOR_TOKEN", OPERATOR);
     let store = Arc::new(SqliteStore::in_memory().unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let config = RelayConfig {
@@ -23,6 +28,10 @@ async fn server() -> App {
         rooms_per_ip_per_hour: 10_000,
         limits: RELAY_LIMITS,
         outbound_queue: OUTBOUND_QUEUE,
+        credentials: hostwire::http::CredentialSettings {
+            operator_token: Some(OPERATOR.to_owned()),
+            ..Default::default()
+        },
     };
     // The clock stands still: the send rates' bursts (60) cover the few
     // calls of count mode, and no session timer fires.

@@ -12,6 +12,9 @@ use hostwire_core::SystemClock;
 use hostwire_memizy::RELAY_LIMITS;
 use hostwire_store::SqliteStore;
 use std::sync::Arc;
+
+/// The operator credential of the test server.
+const OPERATOR: &str = "smoke-operator-credential-0123456789";
 use std::time::Duration;
 
 async fn hostwire_relay() -> App {
@@ -23,6 +26,10 @@ async fn hostwire_relay() -> App {
         rooms_per_ip_per_hour: 10_000,
         limits: RELAY_LIMITS,
         outbound_queue: OUTBOUND_QUEUE,
+        credentials: hostwire::http::CredentialSettings {
+            operator_token: Some(OPERATOR.to_owned()),
+            ..Default::default()
+        },
     };
     App::start(listener, config, Arc::new(SystemClock), store).unwrap()
 }

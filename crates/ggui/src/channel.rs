@@ -366,6 +366,9 @@ impl Session {
 struct Conn {
     subscribed: Option<String>,
     authenticated: bool,
+    /// The session and app the connection's UI token is for: it may
+    /// subscribe to that session alone, and never creates one.
+    bound: Option<(String, String)>,
     bucket: TokenBucket,
     limited_in_row: u32,
     closing: bool,
@@ -505,8 +508,17 @@ impl Channel {
                 ),
                 limited_in_row: 0,
                 closing: false,
+                bound: None,
             },
         );
+    }
+
+    /// Binds a connection to the session (and its app) of the UI token it
+    /// presented: it may subscribe to that session alone.
+    pub fn bind_connection(&mut self, conn: ConnId, session_id: String, app_id: String) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.bound = Some((session_id, app_id));
+        }
     }
 
     /// The connection is gone.
@@ -729,12 +741,36 @@ impl Channel {
                 c.authenticated = true;
             }
         }
-        // 3. Tenancy: an existing session must belong to the app named (or
-        // to the default app); an unknown one is provisioned for it.
-        let app_id = p
-            .app_id
-            .clone()
-            .unwrap_or_else(|| self.config.default_app_id.clone());
+        // 3. Tenancy: a connection bound by its UI token subscribes to its
+        // own session only, which must exist; otherwise an existing session
+        // must belong to the app named (or to the default app), and an
+        // unknown one is provisioned for it.
+        let bound = self.conns.get(&conn).and_then(|c| c.bound.clone());
+        if let Some((session, app)) = &bound {
+            if *session != p.session_id {
+                let message =
+                    "payload.sessionId: this connection's token is for another session".to_owned();
+                self.error(conn, codes::UNAUTHENTICATED, message, request_id);
+                return;
+            }
+            if p.app_id.as_ref().is_some_and(|a| a != app) {
+                let message = format!("GguiSession {} belongs to a different app", p.session_id);
+                self.error(conn, codes::APP_MISMATCH, message, request_id);
+                return;
+            }
+            if !self.sessions.contains_key(session) {
+                let message = format!("payload.sessionId: no session {session}");
+                self.error(conn, codes::SESSION_NOT_FOUND, message, request_id);
+                return;
+            }
+        }
+        let app_id = match &bound {
+            Some((_, app)) => app.clone(),
+            None => p
+                .app_id
+                .clone()
+                .unwrap_or_else(|| self.config.default_app_id.clone()),
+        };
         match self.sessions.get(&p.session_id) {
             Some(s) if s.app_id != app_id => {
                 let message = format!("GguiSession {} belongs to a different app", p.session_id);
@@ -1334,6 +1370,12 @@ impl Channel {
     }
 
     /// A session as the agent reads it.
+    /// The app a session belongs to (the server's tenancy check, without
+    /// copying the session).
+    pub fn session_app(&self, session_id: &str) -> Option<&str> {
+        self.sessions.get(session_id).map(|s| s.app_id.as_str())
+    }
+
     pub fn read_session(&self, session_id: &str) -> Option<SessionView> {
         let s = self.sessions.get(session_id)?;
         Some(SessionView {

@@ -70,6 +70,8 @@ pub struct App {
     pub ggui: Arc<Ggui>,
     pub playerthree: Arc<PlayerThree>,
     pub sessions: Arc<memizy::session::Sessions>,
+    /// The credential layer (the operator credential in force).
+    pub gate: Arc<crate::http::Gate>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -122,6 +124,12 @@ impl App {
         p3_config: PlayerThreeConfig,
         p3_store: Arc<dyn PlayerThreeStore>,
     ) -> anyhow::Result<App> {
+        let gate = Arc::new(crate::http::Gate::new(
+            &config.credentials,
+            Arc::clone(&clock),
+            config.trust_proxy,
+            config.limits.trusted_proxy_hops,
+        ));
         let store_metrics = Arc::new(StoreMetrics::default());
         let playerthree = PlayerThree::start(
             p3_config,
@@ -177,8 +185,11 @@ impl App {
         let app = router(Arc::clone(&relay), metrics)
             .merge(ggui::router(Arc::clone(&ggui)))
             .merge(playerthree::router(Arc::clone(&playerthree)))
-            .merge(memizy::session::router(Arc::clone(&sessions)));
+            .merge(memizy::session::router(Arc::clone(&sessions)))
+            // Every protocol's handlers check credentials through it.
+            .layer(axum::Extension(Arc::clone(&gate)));
         tokio::spawn(Arc::clone(&relay).sweep_timer(stop.subscribe()));
+        tokio::spawn(sweep_gate(Arc::clone(&gate), stop.subscribe()));
         let shutdown_relay = Arc::clone(&relay);
         let shutdown_ggui = Arc::clone(&ggui);
         let shutdown_p3 = Arc::clone(&playerthree);
@@ -204,6 +215,7 @@ impl App {
             ggui,
             playerthree,
             sessions,
+            gate,
             stop,
             task,
         })
@@ -219,6 +231,22 @@ impl App {
         self.sessions.shutdown().await;
     }
 }
+
+/// Forgets refilled wrong-credential buckets and aged creations, every
+/// [`GATE_SWEEP_INTERVAL`], until `stop` turns true.
+async fn sweep_gate(gate: Arc<crate::http::Gate>, mut stop: watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(GATE_SWEEP_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => gate.sweep(),
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// How often the credential layer's tables are swept.
+pub const GATE_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The runtime `serve` runs on. On one core the work-stealing scheduler
 /// only adds cross-thread bookkeeping: the single-threaded one runs the

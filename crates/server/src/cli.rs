@@ -90,6 +90,27 @@ pub struct ServeArgs {
     /// joining together).
     #[arg(long, env = "JOIN_BURST_PER_IP", default_value_t = RELAY_LIMITS.join_burst_per_ip)]
     pub join_burst_per_ip: u32,
+    /// The operator credential: creating a PlayerThree match
+    /// (`POST /playerthree/matches`) or a hosted Memizy session
+    /// (`POST /memizy/sessions`) needs it as `Authorization: Bearer`. At
+    /// least 16 characters. Unset: one is made at first start and kept in
+    /// <data dir>/credentials/operator.token (its path is printed).
+    #[arg(long, env = "HOSTWIRE_OPERATOR_TOKEN", hide_env_values = true)]
+    pub operator_token: Option<String>,
+    /// Wrong credentials one client IP may present per second, on any
+    /// endpoint, after its burst; beyond it 429 with Retry-After, before
+    /// the next one is even compared.
+    #[arg(long, env = "WRONG_CREDENTIALS_PER_IP_PER_SECOND", default_value_t = crate::http::credentials::WRONG_CREDENTIALS_PER_IP_PER_SECOND)]
+    pub wrong_credentials_per_ip_per_second: u32,
+    /// Wrong credentials one client IP may present at once.
+    #[arg(long, env = "WRONG_CREDENTIAL_BURST_PER_IP", default_value_t = crate::http::credentials::WRONG_CREDENTIAL_BURST_PER_IP)]
+    pub wrong_credential_burst_per_ip: u32,
+    /// PlayerThree matches one client IP may create per hour.
+    #[arg(long, env = "MATCHES_PER_IP_PER_HOUR", default_value_t = crate::http::credentials::MATCHES_PER_IP_PER_HOUR)]
+    pub matches_per_ip_per_hour: u32,
+    /// ggui sessions one client IP may create per hour.
+    #[arg(long, env = "GGUI_SESSIONS_PER_IP_PER_HOUR", default_value_t = crate::http::credentials::GGUI_SESSIONS_PER_IP_PER_HOUR)]
+    pub ggui_sessions_per_ip_per_hour: u32,
     /// Live rooms on this server; beyond it room creation answers 503.
     #[arg(long, env = "MAX_ROOMS", default_value_t = RELAY_LIMITS.max_rooms)]
     pub max_rooms: usize,
@@ -123,11 +144,17 @@ pub struct ServeArgs {
     /// directives per module, e.g. "info,hostwire=debug".
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub log_filter: String,
-    /// ggui: a token the agent API requires as `Authorization: Bearer`,
-    /// and live-channel sockets as a bearer header, `?token=` or the
-    /// subscribe's `wsToken`. Unset: no authentication.
-    #[arg(long, env = "GGUI_TOKEN")]
+    /// Replaced by per-app credentials (GGUI_APPS): setting it stops the
+    /// server with a hint, so that no deployment runs open by mistake.
+    #[arg(long, env = "GGUI_TOKEN", hide = true, hide_env_values = true)]
     pub ggui_token: Option<String>,
+    /// ggui: the apps whose agents may use the agent API, comma-separated,
+    /// each `APP` or `APP=CREDENTIAL` (at least 16 characters). An app
+    /// without a credential gets one made at first start, kept in
+    /// <data dir>/credentials/ggui-app-APP.token (its path is printed).
+    /// Each agent sees only its own app's sessions.
+    #[arg(long = "ggui-app", env = "GGUI_APPS", value_delimiter = ',', default_value = hostwire_ggui::channel::DEFAULT_APP_ID)]
+    pub ggui_apps: Vec<String>,
     /// ggui: the app a session belongs to when none is named.
     #[arg(long, env = "GGUI_DEFAULT_APP", default_value = hostwire_ggui::channel::DEFAULT_APP_ID)]
     pub ggui_default_app: String,
@@ -196,7 +223,6 @@ pub enum GguiVersionPolicy {
 pub fn ggui_config(args: &ServeArgs) -> crate::ggui::GguiConfig {
     let mut c = crate::ggui::GguiConfig {
         allowed_origins: AllowedOrigins::parse(&args.allowed_origins),
-        token: args.ggui_token.clone().filter(|t| !t.is_empty()),
         ..Default::default()
     };
     c.channel.default_app_id = args.ggui_default_app.clone();
@@ -206,6 +232,46 @@ pub fn ggui_config(args: &ServeArgs) -> crate::ggui::GguiConfig {
         GguiVersionPolicy::Advisory => hostwire_ggui::VersionPolicy::Advisory,
     };
     c
+}
+
+/// The longest ggui app id GGUI_APPS takes.
+pub const MAX_GGUI_APP_ID_CHARS: usize = 64;
+
+/// The ggui apps of GGUI_APPS with their agent credentials (configured, or
+/// kept in the data directory).
+fn ggui_apps(dir: &Path, specs: &[String]) -> anyhow::Result<Vec<crate::ggui::GguiApp>> {
+    let mut apps: Vec<crate::ggui::GguiApp> = Vec::new();
+    for spec in specs.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        let (id, configured) = match spec.split_once('=') {
+            Some((id, c)) => (id.trim(), Some(c)),
+            None => (spec, None),
+        };
+        let ok = !id.is_empty()
+            && id.len() <= MAX_GGUI_APP_ID_CHARS
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !ok || id.starts_with('.') {
+            anyhow::bail!(
+                "GGUI_APPS: app id {id:?} must be 1 to {MAX_GGUI_APP_ID_CHARS} letters, digits, '-', '_' or '.'"
+            );
+        }
+        if apps.iter().any(|a| a.id == id) {
+            anyhow::bail!("GGUI_APPS: app {id:?} is named twice");
+        }
+        let credential = credential(
+            dir,
+            "GGUI_APPS",
+            configured,
+            &format!("ggui-app-{id}.token"),
+            &format!("ggui agent credential of app {id}"),
+        )?;
+        apps.push(crate::ggui::GguiApp {
+            id: id.to_owned(),
+            credential,
+        });
+    }
+    Ok(apps)
 }
 
 /// The database file in the data directory.
@@ -248,7 +314,40 @@ pub fn relay_config(args: &ServeArgs) -> RelayConfig {
             ..RELAY_LIMITS
         },
         outbound_queue: OUTBOUND_QUEUE,
+        credentials: crate::http::CredentialSettings {
+            operator_token: args.operator_token.clone(),
+            wrong_per_ip_per_second: args.wrong_credentials_per_ip_per_second,
+            wrong_burst_per_ip: args.wrong_credential_burst_per_ip,
+            matches_per_ip_per_hour: args.matches_per_ip_per_hour,
+            ggui_sessions_per_ip_per_hour: args.ggui_sessions_per_ip_per_hour,
+        },
     }
+}
+
+/// A credential from its setting, or the one kept in the data directory
+/// (made at first start); the file's path is printed, never the secret.
+fn credential(
+    dir: &Path,
+    setting: &str,
+    configured: Option<&str>,
+    file: &str,
+    what: &str,
+) -> anyhow::Result<String> {
+    if let Some(v) = configured.filter(|v| !v.trim().is_empty()) {
+        return crate::http::credentials::checked_credential(setting, v);
+    }
+    let (token, path) = crate::http::credentials::load_or_make(dir, file).map_err(|e| {
+        anyhow!(
+            "cannot keep the {what} in {}: {e}. Hint: set {setting}, or choose a writable --data-dir / HOSTWIRE_DATA_DIR",
+            dir.join(crate::http::credentials::CREDENTIALS_DIR).join(file).display()
+        )
+    })?;
+    // On stderr: stdout's first line stays where the server listens.
+    eprintln!(
+        "hostwire {what}: {} (set {setting} to choose it)",
+        path.display()
+    );
+    Ok(token)
 }
 
 /// The `hostwire` binary.
@@ -266,7 +365,18 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// rmcp logs each MCP session id at `info` when it creates one; a session
+/// id read from a log is enough to talk in that session's stream, so its
+/// session module logs at `warn` unless the filter names it.
+const QUIET_MCP_SESSIONS: &str = "rmcp::transport::streamable_http_server::session=warn";
+
 fn init_logs(format: LogFormat, filter: &str) -> anyhow::Result<()> {
+    let filter = if filter.contains("streamable_http_server") {
+        filter.to_owned()
+    } else {
+        format!("{filter},{QUIET_MCP_SESSIONS}")
+    };
+    let filter = filter.as_str();
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .map_err(|e| anyhow!("invalid log filter {filter:?} (--log-filter, RUST_LOG): {e}"))?;
     let colours = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
@@ -340,10 +450,24 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             open_files = files,
             "open-file limit (each connection uses one)"
         );
-        let config = relay_config(&args);
+        let mut config = relay_config(&args);
+        config.credentials.operator_token = Some(credential(
+            &dir,
+            "HOSTWIRE_OPERATOR_TOKEN",
+            args.operator_token.as_deref(),
+            crate::http::credentials::OPERATOR_CREDENTIAL_FILE,
+            "operator credential",
+        )?);
         if config.allowed_origins == AllowedOrigins::Any {
             tracing::warn!("ALLOWED_ORIGINS=* accepts every origin: for development only");
         }
+        if args.ggui_token.is_some() {
+            anyhow::bail!(
+                "GGUI_TOKEN is no longer read: each ggui app has its own agent credential. Set GGUI_APPS=APP=CREDENTIAL (or APP, to have one made in the data directory) and unset GGUI_TOKEN"
+            );
+        }
+        let mut ggui = ggui_config(&args);
+        ggui.apps = ggui_apps(&dir, &args.ggui_apps)?;
         let mut p3_config =
             crate::playerthree::PlayerThreeConfig::new(config.allowed_origins.clone());
         p3_config.tick_ms = args.playerthree_tick_ms.max(1);
@@ -355,7 +479,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             config,
             Arc::new(SystemClock),
             store,
-            ggui_config(&args),
+            ggui,
             Some(Arc::clone(&sqlite) as _),
             p3_config,
             sqlite,

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 #[tokio::test]
 async fn a_frame_over_64_kib_before_subscribe_is_refused_with_1009() {
     let s = Server::start().await;
-    let mut c = s.client().await;
+    let mut c = s.client_for("any").await;
     let big = format!(
         r#"{{"type":"ping","payload":{{"pad":"{}"}}}}"#,
         "x".repeat(70 * 1024)
@@ -65,6 +65,7 @@ async fn deeply_nested_input_is_refused_on_the_socket_and_the_api() {
     );
     let r = reqwest::Client::new()
         .post(format!("{}/ggui/sessions/deep/emit", s.http))
+        .bearer_auth(app_credential("conformance"))
         .body(body)
         .send()
         .await
@@ -84,6 +85,7 @@ async fn an_api_body_over_its_bound_is_413() {
     );
     let r = reqwest::Client::new()
         .post(format!("{}/ggui/sessions/b/emit", s.http))
+        .bearer_auth(app_credential("conformance"))
         .body(body)
         .send()
         .await
@@ -146,7 +148,7 @@ async fn a_subscriber_that_never_reads_is_closed_and_the_others_go_on() {
     };
     let s = Server::with(config).await;
     s.create("slow", json!({})).await;
-    let mut stuck = Client::connect_with_receive_buffer(&s.ws, 4096).await;
+    let mut stuck = Client::connect_with_receive_buffer(&s.ui_url("slow").await, 4096).await;
     stuck
         .send(json!({"type": "subscribe", "payload": {"sessionId": "slow"}}))
         .await;
@@ -181,16 +183,13 @@ async fn sessions_subscribers_and_long_polls_are_bounded() {
         (status, v["code"].as_str()),
         (503, Some("SESSION_CREATE_FAILED"))
     );
-    let mut c = s.client().await;
-    c.send(json!({"type": "subscribe", "payload": {"sessionId": "three"}}))
-        .await;
-    c.expect_error("SESSION_CREATE_FAILED").await;
+    // A subscribe creates nothing: its UI token is for an existing session.
     // An existing session is still idempotent at the bound.
     assert_eq!(s.api("PUT", "two", Some(json!({}))).await.0, 200);
 
     let _a = s.subscribed("one").await;
     let _b = s.subscribed("one").await;
-    let mut c = s.client().await;
+    let mut c = s.client_for("one").await;
     c.send(json!({"type": "subscribe", "payload": {"sessionId": "one"}, "requestId": "x"}))
         .await;
     let e = c.expect_error("TOO_MANY_SUBSCRIBERS").await;
@@ -216,7 +215,10 @@ async fn sessions_subscribers_and_long_polls_are_bounded() {
     for _ in 0..16 {
         let http = s.http.clone();
         polls.push(tokio::spawn(async move {
-            reqwest::get(format!("{http}/ggui/sessions/two/actions?waitMs=25000"))
+            reqwest::Client::new()
+                .get(format!("{http}/ggui/sessions/two/actions?waitMs=25000"))
+                .bearer_auth(app_credential("conformance"))
+                .send()
                 .await
                 .unwrap()
                 .status()
@@ -302,6 +304,7 @@ async fn a_long_poll_waits_what_it_asked_and_never_more_than_25_s() {
                     "{}/ggui/sessions/lp/actions?waitMs={asked}",
                     s.http
                 ))
+                .bearer_auth(app_credential("conformance"))
                 .send(),
         )
         .await

@@ -14,12 +14,16 @@ struct Spawned {
     ws: String,
 }
 
+/// The agent credential of the app the tests use.
+const NOTES: &str = "notes-agent-credential-0123456789";
+
 fn spawn(dir: &std::path::Path) -> Spawned {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hostwire"))
         .args(["serve", "--port", "0", "--host", "127.0.0.1"])
         .arg("--data-dir")
         .arg(dir)
         .env("RUST_LOG", "warn")
+        .env("GGUI_APPS", format!("notes={NOTES}"))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -48,7 +52,9 @@ fn stop(mut s: Spawned) {
 }
 
 async fn call(method: reqwest::Method, url: String, body: Option<Value>) -> Value {
-    let mut r = reqwest::Client::new().request(method, url);
+    let mut r = reqwest::Client::new()
+        .request(method, url)
+        .bearer_auth(NOTES);
     if let Some(b) = body {
         r = r.body(b.to_string());
     }
@@ -57,10 +63,18 @@ async fn call(method: reqwest::Method, url: String, body: Option<Value>) -> Valu
     r.json().await.unwrap()
 }
 
+/// The live channel's URL with a UI token of the session `keep`, minted
+/// by its app's agent.
+async fn ui_ws(s: &Spawned) -> String {
+    let url = format!("{}/ggui/sessions/keep/ui-tokens", s.http);
+    let v = call(reqwest::Method::POST, url, None).await;
+    format!("{}?token={}", s.ws, v["token"].as_str().unwrap())
+}
+
 /// Everything a resubscribe with these cursors delivers, the ack's
 /// timestamp aside.
-async fn replay(ws: &str, from_seq: u64, since: u64) -> Vec<Value> {
-    let mut c = Client::connect(ws, None).await.unwrap();
+async fn replay(s: &Spawned, from_seq: u64, since: u64) -> Vec<Value> {
+    let mut c = Client::connect(&ui_ws(s).await, None).await.unwrap();
     c.send(json!({"type": "subscribe", "payload": {"sessionId": "keep", "appId": "notes", "fromSeq": from_seq, "sinceSequence": since}}))
         .await;
     let mut ack = c.recv().await;
@@ -86,7 +100,7 @@ async fn a_resubscribe_after_a_restart_replays_from_its_cursors() {
             "streamSpec": {"log": {"replay": "all"}, "status": {"replay": "latest"}}})),
     )
     .await;
-    let mut c = Client::connect(&s.ws, None).await.unwrap();
+    let mut c = Client::connect(&ui_ws(&s).await, None).await.unwrap();
     c.send(json!({"type": "subscribe", "payload": {"sessionId": "keep", "appId": "notes"}}))
         .await;
     assert_eq!(c.recv().await["type"], "ack");
@@ -132,8 +146,8 @@ async fn a_resubscribe_after_a_restart_replays_from_its_cursors() {
     )
     .await;
     c.until_pong().await;
-    let before_all = replay(&s.ws, 0, 0).await;
-    let before_part = replay(&s.ws, 3, 2).await;
+    let before_all = replay(&s, 0, 0).await;
+    let before_part = replay(&s, 3, 2).await;
     let view_before = call(reqwest::Method::GET, api("keep"), None).await;
     assert_eq!(before_all.len(), 1 + 4 + 4, "{before_all:#?}");
 
@@ -142,8 +156,8 @@ async fn a_resubscribe_after_a_restart_replays_from_its_cursors() {
 
     let s = spawn(dir.path());
     let api = |p: &str| format!("{}/ggui/sessions/{p}", s.http);
-    assert_eq!(replay(&s.ws, 0, 0).await, before_all);
-    assert_eq!(replay(&s.ws, 3, 2).await, before_part);
+    assert_eq!(replay(&s, 0, 0).await, before_all);
+    assert_eq!(replay(&s, 3, 2).await, before_part);
     let mut view = call(reqwest::Method::GET, api("keep"), None).await;
     // Who is subscribed right now is not state that survives a restart
     // (the replay sockets may or may not have been counted out yet).
@@ -172,7 +186,7 @@ async fn a_resubscribe_after_a_restart_replays_from_its_cursors() {
     )
     .await;
     assert_eq!(env["seq"], 7);
-    let mut c = Client::connect(&s.ws, None).await.unwrap();
+    let mut c = Client::connect(&ui_ws(&s).await, None).await.unwrap();
     c.send(json!({"type": "subscribe", "payload": {"sessionId": "keep", "appId": "notes"}}))
         .await;
     c.recv().await;

@@ -80,7 +80,10 @@ async fn a_long_poll_wakes_when_an_action_arrives() {
     let (mut c, _) = s.subscribed("s1").await;
     let http = s.http.clone();
     let poll = tokio::spawn(async move {
-        let r = reqwest::get(format!("{http}/ggui/sessions/s1/actions?waitMs=25000"))
+        let r = reqwest::Client::new()
+            .get(format!("{http}/ggui/sessions/s1/actions?waitMs=25000"))
+            .bearer_auth(app_credential("conformance"))
+            .send()
             .await
             .unwrap();
         r.json::<Value>().await.unwrap()
@@ -142,7 +145,7 @@ async fn contract_violations_name_the_field_and_append_nothing() {
 #[tokio::test]
 async fn strict_version_mismatch_gets_upgrade_required_then_close() {
     let s = Server::start().await;
-    let mut c = s.client().await;
+    let mut c = s.client_for("v1").await;
     c.send(json!({"type": "subscribe", "payload": {"sessionId": "v1", "supportedVersions": ["0.9"]}, "requestId": "q"}))
         .await;
     let e = c.expect_error("UPGRADE_REQUIRED").await;
@@ -151,7 +154,7 @@ async fn strict_version_mismatch_gets_upgrade_required_then_close() {
     assert_eq!(c.ended().await, Ended::Closed(1000));
 
     // A matching list is accepted.
-    let mut c = s.client().await;
+    let mut c = s.client_for("v1").await;
     c.send(json!({"type": "subscribe", "payload": {"sessionId": "v1", "supportedVersions": ["0.9", VERSION]}}))
         .await;
     assert_eq!(c.recv().await["type"], "ack");
@@ -174,7 +177,7 @@ async fn advisory_version_mismatch_keeps_the_socket_and_the_operator_override_is
         (status, v["serverVersion"].as_str()),
         (200, Some("99.99-unsupported"))
     );
-    let mut c = s.client().await;
+    let mut c = s.client_for("v2").await;
     c.send(json!({"type": "subscribe", "payload": {"sessionId": "v2", "supportedVersions": [VERSION]}}))
         .await;
     let e = c.expect_error("UPGRADE_REQUIRED").await;
@@ -209,7 +212,7 @@ async fn app_tenancy_defaults_and_mismatches() {
     assert_eq!(s.api("GET", "t2", None).await.1["appId"], "my-default");
     // Another app: APP_MISMATCH, no ack, the socket stays open.
     s.create("t3", json!({"appId": "other"})).await;
-    let mut c = s.client().await;
+    let mut c = s.client_for("t3").await;
     c.send(json!({"type": "subscribe", "payload": {"sessionId": "t3", "appId": "my-default"}, "requestId": "m"}))
         .await;
     let e = c.expect_error("APP_MISMATCH").await;
@@ -220,8 +223,11 @@ async fn app_tenancy_defaults_and_mismatches() {
     assert_eq!(c.recv().await["type"], "ack");
     // The API refuses another app for an existing session, and is
     // idempotent for the same one.
-    let (status, v) = s.api("PUT", "t3", Some(json!({"appId": "third"}))).await;
-    assert_eq!((status, v["code"].as_str()), (409, Some("APP_MISMATCH")));
+    let other = app_credential("other");
+    let (status, v) = s
+        .api_as(Some(&other), "PUT", "t3", Some(json!({"appId": "third"})))
+        .await;
+    assert_eq!((status, v["code"].as_str()), (403, Some("APP_MISMATCH")));
     let (status, v) = s.api("PUT", "t3", Some(json!({"appId": "other"}))).await;
     assert_eq!((status, v["created"].as_bool()), (200, Some(false)));
 }
@@ -257,7 +263,7 @@ async fn host_context_observed_is_stored_and_a_bad_one_refused() {
 #[tokio::test]
 async fn ping_and_the_errors_of_bad_frames() {
     let s = Server::start().await;
-    let mut c = s.client().await;
+    let mut c = s.client_for("e1").await;
     c.send(json!({"type": "ping", "requestId": "p"})).await;
     let pong = c.recv().await;
     assert_eq!(
@@ -308,7 +314,7 @@ async fn replay_follows_each_policy_and_both_cursors_in_order() {
     s.emit("r1", "status", json!("s2")).await;
     s.emit("r1", "tick", json!("t2")).await;
 
-    let mut r = s.client().await;
+    let mut r = s.client_for("r1").await;
     r.send(json!({"type": "subscribe", "payload": {"sessionId": "r1", "fromSeq": 0, "sinceSequence": 0}}))
         .await;
     let ack = r.recv().await;
@@ -393,7 +399,7 @@ async fn an_all_buffer_keeps_256_and_says_when_replay_was_truncated() {
     for i in 1..=260 {
         s.emit("b1", "log", json!(i)).await;
     }
-    let mut r = s.client().await;
+    let mut r = s.client_for("b1").await;
     r.send(json!({"type": "subscribe", "payload": {"sessionId": "b1", "fromSeq": 0}}))
         .await;
     let ack = r.recv().await;
@@ -461,7 +467,7 @@ async fn a_contract_error_goes_out_on_the_reserved_channel_and_is_replayed() {
         (Some("data"), Some("_ggui:contract-error"))
     );
     // Reserved channels are always replayed in full.
-    let mut r = s.client().await;
+    let mut r = s.client_for("ce").await;
     r.send(json!({"type": "subscribe", "payload": {"sessionId": "ce", "fromSeq": 0}}))
         .await;
     r.recv().await;
@@ -469,45 +475,23 @@ async fn a_contract_error_goes_out_on_the_reserved_channel_and_is_replayed() {
 }
 
 #[tokio::test]
-async fn a_configured_token_is_required_as_bearer_or_ws_token() {
-    let config = GguiConfig {
-        token: Some("sekret".into()),
-        ..GguiConfig::default()
-    };
-    let s = Server::with(config).await;
-    // The API without it.
-    let r = reqwest::Client::new()
-        .put(format!("{}/ggui/sessions/a1", s.http))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 401);
-    // A wrong bearer on the upgrade.
-    assert!(Client::connect(&s.ws, Some("wrong")).await.is_err());
-    // No token at all: the subscribe must carry it.
-    let mut c = s.client().await;
-    c.send(json!({"type": "subscribe", "payload": {"sessionId": "a1"}}))
+async fn the_agent_api_needs_an_app_credential() {
+    let s = Server::start().await;
+    // None, and a wrong one: 401, nothing created.
+    assert_eq!(s.api_as(None, "PUT", "a1", None).await.0, 401);
+    assert_eq!(s.api_as(Some("wrong"), "PUT", "a1", None).await.0, 401);
+    assert_eq!(
+        s.api_as(Some(&app_credential("conformance")), "GET", "a1", None)
+            .await
+            .0,
+        404
+    );
+    // The app's own credential.
+    let (status, v) = s
+        .api_as(Some(&app_credential("conformance")), "PUT", "a1", None)
         .await;
-    c.expect_error("UNAUTHENTICATED").await;
-    c.send(json!({"type": "subscribe", "payload": {"sessionId": "a1", "wsToken": "nope"}}))
-        .await;
-    c.expect_error("UNAUTHENTICATED").await;
-    c.send(json!({"type": "subscribe", "payload": {"sessionId": "a1", "wsToken": "sekret"}}))
-        .await;
-    assert_eq!(c.recv().await["type"], "ack");
-    // The bearer header, and `?token=`.
-    let mut c = Client::connect(&s.ws, Some("sekret")).await.unwrap();
-    c.send(json!({"type": "subscribe", "payload": {"sessionId": "a1"}}))
-        .await;
-    assert_eq!(c.recv().await["type"], "ack");
-    let mut c = Client::connect(&format!("{}?token=sekret", s.ws), None)
-        .await
-        .unwrap();
-    c.send(json!({"type": "subscribe", "payload": {"sessionId": "a1"}}))
-        .await;
-    assert_eq!(c.recv().await["type"], "ack");
-    let (status, _) = s.api("GET", "a1", None).await;
-    assert_eq!(status, 200);
+    assert_eq!(status, 201, "{v}");
+    assert_eq!(v["session"]["appId"], "conformance");
 }
 
 #[tokio::test]
@@ -578,10 +562,10 @@ async fn a_browser_origin_not_allowed_is_refused_403_and_an_allowed_one_upgrades
         }
     }
     // The allowed origin, and an agent that sends none, both upgrade.
-    let mut browser = Client::connect_from(&s.ws, "https://app.example")
+    let mut browser = Client::connect_from(&s.ui_url("o1").await, "https://app.example")
         .await
         .unwrap();
-    let mut agent = s.client().await;
+    let mut agent = s.client_for("o1").await;
     for c in [&mut browser, &mut agent] {
         c.send(json!({"type": "subscribe", "payload": {"sessionId": "o1"}}))
             .await;

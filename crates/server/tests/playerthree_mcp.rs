@@ -321,16 +321,14 @@ async fn mcp_refuses_requests_without_a_seat_token() {
         assert_eq!(r.status(), 401, "{token:?}");
         assert!(r.headers().contains_key("www-authenticate"));
     }
-    // A team token is a token of the match, but not a seat: its first
-    // request that needs the seat is refused.
-    let (s, _) = connect(&t.mcp, &red).await.unwrap();
-    assert!(s.list_all_tools().await.is_err());
+    // A team token is a token of the match, but not a seat: it cannot
+    // open a session.
+    assert!(connect(&t.mcp, &red).await.is_err());
     // A revoked seat token stops working.
     let (mut o, _) = t.join(&red).await;
     let seat = hand_to_agent(&mut o, 1, "red-scout", false).await;
     assert_eq!(revoke(&t.http, &id, &op, &seat).await, 200);
-    let (s, _) = connect(&t.mcp, &seat).await.unwrap();
-    assert!(s.list_all_tools().await.is_err());
+    assert!(connect(&t.mcp, &seat).await.is_err());
 }
 
 #[tokio::test]

@@ -27,6 +27,7 @@ impl Drop for Server {
 
 fn spawn_server(dir: &std::path::Path) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hostwire"))
+        .env("HOSTWIRE_OPERATOR_TOKEN", OPERATOR)
         .args([
             "serve",
             "--port",

@@ -362,6 +362,7 @@ async fn a_creation_body_over_its_bound_is_413() {
     let body = vec![b' '; 8 * 1024 * 1024 + 1];
     let r = reqwest::Client::new()
         .post(format!("{}/memizy/sessions", h.http))
+        .header("authorization", format!("Bearer {OPERATOR}"))
         .header("content-type", "application/json")
         .body(body)
         .send()

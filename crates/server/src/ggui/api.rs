@@ -7,14 +7,13 @@
 // per request, so its size does not matter.
 #![allow(clippy::result_large_err)]
 
-use super::ws::presented_token;
 use super::Ggui;
-use crate::http::json_response;
+use crate::http::{json_response, same_secret, Presented, Refused};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query, Request, State};
 use axum::http::header::{CONTENT_LENGTH, RETRY_AFTER, TRANSFER_ENCODING};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware::{from_fn_with_state, Next};
 use axum::response::Response;
 use axum::routing::{get, post, put};
@@ -22,11 +21,55 @@ use axum::Router;
 use hostwire_ggui::channel::{clamp_long_poll_ms, ApiError, CreateSession};
 use hostwire_ggui::decode::{MAX_FRAME_BYTES, MAX_FRAME_DEPTH};
 use hostwire_ggui::{codes, StreamChannelMode};
+use hostwire_playerthree::tokens::TokenHash;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
+
+/// UI tokens kept per session; minting past it forgets the oldest.
+pub const MAX_UI_TOKENS_PER_SESSION: usize = 64;
+
+/// The UI tokens minted through the agent API, by the hash of their text:
+/// each admits a `/ggui/ws` socket to one session of one app. Kept in
+/// memory: after a restart the agent mints new ones.
+#[derive(Default)]
+pub struct UiTokens {
+    by_hash: std::sync::Mutex<HashMap<TokenHash, (String, String)>>,
+}
+
+impl UiTokens {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TokenHash, (String, String)>> {
+        self.by_hash.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new token for `session` of `app`.
+    fn mint(&self, session: &str, app: &str) -> hostwire_core::Token {
+        let token = hostwire_core::Token::generate();
+        let mut t = self.lock();
+        let of_session: Vec<TokenHash> = t
+            .iter()
+            .filter(|(_, (s, _))| s == session)
+            .map(|(h, _)| *h)
+            .collect();
+        // Oldest first is not known from a map: any one goes (each is
+        // equally a credential of the session).
+        if of_session.len() >= MAX_UI_TOKENS_PER_SESSION {
+            t.remove(&of_session[0]);
+        }
+        t.insert(
+            TokenHash::of(token.as_str()),
+            (session.to_owned(), app.to_owned()),
+        );
+        token
+    }
+
+    /// The session and app a presented UI token is for.
+    pub(crate) fn lookup(&self, token: &str) -> Option<(String, String)> {
+        self.lock().get(&TokenHash::of(token)).cloned()
+    }
+}
 
 /// The largest request body: one frame's payload and its wrapper.
 pub const API_BODY_LIMIT: usize = 2 * MAX_FRAME_BYTES;
@@ -48,12 +91,13 @@ pub fn router(ggui: Arc<Ggui>) -> Router {
         .route("/{id}/actions", get(consume_actions))
         .route("/{id}/actions/drain", post(drain_actions))
         .route("/{id}/version", put(set_version))
+        .route("/{id}/ui-tokens", post(mint_ui_token))
         .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
         .route_layer(from_fn_with_state(
             Arc::new(Semaphore::new(API_BODY_BUDGET_BYTES)),
             body_budget,
         ))
-        .route_layer(from_fn_with_state(Arc::clone(&ggui), require_token))
+        .route_layer(from_fn_with_state(Arc::clone(&ggui), require_app))
         .with_state(ggui)
 }
 
@@ -74,20 +118,49 @@ fn gone() -> Response {
     )
 }
 
-async fn require_token(
+/// The app whose agent made a request (by its credential).
+#[derive(Debug, Clone)]
+pub struct AgentApp(pub Arc<str>);
+
+/// Every call needs an app's agent credential; the app goes with the
+/// request, and each handler sees only that app's sessions.
+async fn require_app(
     State(ggui): State<Arc<Ggui>>,
-    headers: HeaderMap,
-    req: Request,
+    presented: Presented,
+    mut req: Request,
     next: Next,
 ) -> Response {
-    if ggui.config.token.is_some() && presented_token(&ggui, &headers, None) != Some(true) {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            codes::UNAUTHENTICATED,
-            "Authorization: Bearer <token> is required",
-        );
+    let app = presented.check(|given| {
+        ggui.config
+            .apps
+            .iter()
+            .find(|a| same_secret(given, &a.credential))
+            .map(|a| Arc::<str>::from(a.id.as_str()))
+    });
+    match app {
+        Ok(app) => {
+            req.extensions_mut().insert(AgentApp(app));
+            next.run(req).await
+        }
+        Err(r @ Refused::Throttled(_)) => r.response("app credential"),
+        Err(r) => {
+            let message = if r == Refused::Missing {
+                "Authorization: Bearer <the app's agent credential> is required"
+            } else {
+                "Authorization: not an app's agent credential"
+            };
+            error(StatusCode::UNAUTHORIZED, codes::UNAUTHENTICATED, message)
+        }
     }
-    next.run(req).await
+}
+
+/// Whether `session_id` is `app`'s: another app's session is answered as
+/// one that does not exist (its existence is not another app's to learn).
+fn owned(core: &super::Core, app: &str, session_id: &str) -> Result<(), ApiError> {
+    match core.channel.session_app(session_id) {
+        Some(a) if a == app => Ok(()),
+        _ => Err(ApiError::SessionNotFound(session_id.to_owned())),
+    }
 }
 
 /// Holds the request's share of [`API_BODY_BUDGET_BYTES`] from before its
@@ -191,17 +264,44 @@ fn opt_object(m: &mut Map<String, Value>, field: &str) -> Result<Option<Value>, 
 /// 201 created, 200 when it existed (idempotent).
 async fn create_session(
     State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
     Path(id): Path<String>,
+    presented: Presented,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let mut m = match body_object(body) {
         Ok(m) => m,
         Err(r) => return r,
     };
+    // A new session counts toward the client IP's creations.
+    let sid = id.clone();
+    match ggui
+        .call(move |core| core.channel.session_app(&sid).is_some())
+        .await
+    {
+        None => return gone(),
+        Some(true) => {}
+        Some(false) => {
+            let gate = &presented.gate;
+            if let Err(r) = gate.ggui_sessions.admit(&presented.ip, gate.now_ms()) {
+                return axum::response::IntoResponse::into_response(r);
+            }
+        }
+    }
     let req = (|| {
+        // The agent creates for its own app: naming another is refused.
+        if let Some(named) = opt_string(&m, "appId")? {
+            if *named != *app {
+                return Err(error(
+                    StatusCode::FORBIDDEN,
+                    codes::APP_MISMATCH,
+                    format!("appId: this credential is app '{app}'s, not '{named}'"),
+                ));
+            }
+        }
         Ok::<_, Response>(CreateSession {
             session_id: id.clone(),
-            app_id: opt_string(&m, "appId")?,
+            app_id: Some(app.to_string()),
             version_override: opt_string(&m, "versionOverride")?,
             action_spec: opt_object(&mut m, "actionSpec")?,
             stream_spec: opt_object(&mut m, "streamSpec")?,
@@ -235,9 +335,20 @@ async fn create_session(
 
 /// `GET /ggui/sessions/{id}`: app, host context, props, sequence,
 /// streamSeq, version.
-async fn read_session(State(ggui): State<Arc<Ggui>>, Path(id): Path<String>) -> Response {
+async fn read_session(
+    State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
+    Path(id): Path<String>,
+) -> Response {
     let missing = id.clone();
-    match ggui.call(move |core| core.channel.read_session(&id)).await {
+    let answer = ggui
+        .call(move |core| {
+            owned(core, &app, &id)
+                .ok()
+                .and_then(|()| core.channel.read_session(&id))
+        })
+        .await;
+    match answer {
         None => gone(),
         Some(None) => api_error(ApiError::SessionNotFound(missing)),
         Some(Some(view)) => json_response(StatusCode::OK, &json!(view)),
@@ -248,6 +359,7 @@ async fn read_session(State(ggui): State<Arc<Ggui>>, Path(id): Path<String>) -> 
 /// the stamped envelope with its `seq`.
 async fn emit(
     State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -277,7 +389,10 @@ async fn emit(
         return invalid("payload is required".into());
     };
     let answer = ggui
-        .call(move |core| core.channel.emit(&id, &channel, mode, payload, complete))
+        .call(move |core| {
+            owned(core, &app, &id)?;
+            core.channel.emit(&id, &channel, mode, payload, complete)
+        })
         .await;
     match answer {
         None => gone(),
@@ -290,6 +405,7 @@ async fn emit(
 /// subscribers, `ui.updated` in the ledger; answers its `sequence`.
 async fn push_props(
     State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -312,6 +428,7 @@ async fn push_props(
     // cannot be stored.
     let answer = ggui
         .call_stored(move |core| {
+            owned(core, &app, &id)?;
             let now = core.now_ms;
             core.channel.push_props(&id, props, epoch, now)
         })
@@ -333,6 +450,7 @@ async fn push_props(
 /// (at most 25 s) and answers `[]` when none came.
 async fn consume_actions(
     State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
@@ -350,9 +468,11 @@ async fn consume_actions(
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let sid = id.clone();
+        let app = Arc::clone(&app);
         let may_wait = tokio::time::Instant::now() < deadline;
         let answer = ggui
             .call(move |core| {
+                owned(core, &app, &sid)?;
                 let entries = core.channel.pending_actions(&sid, max)?;
                 let waiter = if entries.is_empty() && may_wait && !core.closing {
                     Some(core.wait_for_actions(&sid))
@@ -392,6 +512,7 @@ async fn consume_actions(
 /// up to that `actionId` and sends `drain_ack` to subscribers.
 async fn drain_actions(
     State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -410,6 +531,7 @@ async fn drain_actions(
     };
     let answer = ggui
         .call(move |core| {
+            owned(core, &app, &id)?;
             let now = core.now_ms;
             core.channel.drain_actions(&id, up_to, now)
         })
@@ -425,6 +547,7 @@ async fn drain_actions(
 /// version this session advertises instead of the server's.
 async fn set_version(
     State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -438,6 +561,7 @@ async fn set_version(
     };
     let answer = ggui
         .call(move |core| {
+            owned(core, &app, &id)?;
             core.channel
                 .set_version_override(&id, version)
                 .map(|()| core.channel.read_session(&id))
@@ -447,5 +571,28 @@ async fn set_version(
         None => gone(),
         Some(Err(e)) => api_error(e),
         Some(Ok(view)) => json_response(StatusCode::OK, &json!(view)),
+    }
+}
+
+/// `POST /ggui/sessions/{id}/ui-tokens`: a token for the session's user
+/// interface, bound to this session and app: what a `/ggui/ws` socket
+/// presents (`Authorization: Bearer` or `?token=`).
+async fn mint_ui_token(
+    State(ggui): State<Arc<Ggui>>,
+    Extension(AgentApp(app)): Extension<AgentApp>,
+    Path(id): Path<String>,
+) -> Response {
+    let sid = id.clone();
+    let owner = Arc::clone(&app);
+    match ggui.call(move |core| owned(core, &owner, &sid)).await {
+        None => gone(),
+        Some(Err(e)) => api_error(e),
+        Some(Ok(())) => {
+            let token = ggui.ui_tokens.mint(&id, &app);
+            json_response(
+                StatusCode::CREATED,
+                &json!({ "token": token.as_str(), "sessionId": id }),
+            )
+        }
     }
 }

@@ -60,10 +60,10 @@ pub struct GguiConfig {
     /// Browser origins allowed to open `/ggui/ws` (a request without an
     /// `Origin`, from an agent or a test kit, is not a browser's).
     pub allowed_origins: AllowedOrigins,
-    /// When set: the API needs `Authorization: Bearer <token>`, and a
-    /// socket that did not present it (header or `?token=`) must send it
-    /// as the subscribe's `wsToken`.
-    pub token: Option<String>,
+    /// The apps whose agents may use the API, each with its own agent
+    /// credential (`Authorization: Bearer`): an agent sees only its own
+    /// app's sessions. None: the agent API is closed.
+    pub apps: Vec<GguiApp>,
     /// Frames queued for one connection before it counts as too slow.
     pub outbound_queue: usize,
 }
@@ -73,9 +73,23 @@ impl Default for GguiConfig {
         GguiConfig {
             channel: ChannelConfig::default(),
             allowed_origins: AllowedOrigins::Any,
-            token: None,
+            apps: Vec::new(),
             outbound_queue: OUTBOUND_QUEUE,
         }
+    }
+}
+
+/// An app and its agent's credential.
+#[derive(Clone)]
+pub struct GguiApp {
+    pub id: String,
+    pub credential: String,
+}
+
+impl std::fmt::Debug for GguiApp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The credential is a secret: never in logs.
+        f.debug_struct("GguiApp").field("id", &self.id).finish()
     }
 }
 
@@ -167,6 +181,8 @@ pub(crate) enum Cmd {
         conn: ConnId,
         out: ws::Outbound,
         authenticated: bool,
+        /// The session and app of the connection's UI token.
+        bound: Option<(String, String)>,
     },
     Frame {
         conn: ConnId,
@@ -215,6 +231,8 @@ pub struct Ggui {
     pub metrics: Arc<GguiMetrics>,
     writer: Option<StoreWriter<GguiChange>>,
     next_conn: AtomicU64,
+    /// The UI tokens minted through the agent API.
+    pub(crate) ui_tokens: api::UiTokens,
 }
 
 /// The live channel's routes: `/ggui/ws` and the API under `/ggui/sessions`.
@@ -315,14 +333,11 @@ impl Ggui {
     /// Starts the channel actor and the persistence thread, with the
     /// sessions `store` holds (none without a store).
     pub fn start(
-        mut config: GguiConfig,
+        config: GguiConfig,
         clock: Arc<dyn Clock>,
         store: Option<Arc<dyn GguiStore>>,
         store_metrics: Arc<StoreMetrics>,
     ) -> anyhow::Result<Arc<Ggui>> {
-        if config.token.is_some() {
-            config.channel.ws_token = config.token.clone();
-        }
         let metrics = Arc::new(GguiMetrics::default());
         let mut channel = Channel::new(config.channel.clone());
         if let Some(store) = &store {
@@ -371,6 +386,7 @@ impl Ggui {
             metrics,
             writer,
             next_conn: AtomicU64::new(1),
+            ui_tokens: api::UiTokens::default(),
         }))
     }
 
@@ -548,8 +564,12 @@ async fn run_actor(
                 conn,
                 out,
                 authenticated,
+                bound,
             } => {
                 core.channel.connection_opened(conn, now, authenticated);
+                if let Some((session, app)) = bound {
+                    core.channel.bind_connection(conn, session, app);
+                }
                 core.conns.insert(conn, out);
             }
             Cmd::Frame { conn, text } => {

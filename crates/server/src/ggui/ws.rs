@@ -15,7 +15,6 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
-use subtle::ConstantTimeEq;
 
 /// Server pings keep idle connections alive behind proxies.
 pub const PING_INTERVAL: Duration = ws::PING_INTERVAL;
@@ -84,32 +83,11 @@ impl Outbound {
     }
 }
 
-fn same_token(given: &str, expected: &str) -> bool {
-    given.len() == expected.len() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
-}
-
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    v.strip_prefix("Bearer ")
-        .or_else(|| v.strip_prefix("bearer "))
-}
-
-/// Whether a request carries the configured token: `Some(true)` yes,
-/// `Some(false)` a wrong one, `None` none at all.
-pub(crate) fn presented_token(
-    ggui: &Ggui,
-    headers: &HeaderMap,
-    query: Option<&str>,
-) -> Option<bool> {
-    let expected = ggui.config.token.as_deref()?;
-    let given = bearer(headers).or(query)?;
-    Some(same_token(given, expected))
-}
-
 pub(crate) async fn ws_upgrade(
     State(ggui): State<Arc<Ggui>>,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
+    presented: crate::http::Presented,
     ws: ws::Upgrade,
 ) -> Response {
     // Browsers always send an Origin: check it. Agents and test kits send
@@ -123,27 +101,33 @@ pub(crate) async fn ws_upgrade(
                 .into_response();
         }
     }
-    let authenticated = match ggui.config.token.as_deref() {
-        None => true,
-        Some(_) => match presented_token(&ggui, &headers, query.get("token").map(String::as_str)) {
-            Some(true) => true,
-            Some(false) => {
-                return (
-                    StatusCode::UNAUTHORIZED,
-                    "invalid token: the bearer or ?token= is not the configured one",
-                )
-                    .into_response()
-            }
-            // The subscribe's `wsToken` must carry it.
-            None => false,
-        },
+    // A UI token minted through the agent API (bearer header, or
+    // `?token=` for browsers) admits the socket to its one session.
+    let given = presented
+        .token
+        .clone()
+        .or_else(|| query.get("token").cloned());
+    let bound = match presented.gate.check(&presented.ip, given.as_deref(), |t| {
+        ggui.ui_tokens.lookup(t)
+    }) {
+        Ok(b) => b,
+        Err(r @ crate::http::Refused::Throttled(_)) => return r.response("UI token"),
+        Err(_) => {
+            return (
+                StatusCode::UNAUTHORIZED,
+                "a UI token of the session is required (Authorization: Bearer or ?token=)",
+            )
+                .into_response()
+        }
     };
     let config = Arc::new(socket_config(ggui.config.outbound_queue));
-    ws.on_upgrade(config, move |c| handle_socket(ggui, c, authenticated))
+    ws.on_upgrade(config, move |c| handle_socket(ggui, c, bound))
 }
 
-async fn handle_socket(ggui: Arc<Ggui>, c: ws::Connection, authenticated: bool) {
+async fn handle_socket(ggui: Arc<Ggui>, c: ws::Connection, bound: (String, String)) {
     let ws::Connection { mut reader, out } = c;
+    // The UI token admitted it (checked at the upgrade).
+    let authenticated = true;
     let conn = ggui.next_conn();
     ggui.metrics.connections.fetch_add(1, Relaxed);
     let out = Outbound(out);
@@ -153,6 +137,7 @@ async fn handle_socket(ggui: Arc<Ggui>, c: ws::Connection, authenticated: bool) 
             conn,
             out: out.clone(),
             authenticated,
+            bound: Some(bound),
         })
         .await
         .is_ok();

@@ -98,6 +98,25 @@ impl PerIpRate {
         })
     }
 
+    /// Whether `ip`'s bucket holds a token now, without taking it.
+    pub fn peek(&self, ip: &str, now_ms: u64) -> Result<(), RetryAfter> {
+        if self.per_second == 0 {
+            return Ok(());
+        }
+        let mut t = self.lock();
+        let Some(b) = t.get_mut(ip) else {
+            return Ok(());
+        };
+        let available = b.available(now_ms);
+        if available >= 1.0 {
+            return Ok(());
+        }
+        let seconds = ((1.0 - available) / f64::from(self.per_second)).ceil() as u64;
+        Err(RetryAfter {
+            seconds: seconds.clamp(1, MAX_RETRY_AFTER_S),
+        })
+    }
+
     /// Drops the buckets that have refilled (the sweep timer calls it).
     pub fn sweep(&self, now_ms: u64) {
         let mut t = self.lock();

@@ -1,14 +1,19 @@
 //! What every protocol's HTTP side shares: which origins may call
 //! (with CORS from `tower-http`), errors as JSON responses, and the client's
-//! IP address. Nothing here knows a protocol.
+//! IP address, credentials and per-IP creation limits. Nothing here knows
+//! a protocol.
 
 pub mod client_ip;
+pub mod credentials;
 pub mod error;
 pub mod ip_rate;
 pub mod origins;
 pub mod serve;
 
 pub use client_ip::client_ip;
+pub use credentials::{
+    bearer, same_secret, Bearer, CreationLimit, CredentialSettings, Gate, Presented, Refused,
+};
 pub use error::{json_response, ApiError};
 pub use ip_rate::{PerIpRate, RetryAfter};
 pub use origins::AllowedOrigins;

@@ -102,15 +102,8 @@ async fn create_room(
     headers: HeaderMap,
 ) -> Response {
     let ip = relay.client_ip(&headers, peer);
-    if let Err(retry) = relay.allow_room_creation(&ip) {
-        let mut r = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "Too many rooms from this network, try again later.",
-        )
-        .into_response();
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(retry.seconds));
-        return r;
+    if let Err(refused) = relay.allow_room_creation(&ip) {
+        return refused.into_response();
     }
     match relay.create_room().await {
         Ok((pin, token)) => json_response(
@@ -240,16 +233,7 @@ async fn put_bundle(
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    let token = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        // The scheme is case-insensitive (RFC 9110 §11.1).
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, t)| t.trim())
-        .unwrap_or("")
-        .to_owned();
+    let token = crate::http::bearer(req.headers()).unwrap_or("").to_owned();
     // The token is checked first: a caller who is not the host never gets
     // its body read.
     let (tx, rx) = oneshot::channel();

@@ -23,7 +23,7 @@ use axum::routing::get;
 use axum::Router;
 use hostwire_core::Clock;
 use hostwire_memizy::limits::RelayLimits;
-use hostwire_memizy::relay::{choose_pin, ConnId, Room, RoomChange, RoomCreationLimit};
+use hostwire_memizy::relay::{choose_pin, ConnId, Room, RoomChange};
 use hostwire_store::{RelayStore, StoredRoom};
 pub use metrics::RelayMetrics;
 use room::{RoomCmd, RoomHandle};
@@ -47,6 +47,9 @@ pub struct RelayConfig {
     pub limits: RelayLimits,
     /// Frames queued for one connection before it counts as too slow.
     pub outbound_queue: usize,
+    /// The server's credentials and the limits on wrong ones (every
+    /// protocol's; relay rooms stay anonymous, as relay protocol 1 has them).
+    pub credentials: crate::http::CredentialSettings,
 }
 
 /// The relay's routes: the HTTP API under `/api` and the WebSocket `/ws`.
@@ -75,7 +78,7 @@ pub struct Relay {
     pub metrics: Arc<RelayMetrics>,
     writer: StoreWriter<RoomChange>,
     rooms: Mutex<HashMap<String, RoomHandle>>,
-    creation_limit: Mutex<RoomCreationLimit>,
+    creation_limit: crate::http::CreationLimit,
     next_conn: AtomicU64,
     players: Arc<AtomicU64>,
     /// Bundle uploads being read, checked and written (`concurrent_uploads`).
@@ -122,7 +125,11 @@ impl Relay {
             ),
             origins: Arc::new(config.allowed_origins.clone()),
             socket_config: Arc::new(conn::socket_config(&config)),
-            creation_limit: Mutex::new(RoomCreationLimit::new(config.rooms_per_ip_per_hour)),
+            creation_limit: crate::http::CreationLimit::new(
+                config.rooms_per_ip_per_hour,
+                "rooms",
+                "ROOMS_PER_IP_PER_HOUR",
+            ),
             config,
             clock,
             metrics,
@@ -249,15 +256,12 @@ impl Relay {
         ))
     }
 
-    /// Counts a room creation by `ip`, or says when it may create one.
-    fn allow_room_creation(&self, ip: &str) -> Result<(), crate::http::RetryAfter> {
-        let now = self.clock.now_ms();
-        let mut l = self
-            .creation_limit
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        l.create_or_wait(ip, now)
-            .map_err(crate::http::RetryAfter::from_ms)
+    /// Counts a room creation by `ip`, or answers 429 with when it may.
+    fn allow_room_creation(
+        &self,
+        ip: &str,
+    ) -> Result<(), crate::http::credentials::TooManyCreations> {
+        self.creation_limit.admit(ip, self.clock.now_ms())
     }
 
     /// Runs one sweep over every room now (the timer calls it every 30 s).
@@ -266,9 +270,7 @@ impl Relay {
             let _ = h.tx.send(RoomCmd::Sweep).await;
         }
         let now = self.clock.now_ms();
-        if let Ok(mut l) = self.creation_limit.lock() {
-            l.sweep(now);
-        }
+        self.creation_limit.sweep(now);
         self.lookups.sweep(now);
         self.joins.sweep(now);
         // Let the rooms act on the sweep before returning.

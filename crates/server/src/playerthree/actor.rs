@@ -79,6 +79,12 @@ pub enum MatchCmd {
         peer: Peer<RoleServer>,
         reply: oneshot::Sender<Result<SeatBinding, ProtocolError>>,
     },
+    /// Whether a token is, now, a seat token of this match (MCP checks it
+    /// on every request: a revoked seat's session ends at once).
+    McpCheck {
+        token: String,
+        reply: oneshot::Sender<Result<(), ProtocolError>>,
+    },
     McpCall {
         conn: ConnId,
         msg: ClientMsg,
@@ -313,6 +319,17 @@ impl Actor {
                 if let Ok(seat) = &r {
                     self.sessions.insert(conn, (seat.role.clone(), peer));
                 }
+                let _ = reply.send(r);
+            }
+            MatchCmd::McpCheck { token, reply } => {
+                let r = match self.m.principal(&token) {
+                    Ok(Principal::Seat { .. }) => Ok(()),
+                    Ok(_) => Err(ProtocolError::new(
+                        ServerErrorCode::Forbidden,
+                        "token: MCP takes a seat token",
+                    )),
+                    Err(e) => Err(e),
+                };
                 let _ = reply.send(r);
             }
             MatchCmd::McpCall { conn, msg, reply } => {

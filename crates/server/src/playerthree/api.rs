@@ -1,7 +1,9 @@
 //! The operator's HTTP API under `/playerthree`:
 //!
-//! - `POST /matches` creates a match of the example game; the answer holds
-//!   its id and its operator token (durable before it is answered);
+//! - `POST /matches` (the server's operator credential as `Authorization:
+//!   Bearer`, `HOSTWIRE_OPERATOR_TOKEN`) creates a match of the example
+//!   game; the answer holds its id and its operator token (durable before
+//!   it is answered);
 //! - `POST /matches/{id}/tokens` (operator token as `Authorization:
 //!   Bearer`) mints a token for a principal given without its match, e.g.
 //!   `{"kind":"team","team":"red"}`; durable before it is answered;
@@ -12,10 +14,10 @@ use super::actor::{MatchCmd, MatchHandle};
 use super::{PlayerThree, GAME};
 use crate::http::error::{method_not_allowed, not_found};
 use crate::http::origins::{preflight_no_content, require_allowed_origin};
-use crate::http::{json_response, ApiError};
+use crate::http::{json_response, ApiError, Presented, Refused};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -74,7 +76,14 @@ fn bad_request(message: impl std::fmt::Display) -> Response {
     )
 }
 
-async fn create(State(p3): State<Arc<PlayerThree>>) -> Response {
+async fn create(State(p3): State<Arc<PlayerThree>>, presented: Presented) -> Response {
+    if let Err(refused) = presented.operator() {
+        return refused.response("operator credential");
+    }
+    let gate = &presented.gate;
+    if let Err(refused) = gate.matches.admit(&presented.ip, gate.now_ms()) {
+        return refused.into_response();
+    }
     match p3.create_match().await {
         Some((h, operator_token)) => json_response(
             StatusCode::CREATED,
@@ -90,29 +99,33 @@ async fn create(State(p3): State<Arc<PlayerThree>>) -> Response {
 }
 
 /// The match, if the request carries its operator token.
-fn operated(p3: &PlayerThree, id: &str, headers: &HeaderMap) -> Result<MatchHandle, ApiError> {
-    let h = p3.match_handle(id).ok_or(MATCH_NOT_FOUND)?;
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or(NO_OPERATOR)?;
+// The refusal is answered at once: its size does not matter.
+#[allow(clippy::result_large_err)]
+fn operated(p3: &PlayerThree, id: &str, presented: &Presented) -> Result<MatchHandle, Response> {
+    let h = p3
+        .match_handle(id)
+        .ok_or_else(|| MATCH_NOT_FOUND.into_response())?;
     // Only the hash is kept; it is compared in constant time.
-    if !token_shape_ok(bearer) || !TokenHash::of(bearer).matches(&h.operator_token) {
-        return Err(NO_OPERATOR);
-    }
+    presented
+        .check(|given| {
+            (token_shape_ok(given) && TokenHash::of(given).matches(&h.operator_token)).then_some(())
+        })
+        .map_err(|r| match r {
+            Refused::Throttled(_) => r.response("operator token"),
+            _ => NO_OPERATOR.into_response(),
+        })?;
     Ok(h)
 }
 
 async fn mint(
     State(p3): State<Arc<PlayerThree>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    presented: Presented,
     body: Bytes,
 ) -> Response {
-    let h = match operated(&p3, &id, &headers) {
+    let h = match operated(&p3, &id, &presented) {
         Ok(h) => h,
-        Err(e) => return e.into_response(),
+        Err(r) => return r,
     };
     let mut v: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
@@ -157,12 +170,12 @@ async fn mint(
 async fn revoke(
     State(p3): State<Arc<PlayerThree>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    presented: Presented,
     body: Bytes,
 ) -> Response {
-    let h = match operated(&p3, &id, &headers) {
+    let h = match operated(&p3, &id, &presented) {
         Ok(h) => h,
-        Err(e) => return e.into_response(),
+        Err(r) => return r,
     };
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -173,12 +186,19 @@ async fn revoke(
         Ok(r) => r.token,
         Err(e) => return bad_request(format!("body: expected {{\"token\":…}}: {e}")),
     };
+    let hash = TokenHash::of(&token);
     let (reply, answer) = oneshot::channel();
     if h.tx.send(MatchCmd::Revoke { token, reply }).await.is_err() {
         return MATCH_NOT_FOUND.into_response();
     }
     match answer.await {
-        Ok(true) => json_response(StatusCode::OK, &json!({ "revoked": true })),
+        Ok(true) => {
+            // Its MCP sessions end now, not at their next request.
+            if let Some(mcp) = p3.mcp.get() {
+                mcp.end_token(hash).await;
+            }
+            json_response(StatusCode::OK, &json!({ "revoked": true }))
+        }
         Ok(false) => json_response(
             StatusCode::NOT_FOUND,
             &json!({ "error": "token: not a token of this match" }),

@@ -24,6 +24,8 @@
 
 use super::actor::{MatchCmd, SeatBinding};
 use super::PlayerThree;
+use crate::http::{bearer, Presented, Refused};
+use axum::extract::FromRequestParts;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{from_fn_with_state, Next};
@@ -32,6 +34,7 @@ use axum::Router;
 use hostwire_playerthree::decode::{decode_disclosure, MAX_COMMENTARY_TEXT_BYTES};
 use hostwire_playerthree::host::{ProposalStatus, MAX_COMMENTARY_PER_TICK};
 use hostwire_playerthree::protocol::{token_shape_ok, ProtocolError, Roles};
+use hostwire_playerthree::tokens::TokenHash;
 use hostwire_playerthree::{ClientMsg, ConnId, Json, ServerMsg, MAX_MESSAGE_BYTES};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListResourcesResult,
@@ -41,11 +44,14 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::SessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::sync::Mutex;
 use tokio::sync::{mpsc, oneshot, OnceCell};
 
 /// Live MCP sessions one server holds; a new one past it is refused (503).
@@ -83,14 +89,85 @@ pub fn router(p3: Arc<PlayerThree>) -> Router {
         .with_allowed_hosts(Vec::<String>::new())
         .with_max_request_body_bytes(MAX_MCP_BODY_BYTES);
     let factory_p3 = Arc::clone(&p3);
+    let manager = Arc::new(LocalSessionManager::default());
     let service: StreamableHttpService<Agent, LocalSessionManager> = StreamableHttpService::new(
         move || Ok(Agent::new(Arc::clone(&factory_p3))),
-        Default::default(),
+        Arc::clone(&manager),
         config,
     );
+    let gatekeeper = Arc::new(McpGate {
+        p3: Arc::clone(&p3),
+        manager,
+        sessions: Mutex::new(Registry::default()),
+    });
+    let _ = p3.mcp.set(Arc::clone(&gatekeeper));
     Router::new()
         .nest_service("/playerthree/mcp", service)
-        .layer(from_fn_with_state(p3, authenticate))
+        .layer(from_fn_with_state(gatekeeper, authenticate))
+}
+
+/// MCP sessions one seat token may hold at once (`initialize` past it: 429).
+pub const MAX_MCP_SESSIONS_PER_TOKEN: usize = 4;
+/// MCP sessions one client IP may hold at once (`initialize` past it: 429).
+pub const MAX_MCP_SESSIONS_PER_IP: usize = 64;
+
+/// Who opened each MCP session: its token (by hash) and client IP, from
+/// its `initialize`.
+#[derive(Default)]
+struct Registry {
+    by_id: HashMap<String, (TokenHash, String)>,
+}
+
+impl Registry {
+    fn count(&self, f: impl Fn(&(TokenHash, String)) -> bool) -> usize {
+        self.by_id.values().filter(|e| f(e)).count()
+    }
+}
+
+pub(crate) struct McpGate {
+    p3: Arc<PlayerThree>,
+    manager: Arc<LocalSessionManager>,
+    sessions: Mutex<Registry>,
+}
+
+impl McpGate {
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forgets sessions rmcp no longer holds (ended, idled out).
+    async fn prune(&self) {
+        let live: std::collections::HashSet<String> = self
+            .manager
+            .sessions
+            .read()
+            .await
+            .keys()
+            .map(|k| k.to_string())
+            .collect();
+        self.registry().by_id.retain(|id, _| live.contains(id));
+    }
+
+    /// Ends every session of a token now (it was revoked).
+    pub(crate) async fn end_token(&self, token: TokenHash) {
+        let ids: Vec<String> = self
+            .registry()
+            .by_id
+            .iter()
+            .filter(|(_, (h, _))| *h == token)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            self.end(&id).await;
+        }
+    }
+
+    /// Ends a session now (its token was revoked).
+    async fn end(&self, id: &str) {
+        self.registry().by_id.remove(id);
+        let id: rmcp::transport::common::server_side_http::SessionId = id.to_owned().into();
+        let _ = self.manager.close_session(&id).await;
+    }
 }
 
 fn unauthorized(message: &'static str) -> Response {
@@ -102,19 +179,16 @@ fn unauthorized(message: &'static str) -> Response {
     r
 }
 
-/// The seat token of a request.
-fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
+fn refused(status: StatusCode, message: &'static str) -> Response {
+    (status, message).into_response()
 }
 
-/// Refuses, before MCP sees them, requests from origins not allowed and
-/// requests without a token of a hosted match (its state is the match's
-/// to judge); caps the sessions.
-async fn authenticate(State(p3): State<Arc<PlayerThree>>, req: Request, next: Next) -> Response {
+/// Refuses, before MCP sees them: origins not allowed; requests without a
+/// seat token that is, now, valid (a revoked seat's sessions end here);
+/// a session id opened by another token (it reads nothing: 404); an
+/// `initialize` past the caps per token, per IP and per server. Counts
+/// each session from its `initialize`, bound to the token that sent it.
+async fn authenticate(State(g): State<Arc<McpGate>>, req: Request, next: Next) -> Response {
     if !req.uri().path().starts_with("/playerthree/mcp") {
         return next.run(req).await;
     }
@@ -124,21 +198,112 @@ async fn authenticate(State(p3): State<Arc<PlayerThree>>, req: Request, next: Ne
         .and_then(|v| v.to_str().ok());
     // Agents are not browsers and send no Origin; a browser's must be
     // allowed (no page of another site may drive an agent's seat).
-    if origin.is_some() && !p3.origins.allows(origin) {
+    if origin.is_some() && !g.p3.origins.allows(origin) {
         return (StatusCode::FORBIDDEN, "Origin not allowed").into_response();
     }
-    let Some(token) = bearer(req.headers()) else {
-        return unauthorized("Authorization: Bearer <seat token> required");
+    let (mut parts, body) = req.into_parts();
+    let presented = match Presented::from_request_parts(&mut parts, &()).await {
+        Ok(p) => p,
+        Err(r) => return r,
     };
-    if !token_shape_ok(token) || p3.match_of_token(token).is_none() {
-        return unauthorized("not a seat token of a hosted match");
-    }
-    if !req.headers().contains_key("mcp-session-id")
-        && p3.metrics.mcp_sessions.load(Relaxed) >= MAX_MCP_SESSIONS
+    let handle = match presented.check(|t| {
+        if token_shape_ok(t) {
+            g.p3.match_of_token(t)
+        } else {
+            None
+        }
+    }) {
+        Ok(h) => h,
+        Err(Refused::Throttled(retry)) => return Refused::Throttled(retry).response("seat token"),
+        Err(Refused::Missing) => {
+            return unauthorized("Authorization: Bearer <seat token> required")
+        }
+        Err(Refused::Wrong) => return unauthorized("not a seat token of a hosted match"),
+    };
+    let token = presented.token.clone().unwrap_or_default();
+    let hash = TokenHash::of(&token);
+    let session = parts
+        .headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    // Its current state, on every request.
+    let (reply, answer) = oneshot::channel();
+    let state = match handle
+        .tx
+        .send(MatchCmd::McpCheck {
+            token: token.clone(),
+            reply,
+        })
+        .await
     {
-        return (StatusCode::SERVICE_UNAVAILABLE, "MAX_MCP_SESSIONS reached").into_response();
+        Ok(()) => answer.await.ok(),
+        Err(_) => None,
+    };
+    match state {
+        Some(Ok(())) => {}
+        Some(Err(e)) if e.code == hostwire_playerthree::protocol::ServerErrorCode::Forbidden => {
+            return refused(StatusCode::FORBIDDEN, "MCP takes a seat token");
+        }
+        _ => {
+            if let Some(id) = &session {
+                let ours = g.registry().by_id.get(id).is_some_and(|(h, _)| *h == hash);
+                if ours {
+                    tracing::debug!(session = %id, "MCP session of a revoked token ended");
+                    g.end(id).await;
+                }
+            }
+            return unauthorized("the seat token is no longer valid");
+        }
     }
-    next.run(req).await
+    match &session {
+        Some(id) => {
+            let bound = g.registry().by_id.get(id).map(|(h, _)| *h);
+            if bound != Some(hash) {
+                // Another token's session, or none: nothing to read.
+                return refused(StatusCode::NOT_FOUND, "session not found");
+            }
+            let delete = parts.method == axum::http::Method::DELETE;
+            let r = next.run(Request::from_parts(parts, body)).await;
+            if delete && r.status().is_success() {
+                g.registry().by_id.remove(id);
+            }
+            r
+        }
+        None => {
+            g.prune().await;
+            {
+                let reg = g.registry();
+                if reg.by_id.len() as u64 >= MAX_MCP_SESSIONS {
+                    return refused(StatusCode::SERVICE_UNAVAILABLE, "MAX_MCP_SESSIONS reached");
+                }
+                if reg.count(|(h, _)| *h == hash) >= g.p3.config.mcp_sessions_per_token {
+                    return refused(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "MAX_MCP_SESSIONS_PER_TOKEN reached: end a session (DELETE) first",
+                    );
+                }
+                if reg.count(|(_, ip)| *ip == presented.ip) >= g.p3.config.mcp_sessions_per_ip {
+                    return refused(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "MAX_MCP_SESSIONS_PER_IP reached: end a session (DELETE) first",
+                    );
+                }
+            }
+            let r = next.run(Request::from_parts(parts, body)).await;
+            if let Some(id) = r
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+            {
+                // Bound to its token from its `initialize` on.
+                g.registry()
+                    .by_id
+                    .insert(id.to_owned(), (hash, presented.ip.clone()));
+            }
+            r
+        }
+    }
 }
 
 /// One MCP session: the seat it is bound to, once its first request came.
@@ -568,5 +733,15 @@ impl ServerHandler for Agent {
             }
         };
         b.tx.send(cmd).await.map_err(|_| mcp_error("match closed"))
+    }
+}
+
+impl PlayerThree {
+    /// MCP sessions open now (as rmcp holds them), for tests and metrics.
+    pub async fn mcp_sessions_open(&self) -> usize {
+        match self.mcp.get() {
+            Some(g) => g.manager.sessions.read().await.len(),
+            None => 0,
+        }
     }
 }

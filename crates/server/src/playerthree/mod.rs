@@ -57,6 +57,10 @@ pub struct PlayerThreeConfig {
     /// Milliseconds from a match's finish to its removal (connections
     /// closed 1000, tokens forgotten, records deleted).
     pub finished_ttl_ms: u64,
+    /// MCP sessions one seat token may hold at once.
+    pub mcp_sessions_per_token: usize,
+    /// MCP sessions one client IP may hold at once.
+    pub mcp_sessions_per_ip: usize,
 }
 
 impl PlayerThreeConfig {
@@ -66,6 +70,8 @@ impl PlayerThreeConfig {
             tick_ms: DEFAULT_TICK_MS,
             outbound_queue: OUTBOUND_QUEUE,
             finished_ttl_ms: DEFAULT_FINISHED_TTL_MS,
+            mcp_sessions_per_token: mcp::MAX_MCP_SESSIONS_PER_TOKEN,
+            mcp_sessions_per_ip: mcp::MAX_MCP_SESSIONS_PER_IP,
         }
     }
 }
@@ -165,6 +171,8 @@ pub struct PlayerThree {
     /// refuses them.
     tokens: Mutex<HashMap<TokenHash, String>>,
     next_conn: AtomicU64,
+    /// The MCP sessions and whose they are (set when the routes are made).
+    mcp: std::sync::OnceLock<Arc<mcp::McpGate>>,
 }
 
 /// The routes: `/playerthree/ws`, `/playerthree/mcp` and the HTTP API.
@@ -198,6 +206,7 @@ impl PlayerThree {
             matches: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
+            mcp: std::sync::OnceLock::new(),
         });
         let now = p3.clock.now_ms();
         for s in stored {

@@ -19,6 +19,8 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+/// The operator credential every test server is started with.
+pub const OPERATOR: &str = "test-operator-credential-0123456789";
 pub const ORIGIN: &str = "https://play.example.org";
 /// A guard against a hung test, not a wait for time to pass.
 pub const GUARD: Duration = Duration::from_secs(10);
@@ -31,6 +33,10 @@ pub fn config() -> RelayConfig {
         rooms_per_ip_per_hour: RELAY_LIMITS.rooms_per_ip_per_hour,
         limits: RELAY_LIMITS,
         outbound_queue: OUTBOUND_QUEUE,
+        credentials: hostwire::http::CredentialSettings {
+            operator_token: Some(OPERATOR.to_owned()),
+            ..Default::default()
+        },
     }
 }
 

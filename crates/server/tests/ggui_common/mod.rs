@@ -5,7 +5,7 @@
 
 use futures_util::{SinkExt, StreamExt};
 use hostwire::app::App;
-use hostwire::ggui::GguiConfig;
+use hostwire::ggui::{GguiApp, GguiConfig};
 use hostwire::http::AllowedOrigins;
 use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE};
 use hostwire_core::ManualClock;
@@ -21,6 +21,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 /// A guard against a hung test, not a wait for time to pass.
+/// The operator credential every test server is started with.
+pub const OPERATOR: &str = "test-operator-credential-0123456789";
 pub const GUARD: Duration = Duration::from_secs(10);
 pub const T0: u64 = 1_800_000_000_000;
 pub const VERSION: &str = "draft-2026-08-19";
@@ -32,6 +34,10 @@ pub fn relay_config() -> RelayConfig {
         rooms_per_ip_per_hour: RELAY_LIMITS.rooms_per_ip_per_hour,
         limits: RELAY_LIMITS,
         outbound_queue: OUTBOUND_QUEUE,
+        credentials: hostwire::http::CredentialSettings {
+            operator_token: Some(OPERATOR.to_owned()),
+            ..Default::default()
+        },
     }
 }
 
@@ -41,8 +47,20 @@ pub struct Server {
     pub http: String,
     pub ws: String,
     pub db: PathBuf,
-    pub token: Option<String>,
+    /// The apps and their agent credentials the server was started with.
+    pub apps: Vec<GguiApp>,
+    /// The app each session was created for through [`Server::api`].
+    pub owners: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    default_app: String,
     _dir: Option<tempfile::TempDir>,
+}
+
+/// The apps the tests use, each with its agent credential.
+pub const TEST_APPS: [&str; 4] = ["conformance", "notes", "my-default", "other"];
+
+/// The agent credential of a test app.
+pub fn app_credential(app: &str) -> String {
+    format!("{app}-agent-credential-0123456789")
 }
 
 impl Server {
@@ -61,10 +79,20 @@ impl Server {
         s
     }
 
-    pub async fn start_at(config: GguiConfig, db: PathBuf, clock: ManualClock) -> Server {
+    pub async fn start_at(mut config: GguiConfig, db: PathBuf, clock: ManualClock) -> Server {
         let store = Arc::new(SqliteStore::open(&db).unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let token = config.token.clone();
+        if config.apps.is_empty() {
+            config.apps = TEST_APPS
+                .iter()
+                .map(|a| GguiApp {
+                    id: (*a).to_owned(),
+                    credential: app_credential(a),
+                })
+                .collect();
+        }
+        let apps = config.apps.clone();
+        let default_app = config.channel.default_app_id.clone();
         let app = App::start_with_ggui(
             listener,
             relay_config(),
@@ -81,7 +109,9 @@ impl Server {
             http: format!("http://{addr}"),
             ws: format!("ws://{addr}/ggui/ws"),
             db,
-            token,
+            apps,
+            owners: Default::default(),
+            default_app,
             _dir: None,
         }
     }
@@ -101,13 +131,28 @@ impl Server {
         }
     }
 
-    pub async fn client(&self) -> Client {
-        Client::connect(&self.ws, None).await.unwrap()
+    /// The live channel's URL with a UI token of `session` (created
+    /// through the agent API first when it does not exist).
+    pub async fn ui_url(&self, session: &str) -> String {
+        let (status, v) = self.api("PUT", session, None).await;
+        assert!(status == 200 || status == 201, "{status} {v}");
+        let (status, v) = self
+            .api("POST", &format!("{session}/ui-tokens"), None)
+            .await;
+        assert_eq!(status, 201, "{v}");
+        format!("{}?token={}", self.ws, v["token"].as_str().unwrap())
+    }
+
+    /// A socket admitted with a UI token of `session`.
+    pub async fn client_for(&self, session: &str) -> Client {
+        Client::connect(&self.ui_url(session).await, None)
+            .await
+            .unwrap()
     }
 
     /// A client subscribed to `session` (app `conformance`); returns the ack.
     pub async fn subscribed(&self, session: &str) -> (Client, Value) {
-        let mut c = self.client().await;
+        let mut c = self.client_for(session).await;
         c.send(json!({"type": "subscribe", "payload": {"sessionId": session}, "requestId": "sub"}))
             .await;
         let ack = c.recv().await;
@@ -115,16 +160,55 @@ impl Server {
         (c, ack)
     }
 
+    /// An agent API call as the app that owns the session of `path` (the
+    /// app named by the body's `appId` when it creates one, else the
+    /// default app).
     pub async fn api(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let session = path.split('/').next().unwrap_or_default().to_owned();
+        let named = body
+            .as_ref()
+            .and_then(|b| b.get("appId"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let app = {
+            let mut owners = self.owners.lock().unwrap();
+            match named {
+                Some(a) => {
+                    owners.entry(session).or_insert_with(|| a.clone());
+                    a
+                }
+                None => owners
+                    .get(&session)
+                    .cloned()
+                    .unwrap_or_else(|| self.default_app.clone()),
+            }
+        };
+        let credential = self
+            .apps
+            .iter()
+            .find(|a| a.id == app)
+            .map(|a| a.credential.clone());
+        self.api_as(credential.as_deref(), method, path, body).await
+    }
+
+    /// An agent API call with `credential` (none: anonymous).
+    pub async fn api_as(
+        &self,
+        credential: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let url = format!("{}/ggui/sessions/{path}", self.http);
         let c = reqwest::Client::new();
         let mut r = match method {
             "GET" => c.get(url),
             "PUT" => c.put(url),
             "POST" => c.post(url),
+            "DELETE" => c.delete(url),
             _ => unreachable!(),
         };
-        if let Some(t) = &self.token {
+        if let Some(t) = credential {
             r = r.header("Authorization", format!("Bearer {t}"));
         }
         if let Some(b) = body {
@@ -221,7 +305,9 @@ impl Client {
     pub async fn connect_with_receive_buffer(url: &str, bytes: u32) -> Client {
         let addr: std::net::SocketAddr = url
             .trim_start_matches("ws://")
-            .trim_end_matches("/ggui/ws")
+            .split('/')
+            .next()
+            .unwrap()
             .parse()
             .unwrap();
         let socket = tokio::net::TcpSocket::new_v4().unwrap();

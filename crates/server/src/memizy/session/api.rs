@@ -10,7 +10,8 @@
 //! | `POST /{id}/save` | save the game (answered once durable) |
 //! | `POST /{id}/continue` | continue the saved game (after a restart too) |
 //!
-//! Everything but `POST /` needs `Authorization: Bearer <hostToken>`. The
+//! `POST /` needs the operator credential (`HOSTWIRE_OPERATOR_TOKEN`),
+//! everything else `Authorization: Bearer <hostToken>`. The
 //! creation answers the host token and a token per player (and adding a
 //! player that player's): devices attach with them.
 
@@ -20,9 +21,10 @@
 use super::actor::{self, Admin, Auth, Cmd};
 use super::{Sessions, MAX_BUNDLE_BYTES};
 use crate::http::error::json_response;
+use crate::http::{Presented, Refused};
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
 use base64::Engine;
@@ -298,8 +300,14 @@ async fn create(
     State(sessions): State<Arc<Sessions>>,
     axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
+    presented: Presented,
     body: axum::body::Body,
 ) -> Response {
+    // The operator's credential first: an anonymous request costs nothing
+    // and counts toward no limit.
+    if let Err(refused) = presented.operator() {
+        return refused.response("operator credential");
+    }
     // Held until the answer: what the request's set costs in memory is
     // bounded by CONCURRENT_SESSION_CREATIONS of them.
     let Some(_permit) = sessions.creation_permit() else {
@@ -308,19 +316,8 @@ async fn create(
             "too many sessions being created at once (CONCURRENT_SESSION_CREATIONS); try again",
         );
     };
-    if let Err(retry) = sessions.allow_creation(&headers, peer) {
-        let mut r = error(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "too many sessions created from this address in the last hour (ROOMS_PER_IP_PER_HOUR); try again in {} s",
-                retry.seconds
-            ),
-        );
-        r.headers_mut().insert(
-            axum::http::header::RETRY_AFTER,
-            axum::http::HeaderValue::from(retry.seconds),
-        );
-        return r;
+    if let Err(refused) = sessions.allow_creation(&headers, peer) {
+        return refused.into_response();
     }
     // The body is read only now, under the permit: a request waiting for
     // one holds none of its bytes.
@@ -406,19 +403,11 @@ async fn create(
     )
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
-}
-
 /// The stored session if the request carries its host token.
 async fn authorized(
     sessions: &Arc<Sessions>,
     id: &str,
-    headers: &HeaderMap,
+    presented: &Presented,
 ) -> Result<StoredSession, Response> {
     let store = sessions.store();
     let key = id.to_owned();
@@ -432,14 +421,16 @@ async fn authorized(
             )
         })?
         .ok_or_else(|| error(StatusCode::NOT_FOUND, "no such session"))?;
-    let given = bearer(headers).unwrap_or("");
     let host = Token::parse(&stored.host_token);
-    if !host.is_some_and(|t| t.matches(given)) {
-        return Err(error(
-            StatusCode::UNAUTHORIZED,
-            "Authorization: the session's host token is required",
-        ));
-    }
+    presented
+        .check(|given| host.filter(|t| t.matches(given)))
+        .map_err(|r| match r {
+            Refused::Throttled(_) => r.response("host token"),
+            _ => error(
+                StatusCode::UNAUTHORIZED,
+                "Authorization: the session's host token is required",
+            ),
+        })?;
     Ok(stored)
 }
 
@@ -467,9 +458,9 @@ async fn admin(sessions: &Arc<Sessions>, id: &str, op: Admin) -> Response {
 async fn status(
     State(sessions): State<Arc<Sessions>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    presented: Presented,
 ) -> Response {
-    let stored = match authorized(&sessions, &id, &headers).await {
+    let stored = match authorized(&sessions, &id, &presented).await {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -494,9 +485,9 @@ macro_rules! simple {
         async fn $name(
             State(sessions): State<Arc<Sessions>>,
             Path(id): Path<String>,
-            headers: HeaderMap,
+            presented: Presented,
         ) -> Response {
-            if let Err(r) = authorized(&sessions, &id, &headers).await {
+            if let Err(r) = authorized(&sessions, &id, &presented).await {
                 return r;
             }
             admin(&sessions, &id, $op).await
@@ -512,10 +503,10 @@ simple!(save, Admin::Save);
 async fn add_player(
     State(sessions): State<Arc<Sessions>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    presented: Presented,
     body: axum::body::Bytes,
 ) -> Response {
-    let stored = match authorized(&sessions, &id, &headers).await {
+    let stored = match authorized(&sessions, &id, &presented).await {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -605,9 +596,9 @@ fn plugin_and_set(spec: &CreateSession) -> Result<(String, String), Response> {
 async fn kick(
     State(sessions): State<Arc<Sessions>>,
     Path((id, player)): Path<(String, String)>,
-    headers: HeaderMap,
+    presented: Presented,
 ) -> Response {
-    if let Err(r) = authorized(&sessions, &id, &headers).await {
+    if let Err(r) = authorized(&sessions, &id, &presented).await {
         return r;
     }
     admin(&sessions, &id, Admin::Kick(player)).await
@@ -647,9 +638,9 @@ fn saved_game(text: &str) -> Option<SavedGame> {
 async fn continue_saved(
     State(sessions): State<Arc<Sessions>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    presented: Presented,
 ) -> Response {
-    let stored = match authorized(&sessions, &id, &headers).await {
+    let stored = match authorized(&sessions, &id, &presented).await {
         Ok(s) => s,
         Err(r) => return r,
     };

@@ -27,7 +27,6 @@ use axum::routing::get;
 use axum::Router;
 use hostwire_core::Clock;
 use hostwire_memizy::limits::{CALL_ENVELOPE_BYTES, LIMITS};
-use hostwire_memizy::relay::create::RoomCreationLimit;
 use hostwire_memizy::session::{InstanceId, SessionTiming};
 use hostwire_store::sessions::{SessionStore, SessionWrite};
 use services::{ServiceCommand, ServiceHost, ServiceMetrics};
@@ -190,7 +189,7 @@ pub struct Sessions {
     next_instance: AtomicU64,
     /// Creations per client IP in the last hour; swept on each creation,
     /// so it holds only IPs that created a session within the hour.
-    creations: Mutex<RoomCreationLimit>,
+    creations: crate::http::CreationLimit,
     /// [`CONCURRENT_SESSION_CREATIONS`] permits.
     creating: Arc<tokio::sync::Semaphore>,
 }
@@ -202,7 +201,11 @@ impl Sessions {
         store: Arc<dyn SessionStore>,
         store_metrics: Arc<StoreMetrics>,
     ) -> Arc<Sessions> {
-        let creations = Mutex::new(RoomCreationLimit::new(config.sessions_per_ip_per_hour));
+        let creations = crate::http::CreationLimit::new(
+            config.sessions_per_ip_per_hour,
+            "sessions",
+            "ROOMS_PER_IP_PER_HOUR",
+        );
         Arc::new(Sessions {
             config,
             clock,
@@ -218,25 +221,20 @@ impl Sessions {
         })
     }
 
-    /// Whether the client at `peer` (behind `headers`' trusted proxies) may
-    /// create a session now; if so, the creation is counted, if not, when
-    /// it may.
+    /// Counts a creation by the client at `peer` (behind `headers`' trusted
+    /// proxies), or answers 429 with when it may create one.
     pub fn allow_creation(
         &self,
         headers: &axum::http::HeaderMap,
         peer: std::net::SocketAddr,
-    ) -> Result<(), crate::http::RetryAfter> {
+    ) -> Result<(), crate::http::credentials::TooManyCreations> {
         let ip = crate::http::client_ip::limit_key(&crate::http::client_ip(
             headers,
             peer,
             self.config.trust_proxy,
             self.config.trusted_proxy_hops,
         ));
-        let now = self.clock.now_ms();
-        let mut c = self.creations.lock().unwrap_or_else(|p| p.into_inner());
-        c.sweep(now);
-        c.create_or_wait(&ip, now)
-            .map_err(crate::http::RetryAfter::from_ms)
+        self.creations.admit(&ip, self.clock.now_ms())
     }
 
     /// A permit to handle one creation request, if fewer than
