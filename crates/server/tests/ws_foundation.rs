@@ -16,7 +16,7 @@ mod ws_support;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use session_support::{Api, TestHost, GUARD};
+use session_support::{Api, TestHost, GGUI_AGENT, GUARD};
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
@@ -126,7 +126,7 @@ async fn invalid_utf8_in_a_text_frame_closes_1007_with_a_reason_on_every_endpoin
     let api = Api::of(&h);
     let relay = connect(&format!("{}/ws", h.ws), Some(ORIGIN), None).await;
     assert_closed_1007(relay, "/ws").await;
-    let ggui = connect(&format!("{}/ggui/ws", h.ws), None, None).await;
+    let ggui = connect(&ggui_url(&h, "s1").await, None, None).await;
     assert_closed_1007(ggui, "/ggui/ws").await;
     let (_, _, token) = p3_token(&h.http).await;
     let p3 = p3_joined(&h, &token, None).await;
@@ -180,7 +180,7 @@ async fn shutdown_closes_every_socket_with_1001_and_answers_long_polls_within_th
         ),
         (
             "/ggui/ws",
-            connect(&format!("{}/ggui/ws", h.ws), None, None).await,
+            connect(&ggui_url(&h, "s0").await, None, None).await,
         ),
         (
             "/playerthree/ws before its join",
@@ -193,7 +193,10 @@ async fn shutdown_closes_every_socket_with_1001_and_answers_long_polls_within_th
     ];
     let http = h.http.clone();
     let poll = tokio::spawn(async move {
-        reqwest::get(format!("{http}/ggui/sessions/s1/actions?waitMs=25000"))
+        reqwest::Client::new()
+            .get(format!("{http}/ggui/sessions/s1/actions?waitMs=25000"))
+            .header("Authorization", format!("Bearer {GGUI_AGENT}"))
+            .send()
             .await
             .map(|r| r.status().as_u16())
     });

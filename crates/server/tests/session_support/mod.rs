@@ -16,6 +16,8 @@ use std::time::Duration;
 
 /// The operator credential every test server is started with.
 pub const OPERATOR: &str = "test-operator-credential-0123456789";
+/// The agent credential of the ggui app `conformance` on a test server.
+pub const GGUI_AGENT: &str = "conformance-agent-credential-0123456789";
 pub use hostwire::memizy::session::device::Device;
 pub use hostwire::memizy::session::services::ServiceCommand;
 
@@ -136,11 +138,21 @@ impl TestHost {
         let store = Arc::new(SqliteStore::open(&db).unwrap());
         let clock = ManualClock::new(T0);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let server = App::start(
+        // ggui gets one app, `conformance`, with a known agent credential.
+        let ggui = hostwire::ggui::GguiConfig {
+            apps: vec![hostwire::ggui::GguiApp {
+                id: "conformance".into(),
+                credential: GGUI_AGENT.into(),
+            }],
+            ..Default::default()
+        };
+        let server = App::start_with_ggui(
             listener,
             relay_config(),
             Arc::new(clock.clone()),
             Arc::clone(&store) as _,
+            ggui,
+            None,
         )
         .unwrap();
         server.sessions.use_store(Arc::clone(&store) as _);

@@ -4,7 +4,7 @@
 //! subscribed ggui socket.
 #![allow(dead_code)]
 
-use crate::session_support::{presenter_body, Api, TestHost, GUARD};
+use crate::session_support::{presenter_body, Api, TestHost, GGUI_AGENT, GUARD, OPERATOR};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::net::TcpStream;
@@ -66,6 +66,7 @@ pub async fn p3_token(http: &str) -> (String, String, String) {
     let c = reqwest::Client::new();
     let v: Value = c
         .post(format!("{http}/playerthree/matches"))
+        .header("Authorization", format!("Bearer {OPERATOR}"))
         .send()
         .await
         .unwrap()
@@ -113,15 +114,23 @@ pub async fn board(h: &TestHost, api: &Api, recv_buffer: Option<u32>) -> Ws {
 
 /// A ggui socket subscribed to a new session.
 pub async fn ggui_subscribed(h: &TestHost, session: &str, recv_buffer: Option<u32>) -> Ws {
-    let r = reqwest::Client::new()
+    let c = reqwest::Client::new();
+    let r = c
         .put(format!("{}/ggui/sessions/{session}", h.http))
+        .header("Authorization", format!("Bearer {GGUI_AGENT}"))
         .header("Content-Type", "application/json")
         .body("{}")
         .send()
         .await
         .unwrap();
     assert!(r.status().is_success(), "{}", r.status());
-    let mut ws = connect(&format!("{}/ggui/ws", h.ws), None, recv_buffer).await;
+    let ui_token = ggui_ui_token(h, session).await;
+    let mut ws = connect(
+        &format!("{}/ggui/ws?token={ui_token}", h.ws),
+        None,
+        recv_buffer,
+    )
+    .await;
     ws.send(Message::text(
         json!({"type": "subscribe", "payload": {"sessionId": session}, "requestId": "sub"})
             .to_string(),
@@ -130,6 +139,33 @@ pub async fn ggui_subscribed(h: &TestHost, session: &str, recv_buffer: Option<u3
     .unwrap();
     assert_eq!(text(&mut ws).await["type"], "ack");
     ws
+}
+
+/// The live channel's URL with a UI token of `session`, created first.
+pub async fn ggui_url(h: &TestHost, session: &str) -> String {
+    let r = reqwest::Client::new()
+        .put(format!("{}/ggui/sessions/{session}", h.http))
+        .header("Authorization", format!("Bearer {GGUI_AGENT}"))
+        .header("Content-Type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    format!("{}/ggui/ws?token={}", h.ws, ggui_ui_token(h, session).await)
+}
+
+/// A UI token of an existing ggui session, minted by its agent.
+pub async fn ggui_ui_token(h: &TestHost, session: &str) -> String {
+    let r = reqwest::Client::new()
+        .post(format!("{}/ggui/sessions/{session}/ui-tokens", h.http))
+        .header("Authorization", format!("Bearer {GGUI_AGENT}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let v: Value = r.json().await.unwrap();
+    v["token"].as_str().unwrap().to_owned()
 }
 
 /// `hello` on a device socket: the device is then one the session keeps.
