@@ -208,7 +208,7 @@ impl App {
             };
             crate::http::serve::serve(listener, app, serve_limits, sockets, graceful).await;
         });
-        tracing::info!(%addr, rooms = loaded, "relay listening");
+        tracing::info!(%addr, rooms = loaded, "hostwire listening");
         Ok(App {
             addr,
             relay,

@@ -54,8 +54,11 @@ pub struct ServeArgs {
     /// Address to listen on. Use 0.0.0.0 to accept other machines.
     #[arg(long, env = "HOST", default_value = "127.0.0.1")]
     pub host: String,
-    /// Browser origins allowed to use the relay, comma-separated, e.g.
+    /// Browser origins allowed to use every protocol (the relay, hosted
+    /// sessions, ggui, PlayerThree), comma-separated, e.g.
     /// "https://play.example.org". "*" allows any origin (development only).
+    /// Clients that send no Origin (agents, bots) are admitted by their
+    /// credential where the endpoint allows them (docs/operations.md).
     #[arg(long, env = "ALLOWED_ORIGINS", default_value = DEFAULT_ALLOWED_ORIGINS)]
     pub allowed_origins: String,
     /// Take the client IP from X-Forwarded-For (behind a reverse proxy).
@@ -491,7 +494,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .use_services(services, args.memizy_service_timeout_ms.max(1));
         let stop = app::stop_signal();
         // A line for scripts and tests: where we listen.
-        println!("hostwire relay listening on http://{}", server.addr);
+        println!("hostwire listening on http://{}", server.addr);
         tracing::info!(db = %db.display(), origins = %args.allowed_origins, "serving");
         stop.await;
         tracing::info!("shutting down");

@@ -53,7 +53,7 @@ async fn serve_with_env(
         .unwrap();
     let url = line
         .trim()
-        .strip_prefix("hostwire relay listening on ")
+        .strip_prefix("hostwire listening on ")
         .unwrap_or_else(|| panic!("{line}"))
         .to_owned();
     (child, url, dir)

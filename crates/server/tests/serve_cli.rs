@@ -96,7 +96,7 @@ async fn logs_off_a_terminal_have_no_colours_and_an_absolute_data_directory() {
         .expect("no address line")
         .unwrap();
     assert!(
-        line.starts_with("hostwire relay listening on http://127.0.0.1:"),
+        line.starts_with("hostwire listening on http://127.0.0.1:"),
         "{line}"
     );
     // SIGTERM: it stops and its log ends.
