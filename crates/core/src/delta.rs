@@ -1641,6 +1641,46 @@ mod tests {
         assert!(std::mem::size_of::<Json>() <= 32);
     }
 
+    /// The chain of shared arrays past its bound, dropped out of order:
+    /// small and deterministic, so Miri (in `.ci/run`) checks the unsafe
+    /// ownership of chained elements on every run.
+    #[test]
+    fn a_chain_past_its_bound_drops_soundly_in_any_order() {
+        use serde_json::{json, Value};
+        let long = "a heap string, too long to be stored inline";
+        let mut model: Value = (0..CHAIN_FROM + 2)
+            .map(|i| json!({"i": i, "s": format!("{long} {i}")}))
+            .collect();
+        let mut versions: Vec<(Json, Value)> = vec![(j(model.clone()), model.clone())];
+        let mut generations = Vec::new();
+        for step in 0..usize::from(MAX_ARRAY_CHAIN) + 3 {
+            model[step % (CHAIN_FROM + 2)]["s"] = Value::from(format!("{long} step {step}"));
+            if step % 4 == 3 {
+                model.as_array_mut().unwrap().push(json!(step));
+            }
+            let prev = &versions.last().unwrap().0;
+            let out = apply(prev, &diff(prev, &j(model.clone()))).unwrap();
+            if let Json::Array(a) = &out {
+                generations.push(a.generation);
+            }
+            versions.push((out, model.clone()));
+        }
+        // Chained up to the bound, then owned again.
+        assert!(generations.contains(&MAX_ARRAY_CHAIN), "{generations:?}");
+        assert!(
+            generations.windows(2).any(|w| w[1] < w[0]),
+            "{generations:?}"
+        );
+        for ix in [5usize, 0, 7, 2, 2, 0, 3, 1] {
+            if ix < versions.len() {
+                versions.remove(ix);
+            }
+            for (v, m) in &versions {
+                assert_eq!(&v.to_value(), m);
+            }
+        }
+    }
+
     #[test]
     fn equality_ignores_member_order() {
         let a: Json = serde_json::from_str(r#"{"a":1,"b":[true,null]}"#).unwrap();

@@ -9,11 +9,16 @@ use serde_json::{json, Value};
 
 fn drain(ch: &mut Channel, conn: ConnId) -> Vec<Value> {
     let mut out = Vec::new();
+    // Every store write succeeds here: an acknowledgement held until its
+    // records are durable (`Durable`) is sent.
     while let Some(o) = ch.poll_output() {
-        if let Output::Send { conn: c, frame } = o {
-            if c == conn {
+        match o {
+            Output::Send { conn: c, frame } | Output::Durable { conn: c, frame, .. }
+                if c == conn =>
+            {
                 out.push(serde_json::from_str(&frame).unwrap());
             }
+            _ => {}
         }
     }
     out

@@ -17,7 +17,8 @@ async fn held_request(http: &str, i: usize) -> TcpStream {
     let addr = http.trim_start_matches("http://");
     let mut s = TcpStream::connect(addr).await.unwrap();
     let head = format!(
-        "PUT /ggui/sessions/held{i} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {API_BODY_LIMIT}\r\n\r\n{{\"appId\": \""
+        "PUT /ggui/sessions/held{i} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {API_BODY_LIMIT}\r\n\r\n{{\"appId\": \"",
+        app_credential("conformance")
     );
     s.write_all(head.as_bytes()).await.unwrap();
     s
