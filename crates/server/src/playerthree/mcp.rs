@@ -329,7 +329,8 @@ struct Bound {
 
 impl Drop for Bound {
     fn drop(&mut self) {
-        // The session ended: the seat is no longer live.
+        // The session ended: the seat stays live for the grace if it was
+        // its token's last one.
         let _ = self.tx.try_send(MatchCmd::Leave { conn: self.conn });
     }
 }
