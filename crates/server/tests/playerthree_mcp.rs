@@ -617,3 +617,75 @@ async fn commentary_survives_a_restart_and_its_ids_never_repeat() {
     assert_eq!(d["id"], "c3");
     a.cancel().await.unwrap();
 }
+
+/// The `live` of `role` in a `seats` frame.
+fn live_of(seats: &Value, role: &str) -> Option<bool> {
+    seats["seats"]
+        .as_array()?
+        .iter()
+        .find(|s| s["role"] == role)?["live"]
+        .as_bool()
+}
+
+/// Counts the changes of `role`'s `live` in the `seats` frames waiting.
+async fn live_changes(sp: &mut Client, role: &str, live: &mut bool) -> usize {
+    let mut changes = 0;
+    for v in sp.drain().await {
+        if v["op"] != "seats" {
+            continue;
+        }
+        if let Some(l) = live_of(&v, role) {
+            if l != *live {
+                changes += 1;
+                *live = l;
+            }
+        }
+    }
+    changes
+}
+
+#[tokio::test]
+async fn a_session_per_request_does_not_flip_the_seats_live() {
+    let t = TestServer::start().await;
+    let (id, op) = create_match(&t.http).await;
+    let red = mint(&t.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+    let (mut o, _) = t.join(&red).await;
+    let seat = hand_to_agent(&mut o, 1, "red-guard", false).await;
+    let spectator = mint(
+        &t.http,
+        &id,
+        &op,
+        json!({"kind": "spectator", "team": "red"}),
+    )
+    .await;
+    let (mut sp, _) = t.join(&spectator).await;
+    let mut live = false;
+    live_changes(&mut sp, "red-guard", &mut live).await;
+
+    // A client that opens a session for each request and ends it after.
+    const REQUESTS: usize = 10;
+    for _ in 0..REQUESTS {
+        let (a, _) = connect(&t.mcp, &seat).await.unwrap();
+        let (err, inbox) = tool(&a, "inbox", json!({})).await;
+        assert!(!err, "{inbox}");
+        a.cancel().await.unwrap();
+    }
+    let during = live_changes(&mut sp, "red-guard", &mut live).await;
+    assert!(
+        during <= 1 && live,
+        "{during} live changes for {REQUESTS} sessions (live now {live})"
+    );
+
+    // Once the sessions are gone and the grace has passed, it is not live.
+    let mut after = 0;
+    for _ in 0..20 {
+        t.advance(hostwire::playerthree::mcp::MCP_LIVE_GRACE_MS)
+            .await;
+        after += live_changes(&mut sp, "red-guard", &mut live).await;
+        if !live {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!((after, live), (1, false));
+}

@@ -139,3 +139,77 @@ async fn a_revoked_seats_session_ends() {
     assert_eq!(t.p3().mcp_sessions_open().await, 0, "ended at once");
     assert_eq!(mcp_post(&t, &a, Some(&session), LIST_TOOLS).await.0, 401);
 }
+
+/// Opens the session's GET stream on a socket with a small receive
+/// buffer and never reads it: the server's pushes soon stall.
+async fn unread_stream(t: &TestServer, token: &str, session: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let addr: std::net::SocketAddr = t
+        .mcp
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut s = socket.connect(addr).await.unwrap();
+    let req = format!(
+        "GET /playerthree/mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Accept: text/event-stream\r\nmcp-session-id: {session}\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    s
+}
+
+#[tokio::test]
+async fn tells_to_a_stream_nobody_reads_hold_one_push_per_session() {
+    let t = TestServer::start().await;
+    let (id, op) = create_match(&t.http).await;
+    let owner = mint(&t.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+    let (mut o, _) = t.join(&owner).await;
+    o.expect_ok(json!({"op": "controller", "seq": 1, "role": "red-scout", "controller": {"kind": "agent", "supervised": false}}))
+        .await;
+    let d = o
+        .expect_ok(json!({"op": "mint", "seq": 2, "role": "red-scout"}))
+        .await;
+    let seat = d["token"].as_str().unwrap().to_owned();
+
+    let (status, session) = initialize(&t, &seat).await;
+    assert_eq!(status, 200);
+    let session = session.unwrap();
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    assert_eq!(
+        mcp_post(&t, &seat, Some(&session), initialized).await.0,
+        202
+    );
+    let _stream = unread_stream(&t, &seat, &session).await;
+    let subscribe = format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{{"uri":"playerthree://{id}/inbox/red-scout"}}}}"#
+    );
+    assert_eq!(mcp_post(&t, &seat, Some(&session), &subscribe).await.0, 200);
+
+    // Many large tells, far more than the stream's buffers hold.
+    let text = "x".repeat(4000);
+    let pushes = &t.p3().metrics.mcp_tell_pushes;
+    let mut most = 0;
+    let mut refused = 0;
+    let mut seq = 3;
+    for _ in 0..60 {
+        for _ in 0..20 {
+            seq += 1;
+            let r = o
+                .call(json!({"op": "tell", "seq": seq, "roles": ["red-scout"], "text": text}))
+                .await;
+            if r["ok"] == false {
+                refused += 1;
+            }
+            most = most.max(pushes.load(std::sync::atomic::Ordering::Relaxed));
+        }
+        t.tick().await;
+    }
+    assert!(most <= 1, "{most} tell pushes in flight for one session");
+    // What the stream did not take waited in the seat's bounded inbox.
+    assert!(refused > 0, "no tell met MAX_INBOX_PER_SEAT");
+}

@@ -23,6 +23,7 @@ use rmcp::model::ResourceUpdatedNotificationParam;
 #[allow(deprecated)]
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::service::{Peer, RoleServer};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -107,6 +108,10 @@ pub enum MatchCmd {
         role: String,
         reply: oneshot::Sender<Vec<Told>>,
     },
+    /// A push of tells to this session is done.
+    McpPushed {
+        conn: ConnId,
+    },
     /// Push the seat's tells to this session as they arrive (`None`: stop).
     McpSubscribeInbox {
         conn: ConnId,
@@ -146,16 +151,44 @@ struct Subscriber {
     peer: Peer<RoleServer>,
 }
 
+/// The one host connection of a seat token's MCP sessions: the seat is
+/// `live` while it lasts, from the token's first session to
+/// [`MCP_LIVE_GRACE_MS`](super::mcp::MCP_LIVE_GRACE_MS) after its last
+/// one ended, so an agent that opens a session per request does not flip
+/// `live` (and push `seats` to every watcher) on each.
+/// A session whose seat's tells are pushed to it.
+struct InboxSubscriber {
+    role: String,
+    peer: Peer<RoleServer>,
+    /// A push to it is in flight: later tells wait in the seat's bounded
+    /// inbox until it is done, so a stream nobody reads holds one task.
+    pushing: bool,
+}
+
+struct McpPresence {
+    conn: ConnId,
+    sessions: usize,
+    /// When its last session ended (`None` while it has one).
+    idle_since: Option<u64>,
+}
+
 struct Actor {
     p3: Arc<PlayerThree>,
+    /// The match's own queue, for a finished push to say so (weak: the
+    /// match ends when its handles are gone).
+    me: mpsc::WeakSender<MatchCmd>,
     m: Match<Ridge>,
     conns: HashMap<ConnId, ConnOut>,
     subscribers: HashMap<ConnId, Subscriber>,
     /// Sessions whose seat's tells are pushed, by connection: (role, peer).
-    inbox_subscribers: HashMap<ConnId, (String, Peer<RoleServer>)>,
+    inbox_subscribers: HashMap<ConnId, InboxSubscriber>,
     /// Every MCP session, by connection: (role, peer), told when its
     /// seat's controller changes (`disclose` comes or goes).
     sessions: HashMap<ConnId, (String, Peer<RoleServer>)>,
+    /// Each seat token's MCP presence, by the token's hash.
+    mcp_presence: HashMap<TokenHash, McpPresence>,
+    /// The token of each MCP session, by the session's connection.
+    mcp_token: HashMap<ConnId, TokenHash>,
     /// The view each team's subscribers were last told about.
     notified: HashMap<String, Json>,
     next_tick: u64,
@@ -170,6 +203,7 @@ pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: TokenHash) -
     };
     let now = p3.clock.now_ms();
     let actor = Actor {
+        me: handle.tx.downgrade(),
         next_tick: now + p3.config.tick_ms,
         p3,
         m,
@@ -177,6 +211,8 @@ pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: TokenHash) -
         subscribers: HashMap::new(),
         inbox_subscribers: HashMap::new(),
         sessions: HashMap::new(),
+        mcp_presence: HashMap::new(),
+        mcp_token: HashMap::new(),
         notified: HashMap::new(),
     };
     tokio::spawn(actor.run(rx));
@@ -200,7 +236,8 @@ impl Actor {
                 .m
                 .next_timeout()
                 .map_or(self.next_tick, |t| t.min(self.next_tick))
-                .min(self.expires_at().unwrap_or(u64::MAX));
+                .min(self.expires_at().unwrap_or(u64::MAX))
+                .min(self.presence_ends_at().unwrap_or(u64::MAX));
             // The clock may be a manual one in tests: `Wake` commands move
             // the match then, and this sleep only bounds the wait.
             let sleep = Duration::from_millis(wake_at.saturating_sub(now).max(1));
@@ -244,6 +281,50 @@ impl Actor {
         if n > 0 {
             self.notify_subscribers();
         }
+        self.end_idle_presences(now);
+    }
+
+    /// When the first idle MCP presence ends.
+    fn presence_ends_at(&self) -> Option<u64> {
+        self.mcp_presence
+            .values()
+            .filter_map(|p| p.idle_since)
+            .min()
+            .map(|t| t.saturating_add(super::mcp::MCP_LIVE_GRACE_MS))
+    }
+
+    /// Disconnects the MCP presences idle for the grace: their seats are
+    /// no longer live.
+    fn end_idle_presences(&mut self, now: u64) {
+        let grace = super::mcp::MCP_LIVE_GRACE_MS;
+        let ended: Vec<TokenHash> = self
+            .mcp_presence
+            .iter()
+            .filter(|(_, p)| p.idle_since.is_some_and(|t| now >= t.saturating_add(grace)))
+            .map(|(h, _)| *h)
+            .collect();
+        for h in ended {
+            if let Some(p) = self.mcp_presence.remove(&h) {
+                self.m.disconnect(p.conn);
+            }
+        }
+    }
+
+    /// The host connection an MCP session acts through (its token's
+    /// presence); a session whose presence was closed gets its own id,
+    /// which the host no longer knows.
+    fn host_conn(&self, session: ConnId) -> ConnId {
+        self.mcp_token
+            .get(&session)
+            .and_then(|h| self.mcp_presence.get(h))
+            .map_or(session, |p| p.conn)
+    }
+
+    /// Forgets an MCP session's subscriptions.
+    fn forget_session(&mut self, conn: ConnId) {
+        self.subscribers.remove(&conn);
+        self.inbox_subscribers.remove(&conn);
+        self.sessions.remove(&conn);
     }
 
     async fn handle(&mut self, cmd: MatchCmd, now: u64) {
@@ -275,10 +356,18 @@ impl Actor {
             }
             MatchCmd::Leave { conn } => {
                 self.conns.remove(&conn);
-                self.subscribers.remove(&conn);
-                self.inbox_subscribers.remove(&conn);
-                self.sessions.remove(&conn);
-                self.m.disconnect(conn);
+                self.forget_session(conn);
+                if let Some(h) = self.mcp_token.remove(&conn) {
+                    // An MCP session: its token's presence outlasts it.
+                    if let Some(p) = self.mcp_presence.get_mut(&h) {
+                        p.sessions = p.sessions.saturating_sub(1);
+                        if p.sessions == 0 {
+                            p.idle_since = Some(now);
+                        }
+                    }
+                } else {
+                    self.m.disconnect(conn);
+                }
             }
             MatchCmd::Mint { principal, reply } => {
                 let r = self.m.mint(principal);
@@ -333,7 +422,7 @@ impl Actor {
                 let _ = reply.send(r);
             }
             MatchCmd::McpCall { conn, msg, reply } => {
-                let r = self.m.handle_client(conn, msg, now);
+                let r = self.m.handle_client(self.host_conn(conn), msg, now);
                 let _ = reply.send(r);
             }
             MatchCmd::McpView { team, reply } => {
@@ -356,9 +445,26 @@ impl Actor {
             MatchCmd::McpPeekInbox { role, reply } => {
                 let _ = reply.send(self.m.inbox(&role));
             }
+            MatchCmd::McpPushed { conn } => {
+                if let Some(s) = self.inbox_subscribers.get_mut(&conn) {
+                    s.pushing = false;
+                    let role = s.role.clone();
+                    // What came meanwhile goes now.
+                    self.push_tells(&role);
+                }
+            }
             MatchCmd::McpSubscribeInbox { conn, role, peer } => match peer {
                 Some(peer) => {
-                    self.inbox_subscribers.insert(conn, (role.clone(), peer));
+                    // A push in flight stays the session's one.
+                    let pushing = self.inbox_subscribers.get(&conn).is_some_and(|s| s.pushing);
+                    self.inbox_subscribers.insert(
+                        conn,
+                        InboxSubscriber {
+                            role: role.clone(),
+                            peer,
+                            pushing,
+                        },
+                    );
                     // What waited before the subscription goes now.
                     self.push_tells(&role);
                 }
@@ -377,7 +483,7 @@ impl Actor {
                 disclosure,
                 reply,
             } => {
-                let _ = reply.send(self.m.disclose(conn, disclosure));
+                let _ = reply.send(self.m.disclose(self.host_conn(conn), disclosure));
             }
             MatchCmd::Wake(done) => {
                 self.due(now);
@@ -406,7 +512,26 @@ impl Actor {
                 "token: MCP takes a seat token",
             ));
         };
-        self.m.connect(conn, token, now)?;
+        let hash = TokenHash::of(token);
+        match self.mcp_presence.get_mut(&hash) {
+            Some(p) => {
+                p.sessions += 1;
+                p.idle_since = None;
+            }
+            None => {
+                let host = self.p3.next_conn();
+                self.m.connect(host, token, now)?;
+                self.mcp_presence.insert(
+                    hash,
+                    McpPresence {
+                        conn: host,
+                        sessions: 1,
+                        idle_since: None,
+                    },
+                );
+            }
+        }
+        self.mcp_token.insert(conn, hash);
         Ok(SeatBinding {
             match_id: self.m.id().to_owned(),
             methods: self
@@ -439,6 +564,8 @@ impl Actor {
         }
         self.subscribers.clear();
         self.sessions.clear();
+        self.mcp_presence.clear();
+        self.mcp_token.clear();
         self.p3.forget_match(self.m.id());
         self.p3.metrics.matches_expired.fetch_add(1, Relaxed);
         self.p3
@@ -455,32 +582,56 @@ impl Actor {
 
     /// Pushes the tells waiting for `role` to its subscribed sessions, as
     /// logging notifications, and takes them from the inbox. Without a
-    /// subscriber they wait for `inbox`.
+    /// subscriber they wait for `inbox`; while a push to one of them is in
+    /// flight they wait in the inbox (at most `MAX_INBOX_PER_SEAT`, later
+    /// tells are refused) and go together when it is done: one push task
+    /// per session, however many tells come.
     #[allow(deprecated)] // logging notifications: see the `use` above
     fn push_tells(&mut self, role: &str) {
-        let peers: Vec<Peer<RoleServer>> = self
+        let subs: Vec<ConnId> = self
             .inbox_subscribers
-            .values()
-            .filter(|(r, _)| r == role)
-            .map(|(_, p)| p.clone())
+            .iter()
+            .filter(|(_, s)| s.role == role)
+            .map(|(c, _)| *c)
             .collect();
-        if peers.is_empty() {
+        if subs.is_empty()
+            || subs
+                .iter()
+                .any(|c| self.inbox_subscribers.get(c).is_some_and(|s| s.pushing))
+        {
             return;
         }
-        for t in self.m.take_inbox(role) {
-            let data = super::mcp::told_json(&t);
-            for peer in &peers {
-                let peer = peer.clone();
-                let param = LoggingMessageNotificationParam::new(LoggingLevel::Info, data.clone())
-                    .with_logger(super::mcp::TELL_LOGGER);
-                let id = self.m.id().to_owned();
-                // A push never holds the match up.
-                tokio::spawn(async move {
+        let told = self.m.take_inbox(role);
+        if told.is_empty() {
+            return;
+        }
+        let data: Arc<[Value]> = told.iter().map(super::mcp::told_json).collect();
+        for conn in subs {
+            let Some(s) = self.inbox_subscribers.get_mut(&conn) else {
+                continue;
+            };
+            s.pushing = true;
+            let peer = s.peer.clone();
+            let data = Arc::clone(&data);
+            let id = self.m.id().to_owned();
+            let me = self.me.clone();
+            let p3 = Arc::clone(&self.p3);
+            p3.metrics.mcp_tell_pushes.fetch_add(1, Relaxed);
+            // A push never holds the match up.
+            tokio::spawn(async move {
+                for d in data.iter() {
+                    let param = LoggingMessageNotificationParam::new(LoggingLevel::Info, d.clone())
+                        .with_logger(super::mcp::TELL_LOGGER);
                     if let Err(e) = peer.notify_logging_message(param).await {
                         tracing::warn!(r#match = %id, error = %e, "tell not pushed");
+                        break;
                     }
-                });
-            }
+                }
+                p3.metrics.mcp_tell_pushes.fetch_sub(1, Relaxed);
+                if let Some(tx) = me.upgrade() {
+                    let _ = tx.send(MatchCmd::McpPushed { conn }).await;
+                }
+            });
         }
     }
 
@@ -620,9 +771,28 @@ impl Actor {
                             }
                         }
                     }
-                    self.subscribers.remove(&conn);
-                    self.inbox_subscribers.remove(&conn);
-                    self.sessions.remove(&conn);
+                    self.forget_session(conn);
+                    // An MCP presence closed (revoked, rate limited): its
+                    // sessions act through it no more.
+                    let closed: Vec<TokenHash> = self
+                        .mcp_presence
+                        .iter()
+                        .filter(|(_, p)| p.conn == conn)
+                        .map(|(h, _)| *h)
+                        .collect();
+                    for h in closed {
+                        self.mcp_presence.remove(&h);
+                        let ended: Vec<ConnId> = self
+                            .mcp_token
+                            .iter()
+                            .filter(|(_, t)| **t == h)
+                            .map(|(c, _)| *c)
+                            .collect();
+                        for c in ended {
+                            self.mcp_token.remove(&c);
+                            self.forget_session(c);
+                        }
+                    }
                 }
                 Output::Persist(r) => {
                     if let Record::Controller { role, .. } = &r {

@@ -1,7 +1,8 @@
 //! `/playerthree/mcp`: agents over MCP (streamable HTTP, `rmcp`). Every
 //! request carries the agent's seat token (`Authorization: Bearer`); a
 //! session is bound to the seat of its first request and joins the match
-//! as that seat (its `SeatInfo` shows `live` while the session lasts).
+//! as that seat (its `SeatInfo` shows `live` while the token has a
+//! session, and [`MCP_LIVE_GRACE_MS`] after its last one ended).
 //!
 //! - tools: one per control method of the seat (the game's input schema),
 //!   `tell` (the agent's reply to its owners), `inbox` (its owners' tells
@@ -58,6 +59,12 @@ use tokio::sync::{mpsc, oneshot, OnceCell};
 pub const MAX_MCP_SESSIONS: u64 = 1024;
 /// The largest MCP request body (a tool call's arguments are a `call`'s).
 pub const MAX_MCP_BODY_BYTES: usize = MAX_MESSAGE_BYTES;
+
+/// Milliseconds a seat stays `live` after its token's last MCP session
+/// ended: an agent whose client opens a session per request keeps its
+/// seat live between requests instead of flipping it (and pushing
+/// `seats` to every watcher) twice a request.
+pub const MCP_LIVE_GRACE_MS: u64 = 30_000;
 
 /// The logger name of a pushed tell.
 pub const TELL_LOGGER: &str = "playerthree/tell";
@@ -322,7 +329,8 @@ struct Bound {
 
 impl Drop for Bound {
     fn drop(&mut self) {
-        // The session ended: the seat is no longer live.
+        // The session ended: the seat stays live for the grace if it was
+        // its token's last one.
         let _ = self.tx.try_send(MatchCmd::Leave { conn: self.conn });
     }
 }

@@ -87,6 +87,8 @@ pub struct PlayerThreeMetrics {
     pub oversized: AtomicU64,
     pub guard_violations: AtomicU64,
     pub mcp_sessions: AtomicU64,
+    /// Tell pushes in flight: at most one per subscribed MCP session.
+    pub mcp_tell_pushes: AtomicU64,
     pub matches_expired: AtomicU64,
 }
 
@@ -147,6 +149,12 @@ impl Render for PlayerThreeMetrics {
                 "Live MCP agent sessions.",
                 "gauge",
                 &self.mcp_sessions,
+            ),
+            (
+                "hostwire_playerthree_mcp_tell_pushes",
+                "Pushes of tells to MCP sessions in flight (one per subscribed session at most).",
+                "gauge",
+                &self.mcp_tell_pushes,
             ),
         ] {
             let _ = writeln!(
