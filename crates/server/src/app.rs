@@ -296,26 +296,10 @@ pub fn stop_signal() -> impl std::future::Future<Output = ()> {
 
 /// Raises the open-file soft limit to the hard limit: every connection is a
 /// file, and a common default of 1,024 would cap a server at about 1,000
-/// players. Returns the limit in force.
+/// players. Returns the limit in force (0 if it cannot be read).
 #[cfg(unix)]
 pub fn raise_open_file_limit() -> u64 {
-    // SAFETY: getrlimit/setrlimit on a local, zero-initialized struct.
-    unsafe {
-        let mut l: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
-            return 0;
-        }
-        if l.rlim_cur < l.rlim_max {
-            let wanted = libc::rlimit {
-                rlim_cur: l.rlim_max,
-                rlim_max: l.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) == 0 {
-                return wanted.rlim_cur;
-            }
-        }
-        l.rlim_cur
-    }
+    rlimit::increase_nofile_limit(u64::MAX).unwrap_or(0)
 }
 
 #[cfg(not(unix))]

@@ -5,6 +5,10 @@
 //! [`metrics`], the outbound queue, [`store_writer`]); [`app`] puts them
 //! together and [`cli`] is the command line.
 
+// No unsafe code here: what needs it lives in hostwire-core, where Miri
+// checks it, or in well-kept crates (`rlimit` for the open-file limit).
+#![forbid(unsafe_code)]
+
 pub mod app;
 pub mod check;
 pub mod cli;
