@@ -185,10 +185,24 @@ pub struct ServeArgs {
     /// fails with INTERNAL_ERROR.
     #[arg(long, env = "MEMIZY_SERVICE_TIMEOUT_MS", default_value_t = crate::memizy::session::services::DEFAULT_SERVICE_TIMEOUT_MS)]
     pub memizy_service_timeout_ms: u64,
+    /// Memizy sessions: milliseconds a hosted session may stay in its
+    /// lobby (never started) after it was created or continued; then its
+    /// devices are closed and its rows removed.
+    #[arg(long, env = "MEMIZY_SESSION_LOBBY_TTL_MS", default_value_t = crate::memizy::session::DEFAULT_LOBBY_TTL_MS)]
+    pub memizy_session_lobby_ttl_ms: u64,
+    /// Memizy sessions: milliseconds a hosted session with no device
+    /// attached and no API call stays; then its rows are removed.
+    #[arg(long, env = "MEMIZY_SESSION_IDLE_TTL_MS", default_value_t = crate::memizy::session::DEFAULT_IDLE_TTL_MS)]
+    pub memizy_session_idle_ttl_ms: u64,
     /// PlayerThree: milliseconds a finished match stays (its report and
     /// tokens readable) before it and its records are removed.
     #[arg(long, env = "PLAYERTHREE_FINISHED_TTL_MS", default_value_t = crate::playerthree::DEFAULT_FINISHED_TTL_MS)]
     pub playerthree_finished_ttl_ms: u64,
+    /// PlayerThree: milliseconds a match nobody has joined since its
+    /// creation (or the last restart) stays before it and its records are
+    /// removed.
+    #[arg(long, env = "PLAYERTHREE_UNJOINED_TTL_MS", default_value_t = crate::playerthree::DEFAULT_UNJOINED_TTL_MS)]
+    pub playerthree_unjoined_ttl_ms: u64,
 }
 
 /// The services `serve` offers: each NAME=COMMAND whose program exists.
@@ -472,6 +486,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             crate::playerthree::PlayerThreeConfig::new(config.allowed_origins.clone());
         p3_config.tick_ms = args.playerthree_tick_ms.max(1);
         p3_config.finished_ttl_ms = args.playerthree_finished_ttl_ms;
+        p3_config.unjoined_ttl_ms = args.playerthree_unjoined_ttl_ms;
         let sessions_store = Arc::clone(&sqlite);
         let services = memizy_services(&args)?;
         let server = App::start_all(
@@ -489,6 +504,10 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         server
             .sessions
             .use_services(services, args.memizy_service_timeout_ms.max(1));
+        server.sessions.use_expiry(
+            args.memizy_session_lobby_ttl_ms,
+            args.memizy_session_idle_ttl_ms,
+        );
         let stop = app::stop_signal();
         // A line for scripts and tests: where we listen.
         println!("hostwire relay listening on http://{}", server.addr);

@@ -133,6 +133,12 @@ pub enum SessionWrite {
         file: String,
         bytes: Vec<u8>,
     },
+    /// The session expired: every row keyed by it goes (its bundle,
+    /// snapshot, answers, result, saved game, player tokens, assets).
+    /// Plugin data and progress are the learner's, keyed by user, and stay.
+    Removed {
+        session_id: String,
+    },
 }
 
 /// Plugin data of one user for one plugin: scope `plugin` and scope `set`.
@@ -154,7 +160,9 @@ impl StoreWrite for SessionWrite {
             SessionWrite::Result { result, .. } => result.len(),
             SessionWrite::SavedGame { body, .. } => body.len(),
             SessionWrite::Asset { bytes, .. } => bytes.len(),
-            SessionWrite::SnapshotDiscarded { .. } | SessionWrite::PlayerToken { .. } => 0,
+            SessionWrite::SnapshotDiscarded { .. }
+            | SessionWrite::PlayerToken { .. }
+            | SessionWrite::Removed { .. } => 0,
         }
     }
 }
@@ -280,6 +288,25 @@ fn apply_session(tx: &Connection, w: &SessionWrite) -> Result<(), StoreError> {
                 "INSERT OR REPLACE INTO memizy_assets (session_id, file, bytes) VALUES (?1, ?2, ?3)",
                 params![session_id, file, bytes],
             )?;
+        }
+        SessionWrite::Removed { session_id } => {
+            tx.execute(
+                "DELETE FROM memizy_sessions WHERE id = ?1",
+                params![session_id],
+            )?;
+            for table in [
+                "memizy_snapshots",
+                "memizy_answers",
+                "memizy_results",
+                "memizy_saved_games",
+                "memizy_player_tokens",
+                "memizy_assets",
+            ] {
+                tx.execute(
+                    &format!("DELETE FROM {table} WHERE session_id = ?1"),
+                    params![session_id],
+                )?;
+            }
         }
     }
     Ok(())

@@ -58,6 +58,14 @@ pub const MAX_BUNDLE_BYTES: usize = 8 * 1024 * 1024;
 /// parsed into JSON trees (tens of times its text for small items), so
 /// this bounds what creations can hold in memory together; beyond it 503.
 pub const CONCURRENT_SESSION_CREATIONS: usize = 4;
+/// Milliseconds a session may stay in its lobby (never started) after it
+/// was created or continued, unless configured: a day, so a teacher may
+/// prepare a lesson well ahead, yet a lobby nobody starts does not hold
+/// [`MAX_SESSIONS`] and its store rows for good.
+pub const DEFAULT_LOBBY_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+/// Milliseconds a session with no device attached and no API call stays,
+/// unless configured.
+pub const DEFAULT_IDLE_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
 #[derive(Debug, Clone)]
 pub struct SessionsConfig {
@@ -192,6 +200,10 @@ pub struct Sessions {
     creations: crate::http::CreationLimit,
     /// [`CONCURRENT_SESSION_CREATIONS`] permits.
     creating: Arc<tokio::sync::Semaphore>,
+    /// Milliseconds a session may stay in its lobby.
+    lobby_ttl_ms: AtomicU64,
+    /// Milliseconds a session with no device and no API call stays.
+    idle_ttl_ms: AtomicU64,
 }
 
 impl Sessions {
@@ -218,7 +230,40 @@ impl Sessions {
             metrics: Arc::new(SessionMetrics::default()),
             live: Mutex::new(HashMap::new()),
             next_instance: AtomicU64::new(1),
+            lobby_ttl_ms: AtomicU64::new(DEFAULT_LOBBY_TTL_MS),
+            idle_ttl_ms: AtomicU64::new(DEFAULT_IDLE_TTL_MS),
         })
+    }
+
+    /// Sessions expire (devices closed, rows removed) `lobby_ttl_ms` after
+    /// they were created or continued if never started, and `idle_ttl_ms`
+    /// after their last use while no device is attached.
+    pub fn use_expiry(&self, lobby_ttl_ms: u64, idle_ttl_ms: u64) {
+        self.lobby_ttl_ms.store(lobby_ttl_ms, Relaxed);
+        self.idle_ttl_ms.store(idle_ttl_ms, Relaxed);
+    }
+
+    pub(crate) fn lobby_ttl_ms(&self) -> u64 {
+        self.lobby_ttl_ms.load(Relaxed)
+    }
+
+    pub(crate) fn idle_ttl_ms(&self) -> u64 {
+        self.idle_ttl_ms.load(Relaxed)
+    }
+
+    /// Lets every session do what is due now (after a manual clock moved).
+    pub async fn wake(&self) {
+        let handles: Vec<SessionHandle> = self
+            .live
+            .lock()
+            .map(|l| l.values().cloned().collect())
+            .unwrap_or_default();
+        for h in handles {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            if h.tx.send(Cmd::Wake(tx)).await.is_ok() {
+                let _ = rx.await;
+            }
+        }
     }
 
     /// Counts a creation by the client at `peer` (behind `headers`' trusted

@@ -1,0 +1,52 @@
+//! Hosted sessions nobody uses expire: one left in its lobby is removed
+//! with its rows after the lobby time, one in use stays.
+
+mod session_support;
+
+use hostwire_store::sessions::SessionStore;
+use hostwire_store::SqliteStore;
+use session_support::*;
+
+const LOBBY_TTL_MS: u64 = 60_000;
+
+#[tokio::test]
+async fn a_session_left_in_its_lobby_expires_with_its_rows() {
+    let h = TestHost::start().await;
+    let sessions = &h.server.as_ref().unwrap().sessions;
+    sessions.use_expiry(LOBBY_TTL_MS, 10 * LOBBY_TTL_MS);
+    let api = Api::of(&h);
+    let (idle, idle_token) = api.create(&presenter_body(2)).await;
+    let (used, used_token) = api.create(&presenter_body(2)).await;
+    let (s, v) = api.op(&used, &used_token, "start").await;
+    assert_eq!(s, 200, "{v}");
+
+    // Not yet.
+    h.clock.advance_ms(LOBBY_TTL_MS - 1);
+    sessions.wake().await;
+    api.status(&idle, &idle_token).await;
+
+    // Expired: the API answers 404 for it, the started one is there.
+    h.clock.advance_ms(1);
+    sessions.wake().await;
+    let (s, v) = api
+        .request(
+            "GET",
+            &format!("/memizy/sessions/{idle}"),
+            Some(&idle_token),
+            None,
+        )
+        .await;
+    assert_eq!(s, 404, "{v}");
+    api.status(&used, &used_token).await;
+
+    // Its rows are gone from the file, so a restart does not know it.
+    let mut h = h;
+    if let Some(server) = h.server.take() {
+        server.shutdown().await;
+    }
+    let store = SqliteStore::open(&h.db).unwrap();
+    assert!(store.load_session(&idle).unwrap().is_none());
+    assert!(store.list_assets(&idle).unwrap().is_empty());
+    assert!(store.load_player_tokens(&idle).unwrap().is_empty());
+    assert!(store.load_session(&used).unwrap().is_some());
+}
