@@ -203,6 +203,10 @@ pub struct ServeArgs {
     /// removed.
     #[arg(long, env = "PLAYERTHREE_UNJOINED_TTL_MS", default_value_t = crate::playerthree::DEFAULT_UNJOINED_TTL_MS)]
     pub playerthree_unjoined_ttl_ms: u64,
+    /// ggui: milliseconds a session nobody uses (no subscriber, no agent
+    /// call, no long poll) stays before it and its rows are removed.
+    #[arg(long, env = "GGUI_SESSION_IDLE_TTL_MS", default_value_t = crate::ggui::DEFAULT_IDLE_TTL_MS)]
+    pub ggui_session_idle_ttl_ms: u64,
 }
 
 /// The services `serve` offers: each NAME=COMMAND whose program exists.
@@ -239,6 +243,7 @@ pub fn ggui_config(args: &ServeArgs) -> crate::ggui::GguiConfig {
         allowed_origins: AllowedOrigins::parse(&args.allowed_origins),
         ..Default::default()
     };
+    c.idle_ttl_ms = args.ggui_session_idle_ttl_ms;
     c.channel.default_app_id = args.ggui_default_app.clone();
     c.channel.advertised_version = args.ggui_server_version.clone();
     c.channel.version_policy = match args.ggui_version_policy {
