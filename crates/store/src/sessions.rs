@@ -191,6 +191,8 @@ pub trait SessionStore: UnitStore<SessionWrite> {
     fn list_assets(&self, session_id: &str) -> Result<Vec<(String, usize)>, StoreError>;
     /// One file of a session's bundle.
     fn load_asset(&self, session_id: &str, file: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// The id of every stored session.
+    fn list_session_ids(&self) -> Result<Vec<String>, StoreError>;
 }
 
 impl UnitStore<SessionWrite> for SqliteStore {
@@ -315,6 +317,15 @@ fn apply_session(tx: &Connection, w: &SessionWrite) -> Result<(), StoreError> {
 impl SessionStore for SqliteStore {
     fn apply_sessions(&self, writes: &[SessionWrite]) -> Result<(), StoreError> {
         self.apply_all(writes, apply_session)
+    }
+
+    fn list_session_ids(&self) -> Result<Vec<String>, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let mut st = conn.prepare("SELECT id FROM memizy_sessions ORDER BY rowid")?;
+        let ids = st
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ids)
     }
 
     fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError> {
