@@ -111,3 +111,36 @@ async fn a_session_stopped_by_a_restart_expires_when_nobody_uses_it() {
     assert!(store.load_session(&used).unwrap().is_some());
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_started_session_without_devices_expires_and_one_with_a_device_stays() {
+    let h = TestHost::start().await;
+    let sessions = &h.server.as_ref().unwrap().sessions;
+    sessions.use_expiry(10 * IDLE_TTL_MS, IDLE_TTL_MS);
+    let api = Api::of(&h);
+    let (idle, idle_token) = api.create(&presenter_body(2)).await;
+    let (used, used_token) = api.create(&presenter_body(2)).await;
+    for (sid, token) in [(&idle, &idle_token), (&used, &used_token)] {
+        let (s, v) = api.op(sid, token, "start").await;
+        assert_eq!(s, 200, "{v}");
+    }
+    let (_board, _) = api.device(&used, "board", "board").await;
+
+    h.clock.advance_ms(IDLE_TTL_MS - 1);
+    sessions.wake().await;
+    assert_eq!(api.status(&idle, &idle_token).await["phase"], "loading");
+    // The status call above was a use: its time starts again.
+    h.clock.advance_ms(IDLE_TTL_MS);
+    sessions.wake().await;
+    let (s, v) = api
+        .request(
+            "GET",
+            &format!("/memizy/sessions/{idle}"),
+            Some(&idle_token),
+            None,
+        )
+        .await;
+    assert_eq!(s, 404, "{v}");
+    // The one with its board attached is in use.
+    assert_eq!(api.status(&used, &used_token).await["phase"], "loading");
+}
