@@ -1556,6 +1556,26 @@ impl Channel {
             .collect()
     }
 
+    /// The ids of every session held.
+    pub fn session_ids(&self) -> Vec<String> {
+        self.sessions.keys().cloned().collect()
+    }
+
+    /// Forgets a session (it expired); its subscribers, if any, are
+    /// subscribed to nothing from now on. `false`: no such session. The
+    /// caller removes what the store keeps of it.
+    pub fn remove_session(&mut self, session_id: &str) -> bool {
+        let Some(s) = self.sessions.remove(session_id) else {
+            return false;
+        };
+        for conn in s.subscribers {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.subscribed = None;
+            }
+        }
+        true
+    }
+
     /// Subscribers of a session (for metrics and tests).
     pub fn subscriber_count(&self, session_id: &str) -> usize {
         self.sessions

@@ -155,6 +155,7 @@ impl App {
             Arc::new(hostwire_store::SqliteStore::in_memory()?),
             Arc::clone(&store_metrics),
         );
+        sessions.start_expiry_sweep();
         let relay_metrics = Arc::new(RelayMetrics::default());
         let stored = store.load_rooms()?;
         let loaded = stored.len();

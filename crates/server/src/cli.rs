@@ -188,10 +188,28 @@ pub struct ServeArgs {
     /// fails with INTERNAL_ERROR.
     #[arg(long, env = "MEMIZY_SERVICE_TIMEOUT_MS", default_value_t = crate::memizy::session::services::DEFAULT_SERVICE_TIMEOUT_MS)]
     pub memizy_service_timeout_ms: u64,
+    /// Memizy sessions: milliseconds a hosted session may stay in its
+    /// lobby (never started) after it was created or continued; then its
+    /// devices are closed and its rows removed.
+    #[arg(long, env = "MEMIZY_SESSION_LOBBY_TTL_MS", default_value_t = crate::memizy::session::DEFAULT_LOBBY_TTL_MS)]
+    pub memizy_session_lobby_ttl_ms: u64,
+    /// Memizy sessions: milliseconds a hosted session with no device
+    /// attached and no API call stays; then its rows are removed.
+    #[arg(long, env = "MEMIZY_SESSION_IDLE_TTL_MS", default_value_t = crate::memizy::session::DEFAULT_IDLE_TTL_MS)]
+    pub memizy_session_idle_ttl_ms: u64,
     /// PlayerThree: milliseconds a finished match stays (its report and
     /// tokens readable) before it and its records are removed.
     #[arg(long, env = "PLAYERTHREE_FINISHED_TTL_MS", default_value_t = crate::playerthree::DEFAULT_FINISHED_TTL_MS)]
     pub playerthree_finished_ttl_ms: u64,
+    /// PlayerThree: milliseconds a match nobody has joined since its
+    /// creation (or the last restart) stays before it and its records are
+    /// removed.
+    #[arg(long, env = "PLAYERTHREE_UNJOINED_TTL_MS", default_value_t = crate::playerthree::DEFAULT_UNJOINED_TTL_MS)]
+    pub playerthree_unjoined_ttl_ms: u64,
+    /// ggui: milliseconds a session nobody uses (no subscriber, no agent
+    /// call, no long poll) stays before it and its rows are removed.
+    #[arg(long, env = "GGUI_SESSION_IDLE_TTL_MS", default_value_t = crate::ggui::DEFAULT_IDLE_TTL_MS)]
+    pub ggui_session_idle_ttl_ms: u64,
 }
 
 /// The services `serve` offers: each NAME=COMMAND whose program exists.
@@ -228,6 +246,7 @@ pub fn ggui_config(args: &ServeArgs) -> crate::ggui::GguiConfig {
         allowed_origins: AllowedOrigins::parse(&args.allowed_origins),
         ..Default::default()
     };
+    c.idle_ttl_ms = args.ggui_session_idle_ttl_ms;
     c.channel.default_app_id = args.ggui_default_app.clone();
     c.channel.advertised_version = args.ggui_server_version.clone();
     c.channel.version_policy = match args.ggui_version_policy {
@@ -475,6 +494,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             crate::playerthree::PlayerThreeConfig::new(config.allowed_origins.clone());
         p3_config.tick_ms = args.playerthree_tick_ms.max(1);
         p3_config.finished_ttl_ms = args.playerthree_finished_ttl_ms;
+        p3_config.unjoined_ttl_ms = args.playerthree_unjoined_ttl_ms;
         let sessions_store = Arc::clone(&sqlite);
         let services = memizy_services(&args)?;
         let server = App::start_all(
@@ -492,6 +512,10 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         server
             .sessions
             .use_services(services, args.memizy_service_timeout_ms.max(1));
+        server.sessions.use_expiry(
+            args.memizy_session_lobby_ttl_ms,
+            args.memizy_session_idle_ttl_ms,
+        );
         let stop = app::stop_signal();
         // A line for scripts and tests: where we listen.
         println!("hostwire listening on http://{}", server.addr);

@@ -297,3 +297,61 @@ async fn a_mandate_flood_leaves_a_bounded_number_of_rows_and_none_after_the_end(
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_match_nobody_joins_expires_after_its_time_with_its_rows() {
+    let mut config = p3_config();
+    config.unjoined_ttl_ms = 60_000;
+    config.finished_ttl_ms = 3_600_000;
+    let mut s = TestServer::start_with(config).await;
+    let (idle, idle_op) = create_match(&s.http).await;
+    let (used, used_op) = create_match(&s.http).await;
+    let red = mint(
+        &s.http,
+        &used,
+        &used_op,
+        json!({"kind": "team", "team": "red"}),
+    )
+    .await;
+    let (_o, v) = s.join(&red).await;
+    assert_eq!(v["ok"], true, "{v}");
+    // Not yet: both still there.
+    s.advance(59_000).await;
+    assert_eq!(s.p3().match_count(), 2);
+    // The unjoined one is gone from the API; the joined one stays.
+    s.advance(1_000).await;
+    assert_eq!(s.p3().match_count(), 1);
+    let (status, _) = mint_raw(&s.http, &idle, &idle_op, json!({"kind": "spectator"})).await;
+    assert_eq!(status, 404);
+    let (status, _) = mint_raw(&s.http, &used, &used_op, json!({"kind": "spectator"})).await;
+    assert_eq!(status, 201);
+    // Its rows are gone, and a restart does not bring it back.
+    s.stop().await;
+    let c = db(&s.db);
+    let count = |sql: &str, id: &str| -> i64 { c.query_row(sql, [id], |r| r.get(0)).unwrap() };
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM playerthree_matches WHERE id = ?1",
+            &idle
+        ),
+        0
+    );
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM playerthree_records WHERE match_id = ?1",
+            &idle
+        ),
+        0
+    );
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM playerthree_matches WHERE id = ?1",
+            &used
+        ),
+        1
+    );
+    s.restart().await;
+    assert_eq!(s.p3().match_count(), 1);
+    let (status, _) = mint_raw(&s.http, &idle, &idle_op, json!({"kind": "spectator"})).await;
+    assert_eq!(status, 404);
+}

@@ -79,6 +79,8 @@ pub enum GguiChange {
     DropStream { session_id: String, seqs: Vec<u64> },
     /// Actions were drained up to this ledger `seq`.
     Drained { session_id: String, up_to: u64 },
+    /// The session expired: its row, ledger and stream buffer go.
+    RemoveSession { session_id: String },
 }
 
 /// A session as loaded at start-up.
@@ -110,7 +112,8 @@ impl GguiChange {
             | GguiChange::PutStream { session_id, .. }
             | GguiChange::StreamSeq { session_id, .. }
             | GguiChange::DropStream { session_id, .. }
-            | GguiChange::Drained { session_id, .. } => session_id,
+            | GguiChange::Drained { session_id, .. }
+            | GguiChange::RemoveSession { session_id } => session_id,
         }
     }
 }
@@ -289,6 +292,15 @@ fn apply_ggui(tx: &Connection, c: &GguiChange) -> Result<(), StoreError> {
                 "UPDATE ggui_sessions SET drained_up_to = MAX(drained_up_to, ?2) WHERE session_id = ?1",
                 params![session_id, *up_to as i64],
             )?;
+        }
+        GguiChange::RemoveSession { session_id } => {
+            for sql in [
+                "DELETE FROM ggui_sessions WHERE session_id = ?1",
+                "DELETE FROM ggui_ledger WHERE session_id = ?1",
+                "DELETE FROM ggui_stream WHERE session_id = ?1",
+            ] {
+                exec(tx, sql, params![session_id])?;
+            }
         }
     }
     Ok(())

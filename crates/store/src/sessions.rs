@@ -133,6 +133,12 @@ pub enum SessionWrite {
         file: String,
         bytes: Vec<u8>,
     },
+    /// The session expired: every row keyed by it goes (its bundle,
+    /// snapshot, answers, result, saved game, player tokens, assets).
+    /// Plugin data and progress are the learner's, keyed by user, and stay.
+    Removed {
+        session_id: String,
+    },
 }
 
 /// Plugin data of one user for one plugin: scope `plugin` and scope `set`.
@@ -154,7 +160,9 @@ impl StoreWrite for SessionWrite {
             SessionWrite::Result { result, .. } => result.len(),
             SessionWrite::SavedGame { body, .. } => body.len(),
             SessionWrite::Asset { bytes, .. } => bytes.len(),
-            SessionWrite::SnapshotDiscarded { .. } | SessionWrite::PlayerToken { .. } => 0,
+            SessionWrite::SnapshotDiscarded { .. }
+            | SessionWrite::PlayerToken { .. }
+            | SessionWrite::Removed { .. } => 0,
         }
     }
 }
@@ -183,6 +191,8 @@ pub trait SessionStore: UnitStore<SessionWrite> {
     fn list_assets(&self, session_id: &str) -> Result<Vec<(String, usize)>, StoreError>;
     /// One file of a session's bundle.
     fn load_asset(&self, session_id: &str, file: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// The id of every stored session.
+    fn list_session_ids(&self) -> Result<Vec<String>, StoreError>;
 }
 
 impl UnitStore<SessionWrite> for SqliteStore {
@@ -281,6 +291,25 @@ fn apply_session(tx: &Connection, w: &SessionWrite) -> Result<(), StoreError> {
                 params![session_id, file, bytes],
             )?;
         }
+        SessionWrite::Removed { session_id } => {
+            tx.execute(
+                "DELETE FROM memizy_sessions WHERE id = ?1",
+                params![session_id],
+            )?;
+            for table in [
+                "memizy_snapshots",
+                "memizy_answers",
+                "memizy_results",
+                "memizy_saved_games",
+                "memizy_player_tokens",
+                "memizy_assets",
+            ] {
+                tx.execute(
+                    &format!("DELETE FROM {table} WHERE session_id = ?1"),
+                    params![session_id],
+                )?;
+            }
+        }
     }
     Ok(())
 }
@@ -288,6 +317,15 @@ fn apply_session(tx: &Connection, w: &SessionWrite) -> Result<(), StoreError> {
 impl SessionStore for SqliteStore {
     fn apply_sessions(&self, writes: &[SessionWrite]) -> Result<(), StoreError> {
         self.apply_all(writes, apply_session)
+    }
+
+    fn list_session_ids(&self) -> Result<Vec<String>, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let mut st = conn.prepare("SELECT id FROM memizy_sessions ORDER BY rowid")?;
+        let ids = st
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ids)
     }
 
     fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError> {

@@ -156,9 +156,13 @@ async fn require_app(
 
 /// Whether `session_id` is `app`'s: another app's session is answered as
 /// one that does not exist (its existence is not another app's to learn).
-fn owned(core: &super::Core, app: &str, session_id: &str) -> Result<(), ApiError> {
+/// An owned session is used now (it does not expire while its agent calls).
+fn owned(core: &mut super::Core, app: &str, session_id: &str) -> Result<(), ApiError> {
     match core.channel.session_app(session_id) {
-        Some(a) if a == app => Ok(()),
+        Some(a) if a == app => {
+            core.touch(session_id);
+            Ok(())
+        }
         _ => Err(ApiError::SessionNotFound(session_id.to_owned())),
     }
 }
@@ -314,6 +318,7 @@ async fn create_session(
     let answer = ggui
         .call(move |core| {
             let now = core.now_ms;
+            core.touch(&id);
             core.channel
                 .create_session(req, now)
                 .map(|created| (created, core.channel.read_session(&id)))

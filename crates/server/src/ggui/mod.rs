@@ -50,6 +50,12 @@ pub const COMMAND_QUEUE: usize = 4096;
 pub const HOST_CONTEXT_COALESCE_COMMANDS: u32 = 256;
 /// Long polls waiting on one session at once (`429` past it).
 pub const MAX_LONG_POLLS_PER_SESSION: usize = 16;
+/// Milliseconds a session nobody uses (no subscriber, no agent call, no
+/// long poll) stays before it is removed with its rows, unless
+/// configured: a day, so an agent may prepare a session well ahead.
+pub const DEFAULT_IDLE_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+/// Milliseconds between two passes over the sessions for idle ones.
+pub const EXPIRY_SWEEP_MS: u64 = 60 * 1000;
 
 /// Settings of the live channel and its API.
 #[derive(Debug, Clone)]
@@ -66,6 +72,9 @@ pub struct GguiConfig {
     pub apps: Vec<GguiApp>,
     /// Frames queued for one connection before it counts as too slow.
     pub outbound_queue: usize,
+    /// Milliseconds from a session's last use (a subscriber, an agent
+    /// call, a long poll) to its removal with its rows.
+    pub idle_ttl_ms: u64,
 }
 
 impl Default for GguiConfig {
@@ -75,6 +84,7 @@ impl Default for GguiConfig {
             allowed_origins: AllowedOrigins::Any,
             apps: Vec::new(),
             outbound_queue: OUTBOUND_QUEUE,
+            idle_ttl_ms: DEFAULT_IDLE_TTL_MS,
         }
     }
 }
@@ -194,6 +204,8 @@ pub(crate) enum Cmd {
     /// An API call: runs on the actor's state, answers through its own
     /// oneshot.
     Call(Box<dyn FnOnce(&mut Core) + Send>),
+    /// Remove the sessions idle for `idle_ttl_ms`; answers how many.
+    ExpireIdle(oneshot::Sender<usize>),
 }
 
 /// The actor's state: the core, each connection's outbound queue, and the
@@ -208,9 +220,44 @@ pub(crate) struct Core {
     stored_answer: Option<oneshot::Sender<bool>>,
     /// Shutting down: long polls are answered at once, none waits.
     pub(crate) closing: bool,
+    /// When each session was last used (created, restored, an agent call,
+    /// a subscriber or a long poll seen).
+    last_used: HashMap<String, u64>,
 }
 
 impl Core {
+    /// The agent used `session_id` now.
+    pub(crate) fn touch(&mut self, session_id: &str) {
+        self.last_used.insert(session_id.to_owned(), self.now_ms);
+    }
+
+    /// Removes the sessions nobody used for `idle_ttl_ms` (a subscriber or
+    /// a waiting long poll counts as use now); returns their ids.
+    fn expire_idle(&mut self, idle_ttl_ms: u64) -> Vec<String> {
+        let now = self.now_ms;
+        let ids = self.channel.session_ids();
+        self.last_used.retain(|id, _| ids.contains(id));
+        let mut expired = Vec::new();
+        for id in ids {
+            let polled = self
+                .waiters
+                .get(&id)
+                .is_some_and(|l| l.iter().any(|w| !w.is_closed()));
+            if polled || self.channel.subscriber_count(&id) > 0 {
+                self.last_used.insert(id, now);
+                continue;
+            }
+            let last = *self.last_used.entry(id.clone()).or_insert(now);
+            if now.saturating_sub(last) >= idle_ttl_ms {
+                self.channel.remove_session(&id);
+                self.last_used.remove(&id);
+                self.waiters.remove(&id);
+                expired.push(id);
+            }
+        }
+        expired
+    }
+
     /// Registers a long poll on `session_id`; `None` past the bound.
     pub(crate) fn wait_for_actions(&mut self, session_id: &str) -> Option<oneshot::Receiver<()>> {
         let list = self.waiters.entry(session_id.to_owned()).or_default();
@@ -372,10 +419,12 @@ impl Ggui {
             closing: false,
             now_ms: clock.now_ms(),
             stored_answer: None,
+            last_used: HashMap::new(),
         };
         tokio::spawn(run_actor(
             core,
             rx,
+            config.idle_ttl_ms,
             clock,
             writer.clone(),
             Arc::clone(&metrics),
@@ -388,6 +437,16 @@ impl Ggui {
             next_conn: AtomicU64::new(1),
             ui_tokens: api::UiTokens::default(),
         }))
+    }
+
+    /// Removes the sessions nobody used for `idle_ttl_ms` now (the actor
+    /// does it every [`EXPIRY_SWEEP_MS`]); returns how many.
+    pub async fn expire_idle(&self) -> usize {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Cmd::ExpireIdle(tx)).await.is_err() {
+            return 0;
+        }
+        rx.await.unwrap_or(0)
     }
 
     pub(crate) fn next_conn(&self) -> ConnId {
@@ -521,6 +580,18 @@ impl Persistence {
         units
     }
 
+    /// Removes what the store keeps of an expired session (its host
+    /// context kept aside is dropped: it would outlive the row).
+    async fn remove_session(&mut self, session_id: &str) {
+        self.host_contexts.remove(session_id);
+        if let Some(w) = &self.writer {
+            let change = GguiChange::RemoveSession {
+                session_id: session_id.to_owned(),
+            };
+            w.write_behind(session_id, vec![change]).await;
+        }
+    }
+
     /// Writes the host contexts kept aside when the actor is idle, or once
     /// they waited [`HOST_CONTEXT_COALESCE_COMMANDS`] commands.
     async fn after_command(&mut self, idle: bool) {
@@ -546,6 +617,7 @@ impl Persistence {
 async fn run_actor(
     mut core: Core,
     mut rx: mpsc::Receiver<Cmd>,
+    idle_ttl_ms: u64,
     clock: Arc<dyn Clock>,
     writer: Option<StoreWriter<GguiChange>>,
     metrics: Arc<GguiMetrics>,
@@ -556,10 +628,25 @@ async fn run_actor(
         host_contexts: HashMap::new(),
         held_for: 0,
     };
-    while let Some(cmd) = rx.recv().await {
+    let mut sweep = tokio::time::interval(std::time::Duration::from_millis(EXPIRY_SWEEP_MS));
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let cmd = tokio::select! {
+            cmd = rx.recv() => cmd,
+            _ = sweep.tick() => Some(Cmd::ExpireIdle(oneshot::channel().0)),
+        };
+        let Some(cmd) = cmd else { break };
         core.now_ms = clock.now_ms();
         let now = core.now_ms;
         match cmd {
+            Cmd::ExpireIdle(answer) => {
+                let expired = core.expire_idle(idle_ttl_ms);
+                for id in &expired {
+                    persistence.remove_session(id).await;
+                    tracing::info!(session = %id, "idle ggui session expired");
+                }
+                let _ = answer.send(expired.len());
+            }
             Cmd::Open {
                 conn,
                 out,

@@ -3,7 +3,9 @@
 //! frames when they are due, then performs the host's outputs (frames to
 //! connections, closes, records to the writer). A finished match ends its
 //! task `finished_ttl_ms` after it finished: its connections are closed
-//! (1000), its tokens forgotten and its records deleted.
+//! (1000), its tokens forgotten and its records deleted. A match nobody
+//! joins (no connection, no MCP session) ends the same way
+//! `unjoined_ttl_ms` after it was created or restored.
 
 use super::ws::ConnOut;
 use super::PlayerThree;
@@ -192,6 +194,10 @@ struct Actor {
     /// The view each team's subscribers were last told about.
     notified: HashMap<String, Json>,
     next_tick: u64,
+    /// When this task started (the match was created or restored).
+    started_at: u64,
+    /// Whether a connection or MCP session has joined since.
+    joined: bool,
 }
 
 pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: TokenHash) -> MatchHandle {
@@ -214,6 +220,8 @@ pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: TokenHash) -
         mcp_presence: HashMap::new(),
         mcp_token: HashMap::new(),
         notified: HashMap::new(),
+        started_at: now,
+        joined: false,
     };
     tokio::spawn(actor.run(rx));
     handle
@@ -345,6 +353,7 @@ impl Actor {
                         out.frame(Utf8Bytes::from(text), &self.p3.metrics);
                     }
                     self.conns.insert(conn, out);
+                    self.joined = true;
                 }
                 // The join's own frames (seats, cards, keyframes) first.
                 self.perform().await;
@@ -407,6 +416,7 @@ impl Actor {
                 let r = self.mcp_join(conn, &token, now);
                 if let Ok(seat) = &r {
                     self.sessions.insert(conn, (seat.role.clone(), peer));
+                    self.joined = true;
                 }
                 let _ = reply.send(r);
             }
@@ -544,18 +554,28 @@ impl Actor {
         })
     }
 
-    /// When the finished match is removed.
+    /// When the match is removed: `finished_ttl_ms` after it finished,
+    /// or `unjoined_ttl_ms` after it started here while nobody joined.
     fn expires_at(&self) -> Option<u64> {
-        self.m
+        let finished = self
+            .m
             .finished_at()
-            .map(|t| t.saturating_add(self.p3.config.finished_ttl_ms))
+            .map(|t| t.saturating_add(self.p3.config.finished_ttl_ms));
+        let unjoined = (!self.joined).then(|| {
+            self.started_at
+                .saturating_add(self.p3.config.unjoined_ttl_ms)
+        });
+        match (finished, unjoined) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn expired(&self, now: u64) -> bool {
         self.expires_at().is_some_and(|t| now >= t)
     }
 
-    /// Removes the finished match: connections closed, tokens forgotten,
+    /// Removes the expired match: connections closed, tokens forgotten,
     /// its rows deleted (written behind: a restart before they are gone
     /// restores it finished, and it expires again).
     async fn expire(&mut self) {
@@ -577,7 +597,7 @@ impl Actor {
                 }],
             )
             .await;
-        tracing::info!(r#match = %self.m.id(), "finished match expired");
+        tracing::info!(r#match = %self.m.id(), joined = self.joined, "match expired");
     }
 
     /// Pushes the tells waiting for `role` to its subscribed sessions, as

@@ -46,6 +46,11 @@ pub const DEFAULT_TICK_MS: u64 = 1000;
 /// last frames, short enough that finished matches do not fill
 /// [`MAX_MATCHES`].
 pub const DEFAULT_FINISHED_TTL_MS: u64 = 60 * 60 * 1000;
+/// Milliseconds a match nobody has joined (since it was created or
+/// restored) stays before it is removed with its records, unless
+/// configured: hours, so an operator may create matches well ahead, yet
+/// abandoned ones do not fill [`MAX_MATCHES`] for good.
+pub const DEFAULT_UNJOINED_TTL_MS: u64 = 6 * 60 * 60 * 1000;
 
 #[derive(Debug, Clone)]
 pub struct PlayerThreeConfig {
@@ -57,6 +62,9 @@ pub struct PlayerThreeConfig {
     /// Milliseconds from a match's finish to its removal (connections
     /// closed 1000, tokens forgotten, records deleted).
     pub finished_ttl_ms: u64,
+    /// Milliseconds from a match's creation (or restore) to its removal
+    /// while no connection or MCP session has joined it.
+    pub unjoined_ttl_ms: u64,
     /// MCP sessions one seat token may hold at once.
     pub mcp_sessions_per_token: usize,
     /// MCP sessions one client IP may hold at once.
@@ -70,6 +78,7 @@ impl PlayerThreeConfig {
             tick_ms: DEFAULT_TICK_MS,
             outbound_queue: OUTBOUND_QUEUE,
             finished_ttl_ms: DEFAULT_FINISHED_TTL_MS,
+            unjoined_ttl_ms: DEFAULT_UNJOINED_TTL_MS,
             mcp_sessions_per_token: mcp::MAX_MCP_SESSIONS_PER_TOKEN,
             mcp_sessions_per_ip: mcp::MAX_MCP_SESSIONS_PER_IP,
         }
@@ -140,7 +149,7 @@ impl Render for PlayerThreeMetrics {
             ),
             (
                 "hostwire_playerthree_matches_expired_total",
-                "Finished matches removed after PLAYERTHREE_FINISHED_TTL_MS.",
+                "Matches removed after PLAYERTHREE_FINISHED_TTL_MS or PLAYERTHREE_UNJOINED_TTL_MS.",
                 "counter",
                 &self.matches_expired,
             ),

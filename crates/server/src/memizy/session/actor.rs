@@ -121,6 +121,8 @@ pub enum Cmd {
         id: ServiceCallId,
         outcome: Result<String, ProtocolError>,
     },
+    /// Do what is due now (the clock moved); answered when done.
+    Wake(oneshot::Sender<()>),
     Shutdown,
 }
 
@@ -150,6 +152,10 @@ struct Actor {
     /// This session's own queue, for the tasks it starts (weak: the
     /// session ends when every device and the API let go of it).
     me: mpsc::WeakSender<Cmd>,
+    /// When this task started (the session was created or continued).
+    started_at: u64,
+    /// The last attach, Host API call or HTTP API operation.
+    last_used: u64,
 }
 
 /// Starts the task of a session and its store writer; `None` if the server
@@ -188,6 +194,8 @@ pub fn spawn(
         services: sessions.services(),
         service_calls: HashMap::new(),
         me: tx.downgrade(),
+        started_at: sessions.clock.now_ms(),
+        last_used: sessions.clock.now_ms(),
     };
     tokio::spawn(actor.run(rx));
     Some(handle)
@@ -324,23 +332,92 @@ impl Actor {
         self.sessions.clock.now_ms()
     }
 
+    /// When the session expires: `lobby_ttl_ms` after it started here if
+    /// still in its lobby, `idle_ttl_ms` after its last use while no
+    /// device is attached.
+    fn expires_at(&self) -> Option<u64> {
+        let lobby = (self.s.phase() == Phase::Lobby)
+            .then(|| self.started_at.saturating_add(self.sessions.lobby_ttl_ms()));
+        let idle = self
+            .devices
+            .is_empty()
+            .then(|| self.last_used.saturating_add(self.sessions.idle_ttl_ms()));
+        match (lobby, idle) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn expired(&self) -> bool {
+        self.saves.is_empty() && self.expires_at().is_some_and(|t| self.now() >= t)
+    }
+
+    /// Removes the expired session: devices closed, every row keyed by it
+    /// deleted (durably, before it is forgotten: the API then answers 404,
+    /// also after a restart).
+    async fn expire(&mut self) {
+        for (_, d) in self.devices.drain() {
+            d.out.close((1001, "session expired"));
+        }
+        let id = self.s.id().to_owned();
+        let removed = self
+            .writer
+            .write_durable(
+                &id,
+                vec![SessionWrite::Removed {
+                    session_id: id.clone(),
+                }],
+            )
+            .await;
+        tracing::info!(session = %id, removed, "hosted session expired");
+    }
+
     async fn run(mut self, mut rx: mpsc::Receiver<Cmd>) {
         self.drain();
         loop {
+            if self.expired() {
+                self.expire().await;
+                break;
+            }
             let wait = self
                 .s
                 .poll_timeout()
+                .into_iter()
+                .chain(self.expires_at())
+                .min()
                 .map(|at| Duration::from_millis(at.saturating_sub(self.now())));
             let cmd = tokio::select! {
                 c = rx.recv() => c,
                 () = sleep_opt(wait) => {
+                    // The engine's deadline or the session's expiry.
                     let now = self.now();
-                    self.s.handle_timeout(now);
+                    if self.s.poll_timeout().is_some_and(|at| at <= now) {
+                        self.s.handle_timeout(now);
+                    }
                     self.drain();
                     continue;
                 }
             };
             let Some(cmd) = cmd else { break };
+            if let Cmd::Wake(done) = cmd {
+                let now = self.now();
+                if self.s.poll_timeout().is_some_and(|at| at <= now) {
+                    self.s.handle_timeout(now);
+                }
+                self.drain();
+                let expired = self.expired();
+                if expired {
+                    self.expire().await;
+                }
+                let _ = done.send(());
+                if expired {
+                    break;
+                }
+                continue;
+            }
+            if matches!(cmd, Cmd::Attach { .. } | Cmd::Call { .. } | Cmd::Admin(..)) {
+                self.last_used = self.now();
+            }
             if !self.handle(cmd) {
                 break;
             }
@@ -433,6 +510,9 @@ impl Actor {
                     .service_done(id, outcome.as_deref().map_err(Clone::clone), now);
             }
             Cmd::Admin(op, reply) => self.admin(*op, reply, now),
+            Cmd::Wake(done) => {
+                let _ = done.send(());
+            }
             Cmd::Shutdown => return false,
         }
         true

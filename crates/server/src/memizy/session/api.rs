@@ -424,6 +424,7 @@ async fn authorized(
     let host = Token::parse(&stored.host_token);
     presented
         .check(|given| host.filter(|t| t.matches(given)))
+        .inspect(|_| sessions.touch(id))
         .map_err(|r| match r {
             Refused::Throttled(_) => r.response("host token"),
             _ => error(

@@ -58,6 +58,17 @@ pub const MAX_BUNDLE_BYTES: usize = 8 * 1024 * 1024;
 /// parsed into JSON trees (tens of times its text for small items), so
 /// this bounds what creations can hold in memory together; beyond it 503.
 pub const CONCURRENT_SESSION_CREATIONS: usize = 4;
+/// Milliseconds a session may stay in its lobby (never started) after it
+/// was created or continued, unless configured: a day, so a teacher may
+/// prepare a lesson well ahead, yet a lobby nobody starts does not hold
+/// [`MAX_SESSIONS`] and its store rows for good.
+pub const DEFAULT_LOBBY_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+/// Milliseconds a session with no device attached and no API call stays,
+/// unless configured.
+pub const DEFAULT_IDLE_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+/// Milliseconds between two passes over the stored sessions no task runs
+/// (stopped by a restart, or ended) for ones unused for the idle time.
+pub const EXPIRY_SWEEP_MS: u64 = 60 * 1000;
 
 #[derive(Debug, Clone)]
 pub struct SessionsConfig {
@@ -192,6 +203,13 @@ pub struct Sessions {
     creations: crate::http::CreationLimit,
     /// [`CONCURRENT_SESSION_CREATIONS`] permits.
     creating: Arc<tokio::sync::Semaphore>,
+    /// Milliseconds a session may stay in its lobby.
+    lobby_ttl_ms: AtomicU64,
+    /// Milliseconds a session with no device and no API call stays.
+    idle_ttl_ms: AtomicU64,
+    /// Stored sessions no task runs: when each was last used (first seen
+    /// stopped by this server, or an API call since).
+    stopped_since: Mutex<HashMap<String, u64>>,
 }
 
 impl Sessions {
@@ -218,7 +236,113 @@ impl Sessions {
             metrics: Arc::new(SessionMetrics::default()),
             live: Mutex::new(HashMap::new()),
             next_instance: AtomicU64::new(1),
+            lobby_ttl_ms: AtomicU64::new(DEFAULT_LOBBY_TTL_MS),
+            idle_ttl_ms: AtomicU64::new(DEFAULT_IDLE_TTL_MS),
+            stopped_since: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The host used `id` now (an API call): a stopped session's idle
+    /// time starts again.
+    pub(crate) fn touch(&self, id: &str) {
+        let now = self.clock.now_ms();
+        if let Ok(mut m) = self.stopped_since.lock() {
+            if let Some(t) = m.get_mut(id) {
+                *t = now;
+            }
+        }
+    }
+
+    /// Removes the stored sessions no task runs that nobody used for the
+    /// idle time (a restart starts their time again); returns how many.
+    pub async fn expire_stopped(&self) -> usize {
+        let store = self.store();
+        let Ok(Ok(ids)) = tokio::task::spawn_blocking(move || store.list_session_ids()).await
+        else {
+            return 0;
+        };
+        let now = self.clock.now_ms();
+        let ttl = self.idle_ttl_ms();
+        let expired: Vec<String> = {
+            let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            let mut since = self.stopped_since.lock().unwrap_or_else(|p| p.into_inner());
+            since.retain(|id, _| !live.contains_key(id));
+            let mut expired = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            for id in ids.into_iter().filter(|id| !live.contains_key(id)) {
+                let t = *since.entry(id.clone()).or_insert(now);
+                if now.saturating_sub(t) >= ttl {
+                    since.remove(&id);
+                } else {
+                    seen.insert(id.clone());
+                    continue;
+                }
+                expired.push(id);
+            }
+            since.retain(|id, _| seen.contains(id));
+            expired
+        };
+        let writer = self.writer();
+        for id in &expired {
+            let removed = writer
+                .write_durable(
+                    id,
+                    vec![SessionWrite::Removed {
+                        session_id: id.clone(),
+                    }],
+                )
+                .await;
+            tracing::info!(session = %id, removed, "stopped hosted session expired");
+        }
+        expired.len()
+    }
+
+    /// Sweeps the stopped sessions every [`EXPIRY_SWEEP_MS`] while the
+    /// sessions are in use.
+    pub fn start_expiry_sweep(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(EXPIRY_SWEEP_MS));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(sessions) = weak.upgrade() else {
+                    return;
+                };
+                sessions.expire_stopped().await;
+            }
+        });
+    }
+
+    /// Sessions expire (devices closed, rows removed) `lobby_ttl_ms` after
+    /// they were created or continued if never started, and `idle_ttl_ms`
+    /// after their last use while no device is attached.
+    pub fn use_expiry(&self, lobby_ttl_ms: u64, idle_ttl_ms: u64) {
+        self.lobby_ttl_ms.store(lobby_ttl_ms, Relaxed);
+        self.idle_ttl_ms.store(idle_ttl_ms, Relaxed);
+    }
+
+    pub(crate) fn lobby_ttl_ms(&self) -> u64 {
+        self.lobby_ttl_ms.load(Relaxed)
+    }
+
+    pub(crate) fn idle_ttl_ms(&self) -> u64 {
+        self.idle_ttl_ms.load(Relaxed)
+    }
+
+    /// Lets every session do what is due now (after a manual clock moved).
+    pub async fn wake(&self) {
+        let handles: Vec<SessionHandle> = self
+            .live
+            .lock()
+            .map(|l| l.values().cloned().collect())
+            .unwrap_or_default();
+        for h in handles {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            if h.tx.send(Cmd::Wake(tx)).await.is_ok() {
+                let _ = rx.await;
+            }
+        }
     }
 
     /// Counts a creation by the client at `peer` (behind `headers`' trusted
