@@ -1,8 +1,9 @@
 //! Any JSON as a set's items: preparing it never panics, shuffles are
-//! permutations, and public items are marked.
+//! permutations, public items are marked, and the text form a session
+//! keeps prepares the same sets.
 #![no_main]
 
-use hostwire_memizy::{prepare_display_set, DisplaySet};
+use hostwire_memizy::{prepare_display_set, prepare_set_text, DisplaySet, SetText};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
@@ -20,4 +21,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(item["answerHidden"], Value::Bool(true));
         }
     }
+    let t = prepare_set_text(&SetText::from_display(&set), Some(&seed), |_| true).expect("JSON items");
+    assert_eq!(t.full.parse().expect("full"), p.set);
+    assert_eq!(t.public.parse().expect("public"), p.public_set);
 });

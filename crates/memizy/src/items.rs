@@ -342,9 +342,106 @@ pub fn prepare_display_set(set: &crate::types::DisplaySet, seed: Option<&str>) -
     }
 }
 
+/// A session's set prepared as text: `full` in display order with answers
+/// (the authority, solo), `public` without them, and where each item is in
+/// `full`'s text. It holds about twice the set's text, never a tree: an item
+/// is parsed while it is prepared, and again when an answer needs it.
+#[derive(Debug, Clone)]
+pub struct PreparedText {
+    pub full: crate::types::SetJson,
+    pub public: crate::types::SetJson,
+    /// Item id → byte range of the item in `full`'s text.
+    index: std::collections::HashMap<String, std::ops::Range<usize>>,
+}
+
+impl PreparedText {
+    /// The item with this id, parsed from `full`.
+    pub fn item(&self, id: &str) -> Option<Value> {
+        let r = self.index.get(id)?;
+        serde_json::from_str(&self.full.text()[r.clone()]).ok()
+    }
+
+    pub fn contains(&self, id: &str) -> bool {
+        self.index.contains_key(id)
+    }
+}
+
+/// [`prepare_display_set`] of a set kept as text, one item at a time, and
+/// only the items `keep` accepts. The result is the same sets, as text.
+pub fn prepare_set_text(
+    set: &crate::types::SetText,
+    seed: Option<&str>,
+    keep: impl Fn(&Value) -> bool,
+) -> Result<PreparedText, serde_json::Error> {
+    let mut random = seed.map(SeededRandom::new);
+    let head = format!("{{\"meta\":{},\"items\":[", set.meta.get());
+    let (mut full, mut public) = (head.clone(), head);
+    let mut index = std::collections::HashMap::new();
+    let mut first = true;
+    for raw in &set.items {
+        let item: Value = serde_json::from_str(raw.get())?;
+        if !keep(&item) {
+            continue;
+        }
+        let shown = match random.as_mut() {
+            Some(r) => display_item(&item, r),
+            None => item,
+        };
+        if !first {
+            full.push(',');
+            public.push(',');
+        }
+        first = false;
+        let start = full.len();
+        full.push_str(&serde_json::to_string(&shown)?);
+        if let Some(id) = shown.get("id").and_then(Value::as_str) {
+            index.insert(id.to_owned(), start..full.len());
+        }
+        public.push_str(&serde_json::to_string(&public_item(&shown))?);
+    }
+    full.push_str("]}");
+    public.push_str("]}");
+    let text =
+        |t: String| serde_json::value::RawValue::from_string(t).map(crate::types::SetJson::new);
+    Ok(PreparedText {
+        full: text(full)?,
+        public: text(public)?,
+        index,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_text_form_prepares_the_same_sets() {
+        let set = crate::types::DisplaySet {
+            meta: serde_json::json!({"id": "s", "title": "T"}),
+            items: vec![
+                serde_json::json!({"id": "q1", "type": "mcq-single", "question": "?",
+                    "options": [{"id": "a", "text": "A"}, {"id": "b", "text": "B"}, {"id": "c", "text": "C"}],
+                    "correctId": "b"}),
+                serde_json::json!({"id": "q2", "type": "true-false", "question": "?", "correctAnswer": true}),
+                serde_json::json!({"id": "q3", "type": "note", "text": "skip me"}),
+            ],
+        };
+        for seed in [None, Some("seed-1"), Some("another")] {
+            let tree = prepare_display_set(&set, seed);
+            let text = crate::types::SetText::from_display(&set);
+            let t = prepare_set_text(&text, seed, |_| true).unwrap();
+            assert_eq!(t.full.parse().unwrap(), tree.set);
+            assert_eq!(t.public.parse().unwrap(), tree.public_set);
+            assert_eq!(
+                t.item("q1").as_ref(),
+                tree.set.items.iter().find(|i| i["id"] == "q1")
+            );
+            assert_eq!(t.item("q9"), None);
+            let kept = prepare_set_text(&text, seed, |i| i["type"] != "note").unwrap();
+            assert_eq!(kept.full.parse().unwrap().items.len(), 2);
+            assert!(!kept.contains("q3"));
+        }
+    }
 
     #[test]
     fn js_key_order_puts_indices_first() {

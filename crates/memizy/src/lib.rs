@@ -21,7 +21,7 @@ pub use calls::{
 };
 pub use compat::{check_compatibility, Compatibility};
 pub use errors::{ProtocolError, ProtocolErrorCode};
-pub use items::{prepare_display_set, public_item, PreparedSet};
+pub use items::{prepare_display_set, prepare_set_text, public_item, PreparedSet, PreparedText};
 pub use limits::{Limits, RelayLimits, LIMITS, RELAY_LIMITS};
 pub use manifest::{read_plugin_manifest, ManifestError, PluginManifest, PluginRuntime};
 pub use negotiate::{negotiate_protocol_version, HOST_SUPPORTED_VERSIONS};

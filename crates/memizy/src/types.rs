@@ -134,6 +134,95 @@ pub struct DisplaySet {
     pub items: Vec<Value>,
 }
 
+/// A set as the text it came in: its `meta` and each item unparsed. A host
+/// keeps a set in this form because a JSON tree of small values costs tens
+/// of times its text; an item is parsed only while it is worked on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SetText {
+    pub meta: Box<RawValue>,
+    pub items: Vec<Box<RawValue>>,
+}
+
+impl SetText {
+    /// The text of a parsed set (tests, and hosts that build sets in code).
+    pub fn from_display(set: &DisplaySet) -> Self {
+        let raw = |v: &Value| RawValue::from_string(v.to_string()).expect("a Value is JSON");
+        Self {
+            meta: raw(&set.meta),
+            items: set.items.iter().map(raw).collect(),
+        }
+    }
+
+    /// The set's `meta.id` and `meta.assets`, read without building a tree
+    /// of the rest of `meta`.
+    pub fn meta_fields(&self) -> Result<SetMetaFields, serde_json::Error> {
+        serde_json::from_str(self.meta.get())
+    }
+}
+
+impl From<DisplaySet> for SetText {
+    fn from(set: DisplaySet) -> Self {
+        Self::from_display(&set)
+    }
+}
+
+/// What a host reads from a set's `meta`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct SetMetaFields {
+    #[serde(default)]
+    pub id: Option<Value>,
+    #[serde(default)]
+    pub assets: Option<Value>,
+}
+
+/// A [`DisplaySet`] as JSON text, shared by every `InitPayload` that
+/// carries it: an instance's `hello` copies no set and builds no tree.
+#[derive(Clone)]
+pub struct SetJson(std::sync::Arc<RawValue>);
+
+impl SetJson {
+    pub fn new(text: Box<RawValue>) -> Self {
+        Self(std::sync::Arc::from(text))
+    }
+
+    pub fn of(set: &DisplaySet) -> Self {
+        Self::new(serde_json::value::to_raw_value(set).expect("a DisplaySet is JSON"))
+    }
+
+    pub fn text(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The set as a tree (tests, and a client that reads it).
+    pub fn parse(&self) -> Result<DisplaySet, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+}
+
+impl std::fmt::Debug for SetJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SetJson({} bytes)", self.0.get().len())
+    }
+}
+
+impl PartialEq for SetJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Serialize for SetJson {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (*self.0).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for SetJson {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Box::<RawValue>::deserialize(d).map(Self::new)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PluginDataValues {
     pub plugin: Value,
@@ -150,7 +239,7 @@ pub struct InitPayload {
     pub features: Vec<String>,
     pub session: SessionInfo,
     pub players: Vec<Player>,
-    pub set: DisplaySet,
+    pub set: SetJson,
     pub settings: Map<String, Value>,
     pub config: HostConfig,
     pub clock: SessionClock,

@@ -99,7 +99,7 @@ fn a_board_and_thirty_controllers_play_from_lobby_to_end() {
     for i in 1..=PLAYERS {
         let init = sim.join(i, View::Controller, &format!("p{i}"));
         assert_eq!(init.session.self_address, format!("p{i}"));
-        assert_eq!(init.set.items[0]["answerHidden"], true);
+        assert_eq!(init.set.parse().unwrap().items[0]["answerHidden"], true);
     }
     assert!(matches!(sim.s.phase(), Phase::Countdown { .. }));
     sim.advance(DEFAULT_COUNTDOWN_MS);

@@ -99,25 +99,27 @@ fn a_plugin_protocol_this_host_cannot_run_is_refused_at_creation() {
     }
 }
 
+fn raw(v: serde_json::Value) -> Box<serde_json::value::RawValue> {
+    serde_json::value::to_raw_value(&v).unwrap()
+}
+
 #[test]
 fn only_declared_item_types_reach_the_plugin() {
     // SPEC 4.2: the plugin declares mcq-single, true-false and flashcard.
     let mut cfg = config(Mode::Solo, None);
-    cfg.set.items.push(json!({"id": "mp", "type": "match-pairs",
+    cfg.set
+        .items
+        .push(raw(json!({"id": "mp", "type": "match-pairs",
         "prompts": [{"id": "a", "text": "A"}], "matches": [{"id": "b", "text": "B"}],
-        "pairs": [{"promptId": "a", "matchId": "b"}]}));
+        "pairs": [{"promptId": "a", "matchId": "b"}]})));
     let mut sim = Sim::new(cfg);
     let now = sim.now();
     sim.s.add_player(PlayerSpec::new("p1", "Ann"), now).unwrap();
     sim.s.start_game(now).unwrap();
     sim.pump();
     let init = sim.join(1, View::Solo, "p1");
-    let ids: Vec<&str> = init
-        .set
-        .items
-        .iter()
-        .filter_map(|i| i["id"].as_str())
-        .collect();
+    let set = init.set.parse().unwrap();
+    let ids: Vec<&str> = set.items.iter().filter_map(|i| i["id"].as_str()).collect();
     assert!(!ids.contains(&"mp"), "{ids:?}");
     assert_eq!(ids.len(), 2, "{ids:?}");
     // An answer for it is not one of the set's: it needs its item.
@@ -133,13 +135,21 @@ fn only_declared_item_types_reach_the_plugin() {
     cfg.item_types = Some(vec!["*".into()]);
     cfg.set
         .items
-        .push(json!({"id": "mp", "type": "match-pairs"}));
+        .push(raw(json!({"id": "mp", "type": "match-pairs"})));
     let mut sim = Sim::new(cfg);
     let now = sim.now();
     sim.s.add_player(PlayerSpec::new("p1", "Ann"), now).unwrap();
     sim.s.start_game(now).unwrap();
     sim.pump();
-    assert_eq!(sim.join(1, View::Solo, "p1").set.items.len(), 3);
+    assert_eq!(
+        sim.join(1, View::Solo, "p1")
+            .set
+            .parse()
+            .unwrap()
+            .items
+            .len(),
+        3
+    );
 }
 
 #[test]
@@ -161,13 +171,13 @@ fn init_payload_depends_on_the_instance() {
     let c = sim.join(1, View::Controller, "p1");
     // The authority (board) has the full items, no progress and no data.
     assert_eq!(board.session.authority, "board");
-    assert_eq!(board.set.items[0]["correctId"], "j");
+    assert_eq!(board.set.parse().unwrap().items[0]["correctId"], "j");
     assert!(board.progress.is_empty());
     assert_eq!(board.data.plugin, Value::Null);
     assert_eq!(board.settings["questionTime"], 30);
     // A controller has public items and its own progress and data.
-    assert_eq!(c.set.items[0].get("correctId"), None);
-    assert_eq!(c.set.items[0]["answerHidden"], true);
+    assert_eq!(c.set.parse().unwrap().items[0].get("correctId"), None);
+    assert_eq!(c.set.parse().unwrap().items[0]["answerHidden"], true);
     assert_eq!(c.progress["q1"]["bucket"], 2);
     assert_eq!(c.data.plugin, json!({"coins": 5}));
     assert_eq!(c.snapshot, Value::Null);
@@ -175,7 +185,7 @@ fn init_payload_depends_on_the_instance() {
     assert!(!c.session.late_join);
     // The same display order for everyone.
     let ids = |p: &hostwire_memizy::InitPayload| -> Vec<Value> {
-        p.set.items[0]["options"]
+        p.set.parse().unwrap().items[0]["options"]
             .as_array()
             .unwrap()
             .iter()
@@ -238,7 +248,7 @@ fn host_as_player_makes_the_hosts_controller_the_authority() {
     sim.s.start_game(now).unwrap();
     let init = sim.join(1, View::Controller, "h");
     assert_eq!(init.session.authority, "h");
-    assert_eq!(init.set.items[0]["correctId"], "j");
+    assert_eq!(init.set.parse().unwrap().items[0]["correctId"], "j");
     sim.join(2, View::Controller, "p1");
     sim.advance(DEFAULT_COUNTDOWN_MS);
     assert_eq!(sim.take_method(1, "start").len(), 1);
@@ -878,7 +888,7 @@ fn solo_starts_right_after_ready() {
     sim.s.start_game(now).unwrap();
     let init = sim.join(1, View::Solo, "me");
     assert_eq!(init.session.authority, "me");
-    assert_eq!(init.set.items[0]["correctId"], "j");
+    assert_eq!(init.set.parse().unwrap().items[0]["correctId"], "j");
     assert_eq!(sim.take_method(1, "start"), vec![json!([])]);
     assert_eq!(sim.s.phase(), Phase::Running);
     assert!(!sim.has_event(|e| matches!(e, SessionEvent::Countdown { .. })));

@@ -4,7 +4,7 @@
 //! object with an absolute URL is not served: the plugin loads it itself.
 
 use super::AssetIndex;
-use crate::DisplaySet;
+use crate::SetText;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 
@@ -40,8 +40,9 @@ fn is_url(value: &str) -> bool {
 }
 
 /// The catalog of `set` given the bundle's files and their sizes. Keys are
-/// matched case-insensitively, as OQSE asset keys are lowercase.
-pub fn catalog(set: &DisplaySet, files: &BTreeMap<String, usize>) -> AssetCatalog {
+/// matched case-insensitively, as OQSE asset keys are lowercase. Items are
+/// read one at a time; one that is not JSON has no assets.
+pub fn catalog(set: &SetText, files: &BTreeMap<String, usize>) -> AssetCatalog {
     let mut c = AssetCatalog::default();
     let add = |scope: Option<&str>, dict: Option<&Value>, c: &mut AssetCatalog| {
         let Some(dict) = dict.and_then(Value::as_object) else {
@@ -84,10 +85,20 @@ pub fn catalog(set: &DisplaySet, files: &BTreeMap<String, usize>) -> AssetCatalo
             );
         }
     };
-    add(None, set.meta.get("assets"), &mut c);
-    for item in &set.items {
-        if let Some(id) = item.get("id").and_then(Value::as_str) {
-            add(Some(id), item.get("assets"), &mut c);
+    /// What the catalog reads of an item.
+    #[derive(serde::Deserialize)]
+    struct ItemAssets {
+        id: Option<Value>,
+        assets: Option<Value>,
+    }
+    let meta = set.meta_fields().unwrap_or_default();
+    add(None, meta.assets.as_ref(), &mut c);
+    for raw in &set.items {
+        let Ok(item) = serde_json::from_str::<ItemAssets>(raw.get()) else {
+            continue;
+        };
+        if let Some(id) = item.id.as_ref().and_then(Value::as_str) {
+            add(Some(id), item.assets.as_ref(), &mut c);
         }
     }
     c
@@ -100,7 +111,7 @@ mod tests {
 
     #[test]
     fn bundled_files_are_served_and_urls_are_not() {
-        let set = DisplaySet {
+        let set = crate::DisplaySet {
             meta: json!({"id": "s", "assets": {
                 "Cover": {"type": "image", "value": "assets/cover.png", "mimeType": "image/png"},
                 "web": {"type": "image", "value": "https://example.com/a.png"},
@@ -114,7 +125,7 @@ mod tests {
             ("assets/cover.png".to_owned(), 10),
             ("assets/q1.mp3".to_owned(), 20),
         ]);
-        let c = catalog(&set, &files);
+        let c = catalog(&SetText::from_display(&set), &files);
         assert_eq!(c.index.set, BTreeMap::from([("cover".to_owned(), 10)]));
         assert_eq!(c.index.items["q1"]["cover"], 20);
         assert_eq!(c.file(None, "cover").unwrap().mime_type, "image/png");

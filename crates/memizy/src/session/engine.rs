@@ -5,7 +5,7 @@ use super::leitner::{AnswerOutcome, ProgressRecord};
 use super::*;
 use crate::calls::{check_asset_size, check_service_result, decode_host_call_with, HostCall};
 use crate::errors::{ProtocolError, ProtocolErrorCode as Code};
-use crate::items::{prepare_display_set, PreparedSet};
+use crate::items::{prepare_set_text, PreparedText};
 use crate::negotiate::{
     check_manifest_protocol, negotiate_protocol_version, HOST_SUPPORTED_VERSIONS,
 };
@@ -96,8 +96,7 @@ struct PendingService {
 pub struct Session {
     cfg: SessionConfig,
     seed: String,
-    prepared: PreparedSet,
-    item_index: HashMap<String, usize>,
+    prepared: PreparedText,
     settings: Map<String, Value>,
     settings_valid: bool,
     settings_message: Option<String>,
@@ -156,13 +155,6 @@ impl Session {
         check_manifest_protocol(HOST_SUPPORTED_VERSIONS, cfg.runtime.protocol).map_err(|e| {
             SessionError::Config(format!("appSpecific.memizy.protocol: {}", e.detail()))
         })?;
-        if let Some(types) = &cfg.item_types {
-            // SPEC 4.2: only types the plugin declared reach it.
-            let declared = |t: &str| types.iter().any(|d| d == "*" || d == t);
-            cfg.set
-                .items
-                .retain(|it| it.get("type").and_then(Value::as_str).is_some_and(declared));
-        }
         if !cfg.runtime.supports(cfg.mode) {
             return Err(SessionError::Config(format!(
                 "the plugin does not support {}",
@@ -184,20 +176,24 @@ impl Session {
         let settings = resolve_settings(&cfg.runtime.settings, &cfg.settings, cfg.mode)
             .map_err(|p| SessionError::SettingsInvalid(join_problems(&p)))?;
         let seed = cfg.display_seed.clone().unwrap_or_else(|| cfg.id.clone());
-        let prepared = prepare_display_set(&cfg.set, Some(&seed));
-        let item_index = prepared
-            .set
-            .items
-            .iter()
-            .enumerate()
-            .filter_map(|(i, it)| Some((it.get("id")?.as_str()?.to_owned(), i)))
-            .collect();
+        // SPEC 4.2: only types the plugin declared reach it.
+        let types = cfg.item_types.clone();
+        let declared = |it: &Value| match &types {
+            None => true,
+            Some(types) => it
+                .get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| types.iter().any(|d| d == "*" || d == t)),
+        };
+        let prepared = prepare_set_text(&cfg.set, Some(&seed), declared)
+            .map_err(|e| SessionError::Config(format!("set.items: {e}")))?;
+        // The prepared texts are what is kept: the source is not needed.
+        cfg.set.items = Vec::new();
         let services_available = cfg.services.available_to(&cfg.runtime.services);
         let snapshot_slot = Coalescer::per_second(cfg.limits.snapshots_per_second);
         Ok(Self {
             seed,
             prepared,
-            item_index,
             settings,
             settings_valid: true,
             settings_message: None,
@@ -934,9 +930,9 @@ impl Session {
             },
             players: self.players(),
             set: if full {
-                self.prepared.set.clone()
+                self.prepared.full.clone()
             } else {
-                self.prepared.public_set.clone()
+                self.prepared.public.clone()
             },
             settings: self.settings.clone(),
             config: self.cfg.config.clone(),
@@ -1207,10 +1203,11 @@ impl Session {
                 ),
             ));
         }
-        let in_set = self.item_index.get(&a.item_id).copied();
-        let generated: Option<Value> = match (in_set, a.item) {
-            (Some(_), _) => None,
-            (None, Some(item)) => Some(serde_json::from_str(item.get()).unwrap_or(Value::Null)),
+        let in_set = self.prepared.item(&a.item_id);
+        let generated = in_set.is_none();
+        let item: Value = match (in_set, a.item) {
+            (Some(item), _) => item,
+            (None, Some(item)) => serde_json::from_str(item.get()).unwrap_or(Value::Null),
             (None, None) => {
                 return Err(ProtocolError::invalid_argument(format!(
                     "recordAnswer: answer.item is required for {:?}, which is not in the set",
@@ -1219,11 +1216,6 @@ impl Session {
             }
         };
         self.room_for_record("recordAnswer")?;
-        let item: &Value = match (&generated, in_set) {
-            (Some(g), _) => g,
-            (None, Some(i)) => &self.prepared.set.items[i],
-            (None, None) => &Value::Null,
-        };
         let strings = |key: &str| -> Vec<String> {
             item.get(key)
                 .and_then(Value::as_array)
@@ -1248,7 +1240,7 @@ impl Session {
         let p = self.player_mut(&target).expect("checked above");
         p.stats.answers += 1;
         p.stats.correct += u64::from(a.is_correct);
-        let progress = if generated.is_some() {
+        let progress = if generated {
             p.stats.generated += 1;
             None
         } else {

@@ -134,7 +134,8 @@ pub struct SessionConfig {
     /// The manifest `id`: plugin data belongs to a user and this id.
     pub plugin_id: String,
     pub runtime: PluginRuntime,
-    pub set: DisplaySet,
+    /// The set as its text: the session keeps it prepared, never as a tree.
+    pub set: SetText,
     /// The manifest's `capabilities.types` (`"*"` declares all): only items
     /// of these types reach the plugin (SPEC 4.2). `None` when the manifest
     /// declares none: every item is kept.
@@ -166,7 +167,7 @@ impl SessionConfig {
         host_as: Option<HostAs>,
         plugin_id: impl Into<String>,
         runtime: PluginRuntime,
-        set: DisplaySet,
+        set: impl Into<SetText>,
     ) -> Self {
         Self {
             id: id.into(),
@@ -174,7 +175,7 @@ impl SessionConfig {
             host_as,
             plugin_id: plugin_id.into(),
             runtime,
-            set,
+            set: set.into(),
             item_types: None,
             set_id: String::new(),
             display_seed: None,

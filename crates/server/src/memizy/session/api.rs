@@ -34,7 +34,7 @@ use hostwire_memizy::session::{
     catalog, AssetCatalog, PlayerSpec, SavedGame, SavedPlayer, Session, SessionConfig,
     SessionTiming,
 };
-use hostwire_memizy::{DisplaySet, HostAs, Mode, PluginDataValues};
+use hostwire_memizy::{HostAs, Mode, PluginDataValues};
 use hostwire_store::sessions::{SessionWrite, StoredSession};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -83,12 +83,9 @@ pub struct CreateSession {
     pub assets: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SetSpec {
-    pub meta: Value,
-    pub items: Vec<Value>,
-}
+/// The set of a creation request, kept as its text (`meta` and each item
+/// unparsed): a JSON tree of a set costs tens of times its bytes.
+pub type SetSpec = hostwire_memizy::SetText;
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -129,20 +126,20 @@ fn config(
 ) -> Result<(SessionConfig, AssetCatalog), (StatusCode, String)> {
     let manifest = read_plugin_manifest(&spec.plugin_html)
         .map_err(|e| (StatusCode::BAD_REQUEST, format!("pluginHtml: {e}")))?;
-    let set_id = spec
+    let meta = spec
         .set
-        .meta
-        .get("id")
+        .meta_fields()
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("set.meta: {e}")))?;
+    let set_id = meta
+        .id
+        .as_ref()
         .and_then(Value::as_str)
         .ok_or((
             StatusCode::BAD_REQUEST,
             "set.meta.id: a string is required".to_owned(),
         ))?
         .to_owned();
-    let set = DisplaySet {
-        meta: spec.set.meta.clone(),
-        items: spec.set.items.clone(),
-    };
+    let set = spec.set.clone();
     let mut c = SessionConfig::new(
         id,
         spec.mode,
@@ -586,11 +583,10 @@ fn plugin_and_set(spec: &CreateSession) -> Result<(String, String), Response> {
     })?;
     let set = spec
         .set
-        .meta
-        .get("id")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
+        .meta_fields()
+        .ok()
+        .and_then(|m| m.id?.as_str().map(str::to_owned))
+        .unwrap_or_default();
     Ok((m.id, set))
 }
 
