@@ -187,6 +187,8 @@ impl App {
             .merge(ggui::router(Arc::clone(&ggui)))
             .merge(playerthree::router(Arc::clone(&playerthree)))
             .merge(memizy::session::router(Arc::clone(&sessions)))
+            // One budget of request-body bytes over every protocol's API.
+            .layer(axum::middleware::from_fn(crate::http::body_budget))
             // Every protocol's handlers check credentials through it.
             .layer(axum::Extension(Arc::clone(&gate)));
         tokio::spawn(Arc::clone(&relay).sweep_timer(stop.subscribe()));

@@ -114,6 +114,11 @@ pub struct ServeArgs {
     /// ggui sessions one client IP may create per hour.
     #[arg(long, env = "GGUI_SESSIONS_PER_IP_PER_HOUR", default_value_t = crate::http::credentials::GGUI_SESSIONS_PER_IP_PER_HOUR)]
     pub ggui_sessions_per_ip_per_hour: u32,
+    /// Bytes of request bodies the whole server reads and handles at once,
+    /// over every protocol's API (at least 8 MiB, the largest body); past
+    /// it a request is answered 503 with Retry-After before its body is read.
+    #[arg(long, env = "REQUEST_BODY_BUDGET_BYTES", default_value_t = crate::http::REQUEST_BODY_BUDGET_BYTES)]
+    pub request_body_budget_bytes: usize,
     /// Live rooms on this server; beyond it room creation answers 503.
     #[arg(long, env = "MAX_ROOMS", default_value_t = RELAY_LIMITS.max_rooms)]
     pub max_rooms: usize,
@@ -342,6 +347,7 @@ pub fn relay_config(args: &ServeArgs) -> RelayConfig {
             wrong_burst_per_ip: args.wrong_credential_burst_per_ip,
             matches_per_ip_per_hour: args.matches_per_ip_per_hour,
             ggui_sessions_per_ip_per_hour: args.ggui_sessions_per_ip_per_hour,
+            request_body_budget_bytes: args.request_body_budget_bytes,
         },
     }
 }
@@ -482,6 +488,13 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         )?);
         if config.allowed_origins == AllowedOrigins::Any {
             tracing::warn!("ALLOWED_ORIGINS=* accepts every origin: for development only");
+        }
+        if args.request_body_budget_bytes < crate::http::LARGEST_REQUEST_BODY {
+            anyhow::bail!(
+                "REQUEST_BODY_BUDGET_BYTES: {} is under the largest request body ({} bytes); no bundle could be uploaded",
+                args.request_body_budget_bytes,
+                crate::http::LARGEST_REQUEST_BODY
+            );
         }
         if args.ggui_token.is_some() {
             anyhow::bail!(

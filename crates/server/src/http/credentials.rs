@@ -123,6 +123,9 @@ pub struct CredentialSettings {
     pub matches_per_ip_per_hour: u32,
     /// ggui sessions one client IP may create per hour.
     pub ggui_sessions_per_ip_per_hour: u32,
+    /// Bytes of request bodies the whole server handles at once
+    /// (`REQUEST_BODY_BUDGET_BYTES`, at least `LARGEST_REQUEST_BODY`).
+    pub request_body_budget_bytes: usize,
 }
 
 /// PlayerThree matches one client IP may create per hour, by default.
@@ -139,6 +142,7 @@ impl Default for CredentialSettings {
             wrong_burst_per_ip: WRONG_CREDENTIAL_BURST_PER_IP,
             matches_per_ip_per_hour: MATCHES_PER_IP_PER_HOUR,
             ggui_sessions_per_ip_per_hour: GGUI_SESSIONS_PER_IP_PER_HOUR,
+            request_body_budget_bytes: super::REQUEST_BODY_BUDGET_BYTES,
         }
     }
 }
@@ -237,6 +241,9 @@ pub struct Gate {
     pub matches: CreationLimit,
     /// ggui session creations per client IP.
     pub ggui_sessions: CreationLimit,
+    /// The server-wide budget of request-body bytes (`body_budget`).
+    bodies: Arc<tokio::sync::Semaphore>,
+    body_budget_bytes: usize,
 }
 
 impl std::fmt::Debug for Gate {
@@ -257,6 +264,11 @@ impl Gate {
             .clone()
             .filter(|t| !t.is_empty())
             .unwrap_or_else(|| Token::generate().as_str().to_owned());
+        // A budget under the largest body would refuse that route forever;
+        // the semaphore's permits are counted in u32.
+        let budget = settings
+            .request_body_budget_bytes
+            .clamp(super::LARGEST_REQUEST_BODY, u32::MAX as usize);
         Gate {
             operator_text,
             wrong: PerIpRate::new(
@@ -277,7 +289,18 @@ impl Gate {
                 "ggui sessions",
                 "GGUI_SESSIONS_PER_IP_PER_HOUR",
             ),
+            bodies: Arc::new(tokio::sync::Semaphore::new(budget)),
+            body_budget_bytes: budget,
         }
+    }
+
+    /// The server-wide budget of request-body bytes.
+    pub fn bodies(&self) -> &Arc<tokio::sync::Semaphore> {
+        &self.bodies
+    }
+
+    pub fn body_budget_bytes(&self) -> usize {
+        self.body_budget_bytes
     }
 
     /// The operator credential in force (for the CLI and tests).

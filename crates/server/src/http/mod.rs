@@ -3,6 +3,7 @@
 //! IP address, credentials and per-IP creation limits. Nothing here knows
 //! a protocol.
 
+pub mod body_budget;
 pub mod client_ip;
 pub mod credentials;
 pub mod error;
@@ -10,6 +11,7 @@ pub mod ip_rate;
 pub mod origins;
 pub mod serve;
 
+pub use body_budget::{body_budget, LARGEST_REQUEST_BODY, REQUEST_BODY_BUDGET_BYTES};
 pub use client_ip::client_ip;
 pub use credentials::{
     bearer, same_secret, Bearer, CreationLimit, CredentialSettings, Gate, Presented, Refused,
