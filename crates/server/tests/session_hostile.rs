@@ -372,3 +372,105 @@ async fn a_creation_body_over_its_bound_is_413() {
     let api = Api::of(&h);
     api.create(&presenter_body(1)).await;
 }
+
+#[tokio::test]
+async fn calls_over_their_spec_size_get_the_spec_code_and_the_connection_stays() {
+    let h = TestHost::start().await;
+    let api = Api::of(&h);
+    let (_sid, _token, mut board, ctrls) = game(&api, 1).await;
+    let d = &ctrls[0];
+    let big = |n: usize| json!("x".repeat(n));
+    let r = d
+        .call("send", send_args(json!("authority"), big(1_500_000)))
+        .await;
+    assert_eq!(code(r), "MESSAGE_TOO_LARGE");
+    let r = board.call("saveSnapshot", json!([big(1_300_000)])).await;
+    assert_eq!(code(r), "SNAPSHOT_TOO_LARGE");
+    let r = d
+        .call(
+            "recordAnswer",
+            json!([{"itemId": "q1", "isCorrect": true, "answer": big(2_000_000)}]),
+        )
+        .await;
+    assert_eq!(code(r), "DATA_TOO_LARGE");
+    // Both connections stay: the board is still the authority and hears p1.
+    d.call("send", send_args(json!("authority"), json!("small")))
+        .await
+        .unwrap();
+    loop {
+        let m = board
+            .wait_for("deliver", GUARD)
+            .await
+            .expect("p1's message");
+        if m.args[0]["data"] == "small" {
+            break;
+        }
+    }
+    board
+        .call("saveSnapshot", json!([{"round": 1}]))
+        .await
+        .unwrap();
+}
+
+/// The next text frame of a raw device socket, as JSON.
+async fn next_text<S>(ws: &mut S) -> Value
+where
+    S: futures_util::Stream<
+            Item = Result<
+                tokio_tungstenite::tungstenite::Message,
+                tokio_tungstenite::tungstenite::Error,
+            >,
+        > + Unpin,
+{
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        match tokio::time::timeout(GUARD, ws.next()).await.unwrap() {
+            Some(Ok(Message::Text(t))) => return serde_json::from_str::<Value>(&t).unwrap(),
+            Some(Ok(_)) => continue,
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_server_says_hello_first_and_answers_another_major_without_running_it() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let h = TestHost::start().await;
+    let api = Api::of(&h);
+    let (sid, host) = api.create(&presenter_body(1)).await;
+    api.op(&sid, &host, "start").await;
+    let token = api.token_for(&sid, "controller", "p1");
+    let url = format!(
+        "{}/memizy/session/ws?session={sid}&view=controller&address=p1&token={token}",
+        api.ws
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let first = next_text(&mut ws).await;
+    assert_eq!(first["kind"], "hello", "{first}");
+    assert_eq!(first["v"], "1.0.0", "{first}");
+    // The Memizy hello of MAJOR 2 is refused unread; the same call in 1.0.0
+    // is then the instance's first hello, which it could not be had the
+    // other been run.
+    let hello = hostwire::memizy::session::device::hello_args(PLUGIN_ID);
+    let call = |v: &str, id: u64| {
+        json!({"v": v, "kind": "request", "id": id, "method": "hello", "params": hello}).to_string()
+    };
+    ws.send(Message::text(call("2.0.0", 1))).await.unwrap();
+    let r = next_text(&mut ws).await;
+    assert_eq!(
+        (r["kind"].as_str(), r["id"].as_u64()),
+        (Some("response"), Some(1)),
+        "{r}"
+    );
+    assert_eq!(r["error"]["code"], "VERSION_MISMATCH", "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("2.0.0"),
+        "{r}"
+    );
+    ws.send(Message::text(call("1.0.0", 2))).await.unwrap();
+    let r = next_text(&mut ws).await;
+    assert_eq!(r["id"], 2, "{r}");
+    assert_eq!(r["ok"], true, "{r}");
+}

@@ -251,3 +251,23 @@ async fn a_result_over_256_kb_is_message_too_large_and_never_buffered_whole() {
         .unwrap();
     assert_eq!(r, json!("xxxxxxxxxx"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_devices_cancel_stops_its_pending_service_call_at_once() {
+    let h = TestHost::start().await;
+    let api = Api::of(&h);
+    let (_sid, _token, _board, p1, _p2) = game(&h, &api).await;
+    let (id, hung) = p1.send_call("service", &json!(["test.hang", {"q": 1}]));
+    p1.send_raw(format!(
+        r#"{{"v":"1.0.0","kind":"cancel","id":{id},"reason":"the player left the screen"}}"#
+    ));
+    // Answered CANCELLED now, on a clock that never moved to the deadline.
+    let r = tokio::time::timeout(GUARD, Device::answer(hung))
+        .await
+        .expect("the cancelled call was never answered");
+    let (c, m) = code(r);
+    assert_eq!(c, "CANCELLED", "{m}");
+    // The instance goes on: another call answers.
+    let ok = json!(["answers.check", {"answer": "venus", "accepted": ["Venus"]}]);
+    assert_eq!(p1.call("service", ok).await.unwrap()["correct"], true);
+}

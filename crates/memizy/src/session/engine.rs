@@ -1478,6 +1478,25 @@ impl Session {
         self.finish_event(now_ms);
     }
 
+    /// The instance cancelled its call `call` (worker RPC `cancel`). A
+    /// pending `service` call stops (`CancelService`) and the engine will
+    /// not answer it: `true`, and the caller answers it `CANCELLED`. Any
+    /// other call finishes as it would (its answer is dropped by the
+    /// device): `false`.
+    pub fn cancel_call(&mut self, instance: InstanceId, call: CallId, now_ms: u64) -> bool {
+        let found = self
+            .services
+            .iter()
+            .find(|(_, p)| p.waiter.instance == instance && p.waiter.call == call)
+            .map(|(&k, _)| k);
+        if let Some(k) = found {
+            self.services.remove(&k);
+            self.outputs.push_back(Output::CancelService { id: k });
+            self.finish_event(now_ms);
+        }
+        found.is_some()
+    }
+
     /// The server's timer for a service call fired first.
     pub fn service_timed_out(&mut self, id: ServiceCallId, now_ms: u64) {
         if let Some(p) = self.services.remove(&id) {

@@ -121,6 +121,11 @@ pub enum Cmd {
         id: ServiceCallId,
         outcome: Result<String, ProtocolError>,
     },
+    /// The device's worker RPC `cancel` of its call.
+    Cancel {
+        instance: InstanceId,
+        call: CallId,
+    },
     /// Do what is due now (the clock moved); answered when done.
     Wake(oneshot::Sender<()>),
     Shutdown,
@@ -278,6 +283,16 @@ pub fn to_write(record: &Record) -> SessionWrite {
 }
 
 /// A worker RPC `response` frame answering a Host API call.
+/// The server's worker RPC `hello`, the first frame on every device socket.
+pub fn hello_text() -> String {
+    Frame::Hello {
+        v: PROTOCOL_VERSION.to_owned(),
+        features: Vec::new(),
+        agent: Some(concat!("hostwire/", env!("CARGO_PKG_VERSION")).to_owned()),
+    }
+    .to_text()
+}
+
 pub fn response_text(call: CallId, result: Result<Payload, ErrorEnvelope>) -> String {
     Frame::Response {
         v: PROTOCOL_VERSION.to_owned(),
@@ -472,6 +487,8 @@ impl Actor {
                 }
                 match self.s.attach(instance, view, &address, now) {
                     Ok(()) => {
+                        // Worker RPC: each side says hello first.
+                        let _ = out.send(Utf8Bytes::from(hello_text()));
                         self.devices.insert(instance, Device { out, next_call: 1 });
                         let _ = done.send(Ok(()));
                     }
@@ -492,6 +509,21 @@ impl Actor {
             } => {
                 self.metrics.host_calls.fetch_add(1, Relaxed);
                 self.s.handle_call(instance, call, &method, &params, now);
+            }
+            Cmd::Cancel { instance, call } => {
+                // A pending service call stops and is answered CANCELLED;
+                // any other call finishes and its answer is dropped by the
+                // device, as worker RPC has it.
+                if self.s.cancel_call(instance, call, now) {
+                    let text = response_text(
+                        call,
+                        Err(ErrorEnvelope::new(
+                            hostwire_worker_rpc::codes::CANCELLED,
+                            "service: the call was cancelled",
+                        )),
+                    );
+                    self.push(instance, text);
+                }
             }
             Cmd::Durable { id, outcome } => {
                 if let Some((reply, body)) = self.saves.remove(&id) {

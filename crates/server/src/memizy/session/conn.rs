@@ -5,7 +5,9 @@
 //! too). Frames are worker RPC 1.0.0 text frames: the device's
 //! `request`s are Host API calls (answered by `response`s), the server's
 //! `request`s are Plugin API calls (the device's `response`s to them are
-//! read and dropped).
+//! read and dropped). The server says worker RPC `hello` first; a
+//! device's `cancel` stops its pending `service` call (answered
+//! `CANCELLED`); a frame of another MAJOR is answered `VERSION_MISMATCH`.
 
 use super::actor::{
     response_text, AttachRefused, Cmd, DeviceOut, CLOSE_TOO_SLOW, CLOSE_UNAUTHORIZED,
@@ -182,6 +184,32 @@ async fn read_loop(
             ws::Event::Binary(b) => b,
         };
         match parse_frame_bytes(&bytes) {
+            // Worker RPC: a frame of another MAJOR is not executed; a
+            // request is answered VERSION_MISMATCH under its id.
+            Ok(frame) if !frame.is_compatible() => {
+                sessions.metrics.malformed_frames.fetch_add(1, Relaxed);
+                if let (Kind::Request | Kind::StreamOpen, Some(id)) = (frame.kind_of(), frame.id())
+                {
+                    let text = response_text(
+                        id,
+                        Err(ErrorEnvelope::new(
+                            codes::VERSION_MISMATCH,
+                            format!(
+                                "v: the device speaks {}; this server speaks {PROTOCOL_VERSION}",
+                                frame.version()
+                            ),
+                        )),
+                    );
+                    if out.send(text.into()).is_err() {
+                        return;
+                    }
+                }
+            }
+            Ok(Frame::Cancel { id, .. }) => {
+                if tx.send(Cmd::Cancel { instance, call: id }).await.is_err() {
+                    return;
+                }
+            }
             Ok(Frame::Request {
                 id, method, params, ..
             }) => {

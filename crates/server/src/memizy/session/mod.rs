@@ -43,10 +43,13 @@ pub const DEVICE_OUTBOUND_QUEUE: usize = 1024;
 /// device that does not read costs at most this much (one frame is always
 /// taken into an empty queue, whatever its size).
 pub const DEVICE_OUTBOUND_BYTES: usize = 4 * 1024 * 1024;
-/// The largest frame a device may send: the largest Host API call
-/// (`saveSnapshot`'s 1 MB) and its envelope. Larger frames close the
-/// connection with 1009 after a `goodbye` naming the limit.
-pub const MAX_DEVICE_FRAME_BYTES: usize = LIMITS.snapshot_bytes + CALL_ENVELOPE_BYTES;
+/// The largest frame a device may send: twice the largest Host API call
+/// (`saveSnapshot`'s 1 MiB) and its envelope. A call within it but over its
+/// SPEC size is answered with the SPEC's code (`MESSAGE_TOO_LARGE`,
+/// `SNAPSHOT_TOO_LARGE`, `DATA_TOO_LARGE`) and the connection stays; a
+/// larger frame is refused from its header, before its payload is read,
+/// and closes the connection with 1009 after a `goodbye` naming the limit.
+pub const MAX_DEVICE_FRAME_BYTES: usize = 2 * LIMITS.snapshot_bytes + CALL_ENVELOPE_BYTES;
 /// Records handed to one session's store writer and not yet durable; the
 /// engine's own bound (`MAX_RECORDS_IN_FLIGHT`) is the same.
 pub const STORE_QUEUE: usize = hostwire_memizy::session::MAX_RECORDS_IN_FLIGHT;
