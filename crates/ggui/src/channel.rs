@@ -23,7 +23,9 @@ use crate::frames::{
     GguiSessionEvent, PropsUpdatePayload, ReplayPolicy, StreamChannelMode, StreamEnvelope,
     CONTRACT_ERROR_CHANNEL, EVENT_TYPE_DATA_SUBMIT, LEDGER_UI_UPDATED, LEDGER_USER_SUBMITTED,
 };
-use crate::validate::{contract_violation, ActionSpec, EVENT_HINT, EVENT_TOOL};
+use crate::validate::{
+    contract_violation, ActionSpec, ContractViolation, ValidationResult, EVENT_HINT, EVENT_TOOL,
+};
 use crate::{iso_timestamp, PROTOCOL_SCHEMA_VERSION};
 
 /// The app a session belongs to when nobody names one.
@@ -57,6 +59,12 @@ pub const REPLAY_PAGE_SIZE: usize = 100;
 pub const LONG_POLL_MAX_MS: u64 = 25_000;
 /// Channels a stream spec may declare.
 pub const MAX_STREAM_CHANNELS: usize = 256;
+/// Frames of a session's subscribers held while one of its actions is
+/// validated off the channel (see [`ChannelConfig::defer_validation`]);
+/// past it a frame is refused with `RATE_LIMITED`.
+pub const MAX_HELD_FRAMES_PER_SESSION: usize = 64;
+/// Bytes of frames held per session while one of its actions is validated.
+pub const MAX_HELD_FRAME_BYTES_PER_SESSION: usize = 4 * MAX_FRAME_BYTES;
 /// Close code for a policy violation (auth-free flood, strict version).
 pub const CLOSE_POLICY_VIOLATION: u16 = 1008;
 /// Close code after `UPGRADE_REQUIRED` under the strict policy.
@@ -102,6 +110,12 @@ pub struct ChannelConfig {
     pub stream_buffer_max_bytes: usize,
     pub max_pending_actions: usize,
     pub max_pending_action_bytes: usize,
+    /// Validate actions off the channel: an action with a schema becomes
+    /// an [`Output::Validate`] whose job the caller runs where it likes (a
+    /// thread pool) and hands back to [`Channel::action_validated`];
+    /// meanwhile the session's later frames wait, in order. Off: actions
+    /// are validated inline, in `frame_received`.
+    pub defer_validation: bool,
 }
 
 impl Default for ChannelConfig {
@@ -121,6 +135,7 @@ impl Default for ChannelConfig {
             stream_buffer_max_bytes: STREAM_BUFFER_MAX_BYTES,
             max_pending_actions: MAX_PENDING_ACTIONS,
             max_pending_action_bytes: MAX_PENDING_ACTION_BYTES,
+            defer_validation: false,
         }
     }
 }
@@ -152,11 +167,83 @@ pub enum Output {
         otherwise: Arc<str>,
         undo: Undo,
     },
+    /// Validate an action (deferred validation): run the job, anywhere,
+    /// and give what it returns to [`Channel::action_validated`]. The
+    /// session's later frames wait for it.
+    Validate(Box<ValidationJob>),
     /// A durable change answered by the caller (a props update): the
     /// outputs after this wait until every `Persist` before it is durable.
     /// If they cannot be stored, drop them, give `undo` to
     /// [`Channel::not_stored`] and answer that nothing changed.
     Commit { undo: Undo },
+}
+
+/// An action to check against its session's declared actions, off the
+/// channel: it carries the compiled spec (shared, not copied) and the
+/// decoded action.
+#[derive(Clone)]
+pub struct ValidationJob {
+    conn: ConnId,
+    session_id: String,
+    request_id: Option<String>,
+    envelope: ActionEnvelope,
+    spec: Arc<ActionSpec>,
+}
+
+impl std::fmt::Debug for ValidationJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ValidationJob")
+            .field("conn", &self.conn)
+            .field("session_id", &self.session_id)
+            .finish()
+    }
+}
+
+impl PartialEq for ValidationJob {
+    fn eq(&self, other: &Self) -> bool {
+        self.conn == other.conn
+            && self.session_id == other.session_id
+            && self.request_id == other.request_id
+            && Arc::ptr_eq(&self.spec, &other.spec)
+    }
+}
+
+impl ValidationJob {
+    /// The session the action is for.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// Validates the action (the costly part: call it off the channel).
+    pub fn run(self) -> ValidatedAction {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.spec
+                .validate_action_data(self.envelope.payload.as_ref())
+        }))
+        .unwrap_or_else(|_| ValidationResult {
+            violations: vec![ContractViolation {
+                field: "value".into(),
+                message: "the action could not be validated".into(),
+                expected: None,
+                received: None,
+                keyword: None,
+            }],
+        });
+        ValidatedAction { job: self, result }
+    }
+}
+
+/// A [`ValidationJob`] done, for [`Channel::action_validated`].
+pub struct ValidatedAction {
+    job: ValidationJob,
+    result: ValidationResult,
+}
+
+/// A frame of a connection whose session validates an action, held in
+/// arrival order (its rate limit already charged).
+struct HeldFrame {
+    conn: ConnId,
+    bytes: Box<[u8]>,
 }
 
 /// What [`Channel::not_stored`] takes back.
@@ -325,7 +412,8 @@ struct PendingAction {
 struct Session {
     id: String,
     app_id: String,
-    action_spec: Option<ActionSpec>,
+    /// Shared with the validations of its actions under way.
+    action_spec: Option<Arc<ActionSpec>>,
     stream_spec_source: Option<Value>,
     stream_spec: HashMap<String, ReplayPolicy>,
     host_context: Option<Map<String, Value>>,
@@ -339,6 +427,12 @@ struct Session {
     /// Bytes of `action_data` text in `pending`.
     pending_bytes: usize,
     drained_up_to: u64,
+    /// One of its actions is being validated off the channel: its
+    /// subscribers' frames wait in `held` (so actions and acks keep their
+    /// order).
+    validating: bool,
+    held: VecDeque<HeldFrame>,
+    held_bytes: usize,
 }
 
 impl Session {
@@ -391,8 +485,8 @@ fn raw_data(data: Option<&Value>) -> Box<serde_json::value::RawValue> {
     })
 }
 
-fn parse_action_spec(spec: Option<&Value>) -> Result<Option<ActionSpec>, ApiError> {
-    spec.map(ActionSpec::from_json)
+fn parse_action_spec(spec: Option<&Value>) -> Result<Option<Arc<ActionSpec>>, ApiError> {
+    spec.map(|s| ActionSpec::from_json(s).map(Arc::new))
         .transpose()
         .map_err(ApiError::InvalidField)
 }
@@ -556,7 +650,39 @@ impl Channel {
             return;
         }
         c.limited_in_row = 0;
-        let subscribed = c.subscribed.is_some();
+        if let Some(s) = c
+            .subscribed
+            .as_ref()
+            .and_then(|id| self.sessions.get_mut(id))
+        {
+            if s.validating {
+                if s.held.len() >= MAX_HELD_FRAMES_PER_SESSION
+                    || s.held_bytes + bytes.len() > MAX_HELD_FRAME_BYTES_PER_SESSION
+                {
+                    let message = format!(
+                        "session {} has {MAX_HELD_FRAMES_PER_SESSION} frames or {MAX_HELD_FRAME_BYTES_PER_SESSION} bytes waiting for an action's validation; frame dropped",
+                        s.id
+                    );
+                    self.error(conn, codes::RATE_LIMITED, message, None);
+                    return;
+                }
+                s.held_bytes += bytes.len();
+                s.held.push_back(HeldFrame {
+                    conn,
+                    bytes: bytes.into(),
+                });
+                return;
+            }
+        }
+        self.decode_and_handle(conn, bytes, now_ms);
+    }
+
+    /// A frame whose rate limit is charged: decoded and handled.
+    fn decode_and_handle(&mut self, conn: ConnId, bytes: &[u8], now_ms: u64) {
+        let subscribed = self
+            .conns
+            .get(&conn)
+            .is_some_and(|c| c.subscribed.is_some());
         let frame = match decode_client_frame(bytes, subscribed) {
             Ok(f) => f,
             Err(e) => {
@@ -888,7 +1014,7 @@ impl Channel {
     fn on_action(
         &mut self,
         conn: ConnId,
-        mut envelope: ActionEnvelope,
+        envelope: ActionEnvelope,
         request_id: Option<&str>,
         now_ms: u64,
     ) {
@@ -897,34 +1023,102 @@ impl Channel {
         else {
             return;
         };
-        let max_pending = self.config.max_pending_actions;
         let Some(session) = self.sessions.get_mut(&sid) else {
             return;
         };
         if envelope.event_type == EVENT_TYPE_DATA_SUBMIT {
             if let Some(spec) = &session.action_spec {
-                let result = spec.validate_action_data(envelope.payload.as_ref());
-                if !result.valid() {
-                    let (message, details) =
-                        contract_violation(EVENT_TOOL, &result.violations, EVENT_HINT);
-                    let payload =
-                        make_error_payload(codes::CONTRACT_VIOLATION, message, Some(details));
-                    self.send_error(conn, payload, request_id);
-                    return;
+                let job = ValidationJob {
+                    conn,
+                    session_id: sid,
+                    request_id: request_id.map(str::to_owned),
+                    envelope,
+                    spec: Arc::clone(spec),
+                };
+                if self.config.defer_validation {
+                    session.validating = true;
+                    self.outputs.push_back(Output::Validate(Box::new(job)));
+                } else {
+                    self.validated(job.run(), now_ms);
                 }
-                // The server, not the client, names the tool an action routes to.
-                if let Some(Value::Object(p)) = envelope.payload.as_mut() {
-                    let action = p
-                        .get("action")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned();
-                    if let Some(tool) = spec.next_step(&action) {
-                        p.insert("tool".into(), Value::String(tool.to_owned()));
-                    }
-                }
+                return;
             }
         }
+        self.append_action(conn, sid, envelope, request_id, now_ms);
+    }
+
+    /// An action validated off the channel (an [`Output::Validate`]'s job,
+    /// run): it is appended and acknowledged, or refused, and the frames
+    /// its session held meanwhile are handled, in order.
+    pub fn action_validated(&mut self, done: ValidatedAction, now_ms: u64) {
+        let sid = done.job.session_id.clone();
+        if let Some(s) = self.sessions.get_mut(&sid) {
+            s.validating = false;
+        }
+        self.validated(done, now_ms);
+        loop {
+            let Some(s) = self.sessions.get_mut(&sid) else {
+                return;
+            };
+            if s.validating {
+                return;
+            }
+            let Some(held) = s.held.pop_front() else {
+                return;
+            };
+            s.held_bytes -= held.bytes.len();
+            // A connection closed meanwhile has no one to answer.
+            if self.conns.get(&held.conn).is_some_and(|c| !c.closing) {
+                self.decode_and_handle(held.conn, &held.bytes, now_ms);
+            }
+        }
+    }
+
+    fn validated(&mut self, done: ValidatedAction, now_ms: u64) {
+        let ValidatedAction { job, result } = done;
+        let ValidationJob {
+            conn,
+            session_id,
+            request_id,
+            mut envelope,
+            spec,
+        } = job;
+        let request_id = request_id.as_deref();
+        if !result.valid() {
+            let (message, details) = contract_violation(EVENT_TOOL, &result.violations, EVENT_HINT);
+            let payload = make_error_payload(codes::CONTRACT_VIOLATION, message, Some(details));
+            self.send_error(conn, payload, request_id);
+            return;
+        }
+        // The server, not the client, names the tool an action routes to.
+        if let Some(Value::Object(p)) = envelope.payload.as_mut() {
+            let action = p
+                .get("action")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            if let Some(tool) = spec.next_step(&action) {
+                p.insert("tool".into(), Value::String(tool.to_owned()));
+            }
+        }
+        self.append_action(conn, session_id, envelope, request_id, now_ms);
+    }
+
+    /// Appends a valid action to its session's ledger and pending actions,
+    /// acknowledged once durable.
+    fn append_action(
+        &mut self,
+        conn: ConnId,
+        sid: String,
+        envelope: ActionEnvelope,
+        request_id: Option<&str>,
+        now_ms: u64,
+    ) {
+        let max_pending = self.config.max_pending_actions;
+        // The session may have gone while its action was validated.
+        let Some(session) = self.sessions.get_mut(&sid) else {
+            return;
+        };
         if session.pending.len() >= max_pending {
             let message = format!("session {sid} has {max_pending} actions the agent has not drained; action not appended");
             self.error(conn, codes::APPEND_FAILED, message, request_id);
@@ -1047,7 +1241,7 @@ impl Channel {
         &mut self,
         id: &str,
         app_id: &str,
-        action_spec: Option<ActionSpec>,
+        action_spec: Option<Arc<ActionSpec>>,
         stream_spec: HashMap<String, ReplayPolicy>,
         stream_spec_source: Option<Value>,
         version_override: Option<String>,
@@ -1075,6 +1269,9 @@ impl Channel {
             pending: VecDeque::new(),
             pending_bytes: 0,
             drained_up_to: 0,
+            validating: false,
+            held: VecDeque::new(),
+            held_bytes: 0,
         };
         let record = session.record();
         self.sessions.insert(id.to_owned(), session);
@@ -1477,6 +1674,9 @@ impl Channel {
             pending,
             pending_bytes,
             drained_up_to: restored.drained_up_to,
+            validating: false,
+            held: VecDeque::new(),
+            held_bytes: 0,
         };
         self.sessions.insert(record.session_id, session);
         Ok(())

@@ -26,7 +26,9 @@ pub mod frames;
 pub mod hash;
 pub mod validate;
 
-pub use channel::{Channel, ChannelConfig, ConnId, Output, Record, VersionPolicy};
+pub use channel::{
+    Channel, ChannelConfig, ConnId, Output, Record, ValidatedAction, ValidationJob, VersionPolicy,
+};
 pub use decode::{decode_client_frame, ClientFrame, FrameError};
 pub use frames::*;
 pub use hash::{blueprint_key, canonicalize_contract, content_hash};

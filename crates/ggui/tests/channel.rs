@@ -18,6 +18,8 @@ struct Harness {
     sent: Vec<(ConnId, Arc<str>)>,
     /// The store refuses what it is given (a full disk).
     store_fails: bool,
+    /// Validations handed out (deferred validation), not yet run.
+    jobs: Vec<ValidationJob>,
 }
 
 impl Harness {
@@ -34,6 +36,7 @@ impl Harness {
             wakeups: Vec::new(),
             sent: Vec::new(),
             store_fails: false,
+            jobs: Vec::new(),
         }
     }
 
@@ -97,6 +100,7 @@ impl Harness {
                 Output::Close { conn, code, .. } => self.closes.push((conn, code)),
                 Output::Persist(r) => self.records.push(*r),
                 Output::ActionsAvailable { session_id } => self.wakeups.push(session_id),
+                Output::Validate(job) => self.jobs.push(*job),
             }
         }
         mine
@@ -1119,4 +1123,88 @@ fn props_the_store_refuses_are_not_sent_and_change_nothing() {
         "subscribers told of props not stored"
     );
     assert_eq!(h.ch.read_session("s").unwrap(), before);
+}
+
+#[test]
+fn deferred_validation_keeps_each_sessions_order_and_lets_others_through() {
+    let mut h = Harness::with(ChannelConfig {
+        defer_validation: true,
+        ..Default::default()
+    });
+    let spec =
+        json!({"pick": {"schema": {"type": "object", "properties": {"id": {"type": "string"}}}}});
+    for id in ["a", "b"] {
+        h.create(CreateSession {
+            action_spec: Some(spec.clone()),
+            ..create(id)
+        });
+    }
+    let (a, b) = (h.open(1), h.open(2));
+    h.subscribe(a, json!({"sessionId": "a"}));
+    h.subscribe(b, json!({"sessionId": "b"}));
+    // Nothing is answered while a's first action is being validated: the
+    // ping and the second action wait behind it.
+    assert!(h
+        .send(a, action("a", "a1", "pick", json!({"id": "x"})))
+        .is_empty());
+    assert!(h
+        .send(a, json!({"type": "ping", "requestId": "p"}))
+        .is_empty());
+    assert!(h
+        .send(a, action("a", "a2", "pick", json!({"id": 7})))
+        .is_empty());
+    assert_eq!(h.jobs.len(), 1);
+    // Another session's action is validated meanwhile, and acked first.
+    assert!(h
+        .send(b, action("b", "b1", "pick", json!({"id": "y"})))
+        .is_empty());
+    assert_eq!(h.jobs.len(), 2);
+    let b_job = h.jobs.pop().unwrap();
+    assert_eq!(b_job.session_id(), "b");
+    let now = h.now();
+    h.ch.action_validated(b_job.run(), now);
+    let frames = h.drain(b);
+    assert_eq!(types(&frames), vec!["ack"]);
+    assert_eq!(frames[0]["requestId"], "b1");
+    // a's first action: its ack, then the held ping's pong, then the
+    // second action goes to validation (and is refused).
+    let job = h.jobs.pop().unwrap();
+    h.ch.action_validated(job.run(), now);
+    let frames = h.drain(a);
+    assert_eq!(types(&frames), vec!["ack", "pong"]);
+    assert_eq!(frames[0]["payload"]["sequence"], 1);
+    let job = h.jobs.pop().unwrap();
+    h.ch.action_validated(job.run(), now);
+    let frames = h.drain(a);
+    assert_eq!(
+        frames[0]["payload"]["code"], "CONTRACT_VIOLATION",
+        "{frames:?}"
+    );
+    assert_eq!(frames[0]["requestId"], "a2");
+    assert!(h.jobs.is_empty());
+}
+
+#[test]
+fn frames_held_behind_a_validation_are_bounded() {
+    let mut h = Harness::with(ChannelConfig {
+        defer_validation: true,
+        ..Default::default()
+    });
+    h.create(CreateSession {
+        action_spec: Some(json!({"pick": {}})),
+        ..create("a")
+    });
+    let a = h.open(1);
+    h.subscribe(a, json!({"sessionId": "a"}));
+    assert!(h.send(a, action("a", "a1", "pick", json!({}))).is_empty());
+    for _ in 0..MAX_HELD_FRAMES_PER_SESSION {
+        assert!(h.send(a, json!({"type": "ping"})).is_empty());
+    }
+    let frames = h.send(a, json!({"type": "ping"}));
+    assert_eq!(frames[0]["payload"]["code"], "RATE_LIMITED", "{frames:?}");
+    let job = h.jobs.pop().unwrap();
+    let now = h.now();
+    h.ch.action_validated(job.run(), now);
+    let frames = h.drain(a);
+    assert_eq!(frames.len(), 1 + MAX_HELD_FRAMES_PER_SESSION);
 }

@@ -12,6 +12,14 @@
 //! queue, in the order the core produced them. No lock is held across I/O:
 //! the only await in the actor is on the bounded persistence queue, which
 //! is how a slow disk slows intake instead of growing memory.
+//!
+//! An action's JSON Schema validation does not run on the actor: the core
+//! hands it out ([`Output::Validate`]) with the session's compiled spec
+//! (shared), it runs on tokio's blocking threads, at most
+//! [`validation_workers`] at once, and comes back to the actor as an event.
+//! A session has one validation under way at a time and its later frames
+//! wait in the core, so its actions and acks keep their order while other
+//! sessions go on.
 
 pub mod api;
 pub mod ws;
@@ -27,13 +35,14 @@ use hostwire_core::Clock;
 use hostwire_ggui::channel::{RestoredSession, SessionRecord};
 use hostwire_ggui::{Channel, ChannelConfig, ConnId, GguiSessionEvent, Output, Record};
 use hostwire_ggui::{ReplayPolicy, StreamEnvelope};
+use hostwire_ggui::{ValidatedAction, ValidationJob};
 use hostwire_store::ggui::{GguiChange, GguiStore, GguiStoredSession};
 use hostwire_store::UnitStore;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 /// Frames waiting for one slow reader before it is closed (1013). A
 /// resubscribe replays up to a whole ledger (10,000 entries) and stream
@@ -54,6 +63,13 @@ pub const MAX_LONG_POLLS_PER_SESSION: usize = 16;
 /// long poll) stays before it is removed with its rows, unless
 /// configured: a day, so an agent may prepare a session well ahead.
 pub const DEFAULT_IDLE_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+/// Action validations run at once, on tokio's blocking threads, when not
+/// configured: the machine's cores (one session has one under way at a
+/// time, so one session's costly actions take at most one of them).
+pub fn validation_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
 /// Milliseconds between two passes over the sessions for idle ones.
 pub const EXPIRY_SWEEP_MS: u64 = 60 * 1000;
 
@@ -75,6 +91,8 @@ pub struct GguiConfig {
     /// Milliseconds from a session's last use (a subscriber, an agent
     /// call, a long poll) to its removal with its rows.
     pub idle_ttl_ms: u64,
+    /// Action validations run at once, off the channel actor.
+    pub validation_workers: usize,
 }
 
 impl Default for GguiConfig {
@@ -85,6 +103,7 @@ impl Default for GguiConfig {
             apps: Vec::new(),
             outbound_queue: OUTBOUND_QUEUE,
             idle_ttl_ms: DEFAULT_IDLE_TTL_MS,
+            validation_workers: validation_workers(),
         }
     }
 }
@@ -206,6 +225,8 @@ pub(crate) enum Cmd {
     Call(Box<dyn FnOnce(&mut Core) + Send>),
     /// Remove the sessions idle for `idle_ttl_ms`; answers how many.
     ExpireIdle(oneshot::Sender<usize>),
+    /// An action validated off the actor.
+    Validated(Box<ValidatedAction>),
 }
 
 /// The actor's state: the core, each connection's outbound queue, and the
@@ -386,7 +407,9 @@ impl Ggui {
         store_metrics: Arc<StoreMetrics>,
     ) -> anyhow::Result<Arc<Ggui>> {
         let metrics = Arc::new(GguiMetrics::default());
-        let mut channel = Channel::new(config.channel.clone());
+        let mut channel_config = config.channel.clone();
+        channel_config.defer_validation = true;
+        let mut channel = Channel::new(channel_config);
         if let Some(store) = &store {
             for s in store.ggui_load()? {
                 let id = s.session_id.clone();
@@ -421,9 +444,15 @@ impl Ggui {
             stored_answer: None,
             last_used: HashMap::new(),
         };
+        let (validated_tx, validated_rx) = mpsc::unbounded_channel();
+        let validations = Validations {
+            permits: Arc::new(Semaphore::new(config.validation_workers.max(1))),
+            done: validated_tx,
+        };
         tokio::spawn(run_actor(
             core,
             rx,
+            (validations, validated_rx),
             config.idle_ttl_ms,
             clock,
             writer.clone(),
@@ -614,9 +643,35 @@ impl Persistence {
     }
 }
 
+/// Where the actor sends actions to validate: a bounded number run at once
+/// on blocking threads, and each comes back on `done`. At most one per
+/// session is under way, so `done` holds at most one per session.
+struct Validations {
+    permits: Arc<Semaphore>,
+    done: mpsc::UnboundedSender<ValidatedAction>,
+}
+
+impl Validations {
+    fn start(&self, job: ValidationJob) {
+        let permits = Arc::clone(&self.permits);
+        let done = self.done.clone();
+        tokio::spawn(async move {
+            // The semaphore is never closed.
+            let Ok(_permit) = permits.acquire_owned().await else {
+                return;
+            };
+            // `run` catches a panic of the validator itself.
+            if let Ok(v) = tokio::task::spawn_blocking(move || job.run()).await {
+                let _ = done.send(v);
+            }
+        });
+    }
+}
+
 async fn run_actor(
     mut core: Core,
     mut rx: mpsc::Receiver<Cmd>,
+    (validations, mut validated): (Validations, mpsc::UnboundedReceiver<ValidatedAction>),
     idle_ttl_ms: u64,
     clock: Arc<dyn Clock>,
     writer: Option<StoreWriter<GguiChange>>,
@@ -633,6 +688,7 @@ async fn run_actor(
     loop {
         let cmd = tokio::select! {
             cmd = rx.recv() => cmd,
+            Some(v) = validated.recv() => Some(Cmd::Validated(Box::new(v))),
             _ = sweep.tick() => Some(Cmd::ExpireIdle(oneshot::channel().0)),
         };
         let Some(cmd) = cmd else { break };
@@ -663,6 +719,7 @@ async fn run_actor(
                 metrics.frames_in.fetch_add(1, Relaxed);
                 core.channel.frame_received(conn, text.as_bytes(), now);
             }
+            Cmd::Validated(v) => core.channel.action_validated(*v, now),
             Cmd::Closed { conn } => {
                 core.channel.connection_closed(conn);
                 core.conns.remove(&conn);
@@ -673,7 +730,7 @@ async fn run_actor(
                 metrics.long_polls.store(waiting as u64, Relaxed);
             }
         }
-        let stored = dispatch(&mut core, &metrics, &mut persistence).await;
+        let stored = dispatch(&mut core, &metrics, &mut persistence, &validations).await;
         if let Some(answer) = core.stored_answer.take() {
             let _ = answer.send(stored);
         }
@@ -688,7 +745,12 @@ async fn run_actor(
 /// behind, except those before a `Durable` output: the actor waits for
 /// them before it acknowledges (and goes on with the next command).
 /// Returns `false` if a change had to be taken back.
-async fn dispatch(core: &mut Core, metrics: &GguiMetrics, persistence: &mut Persistence) -> bool {
+async fn dispatch(
+    core: &mut Core,
+    metrics: &GguiMetrics,
+    persistence: &mut Persistence,
+    validations: &Validations,
+) -> bool {
     let mut records = Vec::new();
     // The session whose change was just taken back: its wake-up goes too.
     let mut taken_back: Option<String> = None;
@@ -705,6 +767,7 @@ async fn dispatch(core: &mut Core, metrics: &GguiMetrics, persistence: &mut Pers
                 }
             }
             Output::Persist(r) => records.push(*r),
+            Output::Validate(job) => validations.start(*job),
             Output::Durable {
                 conn,
                 frame,
