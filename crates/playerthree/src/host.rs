@@ -199,7 +199,8 @@ pub enum Output {
     },
     Persist(Record),
     /// A reply that acknowledges a durable change (`mint` hands out a
-    /// token; `mandate` and `scopes` change a seat's policy): send `text`,
+    /// token; `mandate` and `scopes` change a seat's policy, `controller`
+    /// who plays it): send `text`,
     /// and the frames before it, only once every `Persist` before it is
     /// durable. If they cannot be stored, send `otherwise` (an `internal`
     /// error) instead, drop the frames before it, and give `undo` to
@@ -227,6 +228,22 @@ pub enum Undo {
         scopes: Vec<String>,
         mandate: Option<Json>,
     },
+    /// A seat's controller as it was before, with the proposal the change
+    /// dropped (pending again).
+    Controller {
+        role: String,
+        controller: Controller,
+        pending: Option<PendingProposal>,
+    },
+}
+
+/// A supervised seat's proposal waiting for its owner, as
+/// [`Undo::Controller`] gives it back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingProposal {
+    pub id: String,
+    pub method: String,
+    pub args: Json,
 }
 
 /// Where a supervised proposal stands.
@@ -650,6 +667,29 @@ impl<G: Game> Match<G> {
                     s.mandate = mandate;
                 }
             }
+            Undo::Controller {
+                role,
+                controller,
+                pending,
+            } => {
+                let Some(s) = self.seats.get_mut(&role) else {
+                    return;
+                };
+                s.controller = controller;
+                if let Some(p) = pending {
+                    s.pending = Some(p.id.clone());
+                    self.resolved.retain(|(id, _)| *id != p.id);
+                    self.proposals.insert(
+                        p.id,
+                        Proposal {
+                            role: role.clone(),
+                            method: p.method,
+                            args: p.args,
+                        },
+                    );
+                }
+                self.refresh_agent_cards();
+            }
         }
     }
 
@@ -950,8 +990,8 @@ impl<G: Game> Match<G> {
     pub fn handle_client(&mut self, conn: ConnId, msg: ClientMsg, now: u64) -> ServerMsg {
         let seq = msg.seq();
         let mint = matches!(msg, ClientMsg::Mint { .. });
-        // A policy change is acknowledged once durable; what it replaced
-        // comes back if it is not.
+        // A policy or controller change is acknowledged once durable; what
+        // it replaced comes back if it is not.
         let policy_before = match &msg {
             ClientMsg::Mandate { role, .. } | ClientMsg::Scopes { role, .. } => {
                 self.seats.get(role).map(|s| Undo::Policy {
@@ -961,6 +1001,17 @@ impl<G: Game> Match<G> {
                     mandate: s.mandate.clone(),
                 })
             }
+            ClientMsg::Controller { role, .. } => self.seats.get(role).map(|s| Undo::Controller {
+                role: role.clone(),
+                controller: s.controller,
+                pending: s.pending.as_ref().and_then(|id| {
+                    self.proposals.get(id).map(|p| PendingProposal {
+                        id: id.clone(),
+                        method: p.method.clone(),
+                        args: p.args.clone(),
+                    })
+                }),
+            }),
             _ => None,
         };
         let reply = match self.dispatch(conn, msg, now) {
@@ -979,7 +1030,13 @@ impl<G: Game> Match<G> {
                     "store: the token was not stored",
                 )
             }),
-            _ if ok => policy_before.map(|u| (u, "store: the policy change was not stored")),
+            _ if ok => policy_before.map(|u| {
+                let why = match u {
+                    Undo::Controller { .. } => "store: the controller change was not stored",
+                    _ => "store: the policy change was not stored",
+                };
+                (u, why)
+            }),
             _ => None,
         };
         match undo {

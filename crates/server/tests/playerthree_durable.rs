@@ -355,3 +355,78 @@ async fn a_match_nobody_joins_expires_after_its_time_with_its_rows() {
     let (status, _) = mint_raw(&s.http, &idle, &idle_op, json!({"kind": "spectator"})).await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test]
+async fn a_controller_change_on_a_failing_store_is_refused_and_taken_back() {
+    let mut s = TestServer::start().await;
+    let (id, op) = create_match(&s.http).await;
+    let red = mint(&s.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+    let (mut o, _) = s.join(&red).await;
+    let seat = o
+        .expect_ok(json!({"op": "mint", "seq": 1, "role": "red-scout"}))
+        .await["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    o.expect_ok(json!({"op": "controller", "seq": 2, "role": "red-scout", "controller": {"kind": "agent", "supervised": true}}))
+        .await;
+    let (mut a, _) = s.join(&seat).await;
+    let p = a
+        .expect_ok(json!({"op": "call", "seq": 1, "role": "red-scout", "method": "hold"}))
+        .await;
+    let proposal = p["proposal"].as_str().unwrap().to_owned();
+
+    // The disk refuses controller records: the change is not acknowledged,
+    // and it did not happen (the seat is still a supervised agent's, its
+    // proposal still pending).
+    db(&s.db)
+        .execute_batch(
+            "CREATE TRIGGER refuse_controllers BEFORE INSERT ON playerthree_records
+             WHEN NEW.kind = 'controller' BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+        )
+        .unwrap();
+    let e = o
+        .expect_error(
+            json!({"op": "controller", "seq": 3, "role": "red-scout", "controller": {"kind": "human"}}),
+            "internal",
+        )
+        .await;
+    assert!(
+        e["message"].as_str().unwrap_or("").contains("controller"),
+        "{e}"
+    );
+    a.expect_error(
+        json!({"op": "call", "seq": 2, "role": "red-scout", "method": "hold"}),
+        "approval_pending",
+    )
+    .await;
+    db(&s.db)
+        .execute_batch("DROP TRIGGER refuse_controllers;")
+        .unwrap();
+    let r = o
+        .expect_ok(json!({"op": "resolveApproval", "seq": 4, "role": "red-scout", "id": proposal, "approve": false}))
+        .await;
+    assert_eq!(r["status"], "rejected", "{r}");
+
+    // Stored again: acknowledged once durable, and it survives a restart.
+    o.expect_ok(
+        json!({"op": "controller", "seq": 5, "role": "red-scout", "controller": {"kind": "human"}}),
+    )
+    .await;
+    let rows: i64 = db(&s.db)
+        .query_row(
+            "SELECT COUNT(*) FROM playerthree_records WHERE match_id = ?1 AND kind = 'controller' AND body LIKE '%human%'",
+            [&id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(rows, 1, "durable when answered");
+    drop((o, a));
+    s.restart().await;
+    let (mut a, _) = s.join(&seat).await;
+    a.expect_error(
+        json!({"op": "call", "seq": 1, "role": "red-scout", "method": "hold"}),
+        "forbidden",
+    )
+    .await;
+}
