@@ -99,6 +99,18 @@ async fn a_playerthree_mandate_flood_does_not_slow_relay_room_creation() {
         "relay room creation: idle median {idle:.2} ms, during the flood {flooded:.2} ms \
          ({during} mandates of {MAX_MESSAGE_BYTES} bytes acknowledged meanwhile)"
     );
+    let metrics = reqwest::get(format!("{}/metrics", s.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for l in metrics
+        .lines()
+        .filter(|l| l.starts_with("hostwire_store_write_seconds"))
+    {
+        eprintln!("{l}");
+    }
     assert!(during >= 40, "no flood while measuring: {during} mandates");
     // Generous: the debug build on a shared machine; the issue saw 160×.
     assert!(
