@@ -11,7 +11,7 @@ use playerthree_support::*;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Flooding owners, one match each (the attack).
 const FLOODERS: usize = 20;
