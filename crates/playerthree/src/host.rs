@@ -148,14 +148,24 @@ pub enum Record {
         method: String,
         args: Json,
     },
-    /// A proposal no longer pending (applied, rejected, failed or dropped).
+    /// A proposal no longer pending (applied, rejected, failed or dropped),
+    /// with its seat (records of earlier versions have none).
     #[serde(rename_all = "camelCase")]
-    Resolved { id: String },
+    Resolved {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        role: Option<String>,
+    },
+    /// The game's saved state, the match's `recording`-th recording
+    /// (records of earlier versions have none: their count is used), so a
+    /// store may keep the latest state alone.
     #[serde(rename_all = "camelCase")]
     State {
         tick: u64,
         recorded_at: u64,
         state: Json,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        recording: Option<u64>,
     },
     #[serde(rename_all = "camelCase")]
     Chat {
@@ -199,7 +209,8 @@ pub enum Output {
     },
     Persist(Record),
     /// A reply that acknowledges a durable change (`mint` hands out a
-    /// token; `mandate` and `scopes` change a seat's policy): send `text`,
+    /// token; `mandate` and `scopes` change a seat's policy, `controller`
+    /// who plays it): send `text`,
     /// and the frames before it, only once every `Persist` before it is
     /// durable. If they cannot be stored, send `otherwise` (an `internal`
     /// error) instead, drop the frames before it, and give `undo` to
@@ -227,6 +238,22 @@ pub enum Undo {
         scopes: Vec<String>,
         mandate: Option<Json>,
     },
+    /// A seat's controller as it was before, with the proposal the change
+    /// dropped (pending again).
+    Controller {
+        role: String,
+        controller: Controller,
+        pending: Option<PendingProposal>,
+    },
+}
+
+/// A supervised seat's proposal waiting for its owner, as
+/// [`Undo::Controller`] gives it back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingProposal {
+    pub id: String,
+    pub method: String,
+    pub args: Json,
 }
 
 /// Where a supervised proposal stands.
@@ -311,6 +338,8 @@ pub struct Match<G: Game> {
     finished: bool,
     /// When the last tick recorded the match as finished.
     finished_at: Option<u64>,
+    /// Recordings made (the observer frames' sequences go on after them).
+    recordings: u64,
     outputs: Vec<Output>,
 }
 
@@ -350,13 +379,16 @@ impl<G: Game> Match<G> {
         factory: &impl GameFactory<G>,
         now: u64,
     ) -> Result<Self, GameError> {
-        let (state, recorded_at) = records
+        let (state, recorded_at, recording) = records
             .iter()
             .rev()
             .find_map(|r| match r {
                 Record::State {
-                    state, recorded_at, ..
-                } => Some((state, *recorded_at)),
+                    state,
+                    recorded_at,
+                    recording,
+                    ..
+                } => Some((state, *recorded_at, *recording)),
                 _ => None,
             })
             .ok_or_else(|| GameError("no recorded game state".into()))?;
@@ -444,7 +476,12 @@ impl<G: Game> Match<G> {
                         );
                     }
                 }
-                Record::Resolved { id } => {
+                Record::Resolved { id, .. } => {
+                    // Ids continue past every id handed out before (a
+                    // store may keep the end of a proposal alone).
+                    if let Some(n) = id.strip_prefix('p').and_then(|n| n.parse::<u64>().ok()) {
+                        m.next_proposal = m.next_proposal.max(n);
+                    }
                     if let Some(p) = m.proposals.remove(id) {
                         if let Some(s) = m.seats.get_mut(&p.role) {
                             if s.pending.as_deref() == Some(id.as_str()) {
@@ -479,11 +516,13 @@ impl<G: Game> Match<G> {
             }
         }
         m.refresh_agent_cards();
-        let recordings = records
-            .iter()
-            .filter(|r| matches!(r, Record::State { .. }))
-            .count();
-        m.feed.continue_after(recordings as u64);
+        m.recordings = recording.unwrap_or_else(|| {
+            records
+                .iter()
+                .filter(|r| matches!(r, Record::State { .. }))
+                .count() as u64
+        });
+        m.feed.continue_after(m.recordings);
         for p in m.perspectives() {
             let seen = carried.iter().filter(|c| sees(&p, c)).cloned().collect();
             m.feed.carry_commentary(&p, seen);
@@ -555,6 +594,7 @@ impl<G: Game> Match<G> {
             paused: false,
             finished: false,
             finished_at: None,
+            recordings: 0,
             outputs: Vec::new(),
         }
     }
@@ -649,6 +689,29 @@ impl<G: Game> Match<G> {
                     s.scopes = scopes;
                     s.mandate = mandate;
                 }
+            }
+            Undo::Controller {
+                role,
+                controller,
+                pending,
+            } => {
+                let Some(s) = self.seats.get_mut(&role) else {
+                    return;
+                };
+                s.controller = controller;
+                if let Some(p) = pending {
+                    s.pending = Some(p.id.clone());
+                    self.resolved.retain(|(id, _)| *id != p.id);
+                    self.proposals.insert(
+                        p.id,
+                        Proposal {
+                            role: role.clone(),
+                            method: p.method,
+                            args: p.args,
+                        },
+                    );
+                }
+                self.refresh_agent_cards();
             }
         }
     }
@@ -950,8 +1013,8 @@ impl<G: Game> Match<G> {
     pub fn handle_client(&mut self, conn: ConnId, msg: ClientMsg, now: u64) -> ServerMsg {
         let seq = msg.seq();
         let mint = matches!(msg, ClientMsg::Mint { .. });
-        // A policy change is acknowledged once durable; what it replaced
-        // comes back if it is not.
+        // A policy or controller change is acknowledged once durable; what
+        // it replaced comes back if it is not.
         let policy_before = match &msg {
             ClientMsg::Mandate { role, .. } | ClientMsg::Scopes { role, .. } => {
                 self.seats.get(role).map(|s| Undo::Policy {
@@ -961,6 +1024,17 @@ impl<G: Game> Match<G> {
                     mandate: s.mandate.clone(),
                 })
             }
+            ClientMsg::Controller { role, .. } => self.seats.get(role).map(|s| Undo::Controller {
+                role: role.clone(),
+                controller: s.controller,
+                pending: s.pending.as_ref().and_then(|id| {
+                    self.proposals.get(id).map(|p| PendingProposal {
+                        id: id.clone(),
+                        method: p.method.clone(),
+                        args: p.args.clone(),
+                    })
+                }),
+            }),
             _ => None,
         };
         let reply = match self.dispatch(conn, msg, now) {
@@ -979,7 +1053,13 @@ impl<G: Game> Match<G> {
                     "store: the token was not stored",
                 )
             }),
-            _ if ok => policy_before.map(|u| (u, "store: the policy change was not stored")),
+            _ if ok => policy_before.map(|u| {
+                let why = match u {
+                    Undo::Controller { .. } => "store: the controller change was not stored",
+                    _ => "store: the policy change was not stored",
+                };
+                (u, why)
+            }),
             _ => None,
         };
         match undo {
@@ -1087,8 +1167,10 @@ impl<G: Game> Match<G> {
                 if controller != (Controller::Agent { supervised: true }) {
                     if let Some(id) = seat.pending.take() {
                         self.proposals.remove(&id);
-                        self.outputs
-                            .push(Output::Persist(Record::Resolved { id: id.clone() }));
+                        self.outputs.push(Output::Persist(Record::Resolved {
+                            id: id.clone(),
+                            role: Some(role.clone()),
+                        }));
                         self.remember(id, ProposalStatus::Rejected);
                     }
                 }
@@ -1243,8 +1325,10 @@ impl<G: Game> Match<G> {
         }
         let p = self.proposals.remove(id).expect("checked");
         self.seats.get_mut(role).expect("exists").pending = None;
-        self.outputs
-            .push(Output::Persist(Record::Resolved { id: id.to_owned() }));
+        self.outputs.push(Output::Persist(Record::Resolved {
+            id: id.to_owned(),
+            role: Some(role.to_owned()),
+        }));
         self.broadcast_seats();
         if !approve {
             self.remember(id.to_owned(), ProposalStatus::Rejected);
@@ -1474,10 +1558,12 @@ impl<G: Game> Match<G> {
     }
 
     fn record(&mut self, now: u64) {
+        self.recordings += 1;
         self.outputs.push(Output::Persist(Record::State {
             tick: self.game.tick(),
             recorded_at: now,
             state: self.game.save(),
+            recording: Some(self.recordings),
         }));
         self.record_frames(now);
     }

@@ -355,3 +355,167 @@ async fn a_match_nobody_joins_expires_after_its_time_with_its_rows() {
     let (status, _) = mint_raw(&s.http, &idle, &idle_op, json!({"kind": "spectator"})).await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test]
+async fn a_controller_change_on_a_failing_store_is_refused_and_taken_back() {
+    let mut s = TestServer::start().await;
+    let (id, op) = create_match(&s.http).await;
+    let red = mint(&s.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+    let (mut o, _) = s.join(&red).await;
+    let seat = o
+        .expect_ok(json!({"op": "mint", "seq": 1, "role": "red-scout"}))
+        .await["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    o.expect_ok(json!({"op": "controller", "seq": 2, "role": "red-scout", "controller": {"kind": "agent", "supervised": true}}))
+        .await;
+    let (mut a, _) = s.join(&seat).await;
+    let p = a
+        .expect_ok(json!({"op": "call", "seq": 1, "role": "red-scout", "method": "hold"}))
+        .await;
+    let proposal = p["proposal"].as_str().unwrap().to_owned();
+
+    // The disk refuses controller records: the change is not acknowledged,
+    // and it did not happen (the seat is still a supervised agent's, its
+    // proposal still pending).
+    db(&s.db)
+        .execute_batch(
+            "CREATE TRIGGER refuse_controllers BEFORE INSERT ON playerthree_records
+             WHEN NEW.kind = 'controller' BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+        )
+        .unwrap();
+    let e = o
+        .expect_error(
+            json!({"op": "controller", "seq": 3, "role": "red-scout", "controller": {"kind": "human"}}),
+            "internal",
+        )
+        .await;
+    assert!(
+        e["message"].as_str().unwrap_or("").contains("controller"),
+        "{e}"
+    );
+    a.expect_error(
+        json!({"op": "call", "seq": 2, "role": "red-scout", "method": "hold"}),
+        "approval_pending",
+    )
+    .await;
+    db(&s.db)
+        .execute_batch("DROP TRIGGER refuse_controllers;")
+        .unwrap();
+    let r = o
+        .expect_ok(json!({"op": "resolveApproval", "seq": 4, "role": "red-scout", "id": proposal, "approve": false}))
+        .await;
+    assert_eq!(r["status"], "rejected", "{r}");
+
+    // Stored again: acknowledged once durable, and it survives a restart.
+    o.expect_ok(
+        json!({"op": "controller", "seq": 5, "role": "red-scout", "controller": {"kind": "human"}}),
+    )
+    .await;
+    let rows: i64 = db(&s.db)
+        .query_row(
+            "SELECT COUNT(*) FROM playerthree_records WHERE match_id = ?1 AND kind = 'controller' AND body LIKE '%human%'",
+            [&id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(rows, 1, "durable when answered");
+    drop((o, a));
+    s.restart().await;
+    let (mut a, _) = s.join(&seat).await;
+    a.expect_error(
+        json!({"op": "call", "seq": 1, "role": "red-scout", "method": "hold"}),
+        "forbidden",
+    )
+    .await;
+}
+
+/// The rows a start-up reads for match `id` from the file (the store's
+/// own load, as `PlayerThree::start` calls it).
+fn rows_read_at_restore(path: &std::path::Path, id: &str) -> usize {
+    use hostwire_store::playerthree::PlayerThreeStore;
+    let store = hostwire_store::SqliteStore::open(path).unwrap();
+    let m = store.load_matches().unwrap();
+    m.iter().find(|m| m.id == id).unwrap().records.len()
+}
+
+/// The seats as an owner sees them, without who is connected.
+async fn seats_of(s: &TestServer, token: &str) -> Value {
+    let (mut o, _) = s.join(token).await;
+    let mut seats = o.recv_op("seats").await["seats"].clone();
+    for seat in seats.as_array_mut().unwrap() {
+        seat.as_object_mut().unwrap().remove("live");
+    }
+    seats
+}
+
+#[tokio::test]
+async fn a_restore_reads_a_bounded_number_of_rows_however_much_was_written() {
+    let mut s = TestServer::start().await;
+    let (id, op) = create_match(&s.http).await;
+    let red = mint(&s.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+    let (mut o, _) = s.join(&red).await;
+    let seat = o
+        .expect_ok(json!({"op": "mint", "seq": 1, "role": "red-scout"}))
+        .await["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    o.expect_ok(json!({"op": "controller", "seq": 2, "role": "red-scout", "controller": {"kind": "agent", "supervised": true}}))
+        .await;
+    drop(o);
+    let pad = "m".repeat(1024);
+    let mut read = Vec::new();
+    // Each round writes mandates, proposals and their ends, agent replies
+    // and a recorded tick; fresh connections each round (each has its own
+    // rate).
+    for _ in 0..3 {
+        for _ in 0..8 {
+            let (mut o, _) = s.join(&red).await;
+            let (mut a, _) = s.join(&seat).await;
+            for seq in 1..=5u64 {
+                for role in ["red-scout", "red-guard"] {
+                    o.expect_ok(json!({"op": "mandate", "seq": seq, "role": role, "mandate": {"goal": pad}}))
+                        .await;
+                }
+                let p = a
+                    .expect_ok(
+                        json!({"op": "call", "seq": seq, "role": "red-scout", "method": "hold"}),
+                    )
+                    .await;
+                o.expect_ok(json!({"op": "resolveApproval", "seq": 10 + seq, "role": "red-scout", "id": p["proposal"], "approve": seq % 2 == 0}))
+                    .await;
+                a.expect_ok(
+                    json!({"op": "tell", "seq": 10 + seq, "roles": "all", "text": "on my way"}),
+                )
+                .await;
+            }
+            s.tick().await;
+        }
+        // One proposal left pending: a restore must bring it back.
+        let (mut a, _) = s.join(&seat).await;
+        a.expect_ok(json!({"op": "call", "seq": 1, "role": "red-scout", "method": "hold"}))
+            .await;
+        let before = seats_of(&s, &red).await;
+        s.stop().await;
+        read.push(rows_read_at_restore(&s.db, &id));
+        s.restart().await;
+        assert_eq!(seats_of(&s, &red).await, before, "restored as it was");
+        // Its proposal is resolved after the restart, as before it.
+        let pending = before
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["role"] == "red-scout")
+            .unwrap()["pendingApproval"]
+            .clone();
+        let (mut o, _) = s.join(&red).await;
+        o.expect_ok(json!({"op": "resolveApproval", "seq": 1, "role": "red-scout", "id": pending, "approve": false}))
+            .await;
+    }
+    // What restore reads does not grow with what was written: the same
+    // after each round, and small.
+    assert!(read.iter().all(|r| *r == read[0]), "rows read: {read:?}");
+    assert!(read[0] <= 24, "rows read: {read:?}");
+}

@@ -45,7 +45,6 @@ pub fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, DirLockErro
 use hostwire_relay_records::{BundleMeta, PlayerRecord, RoomChange, RoomRecord};
 use rusqlite::{params, Connection, DatabaseName, OptionalExtension};
 use std::path::Path;
-use std::sync::Mutex;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -153,12 +152,34 @@ impl StoreWrite for RoomChange {
     }
 }
 
+/// A connection behind a fair lock (the write connection's matters): every protocol has its own
+/// store writer but they share this one connection, and a lock that lets
+/// the writer that just finished a batch take it again at once would let
+/// one protocol's flood hold another's writes back batch after batch. A
+/// fair lock hands it to the writer that waited longest, so another
+/// protocol waits at most for the batch being written.
+struct FairConn(parking_lot::FairMutex<Connection>);
+
+impl FairConn {
+    fn new(conn: Connection) -> Self {
+        Self(parking_lot::FairMutex::new(conn))
+    }
+
+    /// The connection, once every writer that waited before has had it (a
+    /// fair lock is never poisoned).
+    fn lock(
+        &self,
+    ) -> Result<parking_lot::FairMutexGuard<'_, Connection>, std::convert::Infallible> {
+        Ok(self.0.lock())
+    }
+}
+
 pub struct SqliteStore {
-    conn: Mutex<Connection>,
+    conn: FairConn,
     /// A second connection for bundle reads (WAL lets it read beside the
     /// writer), so that serving 8 MiB does not hold up writes. `None` for
     /// an in-memory database, which one connection alone can see.
-    reader: Option<Mutex<Connection>>,
+    reader: Option<FairConn>,
 }
 
 const SCHEMA: &str = "
@@ -207,8 +228,8 @@ impl SqliteStore {
         )?;
         reader.busy_timeout(std::time::Duration::from_secs(5))?;
         Ok(Self {
-            conn: Mutex::new(conn),
-            reader: Some(Mutex::new(reader)),
+            conn: FairConn::new(conn),
+            reader: Some(FairConn::new(reader)),
         })
     }
 
@@ -221,7 +242,7 @@ impl SqliteStore {
         ggui::create_tables(&conn)?;
         sessions::create_tables(&conn)?;
         Ok(Self {
-            conn: Mutex::new(conn),
+            conn: FairConn::new(conn),
             reader: None,
         })
     }

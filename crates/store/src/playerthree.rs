@@ -3,7 +3,10 @@
 //! records in the order they
 //! happened (config, tokens with their principals, revocations,
 //! controllers, policies, cards, the game's state at each recorded tick,
-//! chat lines, commentary agents disclosed). The records are stored as the JSON the protocol crate
+//! chat lines, commentary agents disclosed). A record with a slot keeps
+//! only the newest of its slot (a seat's latest policy, the latest game
+//! state), so what a match keeps, and what a restore reads, does not grow
+//! with how often it was written. The records are stored as the JSON the protocol crate
 //! writes, with their kind and tick beside them for queries; the store
 //! does not depend on the protocol crate. No token is stored as text: the
 //! protocol crate writes token records with the token's hash only. A
@@ -52,6 +55,11 @@ pub(crate) fn create_tables(conn: &Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Kinds of records kept for the record only (chat lines): a restore
+/// does not read them, so [`PlayerThreeStore::load_matches`] leaves them
+/// out.
+pub const LOG_KINDS: &[&str] = &["chat"];
+
 /// A match as loaded at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredMatch {
@@ -82,9 +90,13 @@ pub enum PlayerThreeWrite {
         kind: String,
         tick: Option<u64>,
         /// A record with a slot (a seat's latest policy, the latest game
-        /// state) replaces the match's earlier record of that slot: what
-        /// a match keeps stays bounded however often an owner writes.
+        /// state, a team's chat lines) replaces the match's oldest records
+        /// of that slot past `keep`: what a match keeps stays bounded
+        /// however often an owner writes.
         slot: Option<String>,
+        /// Records of the slot kept, this one included (1: the latest
+        /// alone). Ignored without a slot.
+        keep: u32,
         body: String,
     },
     /// A match and every record of it, gone (an expired finished match).
@@ -112,7 +124,8 @@ impl StoreWrite for PlayerThreeWrite {
 
 /// The durable state PlayerThree needs.
 pub trait PlayerThreeStore: UnitStore<PlayerThreeWrite> {
-    /// Every stored match with its records in order.
+    /// Every stored match with its records in order, but for the ones
+    /// restore does not read ([`LOG_KINDS`]).
     fn load_matches(&self) -> Result<Vec<StoredMatch>, StoreError>;
     /// Applies writes in order, all or nothing.
     fn apply_playerthree(&self, writes: &[PlayerThreeWrite]) -> Result<(), StoreError>;
@@ -135,8 +148,11 @@ impl PlayerThreeStore for SqliteStore {
                 })
             })?
             .collect::<Result<Vec<_>, _>>()?;
-        let mut records =
-            conn.prepare("SELECT body FROM playerthree_records WHERE match_id = ?1 ORDER BY seq")?;
+        let logs: Vec<String> = LOG_KINDS.iter().map(|k| format!("'{k}'")).collect();
+        let mut records = conn.prepare(&format!(
+            "SELECT body FROM playerthree_records WHERE match_id = ?1 AND kind NOT IN ({}) ORDER BY seq",
+            logs.join(", ")
+        ))?;
         for m in &mut matches {
             m.records = records
                 .query_map([&m.id], |r| r.get(0))?
@@ -182,13 +198,17 @@ fn apply_playerthree(tx: &Connection, w: &PlayerThreeWrite) -> Result<(), StoreE
             kind,
             tick,
             slot,
+            keep,
             body,
         } => {
             if let Some(slot) = slot {
+                // The slot's newest `keep - 1` stay beside this one; the
+                // (match, slot) index finds them without a scan.
                 tx.prepare_cached(
-                    "DELETE FROM playerthree_records WHERE match_id = ?1 AND slot = ?2",
+                    "DELETE FROM playerthree_records WHERE match_id = ?1 AND slot = ?2 AND seq NOT IN
+                     (SELECT seq FROM playerthree_records WHERE match_id = ?1 AND slot = ?2 ORDER BY seq DESC LIMIT ?3)",
                 )?
-                .execute(params![match_id, slot])?;
+                .execute(params![match_id, slot, keep.saturating_sub(1)])?;
             }
             tx.prepare_cached(
                 "INSERT INTO playerthree_records (match_id, kind, tick, slot, body) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -209,6 +229,7 @@ mod tests {
             kind: kind.into(),
             tick: None,
             slot: None,
+            keep: 0,
             body: body.into(),
         }
     }
@@ -301,6 +322,7 @@ mod tests {
             kind: "policy".into(),
             tick: None,
             slot: Some("policy:red-scout".into()),
+            keep: 1,
             body: body.into(),
         };
         s.apply_playerthree(&[
@@ -320,5 +342,49 @@ mod tests {
         s.apply_playerthree(&[record("m1", "state", "{}")]).unwrap();
         let loaded = s.load_matches().unwrap();
         assert_eq!(loaded[0].records, vec!["{}", "{\"v\":99}", "{}"]);
+    }
+
+    #[test]
+    fn a_slot_keeps_its_newest_records_and_log_kinds_are_not_loaded() {
+        let s = SqliteStore::in_memory().unwrap();
+        let chat = |body: &str| PlayerThreeWrite::Record {
+            match_id: "m1".into(),
+            kind: "chat".into(),
+            tick: None,
+            slot: Some("chat:red".into()),
+            keep: 3,
+            body: body.into(),
+        };
+        let commentary = |body: &str| PlayerThreeWrite::Record {
+            match_id: "m1".into(),
+            kind: "commentary".into(),
+            tick: None,
+            slot: Some("commentary:red".into()),
+            keep: 2,
+            body: body.into(),
+        };
+        s.apply_playerthree(&[PlayerThreeWrite::Match {
+            id: "m1".into(),
+            game: "ridge".into(),
+            operator_token_hash: "op".into(),
+            created_at_ms: 5,
+        }])
+        .unwrap();
+        for i in 0..10 {
+            s.apply_playerthree(&[chat(&format!("c{i}")), commentary(&format!("k{i}"))])
+                .unwrap();
+        }
+        let conn = s.conn.lock().unwrap();
+        let chats: Vec<String> = conn
+            .prepare("SELECT body FROM playerthree_records WHERE kind = 'chat' ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        drop(conn);
+        assert_eq!(chats, vec!["c7", "c8", "c9"]);
+        let loaded = s.load_matches().unwrap();
+        assert_eq!(loaded[0].records, vec!["k8", "k9"]);
     }
 }

@@ -5,6 +5,7 @@
 //! answer to an owner's `mandate`, `scopes` or `controller`).
 
 use hostwire_playerthree::host::Output;
+use hostwire_playerthree::observer::MAX_KEYFRAME_COMMENTARY;
 use hostwire_playerthree::Record;
 use hostwire_store::playerthree::PlayerThreeWrite;
 
@@ -22,30 +23,58 @@ pub fn persisted(match_id: &str, outputs: Vec<Output>) -> Vec<PlayerThreeWrite> 
         .collect()
 }
 
+/// Chat lines (owner tells and agent replies) a match keeps per team,
+/// the newest: chat is kept for the record, a restore does not read it.
+pub const MAX_STORED_CHAT_PER_TEAM: u32 = 256;
+
 /// One record as a store write.
 pub fn write_of(match_id: &str, r: &Record) -> PlayerThreeWrite {
-    // What restore reads of a seat's policy, controller and card is the
-    // latest of each: a new one replaces the one before (an owner writing
-    // `mandate` in a loop keeps one row per seat, not one per write).
-    let slot = |kind: &str, role: &str| Some(format!("{kind}:{role}"));
-    let (kind, tick, slot) = match r {
-        Record::Config { .. } => ("config", None, None),
-        Record::Token { .. } => ("token", None, None),
-        Record::Revoked { .. } => ("revoked", None, None),
-        Record::Controller { role, .. } => ("controller", None, slot("controller", role)),
-        Record::Policy { role, .. } => ("policy", None, slot("policy", role)),
-        Record::Card { role, .. } => ("card", None, slot("card", role)),
-        Record::Proposal { .. } => ("proposal", None, None),
-        Record::Resolved { .. } => ("resolved", None, None),
-        Record::State { tick, .. } => ("state", Some(*tick), None),
-        Record::Chat { tick, .. } => ("chat", Some(*tick), None),
-        Record::Commentary { tick, .. } => ("commentary", Some(*tick), None),
+    // What restore reads of a seat's policy, controller, card and
+    // proposal, and of the game's state, is the latest of each: a new one
+    // replaces the one before (an owner writing `mandate` in a loop keeps
+    // one row per seat, not one per write). Of a team's commentary a
+    // restart's keyframe carries the newest MAX_KEYFRAME_COMMENTARY; of
+    // its chat, restore reads nothing.
+    let latest = |kind: &str, key: &str| (Some(format!("{kind}:{key}")), 1);
+    let (kind, tick, (slot, keep)) = match r {
+        Record::Config { .. } => ("config", None, (None, 0)),
+        Record::Token { .. } => ("token", None, (None, 0)),
+        Record::Revoked { .. } => ("revoked", None, (None, 0)),
+        Record::Controller { role, .. } => ("controller", None, latest("controller", role)),
+        Record::Policy { role, .. } => ("policy", None, latest("policy", role)),
+        Record::Card { role, .. } => ("card", None, latest("card", role)),
+        // A seat has one proposal pending at most; its end replaces it
+        // (restore continues ids past the end's id too).
+        Record::Proposal { role, .. } => ("proposal", None, latest("proposal", role)),
+        Record::Resolved { role, .. } => (
+            "resolved",
+            None,
+            match role {
+                Some(role) => latest("proposal", role),
+                None => (None, 0),
+            },
+        ),
+        Record::State { tick, .. } => ("state", Some(*tick), latest("state", "game")),
+        Record::Chat { tick, team, .. } => (
+            "chat",
+            Some(*tick),
+            (Some(format!("chat:{team}")), MAX_STORED_CHAT_PER_TEAM),
+        ),
+        Record::Commentary { tick, team, .. } => (
+            "commentary",
+            Some(*tick),
+            (
+                Some(format!("commentary:{team}")),
+                MAX_KEYFRAME_COMMENTARY as u32,
+            ),
+        ),
     };
     PlayerThreeWrite::Record {
         match_id: match_id.to_owned(),
         kind: kind.to_owned(),
         tick,
         slot,
+        keep,
         // A record is plain data: serializing it cannot fail.
         body: serde_json::to_string(r).unwrap_or_default(),
     }
