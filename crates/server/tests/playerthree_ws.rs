@@ -467,3 +467,91 @@ async fn the_operator_api_refuses_without_the_operator_token_and_names_bad_field
     assert_eq!(r.status(), 413);
     let _: Value = Value::Null;
 }
+
+#[tokio::test]
+async fn the_operator_gives_a_seat_its_card_and_observers_see_it_while_an_agent_plays() {
+    let (t, id, op, red, _) = match_with_teams().await;
+    let http = reqwest::Client::new();
+    let url = |role: &str| format!("{}/playerthree/matches/{id}/seats/{role}/card", t.http);
+    let card = json!({"id": "scout-bot-7", "name": "Scout Bot"});
+    // Only the match's operator sets a card; a bad one is refused by name.
+    let r = http.put(url("red-scout")).json(&card).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = http
+        .put(url("red-scout"))
+        .bearer_auth(&op)
+        .json(&json!({"id": " ", "name": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"].as_str().unwrap().starts_with("id:"), "{v}");
+    let r = http
+        .put(url("nobody"))
+        .bearer_auth(&op)
+        .json(&card)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+
+    // An agent plays red-scout; the operator gives it its card.
+    let (mut o, _) = t.join(&red).await;
+    o.drain().await;
+    o.expect_ok(json!({"op": "controller", "seq": 1, "role": "red-scout", "controller": {"kind": "agent", "supervised": false}}))
+        .await;
+    let r = http
+        .put(url("red-scout"))
+        .bearer_auth(&op)
+        .json(&card)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // The seat's public card reaches the match's clients.
+    loop {
+        let c = o.recv_op("cards").await;
+        let seat = c["cards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["role"] == "red-scout")
+            .cloned()
+            .unwrap();
+        if seat.get("card") == Some(&card) {
+            break;
+        }
+    }
+    // An observer's keyframe carries it as an agent card.
+    let ob_token = mint(
+        &t.http,
+        &id,
+        &op,
+        json!({"kind": "observer", "grant": {"kind": "team", "team": "red", "delayMs": 0}}),
+    )
+    .await;
+    let (mut ob, _) = t.join(&ob_token).await;
+    ob.send(json!({"op": "observer", "perspective": "red"}))
+        .await;
+    t.tick().await;
+    let keyframe = loop {
+        let f = ob.recv_op("observer").await;
+        if f["frame"]["world"].is_object() {
+            break f;
+        }
+    };
+    assert_eq!(
+        keyframe["frame"]["agentCards"],
+        json!([{"team": "red", "role": "red-scout", "card": card}]),
+        "{keyframe}"
+    );
+    // DELETE clears it.
+    let r = http
+        .delete(url("red-scout"))
+        .bearer_auth(&op)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}

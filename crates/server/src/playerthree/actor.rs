@@ -75,6 +75,12 @@ pub enum MatchCmd {
         token: String,
         reply: oneshot::Sender<bool>,
     },
+    /// The operator sets (or, with `None`, clears) a seat's card.
+    SetCard {
+        role: String,
+        card: Option<hostwire_playerthree::protocol::EntrantCard>,
+        reply: oneshot::Sender<Result<(), ProtocolError>>,
+    },
     McpJoin {
         conn: ConnId,
         token: String,
@@ -406,6 +412,31 @@ impl Actor {
             }
             MatchCmd::Revoke { token, reply } => {
                 let _ = reply.send(self.m.revoke(&token));
+            }
+            MatchCmd::SetCard { role, card, reply } => {
+                let r = self.m.set_card(&role, card);
+                let outputs = self.m.take_outputs();
+                let writes = self.route(outputs);
+                let acked = self.p3.writer.queue_acked(self.m.id(), writes).await;
+                match r {
+                    // Answered only once durable, without holding the
+                    // match up meanwhile.
+                    Ok(()) => {
+                        tokio::spawn(async move {
+                            let r = match acked.wait().await {
+                                true => Ok(()),
+                                _ => Err(ProtocolError::new(
+                                    ServerErrorCode::Internal,
+                                    "store: the card was not stored",
+                                )),
+                            };
+                            let _ = reply.send(r);
+                        });
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
             }
             MatchCmd::McpJoin {
                 conn,

@@ -8,7 +8,11 @@
 //!   Bearer`) mints a token for a principal given without its match, e.g.
 //!   `{"kind":"team","team":"red"}`; durable before it is answered;
 //! - `POST /matches/{id}/revoke` (operator) with `{"token":"…"}` revokes a
-//!   token and closes its connections.
+//!   token and closes its connections;
+//! - `PUT /matches/{id}/seats/{role}/card` (operator) with `{"id","name"}`
+//!   sets the seat's public card (`playerthree:cards`, and the
+//!   `agentCards` of observer keyframes while an agent plays the seat);
+//!   `DELETE` clears it; both answered once durable.
 
 use super::actor::{MatchCmd, MatchHandle};
 use super::{PlayerThree, GAME};
@@ -20,9 +24,9 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{post, put};
 use axum::Router;
-use hostwire_playerthree::protocol::{token_shape_ok, ServerErrorCode};
+use hostwire_playerthree::protocol::{token_shape_ok, EntrantCard, ServerErrorCode};
 use hostwire_playerthree::tokens::TokenHash;
 use hostwire_playerthree::Principal;
 use serde_json::{json, Value};
@@ -46,7 +50,7 @@ pub fn router(p3: Arc<PlayerThree>) -> Router {
     let cors = p3
         .origins
         .cors_layer()
-        .allow_methods([Method::POST, Method::OPTIONS])
+        .allow_methods([Method::POST, Method::PUT, Method::DELETE, Method::OPTIONS])
         .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]);
     Router::new()
         .route("/matches", post(create).fallback(method_not_allowed))
@@ -57,6 +61,12 @@ pub fn router(p3: Arc<PlayerThree>) -> Router {
         .route(
             "/matches/{id}/revoke",
             post(revoke).fallback(method_not_allowed),
+        )
+        .route(
+            "/matches/{id}/seats/{role}/card",
+            put(set_card)
+                .delete(clear_card)
+                .fallback(method_not_allowed),
         )
         .route_layer(from_fn_with_state(
             Arc::clone(&p3.origins),
@@ -203,6 +213,74 @@ async fn revoke(
             StatusCode::NOT_FOUND,
             &json!({ "error": "token: not a token of this match" }),
         ),
+        Err(_) => MATCH_NOT_FOUND.into_response(),
+    }
+}
+
+/// The longest card `id` and `name`, in bytes: a card is shown to every
+/// spectator and observer of the match.
+pub const MAX_CARD_FIELD_BYTES: usize = 128;
+
+async fn set_card(
+    State(p3): State<Arc<PlayerThree>>,
+    Path((id, role)): Path<(String, String)>,
+    presented: Presented,
+    body: Bytes,
+) -> Response {
+    let h = match operated(&p3, &id, &presented) {
+        Ok(h) => h,
+        Err(r) => return r,
+    };
+    let card = match serde_json::from_slice::<EntrantCard>(&body) {
+        Ok(c) => c,
+        Err(e) => return bad_request(format!("body: expected {{\"id\":…,\"name\":…}}: {e}")),
+    };
+    for (field, v) in [("id", &card.id), ("name", &card.name)] {
+        if v.trim().is_empty() || v.len() > MAX_CARD_FIELD_BYTES {
+            return bad_request(format!(
+                "{field}: 1 to {MAX_CARD_FIELD_BYTES} bytes, not blank ({} given)",
+                v.len()
+            ));
+        }
+    }
+    card_change(h, role, Some(card)).await
+}
+
+async fn clear_card(
+    State(p3): State<Arc<PlayerThree>>,
+    Path((id, role)): Path<(String, String)>,
+    presented: Presented,
+) -> Response {
+    let h = match operated(&p3, &id, &presented) {
+        Ok(h) => h,
+        Err(r) => return r,
+    };
+    card_change(h, role, None).await
+}
+
+async fn card_change(h: MatchHandle, role: String, card: Option<EntrantCard>) -> Response {
+    let (reply, answer) = oneshot::channel();
+    let cmd = MatchCmd::SetCard {
+        role: role.clone(),
+        card: card.clone(),
+        reply,
+    };
+    if h.tx.send(cmd).await.is_err() {
+        return MATCH_NOT_FOUND.into_response();
+    }
+    match answer.await {
+        Ok(Ok(())) => json_response(StatusCode::OK, &json!({ "role": role, "card": card })),
+        Ok(Err(e)) => {
+            let status = match e.code {
+                ServerErrorCode::NotInMatch => StatusCode::NOT_FOUND,
+                ServerErrorCode::Internal => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            json_response(
+                status,
+                &json!({ "error": e.message, "code": e.code.as_str() }),
+            )
+        }
         Err(_) => MATCH_NOT_FOUND.into_response(),
     }
 }
