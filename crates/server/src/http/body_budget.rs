@@ -24,9 +24,9 @@ pub const REQUEST_BODY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
 /// smallest budget that lets every route work.
 pub const LARGEST_REQUEST_BODY: usize = 8 * 1024 * 1024;
 
-/// What a request with these headers is charged.
-fn charge(req: &Request) -> usize {
-    let headers = req.headers();
+/// What a request with these headers is charged (at most
+/// [`LARGEST_REQUEST_BODY`]).
+pub fn charge_of(headers: &axum::http::HeaderMap) -> usize {
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -50,7 +50,7 @@ pub async fn body_budget(
     req: Request,
     next: Next,
 ) -> Response {
-    let n = charge(&req);
+    let n = charge_of(req.headers());
     if n == 0 {
         return next.run(req).await;
     }

@@ -79,14 +79,8 @@ pub async fn ws_upgrade(
         }
     };
     // A bearer header (non-browser clients) wins over the query.
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.get(..7)
-                .filter(|p| p.eq_ignore_ascii_case("bearer "))
-                .map(|_| v[7..].trim().to_owned())
-        })
+    let token = crate::http::bearer(&headers)
+        .map(str::to_owned)
         .or(q.token);
     let Some(handle) = sessions.handle(&q.session) else {
         return json_response(
