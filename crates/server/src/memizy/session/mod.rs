@@ -10,6 +10,8 @@
 //!   order and arms its timer at `poll_timeout`;
 //! - [`services`]: the services offered (SPEC 5.3), each a worker process
 //!   spoken to with worker RPC;
+//! - [`restore`]: what a restart brings a session back as, and bringing
+//!   it back at its first use;
 //! - [`device`]: a headless device that plays a plugin instance (tests and
 //!   benchmarks).
 
@@ -17,6 +19,7 @@ pub mod actor;
 pub mod api;
 pub mod conn;
 pub mod device;
+pub mod restore;
 pub mod services;
 
 use crate::http::AllowedOrigins;
@@ -210,6 +213,9 @@ pub struct Sessions {
     /// Stored sessions no task runs: when each was last used (first seen
     /// stopped by this server, or an API call since).
     stopped_since: Mutex<HashMap<String, u64>>,
+    /// Held while a session is brought back from the store, so that two
+    /// first uses bring it back once.
+    pub(crate) restoring: tokio::sync::Mutex<()>,
 }
 
 impl Sessions {
@@ -239,6 +245,7 @@ impl Sessions {
             lobby_ttl_ms: AtomicU64::new(DEFAULT_LOBBY_TTL_MS),
             idle_ttl_ms: AtomicU64::new(DEFAULT_IDLE_TTL_MS),
             stopped_since: Mutex::new(HashMap::new()),
+            restoring: tokio::sync::Mutex::new(()),
         })
     }
 
