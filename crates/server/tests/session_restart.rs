@@ -679,3 +679,37 @@ async fn kill_9_at_random_points_of_scripted_games_loses_no_acknowledged_change(
     }
     s.kill_9();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settings_screens_acknowledged_report_survives_kill_9() {
+    let dir = data_dir();
+    let s = spawn_server(dir.path());
+    let mut m = manifest();
+    m["appSpecific"]["memizy"]["settingsScreen"] = json!({"size": "compact"});
+    let mut body = presenter_body(1);
+    body["pluginHtml"] = json!(format!(
+        "<!doctype html><html><head><script type=\"application/oqse-manifest+json\">{m}</script></head><body></body></html>"
+    ));
+    let (sid, token) = s.api.create(&body).await;
+    let (screen, _) = s.api.device(&sid, "settings", "settings").await;
+    screen
+        .call(
+            "updateSettings",
+            json!([{"values": {"questionTime": 45}, "valid": false, "message": "pick a topic"}]),
+        )
+        .await
+        .unwrap();
+    drop(screen);
+    let s = restart(dir.path(), s);
+    let v = s.api.status(&sid, &token).await;
+    assert_eq!(v["phase"], "lobby", "{v}");
+    assert_eq!(v["settings"]["questionTime"], 45, "{v}");
+    assert_eq!(
+        (&v["settingsValid"], &v["settingsMessage"]),
+        (&json!(false), &json!("pick a topic"))
+    );
+    // Start stays disabled while the screen says the settings are not valid.
+    let (st, v) = s.api.op(&sid, &token, "start").await;
+    assert_eq!(st, 400, "{v}");
+    s.kill_9();
+}
