@@ -164,6 +164,8 @@ struct Actor {
     /// An `updateSettings` call being handled: its answer waits until the
     /// settings it changed are kept.
     held: Option<(InstanceId, CallId)>,
+    /// Its rows were removed (it expired): nothing more is kept.
+    removed: bool,
 }
 
 /// Starts the task of a session and its store writer; `None` if the server
@@ -205,6 +207,7 @@ pub fn spawn(
         started_at: sessions.clock.now_ms(),
         last_used: sessions.clock.now_ms(),
         held: None,
+        removed: false,
     };
     tokio::spawn(actor.run(rx));
     Some(handle)
@@ -366,6 +369,7 @@ impl Actor {
     /// deleted (durably, before it is forgotten: the API then answers 404,
     /// also after a restart).
     async fn expire(&mut self) {
+        self.removed = true;
         for (_, d) in self.devices.drain() {
             d.out.close((1001, "session expired"));
         }
@@ -445,7 +449,7 @@ impl Actor {
         for d in self.devices.values() {
             d.out.close((1001, "session closed"));
         }
-        if self.s.phase() == Phase::Closed && self.s.result().is_none() {
+        if self.s.phase() == Phase::Closed && self.s.result().is_none() && !self.removed {
             // Stopped without a result (its authority stayed away): a
             // restart does not bring it back, `continue` does.
             let w = KeptState::of(&self.s, self.now()).write(self.s.id());

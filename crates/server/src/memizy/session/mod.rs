@@ -263,6 +263,8 @@ impl Sessions {
     /// Removes the stored sessions no task runs that nobody used for the
     /// idle time (a restart starts their time again); returns how many.
     pub async fn expire_stopped(&self) -> usize {
+        // No session is brought back while the stopped ones are removed.
+        let _no_restore = self.restoring.lock().await;
         let store = self.store();
         let Ok(Ok(ids)) = tokio::task::spawn_blocking(move || store.list_session_ids()).await
         else {
