@@ -591,7 +591,18 @@ async fn kill_9_at_random_points_of_scripted_games_loses_no_acknowledged_change(
     let mut next_player = 3;
     let mut n = 0u64;
     let mut board: Option<Device> = None;
+    // What the kills came back to: lobby, started, finished; and how many
+    // were in flight.
+    let mut seen_states = [0usize; 3];
+    let mut killed_in_flight = 0;
+    // Kills since the current game started: past a few, the game ends, so
+    // every seed reaches the finished state.
+    let mut started_for = 0;
     for kill in 0..KILLS {
+        started_for = match acked {
+            Acked::Started { .. } => started_for + 1,
+            _ => 0,
+        };
         let steps = rng.gen_range(1..5);
         let mut in_flight: Option<Acked> = None;
         let mut killed = false;
@@ -607,8 +618,9 @@ async fn kill_9_at_random_points_of_scripted_games_loses_no_acknowledged_change(
                     }
                     _ => Step::Start,
                 },
-                Acked::Started { .. } => match rng.gen_range(0..10) {
-                    0 => Step::End(json!({"scores": {"p1": n as f64}})),
+                Acked::Started { .. } => match rng.gen_range(0..12) {
+                    _ if started_for > 4 => Step::End(json!({"scores": {"p1": n as f64}})),
+                    0 | 11 => Step::End(json!({"scores": {"p1": n as f64}})),
                     1 => Step::PauseOrResume(if rng.gen_bool(0.5) { "pause" } else { "resume" }),
                     2 => Step::Save,
                     _ => {
@@ -643,6 +655,8 @@ async fn kill_9_at_random_points_of_scripted_games_loses_no_acknowledged_change(
                     token.clone(),
                 );
                 let b = board.take();
+                // The step's request panics when the server dies under it
+                // (the support's unwrap): that is "not acknowledged".
                 let yields = rng.gen_range(0..200);
                 let task =
                     tokio::spawn(
@@ -653,6 +667,7 @@ async fn kill_9_at_random_points_of_scripted_games_loses_no_acknowledged_change(
                 }
                 s = restart(dir.path(), s);
                 killed = true;
+                killed_in_flight += 1;
                 if task.await.unwrap_or(false) {
                     acked = next;
                 } else {
@@ -674,10 +689,23 @@ async fn kill_9_at_random_points_of_scripted_games_loses_no_acknowledged_change(
             seen == acked || in_flight.as_ref() == Some(&seen),
             "kill {kill} (seed {seed}): came back as {seen:?}, acknowledged {acked:?}, in flight {in_flight:?}"
         );
+        seen_states[match seen {
+            Acked::Lobby { .. } => 0,
+            Acked::Started { .. } => 1,
+            Acked::Finished { .. } => 2,
+        }] += 1;
         acked = seen;
         board = b;
     }
     s.kill_9();
+    eprintln!(
+        "{KILLS} kills (seed {seed}): came back as lobby {}, started {}, finished {}; {killed_in_flight} killed with a step in flight",
+        seen_states[0], seen_states[1], seen_states[2]
+    );
+    assert!(
+        seen_states.iter().all(|&n| n > 0) && killed_in_flight > 0,
+        "the script reached every state and killed in flight"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
