@@ -377,17 +377,13 @@ async fn create(
         file,
         bytes,
     }));
-    let store = sessions.store();
-    let written = tokio::task::spawn_blocking(move || store.apply_sessions(&writes)).await;
-    match written {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("store: {}", e.reason()),
-            )
-        }
-        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    // Through the sessions' one store writer, in order with the session's
+    // later records.
+    if !sessions.writer().write_durable(&id, writes).await {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store: the session could not be stored; try again",
+        );
     }
     let player_tokens = tokens_json(&players);
     let auth = Auth {
@@ -548,17 +544,27 @@ async fn add_player(
     };
     // The token is durable before the player exists; a player id that has
     // one keeps it.
+    let fresh = Token::generate();
+    let kept = sessions
+        .writer()
+        .write_durable(
+            &id,
+            vec![SessionWrite::PlayerToken {
+                session_id: id.clone(),
+                player_id: p.id.clone(),
+                token: fresh.as_str().to_owned(),
+            }],
+        )
+        .await;
+    if !kept {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store: the player's token could not be stored; try again",
+        );
+    }
     let store = sessions.store();
-    let (sid, pid, fresh) = (id.clone(), p.id.clone(), Token::generate());
-    let stored = tokio::task::spawn_blocking(move || {
-        store.apply_sessions(&[SessionWrite::PlayerToken {
-            session_id: sid.clone(),
-            player_id: pid,
-            token: fresh.as_str().to_owned(),
-        }])?;
-        store.load_player_tokens(&sid)
-    })
-    .await;
+    let sid = id.clone();
+    let stored = tokio::task::spawn_blocking(move || store.load_player_tokens(&sid)).await;
     let token = match stored {
         Ok(Ok(all)) => all
             .iter()
