@@ -741,3 +741,43 @@ async fn the_settings_screens_acknowledged_report_survives_kill_9() {
     assert_eq!(st, 400, "{v}");
     s.kill_9();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lobby_and_a_running_game_survive_sigterm() {
+    let dir = data_dir();
+    let mut s = spawn_server(dir.path());
+    let (lobby, lobby_token) = s.api.create(&presenter_body(1)).await;
+    let (st, v) = s
+        .api
+        .request(
+            "POST",
+            &format!("/memizy/sessions/{lobby}/players"),
+            Some(&lobby_token),
+            Some(&json!({"id": "p2", "name": "Bea"})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let (game, game_token, board, players) = started_game(&s.api, 1).await;
+    board
+        .call("saveSnapshot", json!([{"round": 3}]))
+        .await
+        .unwrap();
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(s.child.id() as libc::pid_t, libc::SIGTERM) };
+    assert!(s.child.wait().unwrap().success());
+    drop((board, players));
+    let tokens = s.api.tokens.lock().unwrap().clone();
+    let s = spawn_server(dir.path());
+    *s.api.tokens.lock().unwrap() = tokens;
+    let v = s.api.status(&lobby, &lobby_token).await;
+    assert_eq!(
+        (v["phase"].as_str(), roster(&v)),
+        (Some("lobby"), vec!["p1".to_owned(), "p2".to_owned()]),
+        "{v}"
+    );
+    let v = s.api.status(&game, &game_token).await;
+    assert_eq!(v["phase"], "running", "{v}");
+    let (_board, init) = s.api.device(&game, "board", "board").await;
+    assert_eq!(init["snapshot"], json!({"round": 3}));
+    s.kill_9();
+}
