@@ -85,14 +85,18 @@ async fn a_session_stopped_by_a_restart_expires_when_nobody_uses_it() {
         http: format!("http://{}", server.addr),
         ..Api::of(&h)
     };
-    // Stopped by the restart: still readable.
+    // Not brought back until it is used: nothing runs it, its rows stay.
     assert_eq!(server.sessions.expire_stopped().await, 0);
-    assert_eq!(api.status(&idle, &idle_token).await["phase"], "stopped");
+    assert!(SqliteStore::open(&h.db)
+        .unwrap()
+        .load_session(&idle)
+        .unwrap()
+        .is_some());
 
     h.clock.advance_ms(IDLE_TTL_MS - 1);
     assert_eq!(server.sessions.expire_stopped().await, 0);
-    // Its host reads the other: its time starts again.
-    api.status(&used, &used_token).await;
+    // Its host reads the other: it comes back, in its lobby.
+    assert_eq!(api.status(&used, &used_token).await["phase"], "lobby");
     h.clock.advance_ms(1);
     assert_eq!(server.sessions.expire_stopped().await, 1);
     let (s, v) = api

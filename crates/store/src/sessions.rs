@@ -63,11 +63,27 @@ CREATE TABLE IF NOT EXISTS memizy_assets (
     bytes BLOB NOT NULL,
     PRIMARY KEY (session_id, file)
 );
+CREATE TABLE IF NOT EXISTS memizy_session_state (
+    session_id TEXT PRIMARY KEY,
+    state TEXT NOT NULL
+);
+";
+
+/// The game time of the latest snapshot, added to a file from before it
+/// (its rows read as NULL: no game time known).
+const SNAPSHOT_GAME_TIME: &str = "
+ALTER TABLE memizy_snapshots ADD COLUMN game_time_ms INTEGER;
 ";
 
 /// Creates the hosted-session tables (the SQLite store calls it at open).
 pub(crate) fn create_tables(conn: &Connection) -> Result<(), StoreError> {
     conn.execute_batch(SCHEMA)?;
+    let has: bool = conn
+        .prepare("SELECT 1 FROM pragma_table_info('memizy_snapshots') WHERE name = 'game_time_ms'")?
+        .exists([])?;
+    if !has {
+        conn.execute_batch(SNAPSHOT_GAME_TIME)?;
+    }
     Ok(())
 }
 
@@ -85,9 +101,12 @@ pub struct StoredSession {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionWrite {
     Session(StoredSession),
+    /// The authority's latest snapshot and the game time when it was
+    /// written (a game brought back by a restart resumes from both).
     Snapshot {
         session_id: String,
         snapshot: String,
+        game_time_ms: Option<u64>,
     },
     SnapshotDiscarded {
         session_id: String,
@@ -133,6 +152,12 @@ pub enum SessionWrite {
         file: String,
         bytes: Vec<u8>,
     },
+    /// What a restart brings the session back as (its phase, roster and
+    /// settings, as JSON text the server writes); replaced on each change.
+    State {
+        session_id: String,
+        state: String,
+    },
     /// The session expired: every row keyed by it goes (its bundle,
     /// snapshot, answers, result, saved game, player tokens, assets).
     /// Plugin data and progress are the learner's, keyed by user, and stay.
@@ -159,6 +184,7 @@ impl StoreWrite for SessionWrite {
             }
             SessionWrite::Result { result, .. } => result.len(),
             SessionWrite::SavedGame { body, .. } => body.len(),
+            SessionWrite::State { state, .. } => state.len(),
             SessionWrite::Asset { bytes, .. } => bytes.len(),
             SessionWrite::SnapshotDiscarded { .. }
             | SessionWrite::PlayerToken { .. }
@@ -173,6 +199,15 @@ pub trait SessionStore: UnitStore<SessionWrite> {
     fn apply_sessions(&self, writes: &[SessionWrite]) -> Result<(), StoreError>;
     fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError>;
     fn load_snapshot(&self, session_id: &str) -> Result<Option<String>, StoreError>;
+    /// The latest snapshot and the game time it was written at (`None`
+    /// for a row from before game times were kept).
+    fn load_snapshot_at(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<(String, Option<u64>)>, StoreError>;
+    /// What a restart brings the session back as (`None`: a session from
+    /// before this was kept, or none).
+    fn load_state(&self, session_id: &str) -> Result<Option<String>, StoreError>;
     fn load_saved_game(&self, session_id: &str) -> Result<Option<String>, StoreError>;
     fn load_result(&self, session_id: &str) -> Result<Option<String>, StoreError>;
     fn load_plugin_data(
@@ -212,10 +247,17 @@ fn apply_session(tx: &Connection, w: &SessionWrite) -> Result<(), StoreError> {
         SessionWrite::Snapshot {
             session_id,
             snapshot,
+            game_time_ms,
         } => {
             tx.execute(
-                "INSERT OR REPLACE INTO memizy_snapshots (session_id, snapshot) VALUES (?1, ?2)",
-                params![session_id, snapshot],
+                "INSERT OR REPLACE INTO memizy_snapshots (session_id, snapshot, game_time_ms) VALUES (?1, ?2, ?3)",
+                params![session_id, snapshot, game_time_ms.map(|t| t as i64)],
+            )?;
+        }
+        SessionWrite::State { session_id, state } => {
+            tx.execute(
+                "INSERT OR REPLACE INTO memizy_session_state (session_id, state) VALUES (?1, ?2)",
+                params![session_id, state],
             )?;
         }
         SessionWrite::SnapshotDiscarded { session_id } => {
@@ -303,6 +345,7 @@ fn apply_session(tx: &Connection, w: &SessionWrite) -> Result<(), StoreError> {
                 "memizy_saved_games",
                 "memizy_player_tokens",
                 "memizy_assets",
+                "memizy_session_state",
             ] {
                 tx.execute(
                     &format!("DELETE FROM {table} WHERE session_id = ?1"),
@@ -350,6 +393,33 @@ impl SessionStore for SqliteStore {
         one_text(
             self,
             "SELECT snapshot FROM memizy_snapshots WHERE session_id = ?1",
+            session_id,
+        )
+    }
+
+    fn load_snapshot_at(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<(String, Option<u64>)>, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        Ok(conn
+            .query_row(
+                "SELECT snapshot, game_time_ms FROM memizy_snapshots WHERE session_id = ?1",
+                [session_id],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, Option<i64>>(1)?.map(|t| t.max(0) as u64),
+                    ))
+                },
+            )
+            .optional()?)
+    }
+
+    fn load_state(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        one_text(
+            self,
+            "SELECT state FROM memizy_session_state WHERE session_id = ?1",
             session_id,
         )
     }
@@ -464,6 +534,7 @@ mod tests {
             SessionWrite::Snapshot {
                 session_id: "s".into(),
                 snapshot: "{\"a\":1}".into(),
+                game_time_ms: Some(1500),
             },
             SessionWrite::PluginData {
                 user: "u".into(),
@@ -483,6 +554,10 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(s.load_snapshot("s").unwrap().as_deref(), Some("{\"a\":1}"));
+        assert_eq!(
+            s.load_snapshot_at("s").unwrap(),
+            Some(("{\"a\":1}".to_owned(), Some(1500)))
+        );
         let d = s.load_plugin_data("u", "p", "set-1").unwrap();
         assert_eq!(d.set.as_deref(), Some("[1]"));
         assert_eq!(d.plugin, None);
@@ -529,5 +604,46 @@ mod tests {
         );
         assert_eq!(s.load_asset("s", "nope").unwrap(), None);
         assert!(s.load_player_tokens("other").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_file_from_before_game_times_and_states_opens_and_keeps_its_snapshot() {
+        let dir = tempfile::Builder::new()
+            .prefix("hostwire-store-sessions-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join("old.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE memizy_snapshots (session_id TEXT PRIMARY KEY, snapshot TEXT NOT NULL);
+                 INSERT INTO memizy_snapshots VALUES ('s', '{\"round\":3}');",
+            )
+            .unwrap();
+        }
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(
+            s.load_snapshot_at("s").unwrap(),
+            Some(("{\"round\":3}".to_owned(), None))
+        );
+        assert_eq!(s.load_state("s").unwrap(), None);
+        s.apply_sessions(&[SessionWrite::State {
+            session_id: "s".into(),
+            state: "{\"phase\":\"lobby\"}".into(),
+        }])
+        .unwrap();
+        assert_eq!(
+            s.load_state("s").unwrap().as_deref(),
+            Some("{\"phase\":\"lobby\"}")
+        );
+        s.apply_sessions(&[SessionWrite::Removed {
+            session_id: "s".into(),
+        }])
+        .unwrap();
+        assert_eq!(s.load_state("s").unwrap(), None);
+        assert_eq!(s.load_snapshot_at("s").unwrap(), None);
+        drop(s);
+        // Opened a second time: the column is there, nothing is added twice.
+        SqliteStore::open(&path).unwrap();
     }
 }

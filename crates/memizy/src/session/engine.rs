@@ -590,7 +590,17 @@ impl Session {
         if self.ended || !self.started || self.phase == Phase::Closed {
             return None;
         }
-        let saved = SavedGame {
+        let saved = self.current_game(now_ms);
+        let id = self.persist(Record::SavedGame(Box::new(saved.clone())), Vec::new());
+        Some((id, saved))
+    }
+
+    /// The game as it is now, in any phase, as a saved game holds it
+    /// (roster, settings, seed, latest snapshot, game time): what a server
+    /// keeps to bring the session back after a restart. Nothing is
+    /// persisted.
+    pub fn current_game(&self, now_ms: u64) -> SavedGame {
+        SavedGame {
             session_id: self.cfg.id.clone(),
             plugin_id: self.cfg.plugin_id.clone(),
             set_id: self.cfg.set_id.clone(),
@@ -610,9 +620,15 @@ impl Session {
                 .collect(),
             snapshot: self.snapshot.as_deref().map(str::to_owned),
             game_time_ms: self.clock.game_time(now_ms as f64),
-        };
-        let id = self.persist(Record::SavedGame(Box::new(saved.clone())), Vec::new());
-        Some((id, saved))
+        }
+    }
+
+    /// The settings screen's last report (`updateSettings`'s `valid` and
+    /// `message`), as kept across a restart: Start stays disabled while it
+    /// says the settings are not valid.
+    pub fn restore_settings_report(&mut self, valid: bool, message: Option<String>) {
+        self.settings_valid = valid;
+        self.settings_message = message;
     }
 
     /// The host closes the session: every instance gets `sessionEnded`.

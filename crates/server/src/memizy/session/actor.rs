@@ -3,6 +3,7 @@
 //! calls to devices, records to the store, events) and arms the engine's
 //! timer at `poll_timeout`.
 
+use super::restore::KeptState;
 use super::services::{self, ServiceHost};
 use super::{SessionMetrics, Sessions, STORE_QUEUE};
 use crate::store_writer::{Durable, StoreWriter};
@@ -87,6 +88,10 @@ pub enum Admin {
     Pause,
     Resume,
     Save,
+    /// `continue`: a started game that is paused (as a continued or
+    /// restored one is) or still loading answers its status and every
+    /// player's token.
+    Continue,
 }
 
 pub type AdminReply = oneshot::Sender<Result<Value, (u16, String)>>;
@@ -161,6 +166,11 @@ struct Actor {
     started_at: u64,
     /// The last attach, Host API call or HTTP API operation.
     last_used: u64,
+    /// An `updateSettings` call being handled: its answer waits until the
+    /// settings it changed are kept.
+    held: Option<(InstanceId, CallId)>,
+    /// Its rows were removed (it expired): nothing more is kept.
+    removed: bool,
 }
 
 /// Starts the task of a session and its store writer; `None` if the server
@@ -201,6 +211,8 @@ pub fn spawn(
         me: tx.downgrade(),
         started_at: sessions.clock.now_ms(),
         last_used: sessions.clock.now_ms(),
+        held: None,
+        removed: false,
     };
     tokio::spawn(actor.run(rx));
     Some(handle)
@@ -235,6 +247,7 @@ pub fn to_write(record: &Record) -> SessionWrite {
         } => SessionWrite::Snapshot {
             session_id: session_id.clone(),
             snapshot: snapshot.to_string(),
+            game_time_ms: None,
         },
         Record::SnapshotDiscarded { session_id } => SessionWrite::SnapshotDiscarded {
             session_id: session_id.clone(),
@@ -371,6 +384,7 @@ impl Actor {
     /// deleted (durably, before it is forgotten: the API then answers 404,
     /// also after a restart).
     async fn expire(&mut self) {
+        self.removed = true;
         for (_, d) in self.devices.drain() {
             d.out.close((1001, "session expired"));
         }
@@ -450,6 +464,12 @@ impl Actor {
         for d in self.devices.values() {
             d.out.close((1001, "session closed"));
         }
+        if self.s.phase() == Phase::Closed && self.s.result().is_none() && !self.removed {
+            // Stopped without a result (its authority stayed away): a
+            // restart does not bring it back, `continue` does.
+            let w = KeptState::of(&self.s, self.now()).write(self.s.id());
+            self.writer.write_behind(self.s.id(), vec![w]).await;
+        }
         self.sessions.remove(self.s.id());
         self.metrics.sessions.fetch_sub(1, Relaxed);
     }
@@ -508,6 +528,9 @@ impl Actor {
                 params,
             } => {
                 self.metrics.host_calls.fetch_add(1, Relaxed);
+                if method == "updateSettings" {
+                    self.held = Some((instance, call));
+                }
                 self.s.handle_call(instance, call, &method, &params, now);
             }
             Cmd::Cancel { instance, call } => {
@@ -553,39 +576,57 @@ impl Actor {
     fn admin(&mut self, op: Admin, reply: AdminReply, now: u64) {
         let r = match op {
             Admin::Status => Ok(self.status()),
+            // A change is answered once it is kept.
             Admin::AddPlayer(spec, token) => {
                 let id = spec.id.clone();
-                self.s
-                    .add_player(*spec, now)
-                    .map(|()| {
+                match self.s.add_player(*spec, now) {
+                    Ok(()) => {
                         self.auth.players.insert(id, token);
-                        self.status()
-                    })
-                    .map_err(session_error)
+                        return self.reply_when_kept(reply, self.status());
+                    }
+                    Err(e) => Err(session_error(e)),
+                }
             }
-            Admin::Kick(id) => self
-                .s
-                .kick_player(&id, now)
-                .map(|()| {
+            Admin::Kick(id) => match self.s.kick_player(&id, now) {
+                Ok(()) => {
                     self.auth.players.remove(&id);
-                    self.status()
-                })
-                .map_err(session_error),
-            Admin::Start => self
-                .s
-                .start_game(now)
-                .map(|()| self.status())
-                .map_err(session_error),
-            Admin::Pause => self
-                .s
-                .pause(now)
-                .map(|()| self.status())
-                .map_err(session_error),
-            Admin::Resume => self
-                .s
-                .resume(now)
-                .map(|()| self.status())
-                .map_err(session_error),
+                    return self.reply_when_kept(reply, self.status());
+                }
+                Err(e) => Err(session_error(e)),
+            },
+            Admin::Start => match self.s.start_game(now) {
+                Ok(()) => return self.reply_when_kept(reply, self.status()),
+                Err(e) => Err(session_error(e)),
+            },
+            Admin::Pause => match self.s.pause(now) {
+                Ok(()) => return self.reply_when_kept(reply, self.status()),
+                Err(e) => Err(session_error(e)),
+            },
+            Admin::Resume => match self.s.resume(now) {
+                Ok(()) => return self.reply_when_kept(reply, self.status()),
+                Err(e) => Err(session_error(e)),
+            },
+            Admin::Continue => {
+                let paused = self.s.clock().paused_at.is_some();
+                match self.s.phase() {
+                    Phase::Running if !paused => Err((409, "the session is running".into())),
+                    Phase::Running | Phase::Loading | Phase::Countdown { .. } => {
+                        let mut v = self.status();
+                        let tokens: std::collections::BTreeMap<&str, &str> = self
+                            .auth
+                            .players
+                            .iter()
+                            .map(|(p, t)| (p.as_str(), t.as_str()))
+                            .collect();
+                        v["playerTokens"] = json!(tokens);
+                        return self.reply_when_kept(reply, v);
+                    }
+                    Phase::Lobby => Err((409, "the session is in its lobby: start it".into())),
+                    Phase::Finished | Phase::Closed => {
+                        Err((409, "the game has ended; it cannot be continued".into()))
+                    }
+                }
+            }
             Admin::Save => match self.s.save_game(now) {
                 Some((id, saved)) => {
                     let body = json!({"saved": saved});
@@ -599,6 +640,32 @@ impl Actor {
             },
         };
         let _ = reply.send(r);
+    }
+
+    /// The session's state as a restart brings it back, queued for the
+    /// store: `None` when the store queue is full.
+    fn keep(&self) -> Option<Durable> {
+        let w = KeptState::of(&self.s, self.now()).write(self.s.id());
+        self.writer.try_queue_acked(self.s.id(), vec![w])
+    }
+
+    /// Answers `body` once the session's state after the change is kept
+    /// (503 when it could not be: the change is not acknowledged).
+    fn reply_when_kept(&self, reply: AdminReply, body: Value) {
+        let Some(kept) = self.keep() else {
+            let _ = reply.send(Err((
+                503,
+                "the store is behind: the change was not kept; try again".into(),
+            )));
+            return;
+        };
+        tokio::spawn(async move {
+            let _ = reply.send(if kept.wait().await {
+                Ok(body)
+            } else {
+                Err((503, "the change could not be stored; try again".into()))
+            });
+        });
     }
 
     fn status(&self) -> Value {
@@ -630,9 +697,36 @@ impl Actor {
                     call,
                     result,
                 } => {
+                    let held = self.held == Some((instance, call));
+                    if held {
+                        self.held = None;
+                    }
+                    let held = held && result.is_ok();
                     let text =
                         response_text(call, result.map(reply_payload).map_err(|e| envelope(&e)));
-                    self.push(instance, text);
+                    match self.devices.get(&instance) {
+                        // updateSettings is answered once its settings are kept.
+                        Some(d) if held => {
+                            let (out, kept) = (d.out.clone(), self.keep());
+                            tokio::spawn(async move {
+                                let kept = match kept {
+                                    Some(k) => k.wait().await,
+                                    None => false,
+                                };
+                                let text = if kept {
+                                    text
+                                } else {
+                                    let e = ProtocolError::new(
+                                        ProtocolErrorCode::InternalError,
+                                        "updateSettings: could not be stored; try again",
+                                    );
+                                    response_text(call, Err(envelope(&e)))
+                                };
+                                let _ = out.send(Utf8Bytes::from(text));
+                            });
+                        }
+                        _ => self.push(instance, text),
+                    }
                 }
                 Output::Call { instance, call } => {
                     let Some(d) = self.devices.get_mut(&instance) else {
@@ -670,7 +764,12 @@ impl Actor {
                     }
                 }
                 Output::Persist { id, record } => {
-                    let w = to_write(&record);
+                    let mut w = to_write(&record);
+                    if let SessionWrite::Snapshot { game_time_ms, .. } = &mut w {
+                        // A game brought back by a restart resumes at it.
+                        let t = self.s.clock().game_time(self.now() as f64);
+                        *game_time_ms = Some(t.max(0.0) as u64);
+                    }
                     let queued = self
                         .writer
                         .try_queue_acked(self.s.id(), vec![w])

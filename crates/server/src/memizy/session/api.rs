@@ -19,6 +19,7 @@
 #![allow(clippy::result_large_err)]
 
 use super::actor::{self, Admin, Auth, Cmd};
+use super::restore::{self, KeptState};
 use super::{Sessions, MAX_BUNDLE_BYTES};
 use crate::http::error::json_response;
 use crate::http::{Presented, Refused};
@@ -118,7 +119,7 @@ fn session_id() -> String {
 
 /// The session's configuration from its creation request; `files` are the
 /// bundle's files and their sizes.
-fn config(
+pub(super) fn config(
     sessions: &Sessions,
     id: &str,
     spec: &CreateSession,
@@ -191,7 +192,7 @@ fn decode_assets(spec: &CreateSession) -> Result<BTreeMap<String, Vec<u8>>, Stri
 }
 
 /// Mints a token per player, keeping the ones the store already holds.
-fn player_tokens(
+pub(super) fn player_tokens(
     stored: &[(String, String)],
     players: impl IntoIterator<Item = String>,
 ) -> HashMap<String, Token> {
@@ -214,7 +215,7 @@ fn tokens_json(tokens: &HashMap<String, Token>) -> Value {
 }
 
 /// A player with the progress and plugin data the store holds for it.
-async fn player_spec(
+pub(super) async fn player_spec(
     sessions: &Arc<Sessions>,
     p: &PlayerIn,
     plugin_id: &str,
@@ -359,7 +360,10 @@ async fn create(
     };
     // The session exists only once durable, with its tokens and files: a
     // continue after a restart needs them.
-    let mut writes = vec![SessionWrite::Session(stored)];
+    let mut writes = vec![
+        SessionWrite::Session(stored),
+        KeptState::of(&s, now).write(&id),
+    ];
     writes.extend(players.iter().map(|(p, t)| SessionWrite::PlayerToken {
         session_id: id.clone(),
         player_id: p.clone(),
@@ -370,17 +374,13 @@ async fn create(
         file,
         bytes,
     }));
-    let store = sessions.store();
-    let written = tokio::task::spawn_blocking(move || store.apply_sessions(&writes)).await;
-    match written {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("store: {}", e.reason()),
-            )
-        }
-        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    // Through the sessions' one store writer, in order with the session's
+    // later records.
+    if !sessions.writer().write_durable(&id, writes).await {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store: the session could not be stored; try again",
+        );
     }
     let player_tokens = tokens_json(&players);
     let auth = Auth {
@@ -433,10 +433,11 @@ async fn authorized(
 }
 
 async fn admin(sessions: &Arc<Sessions>, id: &str, op: Admin) -> Response {
-    let Some(h) = sessions.handle(id) else {
+    // After a restart the session comes back at its first use.
+    let Some(h) = restore::running(sessions, id).await else {
         return error(
             StatusCode::CONFLICT,
-            "the session is not running (continue it first)",
+            "the session is not running (its game has finished, or it stopped: continue it)",
         );
     };
     let (tx, rx) = oneshot::channel();
@@ -462,20 +463,32 @@ async fn status(
         Ok(s) => s,
         Err(r) => return r,
     };
-    if sessions.handle(&id).is_some() {
+    if restore::running(&sessions, &id).await.is_some() {
         return admin(&sessions, &id, Admin::Status).await;
     }
+    let result = stored_result(&sessions, &stored.id).await;
+    // A game that ended stays finished; one stopped waits for `continue`.
+    let phase = if result.is_some() {
+        "finished"
+    } else {
+        "stopped"
+    };
+    json_response(
+        StatusCode::OK,
+        &json!({"sessionId": id, "phase": phase, "result": result}),
+    )
+}
+
+/// The result stored for a session whose game ended.
+async fn stored_result(sessions: &Sessions, id: &str) -> Option<Value> {
     let store = sessions.store();
-    let result = tokio::task::spawn_blocking(move || store.load_result(&stored.id))
+    let id = id.to_owned();
+    tokio::task::spawn_blocking(move || store.load_result(&id))
         .await
         .ok()
         .and_then(Result::ok)
         .flatten()
-        .and_then(|t| serde_json::from_str::<Value>(&t).ok());
-    json_response(
-        StatusCode::OK,
-        &json!({"sessionId": id, "phase": "stopped", "result": result}),
-    )
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
 }
 
 macro_rules! simple {
@@ -528,17 +541,27 @@ async fn add_player(
     };
     // The token is durable before the player exists; a player id that has
     // one keeps it.
+    let fresh = Token::generate();
+    let kept = sessions
+        .writer()
+        .write_durable(
+            &id,
+            vec![SessionWrite::PlayerToken {
+                session_id: id.clone(),
+                player_id: p.id.clone(),
+                token: fresh.as_str().to_owned(),
+            }],
+        )
+        .await;
+    if !kept {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store: the player's token could not be stored; try again",
+        );
+    }
     let store = sessions.store();
-    let (sid, pid, fresh) = (id.clone(), p.id.clone(), Token::generate());
-    let stored = tokio::task::spawn_blocking(move || {
-        store.apply_sessions(&[SessionWrite::PlayerToken {
-            session_id: sid.clone(),
-            player_id: pid,
-            token: fresh.as_str().to_owned(),
-        }])?;
-        store.load_player_tokens(&sid)
-    })
-    .await;
+    let sid = id.clone();
+    let stored = tokio::task::spawn_blocking(move || store.load_player_tokens(&sid)).await;
     let token = match stored {
         Ok(Ok(all)) => all
             .iter()
@@ -602,7 +625,7 @@ async fn kick(
 }
 
 /// A saved game as the store holds it (the JSON `SavedGame` writes).
-fn saved_game(text: &str) -> Option<SavedGame> {
+pub(super) fn saved_game(text: &str) -> Option<SavedGame> {
     let v: Value = serde_json::from_str(text).ok()?;
     let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
     let players = v
@@ -637,106 +660,28 @@ async fn continue_saved(
     Path(id): Path<String>,
     presented: Presented,
 ) -> Response {
-    let stored = match authorized(&sessions, &id, &presented).await {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    if sessions.handle(&id).is_some() {
-        return error(StatusCode::CONFLICT, "the session is running");
+    if let Err(r) = authorized(&sessions, &id, &presented).await {
+        return r;
     }
-    let store = sessions.store();
-    let key = id.clone();
-    let text = match tokio::task::spawn_blocking(move || store.load_saved_game(&key)).await {
-        Ok(Ok(Some(t))) => t,
-        Ok(Ok(None)) => return error(StatusCode::NOT_FOUND, "this session has no saved game"),
-        Ok(Err(e)) => {
+    if sessions.handle(&id).is_none() && stored_result(&sessions, &id).await.is_some() {
+        return error(
+            StatusCode::CONFLICT,
+            "the game has finished; it cannot be continued",
+        );
+    }
+    // Running, or brought back as its last acknowledged state: a stopped
+    // game comes back from its latest snapshot, paused.
+    match restore::restore(&sessions, &id, true).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
             return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("store: {}", e.reason()),
+                StatusCode::NOT_FOUND,
+                "this session has no game to continue",
             )
         }
-        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-    };
-    let Some(saved) = saved_game(&text) else {
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the saved game cannot be read",
-        );
-    };
-    let Ok(spec) = serde_json::from_str::<CreateSession>(&stored.spec) else {
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the stored session cannot be read",
-        );
-    };
-    let store = sessions.store();
-    let key = id.clone();
-    let loaded = tokio::task::spawn_blocking(move || {
-        Ok::<_, hostwire_store::StoreError>((
-            store.list_assets(&key)?,
-            store.load_player_tokens(&key)?,
-        ))
-    })
-    .await;
-    let (files, stored_tokens) = match loaded {
-        Ok(Ok(x)) => x,
-        Ok(Err(e)) => {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("store: {}", e.reason()),
-            )
-        }
-        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-    };
-    let sizes: BTreeMap<String, usize> = files.into_iter().collect();
-    let (cfg, assets) = match config(&sessions, &id, &spec, &sizes) {
-        Ok(c) => c,
-        Err((s, m)) => return error(s, m),
-    };
-    let mut players = Vec::new();
-    for p in &saved.players {
-        let pin = PlayerIn {
-            id: p.id.clone(),
-            name: p.name.clone(),
-            is_host: p.is_host,
-            user: Some(p.user.clone()),
-        };
-        match player_spec(&sessions, &pin, &saved.plugin_id, &saved.set_id).await {
-            Ok(ps) => players.push(ps),
-            Err((s, m)) => return error(s, m),
-        }
-    }
-    let now = sessions.clock.now_ms();
-    let s = match Session::continue_saved(cfg, &saved, players, now) {
-        Ok(s) => s,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
-    };
-    let tokens = player_tokens(&stored_tokens, std::iter::empty());
-    let Some(host) = Token::parse(&stored.host_token) else {
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the stored host token cannot be read",
-        );
-    };
-    let player_tokens = tokens_json(&tokens);
-    let auth = Auth {
-        host,
-        players: tokens,
-    };
-    if actor::spawn(&sessions, s, auth, assets).is_none() {
-        return error(StatusCode::CONFLICT, "the session is running");
+        Err((status, m)) => return error(status, m),
     }
     // The status, with every player's token: each device takes the place
     // of one earlier player.
-    let r = admin(&sessions, &id, Admin::Status).await;
-    if r.status() != StatusCode::OK {
-        return r;
-    }
-    let body = axum::body::to_bytes(r.into_body(), MAX_BUNDLE_BYTES)
-        .await
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-    let mut v = body.unwrap_or_else(|| json!({}));
-    v["playerTokens"] = player_tokens;
-    json_response(StatusCode::OK, &v)
+    admin(&sessions, &id, Admin::Continue).await
 }

@@ -82,7 +82,8 @@ pub async fn ws_upgrade(
     let token = crate::http::bearer(&headers)
         .map(str::to_owned)
         .or(q.token);
-    let Some(handle) = sessions.handle(&q.session) else {
+    // After a restart the session comes back at its first use.
+    let Some(handle) = super::restore::running(&sessions, &q.session).await else {
         return json_response(
             StatusCode::NOT_FOUND,
             &json!({"error": "session: no such session"}),

@@ -10,6 +10,8 @@
 //!   order and arms its timer at `poll_timeout`;
 //! - [`services`]: the services offered (SPEC 5.3), each a worker process
 //!   spoken to with worker RPC;
+//! - [`restore`]: what a restart brings a session back as, and bringing
+//!   it back at its first use;
 //! - [`device`]: a headless device that plays a plugin instance (tests and
 //!   benchmarks).
 
@@ -17,6 +19,7 @@ pub mod actor;
 pub mod api;
 pub mod conn;
 pub mod device;
+pub mod restore;
 pub mod services;
 
 use crate::http::AllowedOrigins;
@@ -213,6 +216,9 @@ pub struct Sessions {
     /// Stored sessions no task runs: when each was last used (first seen
     /// stopped by this server, or an API call since).
     stopped_since: Mutex<HashMap<String, u64>>,
+    /// Held while a session is brought back from the store, so that two
+    /// first uses bring it back once.
+    pub(crate) restoring: tokio::sync::Mutex<()>,
 }
 
 impl Sessions {
@@ -242,6 +248,7 @@ impl Sessions {
             lobby_ttl_ms: AtomicU64::new(DEFAULT_LOBBY_TTL_MS),
             idle_ttl_ms: AtomicU64::new(DEFAULT_IDLE_TTL_MS),
             stopped_since: Mutex::new(HashMap::new()),
+            restoring: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -259,6 +266,8 @@ impl Sessions {
     /// Removes the stored sessions no task runs that nobody used for the
     /// idle time (a restart starts their time again); returns how many.
     pub async fn expire_stopped(&self) -> usize {
+        // No session is brought back while the stopped ones are removed.
+        let _no_restore = self.restoring.lock().await;
         let store = self.store();
         let Ok(Ok(ids)) = tokio::task::spawn_blocking(move || store.list_session_ids()).await
         else {

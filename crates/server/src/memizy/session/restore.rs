@@ -1,0 +1,315 @@
+//! What a restart brings a hosted session back as, and bringing it back.
+//!
+//! Each acknowledged change of a session's phase, roster or settings is
+//! kept as a [`KeptState`] row (written before the change is answered);
+//! the authority's latest snapshot is kept on its own, with the game time
+//! it was written at. After a restart a session comes back lazily, at its
+//! first use (an HTTP API call or a device attaching): a lobby as a lobby,
+//! a started game from its latest snapshot (paused, as a continued game),
+//! a game that ended (a result is stored) not at all: it answers as
+//! finished. A session whose task had stopped before the restart (its
+//! authority away too long) stays stopped until `continue`.
+
+use super::actor::{self, Auth, SessionHandle};
+use super::api::{config, player_spec, player_tokens, saved_game, CreateSession, PlayerIn};
+use super::Sessions;
+use axum::http::StatusCode;
+use hostwire_core::token::Token;
+use hostwire_memizy::session::{Phase, SavedGame, SavedPlayer, Session};
+use hostwire_store::sessions::SessionWrite;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Where a kept session is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeptPhase {
+    Lobby,
+    /// Started (loading, counting down, running or finished without a
+    /// result yet): it comes back running, paused.
+    Started,
+    /// Its task stopped before the restart (the authority stayed away):
+    /// it comes back on `continue` only.
+    Closed,
+}
+
+/// A player as kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptPlayer {
+    pub id: String,
+    pub name: String,
+    pub is_host: bool,
+    pub user: String,
+}
+
+/// What a restart brings a session back as (the store's `State` row).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptState {
+    pub phase: KeptPhase,
+    pub players: Vec<KeptPlayer>,
+    pub settings: Map<String, Value>,
+    #[serde(default = "valid")]
+    pub settings_valid: bool,
+    #[serde(default)]
+    pub settings_message: Option<String>,
+    /// Game time when the row was written.
+    pub game_time_ms: f64,
+}
+
+fn valid() -> bool {
+    true
+}
+
+impl KeptState {
+    /// The session as it is now.
+    pub fn of(s: &Session, now_ms: u64) -> KeptState {
+        let game = s.current_game(now_ms);
+        let (_, valid, message) = s.settings();
+        KeptState {
+            phase: match s.phase() {
+                Phase::Lobby => KeptPhase::Lobby,
+                Phase::Closed => KeptPhase::Closed,
+                _ => KeptPhase::Started,
+            },
+            players: game
+                .players
+                .into_iter()
+                .map(|p| KeptPlayer {
+                    id: p.id,
+                    name: p.name,
+                    is_host: p.is_host,
+                    user: p.user,
+                })
+                .collect(),
+            settings: game.settings,
+            settings_valid: valid,
+            settings_message: message.map(str::to_owned),
+            game_time_ms: game.game_time_ms,
+        }
+    }
+
+    /// The store's write of this state.
+    pub fn write(&self, session_id: &str) -> SessionWrite {
+        SessionWrite::State {
+            session_id: session_id.to_owned(),
+            state: serde_json::to_string(self).unwrap_or_default(),
+        }
+    }
+
+    /// A session from before states were kept: a saved game's, else the
+    /// lobby its creation made.
+    fn of_old(spec: &CreateSession, saved: Option<&SavedGame>) -> KeptState {
+        match saved {
+            Some(g) => KeptState {
+                phase: KeptPhase::Closed,
+                players: g
+                    .players
+                    .iter()
+                    .map(|p| KeptPlayer {
+                        id: p.id.clone(),
+                        name: p.name.clone(),
+                        is_host: p.is_host,
+                        user: p.user.clone(),
+                    })
+                    .collect(),
+                settings: g.settings.clone(),
+                settings_valid: true,
+                settings_message: None,
+                game_time_ms: g.game_time_ms,
+            },
+            None => KeptState {
+                phase: KeptPhase::Lobby,
+                players: spec
+                    .players
+                    .iter()
+                    .map(|p| KeptPlayer {
+                        id: p.id.clone(),
+                        name: p.name.clone(),
+                        is_host: p.is_host,
+                        user: p.user.clone().unwrap_or_else(|| p.id.clone()),
+                    })
+                    .collect(),
+                settings: spec.settings.clone(),
+                settings_valid: true,
+                settings_message: None,
+                game_time_ms: 0.0,
+            },
+        }
+    }
+}
+
+/// The running task of session `id`, brought back from the store if it is
+/// not running and was not stopped (`None`: no such session, its game has
+/// finished, it was stopped, or it could not be brought back).
+pub async fn running(sessions: &Arc<Sessions>, id: &str) -> Option<SessionHandle> {
+    if let Some(h) = sessions.handle(id) {
+        return Some(h);
+    }
+    match restore(sessions, id, false).await {
+        Ok(h) => h,
+        Err((_, why)) => {
+            tracing::warn!(session = %id, %why, "hosted session not brought back");
+            None
+        }
+    }
+}
+
+type Failed = (StatusCode, String);
+
+fn store_failed(e: impl std::fmt::Display) -> Failed {
+    (StatusCode::SERVICE_UNAVAILABLE, format!("store: {e}"))
+}
+
+/// Brings session `id` back from the store as its last acknowledged state
+/// and starts its task; a stopped one too when `stopped_too` (`continue`).
+/// `Ok(None)`: no such session, or its game has finished.
+pub async fn restore(
+    sessions: &Arc<Sessions>,
+    id: &str,
+    stopped_too: bool,
+) -> Result<Option<SessionHandle>, Failed> {
+    // One at a time: two first uses of a session bring it back once.
+    let _one = sessions.restoring.lock().await;
+    if let Some(h) = sessions.handle(id) {
+        return Ok(Some(h));
+    }
+    let store = sessions.store();
+    let key = id.to_owned();
+    let loaded = tokio::task::spawn_blocking(move || {
+        let Some(stored) = store.load_session(&key)? else {
+            return Ok(None);
+        };
+        if store.load_result(&key)?.is_some() {
+            return Ok(None);
+        }
+        let state = store.load_state(&key)?;
+        let saved = match state {
+            Some(_) => None,
+            None => store.load_saved_game(&key)?,
+        };
+        Ok::<_, hostwire_store::StoreError>(Some((
+            stored,
+            state,
+            saved,
+            store.load_snapshot_at(&key)?,
+            store.list_assets(&key)?,
+            store.load_player_tokens(&key)?,
+        )))
+    })
+    .await
+    .map_err(store_failed)?
+    .map_err(|e| store_failed(e.reason()))?;
+    let Some((stored, state, saved, snapshot, files, stored_tokens)) = loaded else {
+        return Ok(None);
+    };
+    let unreadable = |what: &str| {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{what} cannot be read"),
+        )
+    };
+    let spec: CreateSession =
+        serde_json::from_str(&stored.spec).map_err(|_| unreadable("the stored session"))?;
+    let saved = match saved {
+        Some(t) => Some(saved_game(&t).ok_or_else(|| unreadable("the saved game"))?),
+        None => None,
+    };
+    let state = match state {
+        Some(t) => serde_json::from_str::<KeptState>(&t)
+            .map_err(|_| unreadable("the session's kept state"))?,
+        None => KeptState::of_old(&spec, saved.as_ref()),
+    };
+    if state.phase == KeptPhase::Closed && !stopped_too {
+        return Ok(None);
+    }
+    let sizes: BTreeMap<String, usize> = files.into_iter().collect();
+    let (mut cfg, assets) = config(sessions, id, &spec, &sizes)?;
+    cfg.settings = state.settings.clone();
+    let (plugin_id, set_id) = (cfg.plugin_id.clone(), cfg.set_id.clone());
+    let mut players = Vec::new();
+    for p in &state.players {
+        let pin = PlayerIn {
+            id: p.id.clone(),
+            name: p.name.clone(),
+            is_host: p.is_host,
+            user: Some(p.user.clone()),
+        };
+        players.push(player_spec(sessions, &pin, &plugin_id, &set_id).await?);
+    }
+    let now = sessions.clock.now_ms();
+    let bad = |e: hostwire_memizy::session::SessionError| (StatusCode::BAD_REQUEST, e.to_string());
+    // The latest snapshot (an old file's saved game's when none is kept).
+    let (snapshot, snapshot_time) = match snapshot {
+        Some((text, at)) => (Some(text), at),
+        None => (saved.as_ref().and_then(|g| g.snapshot.clone()), None),
+    };
+    let lobby = |cfg, players: Vec<_>| -> Result<Session, Failed> {
+        let mut s = Session::new(cfg, now).map_err(bad)?;
+        for p in players {
+            s.add_player(p, now).map_err(bad)?;
+        }
+        s.restore_settings_report(state.settings_valid, state.settings_message.clone());
+        Ok(s)
+    };
+    let s = match (state.phase, snapshot) {
+        (KeptPhase::Lobby, _) => lobby(cfg, players)?,
+        // Started, no snapshot acknowledged: the game starts again (the
+        // authority gets `start()` once ready), as nothing of it was kept.
+        (_, None) => {
+            let mut s = lobby(cfg, players)?;
+            if let Err(e) = s.start_game(now) {
+                tracing::warn!(session = %id, %e, "a started session came back to its lobby");
+            }
+            s
+        }
+        (_, Some(snapshot)) => {
+            let game = SavedGame {
+                session_id: id.to_owned(),
+                plugin_id: plugin_id.clone(),
+                set_id: set_id.clone(),
+                mode: spec.mode,
+                host_as: spec.host_as,
+                settings: state.settings.clone(),
+                display_seed: saved
+                    .as_ref()
+                    .map(|g| g.display_seed.clone())
+                    .or_else(|| cfg.display_seed.clone())
+                    .unwrap_or_else(|| id.to_owned()),
+                players: state
+                    .players
+                    .iter()
+                    .map(|p| SavedPlayer {
+                        id: p.id.clone(),
+                        name: p.name.clone(),
+                        is_host: p.is_host,
+                        user: p.user.clone(),
+                    })
+                    .collect(),
+                snapshot: Some(snapshot),
+                // Game time only goes forward: the later of the two rows.
+                game_time_ms: state
+                    .game_time_ms
+                    .max(snapshot_time.map_or(0.0, |t| t as f64)),
+            };
+            Session::continue_saved(cfg, &game, players, now).map_err(bad)?
+        }
+    };
+    let host =
+        Token::parse(&stored.host_token).ok_or_else(|| unreadable("the stored host token"))?;
+    let mut tokens = player_tokens(&stored_tokens, std::iter::empty());
+    // A kicked player's token opens nothing.
+    tokens.retain(|p, _| state.players.iter().any(|k| k.id == *p));
+    let auth = Auth {
+        host,
+        players: tokens,
+    };
+    tracing::info!(session = %id, phase = ?state.phase, "hosted session brought back");
+    actor::spawn(sessions, s, auth, assets).map(Some).ok_or((
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the server holds too many sessions".to_owned(),
+    ))
+}
