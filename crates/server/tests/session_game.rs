@@ -272,3 +272,119 @@ async fn get_asset_answers_the_bundled_bytes_within_the_size_and_rate_limits() {
         "{v}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_page_renames_a_player_and_changes_the_locale_and_devices_hear_it() {
+    let h = TestHost::start().await;
+    let api = Api::of(&h);
+    let (sid, token) = api.create(&presenter_body(2)).await;
+    api.op(&sid, &token, "start").await;
+    let (mut board, init) = api.device(&sid, "board", "board").await;
+    assert_eq!(init["config"], json!({"locale": "en", "theme": "light"}));
+    board.call("ready", json!([])).await.unwrap();
+    let (p1, _) = api.device(&sid, "controller", "p1").await;
+    p1.call("ready", json!([])).await.unwrap();
+    let http = reqwest::Client::new();
+    let url = |path: &str| format!("{}/memizy/sessions/{sid}{path}", api.http);
+
+    // Rename: the roster says it, and the board hears playersChanged.
+    let r = http
+        .patch(url("/players/p1"))
+        .bearer_auth(&token)
+        .json(&json!({"name": "Ann"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    let p = v["players"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "p1")
+        .cloned();
+    assert_eq!(p.unwrap()["name"], "Ann", "{v}");
+    loop {
+        let c = board
+            .wait_for("playersChanged", GUARD)
+            .await
+            .expect("playersChanged");
+        let players = c.args[0].as_array().unwrap();
+        if players
+            .iter()
+            .any(|p| p["id"] == "p1" && p["name"] == "Ann")
+        {
+            break;
+        }
+    }
+    // Config: every instance hears configChanged.
+    let r = http
+        .put(url("/config"))
+        .bearer_auth(&token)
+        .json(&json!({"locale": "pl-PL", "theme": "dark"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let c = board
+        .wait_for("configChanged", GUARD)
+        .await
+        .expect("configChanged");
+    assert_eq!(c.args[0], json!({"locale": "pl-PL", "theme": "dark"}));
+
+    // Refusals name the field; the host token is required.
+    let r = http
+        .put(url("/config"))
+        .bearer_auth(&token)
+        .json(&json!({"locale": "<script>", "theme": "dark"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"].as_str().unwrap().starts_with("locale:"), "{v}");
+    let r = http
+        .put(url("/config"))
+        .bearer_auth(&token)
+        .json(&json!({"locale": "en", "theme": "pink"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let r = http
+        .patch(url("/players/p9"))
+        .bearer_auth(&token)
+        .json(&json!({"name": "Nobody"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = http
+        .patch(url("/players/p1"))
+        .json(&json!({"name": "Eve"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+
+    // A lobby page on an allowed origin may drive the session.
+    let r = http
+        .request(reqwest::Method::OPTIONS, url("/players/p1"))
+        .header("origin", "https://lobby.example")
+        .header("access-control-request-method", "PATCH")
+        .header(
+            "access-control-request-headers",
+            "authorization, content-type",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let h = r.headers();
+    assert_eq!(h["access-control-allow-origin"], "https://lobby.example");
+    let methods = h["access-control-allow-methods"].to_str().unwrap();
+    assert!(
+        methods.contains("PATCH") && methods.contains("PUT"),
+        "{methods}"
+    );
+}

@@ -576,6 +576,12 @@ impl Session {
         Ok(())
     }
 
+    /// The host configuration the instances were given (`InitPayload.config`,
+    /// then `configChanged`).
+    pub fn host_config(&self) -> &HostConfig {
+        &self.cfg.config
+    }
+
     /// Locale or theme changed.
     pub fn set_config(&mut self, config: HostConfig, now_ms: u64) {
         self.cfg.config = config;

@@ -84,6 +84,10 @@ pub enum Admin {
     /// A player and the token its device attaches with.
     AddPlayer(Box<PlayerSpec>, Token),
     Kick(String),
+    /// A player's new name (`playersChanged`).
+    Rename(String, String),
+    /// A new locale or theme (`configChanged`).
+    Config(hostwire_memizy::HostConfig),
     Start,
     Pause,
     Resume,
@@ -594,6 +598,14 @@ impl Actor {
                 }
                 Err(e) => Err(session_error(e)),
             },
+            Admin::Rename(id, name) => match self.s.rename_player(&id, &name, now) {
+                Ok(()) => return self.reply_when_kept(reply, self.status()),
+                Err(e) => Err(session_error(e)),
+            },
+            Admin::Config(c) => {
+                self.s.set_config(c, now);
+                return self.reply_when_kept(reply, self.status());
+            }
             Admin::Start => match self.s.start_game(now) {
                 Ok(()) => return self.reply_when_kept(reply, self.status()),
                 Err(e) => Err(session_error(e)),

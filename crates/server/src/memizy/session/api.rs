@@ -6,6 +6,8 @@
 //! | `GET /{id}` | phase, players, settings, clock, result |
 //! | `POST /{id}/players` | a player joins (lobby, or late join) |
 //! | `DELETE /{id}/players/{player}` | kick |
+//! | `PATCH /{id}/players/{player}` | rename (`{"name"}`: `playersChanged`) |
+//! | `PUT /{id}/config` | locale and theme (`{"locale","theme"}`: `configChanged`) |
 //! | `POST /{id}/start`, `/pause`, `/resume` | the host's buttons |
 //! | `POST /{id}/save` | save the game (answered once durable) |
 //! | `POST /{id}/continue` | continue the saved game (after a restart too) |
@@ -22,11 +24,13 @@ use super::actor::{self, Admin, Auth, Cmd};
 use super::restore::{self, KeptState};
 use super::{Sessions, MAX_BUNDLE_BYTES};
 use crate::http::error::json_response;
+use crate::http::origins::{preflight_no_content, require_allowed_origin};
 use crate::http::{Presented, Refused};
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 use base64::Engine;
 use hostwire_core::token::Token;
@@ -35,7 +39,7 @@ use hostwire_memizy::session::{
     catalog, AssetCatalog, PlayerSpec, SavedGame, SavedPlayer, Session, SessionConfig,
     SessionTiming,
 };
-use hostwire_memizy::{HostAs, Mode, PluginDataValues};
+use hostwire_memizy::{HostAs, HostConfig, Mode, PluginDataValues};
 use hostwire_store::sessions::{SessionWrite, StoredSession};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -44,18 +48,37 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 pub fn router(sessions: Arc<Sessions>) -> Router {
+    // A lobby page on another allowed origin drives a session from the
+    // browser: CORS for the origins the operator allows, 403 for others.
+    let origins = Arc::new(sessions.config.allowed_origins.clone());
+    let cors = origins
+        .cors_layer()
+        .allow_methods([
+            Method::GET,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+            Method::OPTIONS,
+        ])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+        .max_age(std::time::Duration::from_secs(600));
     Router::new()
         .route("/", post(create))
         .route("/{id}", get(status))
         .route("/{id}/players", post(add_player))
-        .route("/{id}/players/{player}", delete(kick))
+        .route("/{id}/players/{player}", delete(kick).patch(rename))
+        .route("/{id}/config", put(set_config))
         .route("/{id}/start", post(start))
         .route("/{id}/pause", post(pause))
         .route("/{id}/resume", post(resume))
         .route("/{id}/save", post(save))
         .route("/{id}/continue", post(continue_saved))
+        .route_layer(from_fn_with_state(origins, require_allowed_origin))
         .layer(DefaultBodyLimit::max(MAX_BUNDLE_BYTES))
         .with_state(sessions)
+        .layer(cors)
+        .layer(from_fn(preflight_no_content))
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -78,6 +101,10 @@ pub struct CreateSession {
     pub players: Vec<PlayerIn>,
     #[serde(default)]
     pub timing: Option<TimingIn>,
+    /// The host configuration the instances get (`InitPayload.config`);
+    /// `{"locale":"en","theme":"light"}` when absent.
+    #[serde(default)]
+    pub config: Option<HostConfig>,
     /// The set's files (`getAsset`), by the path a media object's `value`
     /// names, as base64. Kept in the store beside the session, not in it.
     #[serde(default, skip_serializing)]
@@ -152,6 +179,10 @@ pub(super) fn config(
     c.set_id = set_id;
     c.item_types = manifest.types;
     c.settings = spec.settings.clone();
+    if let Some(hc) = &spec.config {
+        check_locale(&hc.locale).map_err(|m| (StatusCode::BAD_REQUEST, format!("config.{m}")))?;
+        c.config = hc.clone();
+    }
     c.services = sessions.services().registry();
     let assets = catalog(&c.set, files);
     c.assets = assets.index.clone();
@@ -611,6 +642,73 @@ fn plugin_and_set(spec: &CreateSession) -> Result<(String, String), Response> {
         .and_then(|m| m.id?.as_str().map(str::to_owned))
         .unwrap_or_default();
     Ok((m.id, set))
+}
+
+/// The longest `locale` (a BCP 47 tag: letters, digits and `-`).
+pub const MAX_LOCALE_BYTES: usize = 35;
+
+fn check_locale(locale: &str) -> Result<(), String> {
+    let ok = (1..=MAX_LOCALE_BYTES).contains(&locale.len())
+        && locale
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "locale: a BCP 47 tag of 1 to {MAX_LOCALE_BYTES} letters, digits and '-', not {:?}",
+            locale.chars().take(40).collect::<String>()
+        ))
+    }
+}
+
+/// `PATCH /{id}/players/{player}` with `{"name"}`.
+async fn rename(
+    State(sessions): State<Arc<Sessions>>,
+    Path((id, player)): Path<(String, String)>,
+    presented: Presented,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Err(r) = authorized(&sessions, &id, &presented).await {
+        return r;
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Rename {
+        name: String,
+    }
+    match serde_json::from_slice::<Rename>(&body) {
+        Ok(r) => admin(&sessions, &id, Admin::Rename(player, r.name)).await,
+        Err(e) => error(
+            StatusCode::BAD_REQUEST,
+            format!("body: expected {{\"name\": …}}: {e}"),
+        ),
+    }
+}
+
+/// `PUT /{id}/config` with `{"locale","theme"}`.
+async fn set_config(
+    State(sessions): State<Arc<Sessions>>,
+    Path(id): Path<String>,
+    presented: Presented,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Err(r) = authorized(&sessions, &id, &presented).await {
+        return r;
+    }
+    let c = match serde_json::from_slice::<HostConfig>(&body) {
+        Ok(c) => c,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("body: expected {{\"locale\": …, \"theme\": \"light\" or \"dark\"}}: {e}"),
+            )
+        }
+    };
+    if let Err(m) = check_locale(&c.locale) {
+        return error(StatusCode::BAD_REQUEST, m);
+    }
+    admin(&sessions, &id, Admin::Config(c)).await
 }
 
 async fn kick(

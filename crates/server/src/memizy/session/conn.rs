@@ -79,9 +79,7 @@ pub async fn ws_upgrade(
         }
     };
     // A bearer header (non-browser clients) wins over the query.
-    let token = crate::http::bearer(&headers)
-        .map(str::to_owned)
-        .or(q.token);
+    let token = crate::http::bearer(&headers).map(str::to_owned).or(q.token);
     // After a restart the session comes back at its first use.
     let Some(handle) = super::restore::running(&sessions, &q.session).await else {
         return json_response(

@@ -16,6 +16,7 @@ use super::Sessions;
 use axum::http::StatusCode;
 use hostwire_core::token::Token;
 use hostwire_memizy::session::{Phase, SavedGame, SavedPlayer, Session};
+use hostwire_memizy::HostConfig;
 use hostwire_store::sessions::SessionWrite;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -58,6 +59,9 @@ pub struct KeptState {
     pub settings_message: Option<String>,
     /// Game time when the row was written.
     pub game_time_ms: f64,
+    /// The host configuration (locale, theme), when it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<HostConfig>,
 }
 
 fn valid() -> bool {
@@ -89,6 +93,7 @@ impl KeptState {
             settings_valid: valid,
             settings_message: message.map(str::to_owned),
             game_time_ms: game.game_time_ms,
+            config: Some(s.host_config().clone()),
         }
     }
 
@@ -120,6 +125,7 @@ impl KeptState {
                 settings_valid: true,
                 settings_message: None,
                 game_time_ms: g.game_time_ms,
+                config: None,
             },
             None => KeptState {
                 phase: KeptPhase::Lobby,
@@ -137,6 +143,7 @@ impl KeptState {
                 settings_valid: true,
                 settings_message: None,
                 game_time_ms: 0.0,
+                config: None,
             },
         }
     }
@@ -229,6 +236,9 @@ pub async fn restore(
     let sizes: BTreeMap<String, usize> = files.into_iter().collect();
     let (mut cfg, assets) = config(sessions, id, &spec, &sizes)?;
     cfg.settings = state.settings.clone();
+    if let Some(c) = &state.config {
+        cfg.config = c.clone();
+    }
     let (plugin_id, set_id) = (cfg.plugin_id.clone(), cfg.set_id.clone());
     let mut players = Vec::new();
     for p in &state.players {
