@@ -14,8 +14,8 @@ use hostwire_core::TokenBucket;
 
 use crate::buffer::{is_reserved_channel, Ledger, StreamBuffer};
 use crate::decode::{
-    decode_client_frame, non_negative_integer, parse_stream_spec, ClientFrame, SubscribeRequest,
-    MAX_FRAME_BYTES, MAX_ID_BYTES,
+    decode_client_frame, non_negative_integer, parse_stream_spec, peek_request_id, ClientFrame,
+    SubscribeRequest, MAX_FRAME_BYTES, MAX_ID_BYTES,
 };
 use crate::frames::{
     codes, encode_error, encode_frame, frame_types, make_error_payload, AckPayload, ActionEnvelope,
@@ -637,13 +637,14 @@ impl Channel {
         if !c.bucket.try_take(now_ms) {
             c.limited_in_row += 1;
             let n = c.limited_in_row;
-            if n == 1 {
-                let message = format!(
-                    "more than {} frames per second (burst {}); frames are dropped until the rate falls",
-                    self.config.rate_per_second, self.config.rate_burst
-                );
-                self.error(conn, codes::RATE_LIMITED, message, None);
-            }
+            // Every refused frame is answered, with its `requestId`, so a
+            // client knows which of its actions were not taken.
+            let message = format!(
+                "more than {} frames per second (burst {}); frame dropped, send it again later",
+                self.config.rate_per_second, self.config.rate_burst
+            );
+            let request_id = peek_request_id(bytes);
+            self.error(conn, codes::RATE_LIMITED, message, request_id.as_deref());
             if n >= RATE_LIMITED_FRAMES_BEFORE_CLOSE {
                 self.close(conn, CLOSE_POLICY_VIOLATION, "rate limit exceeded");
             }
@@ -660,10 +661,11 @@ impl Channel {
                     || s.held_bytes + bytes.len() > MAX_HELD_FRAME_BYTES_PER_SESSION
                 {
                     let message = format!(
-                        "session {} has {MAX_HELD_FRAMES_PER_SESSION} frames or {MAX_HELD_FRAME_BYTES_PER_SESSION} bytes waiting for an action's validation; frame dropped",
+                        "session {} has {MAX_HELD_FRAMES_PER_SESSION} frames or {MAX_HELD_FRAME_BYTES_PER_SESSION} bytes waiting for an action's validation; frame dropped, send it again later",
                         s.id
                     );
-                    self.error(conn, codes::RATE_LIMITED, message, None);
+                    let request_id = peek_request_id(bytes);
+                    self.error(conn, codes::RATE_LIMITED, message, request_id.as_deref());
                     return;
                 }
                 s.held_bytes += bytes.len();
@@ -1117,6 +1119,8 @@ impl Channel {
         let max_pending = self.config.max_pending_actions;
         // The session may have gone while its action was validated.
         let Some(session) = self.sessions.get_mut(&sid) else {
+            let message = format!("session '{sid}' no longer exists");
+            self.error(conn, codes::SESSION_NOT_FOUND, message, request_id);
             return;
         };
         if session.pending.len() >= max_pending {

@@ -117,6 +117,26 @@ impl FrameError {
     }
 }
 
+/// The `requestId` of a frame that is refused before it is decoded (rate
+/// limit, frames held behind a validation), so that the refusal names the
+/// action it answers. Only that key is read (the rest is skipped, not
+/// built); a frame that is not a JSON object, or whose `requestId` is not
+/// a string of at most [`MAX_ID_BYTES`], has none.
+pub fn peek_request_id(bytes: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        #[serde(rename = "requestId", default)]
+        request_id: Option<Value>,
+    }
+    if bytes.len() > MAX_FRAME_BYTES {
+        return None;
+    }
+    let Value::String(id) = serde_json::from_slice::<Peek>(bytes).ok()?.request_id? else {
+        return None;
+    };
+    (id.len() <= MAX_ID_BYTES).then_some(id)
+}
+
 /// Decodes one client frame. `subscribed` selects the size cap.
 pub fn decode_client_frame(bytes: &[u8], subscribed: bool) -> Result<ClientFrame, FrameError> {
     let cap = if subscribed {
