@@ -32,11 +32,19 @@ use crate::{iso_timestamp, PROTOCOL_SCHEMA_VERSION};
 pub const DEFAULT_APP_ID: &str = "conformance";
 /// Bound on live sessions.
 pub const MAX_SESSIONS: usize = 10_000;
-/// Bound on subscribers of one session.
-pub const MAX_SUBSCRIBERS_PER_SESSION: usize = 64;
-/// Frames per second a connection may send, sustained.
-pub const RATE_LIMIT_PER_SECOND: f64 = 100.0;
-/// Frames a connection may send in a burst.
+/// Bound on subscribers of one session, unless configured: a class's
+/// projector plus a hundred pupils' screens (each with a spare tab or a
+/// reconnect under way) fits twice over, while one emit still fans out to
+/// a bounded number of queues (the frame is shared, not copied).
+pub const MAX_SUBSCRIBERS_PER_SESSION: usize = 256;
+/// Frames per second a connection may send, sustained, unless configured:
+/// a person's UI sends a few a second, at most one per display refresh
+/// (60 a second) while dragging or typing; one socket is one screen, so a
+/// class of screens does not share it.
+pub const RATE_LIMIT_PER_SECOND: u32 = 100;
+/// Frames a connection may send in a burst, unless configured: two
+/// seconds of the rate, room for a UI that resends what it queued while
+/// it was reconnecting.
 pub const RATE_LIMIT_BURST: u32 = 200;
 /// Frames dropped in a row for the rate limit before the connection is closed (1008).
 pub const RATE_LIMITED_FRAMES_BEFORE_CLOSE: u32 = 1_000;
@@ -127,7 +135,7 @@ impl Default for ChannelConfig {
             ws_token: None,
             max_sessions: MAX_SESSIONS,
             max_subscribers_per_session: MAX_SUBSCRIBERS_PER_SESSION,
-            rate_per_second: RATE_LIMIT_PER_SECOND,
+            rate_per_second: f64::from(RATE_LIMIT_PER_SECOND),
             rate_burst: RATE_LIMIT_BURST,
             ledger_max_events: LEDGER_MAX_EVENTS,
             ledger_max_bytes: LEDGER_MAX_BYTES,

@@ -395,3 +395,48 @@ async fn every_action_of_a_flood_is_answered_with_its_request_id_or_the_socket_c
         "{acks} acks, {refused} refused"
     );
 }
+
+#[tokio::test]
+async fn a_configured_rate_lets_every_action_of_a_flood_through_to_an_answer() {
+    let mut config = GguiConfig::default();
+    config.channel.rate_per_second = 1_000.0;
+    config.channel.rate_burst = 2_000;
+    let s = Server::with(config).await;
+    let (acks, refused, closed) = flood_of_actions(&s, "flood", 1_500).await;
+    // Within the configured burst nothing is rate limited and the socket
+    // stays; actions past the held-frame bound are refused, each named.
+    assert_eq!(closed, None, "{acks} acks, {refused} refused");
+    assert_eq!(acks + refused, 1_500);
+    assert!(acks >= 1, "{acks} acks, {refused} refused");
+}
+
+#[tokio::test]
+async fn a_projector_and_a_hundred_pupils_fit_one_session_by_default() {
+    let s = Server::start().await;
+    let mut screens = Vec::new();
+    for _ in 0..101 {
+        screens.push(s.subscribed("class").await.0);
+    }
+    s.emit("class", "board", json!("next slide")).await;
+    for c in &mut screens {
+        assert_eq!(c.recv().await["payload"]["payload"], "next slide");
+    }
+}
+
+#[tokio::test]
+async fn a_configured_subscriber_cap_is_applied() {
+    let mut config = GguiConfig::default();
+    config.channel.max_subscribers_per_session = 3;
+    let s = Server::with(config).await;
+    let mut screens = Vec::new();
+    for _ in 0..3 {
+        screens.push(s.subscribed("small").await.0);
+    }
+    let mut c = s.client_for("small").await;
+    c.send(json!({"type": "subscribe", "payload": {"sessionId": "small"}, "requestId": "4th"}))
+        .await;
+    assert_eq!(
+        c.expect_error("TOO_MANY_SUBSCRIBERS").await["requestId"],
+        "4th"
+    );
+}
