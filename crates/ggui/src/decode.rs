@@ -170,10 +170,15 @@ pub fn decode_client_frame(bytes: &[u8], subscribed: bool) -> Result<ClientFrame
                     format!("frame is {size} bytes; the limit is {limit} bytes"),
                 )
             },
-            JsonError::Invalid { message } => FrameError::new(
-                codes::INVALID_JSON,
-                format!("frame is not valid JSON: {message}"),
-            ),
+            // A frame JSON.parse reads (a number out of f64's range) may
+            // still name its requestId: the refusal is then its answer.
+            JsonError::Invalid { message } => FrameError {
+                request_id: peek_request_id(bytes),
+                ..FrameError::new(
+                    codes::INVALID_JSON,
+                    format!("frame is not valid JSON: {message}"),
+                )
+            },
         })?;
     let Value::Object(mut frame) = value else {
         return Err(FrameError::new(
@@ -609,6 +614,18 @@ mod tests {
 
     fn dec(v: Value, subscribed: bool) -> Result<ClientFrame, FrameError> {
         decode_client_frame(v.to_string().as_bytes(), subscribed)
+    }
+
+    #[test]
+    fn a_refusal_of_json_names_the_request_id_it_can_read() {
+        let frame = br#"{"type":"action","requestId":"q","payload":{"n":1e400}}"#;
+        let e = decode_client_frame(frame, true).unwrap_err();
+        assert_eq!(
+            (e.code, e.request_id.as_deref()),
+            (codes::INVALID_JSON, Some("q"))
+        );
+        assert_eq!(peek_request_id(br#"{"requestId":7}"#), None);
+        assert_eq!(peek_request_id(b"{\"requestId\":\"a\""), None);
     }
 
     #[test]
