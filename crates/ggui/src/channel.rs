@@ -14,8 +14,8 @@ use hostwire_core::TokenBucket;
 
 use crate::buffer::{is_reserved_channel, Ledger, StreamBuffer};
 use crate::decode::{
-    decode_client_frame, non_negative_integer, parse_stream_spec, ClientFrame, SubscribeRequest,
-    MAX_FRAME_BYTES, MAX_ID_BYTES,
+    decode_client_frame, non_negative_integer, parse_stream_spec, peek_request_id, ClientFrame,
+    SubscribeRequest, MAX_FRAME_BYTES, MAX_ID_BYTES,
 };
 use crate::frames::{
     codes, encode_error, encode_frame, frame_types, make_error_payload, AckPayload, ActionEnvelope,
@@ -32,11 +32,19 @@ use crate::{iso_timestamp, PROTOCOL_SCHEMA_VERSION};
 pub const DEFAULT_APP_ID: &str = "conformance";
 /// Bound on live sessions.
 pub const MAX_SESSIONS: usize = 10_000;
-/// Bound on subscribers of one session.
-pub const MAX_SUBSCRIBERS_PER_SESSION: usize = 64;
-/// Frames per second a connection may send, sustained.
-pub const RATE_LIMIT_PER_SECOND: f64 = 100.0;
-/// Frames a connection may send in a burst.
+/// Bound on subscribers of one session, unless configured: a class's
+/// projector plus a hundred pupils' screens (each with a spare tab or a
+/// reconnect under way) fits twice over, while one emit still fans out to
+/// a bounded number of queues (the frame is shared, not copied).
+pub const MAX_SUBSCRIBERS_PER_SESSION: usize = 256;
+/// Frames per second a connection may send, sustained, unless configured:
+/// a person's UI sends a few a second, at most one per display refresh
+/// (60 a second) while dragging or typing; one socket is one screen, so a
+/// class of screens does not share it.
+pub const RATE_LIMIT_PER_SECOND: u32 = 100;
+/// Frames a connection may send in a burst, unless configured: two
+/// seconds of the rate, room for a UI that resends what it queued while
+/// it was reconnecting.
 pub const RATE_LIMIT_BURST: u32 = 200;
 /// Frames dropped in a row for the rate limit before the connection is closed (1008).
 pub const RATE_LIMITED_FRAMES_BEFORE_CLOSE: u32 = 1_000;
@@ -127,7 +135,7 @@ impl Default for ChannelConfig {
             ws_token: None,
             max_sessions: MAX_SESSIONS,
             max_subscribers_per_session: MAX_SUBSCRIBERS_PER_SESSION,
-            rate_per_second: RATE_LIMIT_PER_SECOND,
+            rate_per_second: f64::from(RATE_LIMIT_PER_SECOND),
             rate_burst: RATE_LIMIT_BURST,
             ledger_max_events: LEDGER_MAX_EVENTS,
             ledger_max_bytes: LEDGER_MAX_BYTES,
@@ -637,13 +645,14 @@ impl Channel {
         if !c.bucket.try_take(now_ms) {
             c.limited_in_row += 1;
             let n = c.limited_in_row;
-            if n == 1 {
-                let message = format!(
-                    "more than {} frames per second (burst {}); frames are dropped until the rate falls",
-                    self.config.rate_per_second, self.config.rate_burst
-                );
-                self.error(conn, codes::RATE_LIMITED, message, None);
-            }
+            // Every refused frame is answered, with its `requestId`, so a
+            // client knows which of its actions were not taken.
+            let message = format!(
+                "more than {} frames per second (burst {}); frame dropped, send it again later",
+                self.config.rate_per_second, self.config.rate_burst
+            );
+            let request_id = peek_request_id(bytes);
+            self.error(conn, codes::RATE_LIMITED, message, request_id.as_deref());
             if n >= RATE_LIMITED_FRAMES_BEFORE_CLOSE {
                 self.close(conn, CLOSE_POLICY_VIOLATION, "rate limit exceeded");
             }
@@ -660,10 +669,11 @@ impl Channel {
                     || s.held_bytes + bytes.len() > MAX_HELD_FRAME_BYTES_PER_SESSION
                 {
                     let message = format!(
-                        "session {} has {MAX_HELD_FRAMES_PER_SESSION} frames or {MAX_HELD_FRAME_BYTES_PER_SESSION} bytes waiting for an action's validation; frame dropped",
+                        "session {} has {MAX_HELD_FRAMES_PER_SESSION} frames or {MAX_HELD_FRAME_BYTES_PER_SESSION} bytes waiting for an action's validation; frame dropped, send it again later",
                         s.id
                     );
-                    self.error(conn, codes::RATE_LIMITED, message, None);
+                    let request_id = peek_request_id(bytes);
+                    self.error(conn, codes::RATE_LIMITED, message, request_id.as_deref());
                     return;
                 }
                 s.held_bytes += bytes.len();
@@ -1117,6 +1127,8 @@ impl Channel {
         let max_pending = self.config.max_pending_actions;
         // The session may have gone while its action was validated.
         let Some(session) = self.sessions.get_mut(&sid) else {
+            let message = format!("session '{sid}' no longer exists");
+            self.error(conn, codes::SESSION_NOT_FOUND, message, request_id);
             return;
         };
         if session.pending.len() >= max_pending {

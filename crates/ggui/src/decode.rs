@@ -117,6 +117,26 @@ impl FrameError {
     }
 }
 
+/// The `requestId` of a frame that is refused before it is decoded (rate
+/// limit, frames held behind a validation), so that the refusal names the
+/// action it answers. Only that key is read (the rest is skipped, not
+/// built); a frame that is not a JSON object, or whose `requestId` is not
+/// a string of at most [`MAX_ID_BYTES`], has none.
+pub fn peek_request_id(bytes: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        #[serde(rename = "requestId", default)]
+        request_id: Option<Value>,
+    }
+    if bytes.len() > MAX_FRAME_BYTES {
+        return None;
+    }
+    let Value::String(id) = serde_json::from_slice::<Peek>(bytes).ok()?.request_id? else {
+        return None;
+    };
+    (id.len() <= MAX_ID_BYTES).then_some(id)
+}
+
 /// Decodes one client frame. `subscribed` selects the size cap.
 pub fn decode_client_frame(bytes: &[u8], subscribed: bool) -> Result<ClientFrame, FrameError> {
     let cap = if subscribed {
@@ -150,10 +170,15 @@ pub fn decode_client_frame(bytes: &[u8], subscribed: bool) -> Result<ClientFrame
                     format!("frame is {size} bytes; the limit is {limit} bytes"),
                 )
             },
-            JsonError::Invalid { message } => FrameError::new(
-                codes::INVALID_JSON,
-                format!("frame is not valid JSON: {message}"),
-            ),
+            // A frame JSON.parse reads (a number out of f64's range) may
+            // still name its requestId: the refusal is then its answer.
+            JsonError::Invalid { message } => FrameError {
+                request_id: peek_request_id(bytes),
+                ..FrameError::new(
+                    codes::INVALID_JSON,
+                    format!("frame is not valid JSON: {message}"),
+                )
+            },
         })?;
     let Value::Object(mut frame) = value else {
         return Err(FrameError::new(
@@ -589,6 +614,18 @@ mod tests {
 
     fn dec(v: Value, subscribed: bool) -> Result<ClientFrame, FrameError> {
         decode_client_frame(v.to_string().as_bytes(), subscribed)
+    }
+
+    #[test]
+    fn a_refusal_of_json_names_the_request_id_it_can_read() {
+        let frame = br#"{"type":"action","requestId":"q","payload":{"n":1e400}}"#;
+        let e = decode_client_frame(frame, true).unwrap_err();
+        assert_eq!(
+            (e.code, e.request_id.as_deref()),
+            (codes::INVALID_JSON, Some("q"))
+        );
+        assert_eq!(peek_request_id(br#"{"requestId":7}"#), None);
+        assert_eq!(peek_request_id(b"{\"requestId\":\"a\""), None);
     }
 
     #[test]

@@ -22,6 +22,10 @@ pub const EVENT_HINT: &str = "The user-action payload did not match the render's
 pub const MAX_DECLARED_ACTIONS: usize = 256;
 /// Bound on violations reported for one action (the rest are counted).
 pub const MAX_VIOLATIONS: usize = 64;
+/// Bound on the validator's errors put in the protocol's order for one
+/// action (the first [`MAX_VIOLATIONS`] of them are reported): it keeps
+/// ordering a payload with thousands of faults cheap.
+pub const MAX_ERRORS_ORDERED: usize = 16 * MAX_VIOLATIONS;
 /// Bound on the serialized size of one declared schema.
 pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 /// Bound on the schemas one place of an action payload is checked against,
@@ -238,11 +242,20 @@ impl ActionSpec {
                 return ValidationResult { violations };
             }
             let prefix = format!("{action}.data");
-            for error in validator.iter_errors(instance) {
+            // The protocol's validator (Ajv) reports in the order it
+            // evaluates: sort ours the same way (stable, so errors of one
+            // keyword keep the order they came in).
+            let mut errors: Vec<(Vec<(u16, usize)>, ValidationError<'_>)> = validator
+                .iter_errors(instance)
+                .take(MAX_ERRORS_ORDERED)
+                .map(|e| (ajv_order(closed, instance, &e), e))
+                .collect();
+            errors.sort_by(|a, b| a.0.cmp(&b.0));
+            for (_, error) in &errors {
                 if violations.len() >= MAX_VIOLATIONS {
                     break;
                 }
-                map_error(&error, data, closed, &prefix, &mut violations);
+                map_error(error, data, closed, &prefix, &mut violations);
             }
         }
         ValidationResult { violations }
@@ -545,6 +558,214 @@ impl<'a> FanoutWalk<'a> {
     }
 }
 
+/// Ajv's keyword groups, in the order it evaluates them at one schema
+/// node: keywords for any type, then those of numbers, strings, arrays and
+/// objects, each in the order Ajv's draft-07 vocabularies register them.
+const AJV_ANY: &[&str] = &[
+    "$ref", "const", "enum", "not", "anyOf", "oneOf", "allOf", "if", "then", "else",
+];
+const AJV_GROUPS: [(&str, &[&str]); 4] = [
+    (
+        "number",
+        &[
+            "maximum",
+            "minimum",
+            "exclusiveMaximum",
+            "exclusiveMinimum",
+            "multipleOf",
+        ],
+    ),
+    ("string", &["maxLength", "minLength", "pattern", "format"]),
+    (
+        "array",
+        &[
+            "maxItems",
+            "minItems",
+            "uniqueItems",
+            "additionalItems",
+            "items",
+            "contains",
+        ],
+    ),
+    (
+        "object",
+        &[
+            "maxProperties",
+            "minProperties",
+            "required",
+            "propertyNames",
+            "additionalProperties",
+            "dependencies",
+            "properties",
+            "patternProperties",
+        ],
+    ),
+];
+
+/// Where Ajv evaluates `keyword` of `schema`: 0 for a type check made
+/// before any keyword, then the groups above (each group's own type check
+/// first in it).
+fn ajv_rank(schema: &Map<String, Value>, keyword: &str) -> u16 {
+    if keyword == "type" {
+        let types: Vec<&str> = match schema.get("type") {
+            Some(Value::String(t)) => vec![t.as_str()],
+            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        // A single type whose group has keywords in the schema is checked
+        // in that group; any other type check comes first.
+        if let [t] = types.as_slice() {
+            if let Some(g) = AJV_GROUPS
+                .iter()
+                .position(|(name, kws)| name == t && kws.iter().any(|k| schema.contains_key(*k)))
+            {
+                return 100 * (g as u16 + 1);
+            }
+        }
+        return 0;
+    }
+    if let Some(i) = AJV_ANY.iter().position(|k| *k == keyword) {
+        return 1 + i as u16;
+    }
+    for (g, (_, kws)) in AJV_GROUPS.iter().enumerate() {
+        if let Some(i) = kws.iter().position(|k| *k == keyword) {
+            return 100 * (g as u16 + 1) + 1 + i as u16;
+        }
+    }
+    1_000
+}
+
+/// The member or element of `data` that the instance segment `seg` names.
+fn next_data<'v>(data: Option<&'v Value>, seg: Option<&String>) -> Option<&'v Value> {
+    match (data, seg) {
+        (Some(Value::Object(m)), Some(k)) => m.get(k.as_str()),
+        (Some(Value::Array(a)), Some(k)) => k.parse::<usize>().ok().and_then(|j| a.get(j)),
+        _ => None,
+    }
+}
+
+/// The order key of an error as Ajv would report it: the rank of each
+/// keyword on the way from the root schema to the failing one, with the
+/// declared position of a named property or branch, or the instance's
+/// own position of an element or undeclared key.
+fn ajv_order(closed: &Value, instance: &Value, error: &ValidationError<'_>) -> Vec<(u16, usize)> {
+    let segs: Vec<String> = error
+        .schema_path()
+        .as_str()
+        .split('/')
+        .skip(1)
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    let inst: Vec<String> = error
+        .instance_path()
+        .iter()
+        .map(|seg| match seg {
+            LocationSegment::Index(i) => i.to_string(),
+            LocationSegment::Property(p) => p.to_string(),
+        })
+        .collect();
+    let mut key = Vec::new();
+    let (mut node, mut data, mut depth, mut i) = (closed, Some(instance), 0, 0);
+    // The position of the instance's next segment in the value at hand.
+    let position = |data: Option<&Value>, seg: Option<&String>| -> usize {
+        match (data, seg) {
+            (Some(Value::Object(m)), Some(k)) => m.keys().position(|x| x == k).unwrap_or(0),
+            (_, Some(k)) => k.parse().unwrap_or(0),
+            _ => 0,
+        }
+    };
+    while i < segs.len() {
+        let Value::Object(schema) = node else { break };
+        let kw = segs[i].as_str();
+        let rank = ajv_rank(schema, kw);
+        let named = |group: &str, name: Option<&String>| {
+            schema
+                .get(group)
+                .and_then(Value::as_object)
+                .and_then(|m| m.keys().position(|x| Some(x) == name))
+                .unwrap_or(0)
+        };
+        match kw {
+            "properties" | "patternProperties" => {
+                key.push((rank, named(kw, segs.get(i + 1))));
+                if kw == "properties" {
+                    key.push((0, 0));
+                } else {
+                    key.push((0, position(data, inst.get(depth))));
+                }
+                node = match schema
+                    .get(kw)
+                    .and_then(|m| m.get(segs.get(i + 1)?.as_str()))
+                {
+                    Some(n) => n,
+                    None => break,
+                };
+                data = next_data(data, inst.get(depth));
+                depth += 1;
+                i += 2;
+            }
+            "additionalProperties" | "additionalItems" => {
+                let Some(sub) = schema.get(kw).filter(|v| v.is_object()) else {
+                    key.push((rank, 0));
+                    break;
+                };
+                key.push((rank, position(data, inst.get(depth))));
+                node = sub;
+                data = next_data(data, inst.get(depth));
+                depth += 1;
+                i += 1;
+            }
+            "items" => match schema.get("items") {
+                Some(Value::Array(tuple)) => {
+                    let j: usize = segs.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(0);
+                    key.push((rank, j));
+                    let Some(n) = tuple.get(j) else { break };
+                    node = n;
+                    data = next_data(data, inst.get(depth));
+                    depth += 1;
+                    i += 2;
+                }
+                Some(sub) => {
+                    key.push((rank, position(data, inst.get(depth))));
+                    node = sub;
+                    data = next_data(data, inst.get(depth));
+                    depth += 1;
+                    i += 1;
+                }
+                None => break,
+            },
+            "allOf" | "anyOf" | "oneOf" if segs.len() > i + 1 => {
+                let j: usize = segs[i + 1].parse().unwrap_or(0);
+                key.push((rank, j));
+                let Some(n) = schema.get(kw).and_then(|b| b.get(j)) else {
+                    break;
+                };
+                node = n;
+                i += 2;
+            }
+            "dependencies" if segs.len() > i + 1 => {
+                key.push((rank, named(kw, segs.get(i + 1))));
+                let Some(n) = schema.get(kw).and_then(|d| d.get(segs[i + 1].as_str())) else {
+                    break;
+                };
+                node = n;
+                i += 2;
+            }
+            "not" | "if" | "then" | "else" => {
+                key.push((rank, 0));
+                let Some(n) = schema.get(kw) else { break };
+                node = n;
+                i += 1;
+            }
+            _ => {
+                key.push((rank, 0));
+                break;
+            }
+        }
+    }
+    key
+}
+
 /// `/todos/0/done` → `todos[0].done`.
 fn field_path(error: &ValidationError<'_>) -> String {
     let mut out = String::new();
@@ -695,9 +916,21 @@ fn map_error(
             }
         }
         ValidationErrorKind::Type { kind } => {
-            let names: Vec<String> = match kind {
-                jsonschema::error::TypeKind::Single(t) => vec![t.to_string()],
-                jsonschema::error::TypeKind::Multiple(set) => {
+            // A union reads as declared (`string,null`), as Ajv has it.
+            let schema_ptr = error.schema_path().as_str();
+            let declared: Option<Vec<String>> = closed_schema
+                .pointer(schema_ptr)
+                .and_then(Value::as_array)
+                .map(|ts| {
+                    ts.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                });
+            let names: Vec<String> = match (kind, declared) {
+                (jsonschema::error::TypeKind::Multiple(_), Some(d)) if !d.is_empty() => d,
+                (jsonschema::error::TypeKind::Single(t), _) => vec![t.to_string()],
+                (jsonschema::error::TypeKind::Multiple(set), _) => {
                     set.iter().map(|t| t.to_string()).collect()
                 }
             };

@@ -807,16 +807,20 @@ fn bounds_on_sessions_subscribers_and_rate() {
         types(&h.subscribe(e, json!({"sessionId": "a"}))),
         vec!["ack"]
     );
-    // Rate: 5 in a burst, then one RATE_LIMITED error and silence.
+    // Rate: 5 in a burst, then each frame is refused with RATE_LIMITED
+    // naming its requestId.
     let f = h.open(4);
     let mut replies = Vec::new();
-    for _ in 0..20 {
-        replies.extend(h.send(f, json!({"type": "ping"})));
+    for i in 0..20 {
+        replies.extend(h.send(f, json!({"type": "ping", "requestId": format!("p{i}")})));
     }
     assert_eq!(replies.iter().filter(|r| r["type"] == "pong").count(), 5);
     let limited: Vec<&Value> = replies.iter().filter(|r| r["type"] == "error").collect();
-    assert_eq!(limited.len(), 1);
-    assert_eq!(limited[0]["payload"]["code"], "RATE_LIMITED");
+    assert_eq!(limited.len(), 15);
+    for (i, l) in limited.iter().enumerate() {
+        assert_eq!(l["payload"]["code"], "RATE_LIMITED");
+        assert_eq!(l["requestId"], format!("p{}", i + 5));
+    }
     h.clock.advance_ms(1_000);
     assert_eq!(types(&h.send(f, json!({"type": "ping"}))), vec!["pong"]);
     // A flood that never stops is closed.

@@ -245,3 +245,57 @@ fn contract_violation_details_and_messages() {
         ))
         .valid());
 }
+
+/// Frames whose action data breaks its declared schema in several ways at
+/// once, sent over the channel; `contract_violations.json` holds what the
+/// protocol's `validateActionData` and `ContractViolationError` make of
+/// the same action text (run under Node 20 from the built
+/// `@ggui-ai/protocol` 0.11.0, outside this repository): the error
+/// payload must be the same, byte for byte, violations in the same order.
+#[test]
+fn contract_violation_frames_match_the_protocol_package() {
+    use hostwire_ggui::channel::{Channel, ChannelConfig, CreateSession, Output};
+    use hostwire_ggui::ConnId;
+    let cases: Value =
+        serde_json::from_str(include_str!("golden/contract_violations.json")).unwrap();
+    for case in cases.as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let mut ch = Channel::new(ChannelConfig::default());
+        ch.create_session(
+            CreateSession {
+                session_id: "s".into(),
+                action_spec: Some(case["actionSpec"].clone()),
+                ..Default::default()
+            },
+            0,
+        )
+        .unwrap();
+        let conn = ConnId(1);
+        ch.connection_opened(conn, 0, true);
+        ch.frame_received(
+            conn,
+            br#"{"type":"subscribe","payload":{"sessionId":"s"}}"#,
+            0,
+        );
+        while ch.poll_output().is_some() {}
+        let frame = format!(
+            r#"{{"type":"action","requestId":"r","payload":{{"sessionId":"s","type":"data:submit","payload":{}}}}}"#,
+            case["payloadText"].as_str().unwrap()
+        );
+        ch.frame_received(conn, frame.as_bytes(), 0);
+        let mut answers = Vec::new();
+        while let Some(o) = ch.poll_output() {
+            if let Output::Send { frame, .. } = o {
+                answers.push(serde_json::from_str::<Value>(&frame).unwrap());
+            }
+        }
+        assert_eq!(answers.len(), 1, "{name}: {answers:?}");
+        assert_eq!(answers[0]["type"], "error", "{name}: {}", answers[0]);
+        assert_eq!(answers[0]["requestId"], "r", "{name}: {}", answers[0]);
+        assert_eq!(
+            ser(&answers[0]["payload"]),
+            ser(&case["error"]),
+            "{name}: the package's violations differ"
+        );
+    }
+}

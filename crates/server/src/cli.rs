@@ -215,6 +215,17 @@ pub struct ServeArgs {
     /// call, no long poll) stays before it and its rows are removed.
     #[arg(long, env = "GGUI_SESSION_IDLE_TTL_MS", default_value_t = crate::ggui::DEFAULT_IDLE_TTL_MS)]
     pub ggui_session_idle_ttl_ms: u64,
+    /// ggui: frames one live-channel socket may send per second once its
+    /// burst is spent; past it each frame is refused with RATE_LIMITED.
+    #[arg(long, env = "GGUI_FRAMES_PER_SECOND", default_value_t = hostwire_ggui::channel::RATE_LIMIT_PER_SECOND, value_parser = clap::value_parser!(u32).range(1..))]
+    pub ggui_frames_per_second: u32,
+    /// ggui: frames one live-channel socket may send at once.
+    #[arg(long, env = "GGUI_FRAME_BURST", default_value_t = hostwire_ggui::channel::RATE_LIMIT_BURST, value_parser = clap::value_parser!(u32).range(1..))]
+    pub ggui_frame_burst: u32,
+    /// ggui: sockets subscribed to one session at once (a classroom's
+    /// projector and every pupil's screen); past it TOO_MANY_SUBSCRIBERS.
+    #[arg(long, env = "GGUI_SUBSCRIBERS_PER_SESSION", default_value_t = hostwire_ggui::channel::MAX_SUBSCRIBERS_PER_SESSION, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub ggui_subscribers_per_session: usize,
 }
 
 /// The services `serve` offers: each NAME=COMMAND whose program exists.
@@ -252,6 +263,9 @@ pub fn ggui_config(args: &ServeArgs) -> crate::ggui::GguiConfig {
         ..Default::default()
     };
     c.idle_ttl_ms = args.ggui_session_idle_ttl_ms;
+    c.channel.rate_per_second = f64::from(args.ggui_frames_per_second);
+    c.channel.rate_burst = args.ggui_frame_burst;
+    c.channel.max_subscribers_per_session = args.ggui_subscribers_per_session;
     c.channel.default_app_id = args.ggui_default_app.clone();
     c.channel.advertised_version = args.ggui_server_version.clone();
     c.channel.version_policy = match args.ggui_version_policy {
@@ -539,4 +553,62 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("stopped");
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    fn ggui(argv: &[&str]) -> crate::ggui::GguiConfig {
+        let mut all = vec!["serve"];
+        all.extend_from_slice(argv);
+        ggui_config(&Serve::try_parse_from(all).unwrap().args)
+    }
+
+    #[test]
+    fn ggui_caps_are_settings_with_their_defaults() {
+        let c = ggui(&[]).channel;
+        assert_eq!(
+            (
+                c.rate_per_second,
+                c.rate_burst,
+                c.max_subscribers_per_session
+            ),
+            (100.0, 200, 256)
+        );
+        let c = ggui(&[
+            "--ggui-frames-per-second",
+            "500",
+            "--ggui-frame-burst",
+            "1000",
+            "--ggui-subscribers-per-session",
+            "1024",
+        ])
+        .channel;
+        assert_eq!(
+            (
+                c.rate_per_second,
+                c.rate_burst,
+                c.max_subscribers_per_session
+            ),
+            (500.0, 1_000, 1_024)
+        );
+        // No cap of zero: it would refuse every frame or every screen.
+        for flag in [
+            "--ggui-frames-per-second",
+            "--ggui-frame-burst",
+            "--ggui-subscribers-per-session",
+        ] {
+            assert!(
+                Serve::try_parse_from(["serve", flag, "0"]).is_err(),
+                "{flag}"
+            );
+        }
+    }
 }

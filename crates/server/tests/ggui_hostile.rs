@@ -103,7 +103,7 @@ async fn an_api_body_over_its_bound_is_413() {
 }
 
 #[tokio::test]
-async fn a_flood_is_rate_limited_once_then_closed_with_1008() {
+async fn every_frame_of_a_flood_is_refused_then_the_socket_closed_with_1008() {
     let s = Server::start().await;
     let (mut c, _) = s.subscribed("flood").await;
     // The manual clock does not move: the burst (200) is all there is.
@@ -136,8 +136,9 @@ async fn a_flood_is_rate_limited_once_then_closed_with_1008() {
             None | Some(Err(_)) => panic!("dropped without a close"),
         }
     }
-    // The subscribe took one token of the burst of 200.
-    assert_eq!((pongs, limited), (199, 1));
+    // The subscribe took one token of the burst of 200; each frame past
+    // it is answered, and the 1,000th refusal in a row closes.
+    assert_eq!((pongs, limited), (199, 1_000));
 }
 
 #[tokio::test]
@@ -319,4 +320,123 @@ async fn a_long_poll_waits_what_it_asked_and_never_more_than_25_s() {
             "waitMs={asked} answered after {took:?}"
         );
     }
+}
+
+/// What 1,500 actions sent at once on one socket get back: every answer
+/// names its action's `requestId`, no action is answered twice, and an
+/// action without an answer is one the connection was closed before
+/// (with a documented code).
+async fn flood_of_actions(s: &Server, session: &str, n: usize) -> (usize, usize, Option<u16>) {
+    s.create(
+        session,
+        json!({"actionSpec": {"go": {"schema": {"type": "object", "properties": {"i": {"type": "integer"}}}}}}),
+    )
+    .await;
+    let (mut c, _) = s.subscribed(session).await;
+    for i in 0..n {
+        let frame = action(session, "go", json!({"i": i}), &format!("a{i}"));
+        futures_util::SinkExt::feed(
+            &mut c.ws,
+            tokio_tungstenite::tungstenite::Message::Text(frame.to_string().into()),
+        )
+        .await
+        .unwrap();
+    }
+    futures_util::SinkExt::flush(&mut c.ws).await.unwrap();
+    let mut answered = std::collections::HashSet::new();
+    let (mut acks, mut refused) = (0, 0);
+    let mut closed = None;
+    while answered.len() < n {
+        match tokio::time::timeout(GUARD, futures_util::StreamExt::next(&mut c.ws))
+            .await
+            .expect("an action was neither answered nor the socket closed")
+        {
+            Some(Ok(tokio_tungstenite::tungstenite::Message::Text(t))) => {
+                let v: Value = serde_json::from_str(&t).unwrap();
+                let id = v["requestId"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("an answer without its requestId: {v}"))
+                    .to_owned();
+                assert!(answered.insert(id.clone()), "{id} answered twice: {v}");
+                match v["type"].as_str() {
+                    Some("ack") => acks += 1,
+                    Some("error") => {
+                        let code = v["payload"]["code"].as_str().unwrap();
+                        assert!(["RATE_LIMITED", "APPEND_FAILED"].contains(&code), "{v}");
+                        refused += 1
+                    }
+                    _ => panic!("{v}"),
+                }
+            }
+            Some(Ok(tokio_tungstenite::tungstenite::Message::Close(f))) => {
+                closed = Some(u16::from(f.unwrap().code));
+                break;
+            }
+            Some(Ok(_)) => {}
+            None | Some(Err(_)) => panic!("dropped without a close"),
+        }
+    }
+    (acks, refused, closed)
+}
+
+#[tokio::test]
+async fn every_action_of_a_flood_is_answered_with_its_request_id_or_the_socket_closed() {
+    let s = Server::start().await;
+    let (acks, refused, closed) = flood_of_actions(&s, "flood", 1_500).await;
+    // The manual clock does not move: the burst (200, one for the
+    // subscribe) is all there is, and 1,000 refusals in a row close.
+    // Actions still held behind a validation when it closes are not
+    // answered: the close tells the client.
+    assert_eq!(closed, Some(1008), "{acks} acks, {refused} refused");
+    assert!(acks >= 1, "{acks} acks, {refused} refused");
+    assert!(refused >= 1_000, "{acks} acks, {refused} refused");
+    assert!(
+        acks + refused <= 199 + 1_000,
+        "{acks} acks, {refused} refused"
+    );
+}
+
+#[tokio::test]
+async fn a_configured_rate_lets_every_action_of_a_flood_through_to_an_answer() {
+    let mut config = GguiConfig::default();
+    config.channel.rate_per_second = 1_000.0;
+    config.channel.rate_burst = 2_000;
+    let s = Server::with(config).await;
+    let (acks, refused, closed) = flood_of_actions(&s, "flood", 1_500).await;
+    // Within the configured burst nothing is rate limited and the socket
+    // stays; actions past the held-frame bound are refused, each named.
+    assert_eq!(closed, None, "{acks} acks, {refused} refused");
+    assert_eq!(acks + refused, 1_500);
+    assert!(acks >= 1, "{acks} acks, {refused} refused");
+}
+
+#[tokio::test]
+async fn a_projector_and_a_hundred_pupils_fit_one_session_by_default() {
+    let s = Server::start().await;
+    let mut screens = Vec::new();
+    for _ in 0..101 {
+        screens.push(s.subscribed("class").await.0);
+    }
+    s.emit("class", "board", json!("next slide")).await;
+    for c in &mut screens {
+        assert_eq!(c.recv().await["payload"]["payload"], "next slide");
+    }
+}
+
+#[tokio::test]
+async fn a_configured_subscriber_cap_is_applied() {
+    let mut config = GguiConfig::default();
+    config.channel.max_subscribers_per_session = 3;
+    let s = Server::with(config).await;
+    let mut screens = Vec::new();
+    for _ in 0..3 {
+        screens.push(s.subscribed("small").await.0);
+    }
+    let mut c = s.client_for("small").await;
+    c.send(json!({"type": "subscribe", "payload": {"sessionId": "small"}, "requestId": "4th"}))
+        .await;
+    assert_eq!(
+        c.expect_error("TOO_MANY_SUBSCRIBERS").await["requestId"],
+        "4th"
+    );
 }
