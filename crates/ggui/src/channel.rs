@@ -69,8 +69,11 @@ pub const LONG_POLL_MAX_MS: u64 = 25_000;
 pub const MAX_STREAM_CHANNELS: usize = 256;
 /// Frames of a session's subscribers held while one of its actions is
 /// validated off the channel (see [`ChannelConfig::defer_validation`]);
-/// past it a frame is refused with `RATE_LIMITED`.
-pub const MAX_HELD_FRAMES_PER_SESSION: usize = 64;
+/// past it (or past [`MAX_HELD_FRAME_BYTES_PER_SESSION`]) a frame is
+/// refused with `RATE_LIMITED`. Five full bursts of one connection (the
+/// default burst is 200), so a burst within the rate limit is held and
+/// answered, not refused; the bytes bound is what bounds memory.
+pub const MAX_HELD_FRAMES_PER_SESSION: usize = 1_024;
 /// Bytes of frames held per session while one of its actions is validated.
 pub const MAX_HELD_FRAME_BYTES_PER_SESSION: usize = 4 * MAX_FRAME_BYTES;
 /// Close code for a policy violation (auth-free flood, strict version).

@@ -1192,6 +1192,7 @@ fn deferred_validation_keeps_each_sessions_order_and_lets_others_through() {
 fn frames_held_behind_a_validation_are_bounded() {
     let mut h = Harness::with(ChannelConfig {
         defer_validation: true,
+        rate_burst: 4 * MAX_HELD_FRAMES_PER_SESSION as u32,
         ..Default::default()
     });
     h.create(CreateSession {
@@ -1211,4 +1212,41 @@ fn frames_held_behind_a_validation_are_bounded() {
     h.ch.action_validated(job.run(), now);
     let frames = h.drain(a);
     assert_eq!(frames.len(), 1 + MAX_HELD_FRAMES_PER_SESSION);
+}
+
+#[test]
+fn a_burst_of_actions_within_the_rate_limit_is_held_and_each_acked() {
+    let mut h = Harness::with(ChannelConfig {
+        defer_validation: true,
+        ..Default::default()
+    });
+    h.create(CreateSession {
+        action_spec: Some(json!({"pick": {}})),
+        ..create("a")
+    });
+    let a = h.open(1);
+    h.subscribe(a, json!({"sessionId": "a"}));
+    // The default burst of one connection, all while the first validates.
+    let burst = ChannelConfig::default().rate_burst as usize - 1;
+    let mut refused = 0;
+    for i in 0..burst {
+        refused += h
+            .send(a, action("a", &format!("a{i}"), "pick", json!({})))
+            .len();
+    }
+    assert_eq!(
+        refused, 0,
+        "actions of a burst within the rate were refused"
+    );
+    // Each validation lets the held frames through up to the next action.
+    let mut acks = 0;
+    while let Some(job) = h.jobs.pop() {
+        let now = h.now();
+        h.ch.action_validated(job.run(), now);
+        for f in h.drain(a) {
+            assert_eq!(f["type"], "ack", "{f}");
+            acks += 1;
+        }
+    }
+    assert_eq!(acks, burst);
 }
