@@ -1,8 +1,10 @@
 //! `/playerthree/ws`: one WebSocket connection per principal. The first
 //! message presents the token (`{"op":"join","token":"…"}`); after it, each
 //! text message goes to the match's task, which decodes it (size cap before
-//! parsing, strict shapes, per-connection rate limit) and answers. Frames
-//! out go through the connection's bounded outbound queue.
+//! parsing, strict shapes, per-connection rate limit) and answers; what is
+//! read is paced by its token's and its match's byte budgets
+//! ([`super::pace`]). Frames out go through the connection's bounded
+//! outbound queue.
 
 use super::actor::{MatchCmd, MatchHandle, CLOSE_GOING_AWAY};
 use super::pace;
