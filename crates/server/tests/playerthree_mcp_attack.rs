@@ -190,16 +190,24 @@ async fn tells_to_a_stream_nobody_reads_hold_one_push_per_session() {
     );
     assert_eq!(mcp_post(&t, &seat, Some(&session), &subscribe).await.0, 200);
 
-    // Many large tells, far more than the stream's buffers hold.
+    // Many large tells, far more than the stream's buffers hold, from
+    // several owners: each token is read at most
+    // INBOUND_BYTES_PER_SECOND_PER_TOKEN.
+    let mut owners = vec![o];
+    for _ in 0..15 {
+        let token = mint(&t.http, &id, &op, json!({"kind": "team", "team": "red"})).await;
+        owners.push(t.join(&token).await.0);
+    }
     let text = "x".repeat(4000);
     let pushes = &t.p3().metrics.mcp_tell_pushes;
     let mut most = 0;
     let mut refused = 0;
     let mut seq = 3;
     for _ in 0..60 {
-        for _ in 0..20 {
+        for i in 0..20 {
             seq += 1;
-            let r = o
+            let n = owners.len();
+            let r = owners[i % n]
                 .call(json!({"op": "tell", "seq": seq, "roles": ["red-scout"], "text": text}))
                 .await;
             if r["ok"] == false {

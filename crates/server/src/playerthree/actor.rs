@@ -152,6 +152,8 @@ pub struct MatchHandle {
     /// The operator token's hash (the text is never kept).
     pub operator_token: TokenHash,
     pub tx: mpsc::Sender<MatchCmd>,
+    /// What its connections may send, in bytes ([`super::pace`]).
+    pub inbound: Arc<super::pace::InboundPace>,
 }
 
 struct Subscriber {
@@ -212,6 +214,7 @@ pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: TokenHash) -
         id: Arc::from(m.id()),
         operator_token,
         tx,
+        inbound: Arc::new(super::pace::InboundPace::new()),
     };
     let now = p3.clock.now_ms();
     let actor = Actor {

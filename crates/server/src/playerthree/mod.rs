@@ -9,11 +9,14 @@
 //!   HTTP), authenticated by a seat token;
 //! - [`actor`]: one task per match owns its [`Match`] and its timer (ticks
 //!   and observer releases), in the order commands arrive;
+//! - [`pace`]: how many bytes a second the socket reads from a match's
+//!   tokens;
 //! - [`writer`]: the match records written behind the matches.
 
 pub mod actor;
 pub mod api;
 pub mod mcp;
+pub mod pace;
 pub mod writer;
 pub mod ws;
 

@@ -1,10 +1,13 @@
 //! `/playerthree/ws`: one WebSocket connection per principal. The first
 //! message presents the token (`{"op":"join","token":"…"}`); after it, each
 //! text message goes to the match's task, which decodes it (size cap before
-//! parsing, strict shapes, per-connection rate limit) and answers. Frames
-//! out go through the connection's bounded outbound queue.
+//! parsing, strict shapes, per-connection rate limit) and answers; what is
+//! read is paced by its token's and its match's byte budgets
+//! ([`super::pace`]). Frames out go through the connection's bounded
+//! outbound queue.
 
-use super::actor::{MatchCmd, CLOSE_GOING_AWAY};
+use super::actor::{MatchCmd, MatchHandle, CLOSE_GOING_AWAY};
+use super::pace;
 use super::{PlayerThree, PlayerThreeMetrics};
 use crate::ws;
 use axum::extract::ws::Utf8Bytes;
@@ -14,12 +17,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use hostwire_playerthree::protocol::{token_shape_ok, ProtocolError, ServerErrorCode};
+use hostwire_playerthree::tokens::TokenHash;
 use hostwire_playerthree::{ServerMsg, MAX_MESSAGE_BYTES};
 use serde::Deserialize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// How long a new connection has to present its token.
 pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -122,9 +126,9 @@ async fn connection(p3: Arc<PlayerThree>, c: ws::Connection) {
     let conn = p3.next_conn();
     p3.metrics.connections.fetch_add(1, Relaxed);
     let out = ConnOut(out);
-    if let Some(tx) = join(&p3, conn, &mut reader, &out).await {
-        read_loop(&p3, conn, &mut reader, &out, &tx).await;
-        let _ = tx.send(MatchCmd::Leave { conn }).await;
+    if let Some((handle, token)) = join(&p3, conn, &mut reader, &out).await {
+        read_loop(&p3, conn, &mut reader, &out, &handle, &token).await;
+        let _ = handle.tx.send(MatchCmd::Leave { conn }).await;
     }
     drop(out);
     reader.finish().await;
@@ -138,7 +142,7 @@ async fn join(
     conn: u64,
     reader: &mut ws::Reader,
     out: &ConnOut,
-) -> Option<mpsc::Sender<MatchCmd>> {
+) -> Option<(MatchHandle, TokenHash)> {
     let refuse = |code: ServerErrorCode, message: &str, close: u16| {
         out.frame(error_frame(code, message), &p3.metrics);
         out.close(close, "join refused");
@@ -212,6 +216,7 @@ async fn join(
         return None;
     };
     let (reply, answer) = oneshot::channel();
+    let hash = TokenHash::of(&token);
     let cmd = MatchCmd::Join {
         conn,
         token,
@@ -223,7 +228,7 @@ async fn join(
         return None;
     }
     match answer.await {
-        Ok(Ok(())) => Some(handle.tx),
+        Ok(Ok(())) => Some((handle, hash)),
         Ok(Err(e)) => {
             let close = match e.code {
                 ServerErrorCode::BadToken => CLOSE_BAD_TOKEN,
@@ -242,7 +247,8 @@ async fn read_loop(
     conn: u64,
     reader: &mut ws::Reader,
     out: &ConnOut,
-    tx: &mpsc::Sender<MatchCmd>,
+    handle: &MatchHandle,
+    token: &TokenHash,
 ) {
     loop {
         let text = match reader.next().await {
@@ -270,11 +276,16 @@ async fn read_loop(
                 }
             },
         };
+        let bytes = text.len();
         // Waits while the match's queue is full: a flood holds up only
         // its own connection's reads.
-        if tx.send(MatchCmd::Text { conn, text }).await.is_err() {
+        if handle.tx.send(MatchCmd::Text { conn, text }).await.is_err() {
             out.close(CLOSE_GOING_AWAY, "match closed");
             return;
         }
+        // Past its token's or its match's byte rate, the connection reads
+        // nothing until that is repaid: the flood waits in its own TCP
+        // window, not on the server's workers.
+        pace::pace(handle, token, bytes, &out.0).await;
     }
 }
