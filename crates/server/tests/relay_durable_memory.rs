@@ -8,37 +8,19 @@
 //! - downloads of many rooms' bundles hold at most `bundle_cache_bytes`.
 
 mod common;
+mod counting;
 use common::*;
+use counting::{IN_USE, PEAK};
 use hostwire::memizy::RelayConfig;
 use hostwire_core::ManualClock;
 use hostwire_memizy::RELAY_LIMITS;
 use serde_json::Value;
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::Layout;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-
-struct Counting;
-
-static IN_USE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = IN_USE.fetch_add(layout.size(), SeqCst) + layout.size();
-            PEAK.fetch_max(now, SeqCst);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        IN_USE.fetch_sub(layout.size(), SeqCst);
-    }
-}
+use std::sync::atomic::Ordering::SeqCst;
 
 #[global_allocator]
-static A: Counting = Counting;
+static A: counting::Counting = counting::Counting;
 
 /// SQLite's own allocations (page cache, bound blobs) through the counting
 /// allocator: each block keeps its size in a 16-byte header.

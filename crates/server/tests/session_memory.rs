@@ -5,35 +5,16 @@
 //! just under the body limit keeps a small multiple of their bytes, both
 //! at the peak of a creation and held while the session lives.
 
+mod counting;
 mod session_support;
 
+use counting::{IN_USE, PEAK};
 use serde_json::{json, Value};
 use session_support::{presenter_body, Api, TestHost};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-
-struct Counting;
-
-static IN_USE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = IN_USE.fetch_add(layout.size(), SeqCst) + layout.size();
-            PEAK.fetch_max(now, SeqCst);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        IN_USE.fetch_sub(layout.size(), SeqCst);
-    }
-}
+use std::sync::atomic::Ordering::SeqCst;
 
 #[global_allocator]
-static A: Counting = Counting;
+static A: counting::Counting = counting::Counting;
 
 /// A set whose text is about `bytes` long, made of what costs a JSON tree
 /// the most per byte: short arrays of one-digit numbers and one-letter keys.

@@ -4,38 +4,19 @@
 //! thread, the server's included). Each pong the server owes waits unsent;
 //! the WebSocket layer's unsent-bytes cap keeps them to a few MB.
 
+mod counting;
 mod session_support;
 mod ws_support;
 
+use counting::{IN_USE, PEAK};
 use futures_util::SinkExt;
 use session_support::{Api, TestHost, GUARD};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use tokio_tungstenite::tungstenite::Message;
 use ws_support::*;
 
-struct Counting;
-
-static IN_USE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = IN_USE.fetch_add(layout.size(), SeqCst) + layout.size();
-            PEAK.fetch_max(now, SeqCst);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        IN_USE.fetch_sub(layout.size(), SeqCst);
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: counting::Counting = counting::Counting;
 
 /// Pings sent by one client: 25 MB of pongs owed to it.
 const PINGS: usize = 200_000;

@@ -444,6 +444,7 @@ impl Ggui {
             stored_answer: None,
             last_used: HashMap::new(),
         };
+        // Bounded by the sessions: each has at most one validation under way.
         let (validated_tx, validated_rx) = mpsc::unbounded_channel();
         let validations = Validations {
             permits: Arc::new(Semaphore::new(config.validation_workers.max(1))),
