@@ -624,6 +624,11 @@ mod tests {
             (e.code, e.request_id.as_deref()),
             (codes::INVALID_JSON, Some("q"))
         );
+        assert!(
+            e.message.contains("payload.n: number out of range"),
+            "{}",
+            e.message
+        );
         assert_eq!(peek_request_id(br#"{"requestId":7}"#), None);
         assert_eq!(peek_request_id(b"{\"requestId\":\"a\""), None);
     }

@@ -91,9 +91,23 @@ pub fn from_str_bounded_scanned<'a, T: Deserialize<'a>>(
     let structure = precheck(text.as_bytes(), limits)?;
     let mut de = serde_json::Deserializer::from_str(text);
     // serde_json's own recursion limit (128) stays on as a second guard.
-    let value = T::deserialize(&mut de).map_err(invalid)?;
+    let value = T::deserialize(&mut de).map_err(|e| invalid_at::<T>(text, e))?;
     de.end().map_err(invalid)?;
     Ok((value, structure))
+}
+
+/// The refusal of text that failed to parse as `T`, naming the field where
+/// it failed (`payload.n: number out of range at line 1 column 52`). The
+/// path is found by parsing again with the path tracked: only refused
+/// input pays for it, and it already passed the size and depth checks.
+fn invalid_at<'a, T: Deserialize<'a>>(text: &'a str, e: serde_json::Error) -> JsonError {
+    let mut de = serde_json::Deserializer::from_str(text);
+    match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        Err(tracked) if tracked.path().iter().next().is_some() => JsonError::Invalid {
+            message: format!("{}: {e}", tracked.path()),
+        },
+        _ => invalid(e),
+    }
 }
 
 /// Like [`from_str_bounded`] for bytes that may not be UTF-8.
@@ -257,6 +271,24 @@ mod tests {
             from_slice_bounded::<Value>(b"\"\xff\"", L),
             Err(JsonError::Invalid { .. })
         ));
+    }
+
+    #[test]
+    fn a_refusal_names_the_field_where_the_text_went_wrong() {
+        let Err(JsonError::Invalid { message }) =
+            from_str_bounded::<Value>(r#"{"payload":{"list":[0,{"n":1e400}]}}"#, L)
+        else {
+            panic!("1e400 is out of a double's range");
+        };
+        assert!(
+            message.starts_with("payload.list[1].n: number out of range"),
+            "{message}"
+        );
+        // A failure before any field has no path to name.
+        let Err(JsonError::Invalid { message }) = from_str_bounded::<Value>("1e400", L) else {
+            panic!("out of range");
+        };
+        assert!(message.starts_with("number out of range"), "{message}");
     }
 
     #[test]
