@@ -1,0 +1,4 @@
+mod game;
+mod props;
+mod rules;
+mod services;

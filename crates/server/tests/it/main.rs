@@ -1,0 +1,17 @@
+//! The server's integration tests, one binary: each module is one
+//! protocol's or one concern's tests, all on the shared [`support`].
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod body_budget;
+mod check;
+mod credential_attack;
+mod ggui;
+mod limits;
+mod playerthree;
+mod relay;
+mod serve_cli;
+mod session;
+mod store_fairness;
+mod ws_foundation;

@@ -1,0 +1,6 @@
+mod durable;
+mod hostile;
+mod mcp;
+mod mcp_attack;
+mod restart;
+mod ws;
