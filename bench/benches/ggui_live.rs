@@ -7,6 +7,13 @@
 //!    emits envelopes through the HTTP API (4 in flight), and the time runs
 //!    until every subscriber has read every envelope.
 //!
+//! 3. server CPU per action when actions come one at a time (one every
+//!    11 ms, each ack awaited) against the same actions in one burst: the
+//!    server runs on its own runtime (threads named `hw-server`, blocking
+//!    threads kept alive), and its CPU is the sum of those threads' run
+//!    time from `/proc/self/task/*/schedstat` (nanoseconds), so the
+//!    client's work is not counted.
+//!
 //! Each is measured against a baseline on the same stack in the same run:
 //! a bare WebSocket server (axum, tokio, one writer task per connection)
 //! that answers every frame with a fixed ack of the same size, and forwards
@@ -46,6 +53,14 @@ const IN_FLIGHT: usize = 4;
 const GUARD: Duration = Duration::from_secs(120);
 /// The bare baseline's actions run is this many times longer.
 const BARE_FACTOR: usize = 5;
+/// The name of the server runtime's threads (a thread name is at most 15
+/// bytes on Linux).
+const SERVER_THREADS: &str = "hw-server";
+/// Actions in the spaced run (and in the burst it is compared with).
+const SPACED_ACTIONS: usize = 600;
+/// The gap between spaced actions: more than the 10 ms of one 100 Hz rate
+/// limit slot, as a person's clicks are.
+const SPACED_GAP: Duration = Duration::from_millis(11);
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
@@ -75,6 +90,24 @@ async fn subscribe(url: &str, session: &str) -> Ws {
     let ack = next_json(&mut ws).await;
     assert_eq!(ack["type"], "ack", "{ack}");
     ws
+}
+
+/// The live channel's URL for `session`: with a UI token minted by the
+/// agent for the ggui server (every upgrade needs one), as is for the bare
+/// server. The session must exist.
+async fn ws_url(t: &Target, session: &str) -> String {
+    if !t.ggui {
+        return t.ws.clone();
+    }
+    let r = reqwest::Client::new()
+        .post(format!("{}/ggui/sessions/{session}/ui-tokens", t.http))
+        .bearer_auth(APP_CREDENTIAL)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let v: Value = r.json().await.unwrap();
+    format!("{}?token={}", t.ws, v["token"].as_str().unwrap())
 }
 
 async fn next_json(ws: &mut Ws) -> Value {
@@ -115,7 +148,7 @@ async fn actions(t: &Target, session: &str, total: usize) -> f64 {
             .unwrap();
         assert!(r.status().is_success());
     }
-    let ws = subscribe(&t.ws, session).await;
+    let ws = subscribe(&ws_url(t, session).await, session).await;
     let (mut tx, mut rx) = ws.split();
     let mut timed = Duration::ZERO;
     let mut done = 0;
@@ -186,7 +219,7 @@ async fn fan_out(t: &Target, session: &str, envelopes: usize) -> (f64, f64) {
     let target = (envelopes * SUBSCRIBERS) as u64;
     let mut readers = Vec::new();
     for _ in 0..SUBSCRIBERS {
-        let mut ws = subscribe(&t.ws, session).await;
+        let mut ws = subscribe(&ws_url(t, session).await, session).await;
         let (received, all_in) = (Arc::clone(&received), Arc::clone(&all_in));
         readers.push(tokio::spawn(async move {
             for _ in 0..envelopes {
@@ -214,8 +247,15 @@ async fn fan_out(t: &Target, session: &str, envelopes: usize) -> (f64, f64) {
             (client.clone(), url.clone(), body.clone(), Arc::clone(&next));
         emitters.push(tokio::spawn(async move {
             while next.fetch_add(1, Relaxed) < envelopes as u64 {
-                let r = client.post(&url).body(body.clone()).send().await.unwrap();
-                assert!(r.status().is_success());
+                // The bare server ignores the agent's credential.
+                let r = client
+                    .post(&url)
+                    .bearer_auth(APP_CREDENTIAL)
+                    .body(body.clone())
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(r.status().is_success(), "{}", r.status());
             }
         }));
     }
@@ -238,6 +278,117 @@ async fn fan_out(t: &Target, session: &str, envelopes: usize) -> (f64, f64) {
         target as f64 / elapsed.as_secs_f64(),
         envelopes as f64 / emitted.as_secs_f64(),
     )
+}
+
+/// Nanoseconds of CPU run so far by this process's threads whose name
+/// starts with `prefix` (from `/proc/self/task/*/schedstat`, whose first
+/// field is the time on a CPU). Threads that ended are not counted: the
+/// server runtime keeps its blocking threads alive for the whole run.
+fn threads_cpu_ns(prefix: &str) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let dir = task.path();
+        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
+            continue;
+        };
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        if let Some(ns) = std::fs::read_to_string(dir.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        {
+            total += ns;
+        }
+    }
+    total
+}
+
+/// The sequence of the next ack (skipping drain acknowledgements).
+async fn ack_sequence(ws: &mut Ws) -> u64 {
+    loop {
+        match tokio::time::timeout(GUARD, ws.next())
+            .await
+            .expect("hung")
+            .unwrap()
+            .unwrap()
+        {
+            Message::Text(t) if t.contains("\"drain_ack\"") => continue,
+            Message::Text(t) => {
+                let v = serde_json::from_str::<Value>(&t).unwrap();
+                assert_eq!(v["type"], "ack", "{v}");
+                return v["payload"]["sequence"].as_u64().unwrap_or(0);
+            }
+            _ => continue,
+        }
+    }
+}
+
+/// The server's CPU per action, in microseconds: `n` actions sent one at
+/// a time `gap` apart (each ack awaited before the next), then `n` in one
+/// burst on the same socket. Returns (spaced, burst).
+async fn spaced_and_burst(t: &Target, session: &str, n: usize, gap: Duration) -> (f64, f64) {
+    let client = reqwest::Client::new();
+    if t.ggui {
+        let spec = json!({"actionSpec": {"toggleTask": {"schema": {"type": "object",
+            "properties": {"id": {"type": "string", "minLength": 1}, "done": {"type": "boolean"},
+                           "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}},
+            "required": ["id", "done"]}}}});
+        let r = client
+            .put(format!("{}/ggui/sessions/{session}", t.http))
+            .bearer_auth(APP_CREDENTIAL)
+            .body(spec.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+    }
+    let mut ws = subscribe(&ws_url(t, session).await, session).await;
+    // Spaced: the server sleeps between actions, as with an agent UI
+    // clicked by a person.
+    let mut tick = tokio::time::interval(gap);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let before = threads_cpu_ns(SERVER_THREADS);
+    let mut last = 0;
+    for i in 0..n {
+        tick.tick().await;
+        ws.send(Message::Text(action_frame(session, i, i).into()))
+            .await
+            .unwrap();
+        last = ack_sequence(&mut ws).await;
+    }
+    let spaced = threads_cpu_ns(SERVER_THREADS) - before;
+    let drain = |last: u64| {
+        let client = client.clone();
+        async move {
+            if t.ggui {
+                let r = client
+                    .post(format!("{}/ggui/sessions/{session}/actions/drain", t.http))
+                    .bearer_auth(APP_CREDENTIAL)
+                    .body(json!({"upTo": last}).to_string())
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(r.status().is_success());
+            }
+        }
+    };
+    drain(last).await;
+    // The same count in one burst, pipelined.
+    let before = threads_cpu_ns(SERVER_THREADS);
+    for i in 0..n {
+        ws.feed(Message::Text(action_frame(session, n + i, i).into()))
+            .await
+            .unwrap();
+    }
+    ws.flush().await.unwrap();
+    for _ in 0..n {
+        last = ack_sequence(&mut ws).await;
+    }
+    let burst = threads_cpu_ns(SERVER_THREADS) - before;
+    drain(last).await;
+    let per = |ns: u64| ns as f64 / n as f64 / 1000.0;
+    (per(spaced), per(burst))
 }
 
 // ----- the baseline: the same stack with no protocol work ---------------
@@ -340,12 +491,21 @@ fn main() {
     let total_actions = numbers.first().copied().unwrap_or(20_000);
     let envelopes = numbers.get(1).copied().unwrap_or(2_000);
     let repeat = repeat.max(1);
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    // The server and the bench's clients run on two runtimes, so that the
+    // server's CPU can be told apart by its threads' name.
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .thread_name(SERVER_THREADS)
+        .thread_keep_alive(Duration::from_secs(24 * 3600))
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async move {
-        let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("hw-client")
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (app, bare_addr, bare_server) = server_rt.block_on(async {
         let store = Arc::new(SqliteStore::open(&dir.path().join("hostwire.db")).unwrap());
         let mut config = GguiConfig::default();
         config.channel.rate_per_second = 1e9;
@@ -376,11 +536,6 @@ fn main() {
             Some(store as _),
         )
         .unwrap();
-        let ggui = Target {
-            http: format!("http://{}", app.addr),
-            ws: format!("ws://{}/ggui/ws", app.addr),
-            ggui: true,
-        };
         let bare_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let bare_addr = bare_listener.local_addr().unwrap();
         let bare_server = tokio::spawn(async move {
@@ -390,6 +545,14 @@ fn main() {
             });
             let _ = axum::serve(listener, bare_router()).await;
         });
+        (app, bare_addr, bare_server)
+    });
+    rt.block_on(async {
+        let ggui = Target {
+            http: format!("http://{}", app.addr),
+            ws: format!("ws://{}/ggui/ws", app.addr),
+            ggui: true,
+        };
         let bare = Target {
             http: format!("http://{bare_addr}"),
             ws: format!("ws://{bare_addr}/bare/ws"),
@@ -398,6 +561,7 @@ fn main() {
 
         let mut action_runs = Vec::new();
         let mut fan_runs = Vec::new();
+        let mut spaced_runs = Vec::new();
         for i in 1..=repeat {
             // Turns alternate so that each pair sees the machine alike.
             let ours = actions(&ggui, &format!("bench-actions-{i}"), total_actions).await;
@@ -412,6 +576,19 @@ fn main() {
                 "run {i}: envelopes to {SUBSCRIBERS} subscribers: {ours:.0} deliveries/s ({ours_emits:.0} emits/s); bare: {base:.0} deliveries/s ({base_emits:.0} emits/s) ({:.2}×)",
                 ours / base
             );
+            let (spaced, burst) =
+                spaced_and_burst(&ggui, &format!("bench-spaced-{i}"), SPACED_ACTIONS, SPACED_GAP).await;
+            let (bare_spaced, bare_burst) =
+                spaced_and_burst(&bare, "bare", SPACED_ACTIONS, SPACED_GAP).await;
+            println!(
+                "run {i}: server CPU per action, one every {SPACED_GAP:?}: {spaced:.1} µs, in a burst: {burst:.1} µs ({:.2}×); bare: {bare_spaced:.1} µs / {bare_burst:.1} µs ({:.2}×)",
+                spaced / burst,
+                bare_spaced / bare_burst
+            );
+            spaced_runs.push(json!({
+                "ggui_spaced_us": spaced, "ggui_burst_us": burst,
+                "bare_spaced_us": bare_spaced, "bare_burst_us": bare_burst,
+            }));
             fan_runs.push(json!({
                 "ggui_deliveries_per_s": ours, "ggui_emits_per_s": ours_emits,
                 "bare_deliveries_per_s": base, "bare_emits_per_s": base_emits,
@@ -429,14 +606,22 @@ fn main() {
             ratio(&action_runs, "ggui_per_s", "bare_per_s"),
             ratio(&fan_runs, "ggui_deliveries_per_s", "bare_deliveries_per_s")
         );
+        println!(
+            "median of {repeat}: a spaced action costs {:.2}× one in a burst (bare WebSocket: {:.2}×)",
+            ratio(&spaced_runs, "ggui_spaced_us", "ggui_burst_us"),
+            ratio(&spaced_runs, "bare_spaced_us", "bare_burst_us")
+        );
         if let Some(path) = json_out {
             let out = json!({
                 "actions": {"total": total_actions, "bare_total": total_actions * BARE_FACTOR, "batch": BATCH, "runs": action_runs},
                 "fan_out": {"envelopes": envelopes, "subscribers": SUBSCRIBERS, "in_flight": IN_FLIGHT, "runs": fan_runs},
+                "spaced": {"actions": SPACED_ACTIONS, "gap_ms": SPACED_GAP.as_millis() as u64, "runs": spaced_runs},
             });
             std::fs::write(&path, serde_json::to_string_pretty(&out).unwrap()).unwrap();
             println!("wrote {path}");
         }
+    });
+    server_rt.block_on(async {
         bare_server.abort();
         app.shutdown().await;
     });

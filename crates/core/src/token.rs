@@ -2,7 +2,6 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use rand::RngCore;
 use std::fmt;
 use subtle::ConstantTimeEq;
 
@@ -18,9 +17,7 @@ pub struct Token(String);
 impl Token {
     /// A fresh token from the operating system's random source.
     pub fn generate() -> Self {
-        let mut bytes = [0u8; TOKEN_BYTES];
-        rand::rngs::OsRng.fill_bytes(&mut bytes);
-        Token(URL_SAFE_NO_PAD.encode(bytes))
+        Token(URL_SAFE_NO_PAD.encode(random_bytes::<TOKEN_BYTES>()))
     }
 
     /// Wraps token text received from a peer or read from storage, if it has
@@ -56,10 +53,25 @@ impl fmt::Debug for Token {
     }
 }
 
+/// `N` bytes from the operating system's random source. A system that
+/// cannot give them cannot mint credentials: that is a panic, as it is in
+/// every random number crate's `OsRng`.
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    fill_random(&mut bytes);
+    bytes
+}
+
+fn fill_random(bytes: &mut [u8]) {
+    if let Err(e) = getrandom::fill(bytes) {
+        panic!("the operating system's random source failed: {e}");
+    }
+}
+
 /// `n` random bytes in base64url without padding (ids that are not secrets).
 pub fn random_base64url(n: usize) -> String {
     let mut bytes = vec![0u8; n];
-    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    fill_random(&mut bytes);
     URL_SAFE_NO_PAD.encode(bytes)
 }
 

@@ -223,7 +223,9 @@ impl Relay {
             if rooms.len() >= self.config.limits.max_rooms {
                 return Err(CreateError::Full);
             }
-            let pin = choose_pin(rand::random::<u32>, |p| rooms.contains_key(p))
+            let pin = choose_pin(
+                || u32::from_ne_bytes(hostwire_core::token::random_bytes()),
+                |p| rooms.contains_key(p))
                 .ok_or(CreateError::NoPin)?;
             // Taken from now on: a creation running meanwhile cannot choose
             // it too. Commands wait in the queue until the room's task runs.

@@ -138,9 +138,7 @@ pub struct TimingIn {
 
 /// A session id: 128 random bits, as hex.
 fn session_id() -> String {
-    use rand::RngCore;
-    let mut b = [0u8; 16];
-    rand::rngs::OsRng.fill_bytes(&mut b);
+    let b = hostwire_core::token::random_bytes::<16>();
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 

@@ -573,14 +573,14 @@ async fn kill_9_at_random_points_of_scripted_games_loses_no_acknowledged_change(
             Acked::Started { .. } => started_for + 1,
             _ => 0,
         };
-        let steps = rng.gen_range(1..5);
+        let steps = rng.random_range(1..5);
         let mut in_flight: Option<Acked> = None;
         let mut killed = false;
         for i in 0..steps {
             let step = match &acked {
-                Acked::Lobby { players } => match rng.gen_range(0..4) {
+                Acked::Lobby { players } => match rng.random_range(0..4) {
                     0 if players.len() > 1 => {
-                        Step::Kick(players[rng.gen_range(1..players.len())].clone())
+                        Step::Kick(players[rng.random_range(1..players.len())].clone())
                     }
                     0 | 1 => {
                         next_player += 1;
@@ -588,10 +588,10 @@ async fn kill_9_at_random_points_of_scripted_games_loses_no_acknowledged_change(
                     }
                     _ => Step::Start,
                 },
-                Acked::Started { .. } => match rng.gen_range(0..12) {
+                Acked::Started { .. } => match rng.random_range(0..12) {
                     _ if started_for > 4 => Step::End(json!({"scores": {"p1": n as f64}})),
                     0 | 11 => Step::End(json!({"scores": {"p1": n as f64}})),
-                    1 => Step::PauseOrResume(if rng.gen_bool(0.5) { "pause" } else { "resume" }),
+                    1 => Step::PauseOrResume(if rng.random_bool(0.5) { "pause" } else { "resume" }),
                     2 => Step::Save,
                     _ => {
                         n += 1;
@@ -612,7 +612,7 @@ async fn kill_9_at_random_points_of_scripted_games_loses_no_acknowledged_change(
                 board = Some(s.api.device(&sid, "board", "board").await.0);
             }
             let next = after(&acked, &step);
-            if i + 1 == steps && rng.gen_bool(0.5) {
+            if i + 1 == steps && rng.random_bool(0.5) {
                 // Killed while this step is in flight: it may or may not
                 // have been acknowledged.
                 let (api, sid, token) = (
@@ -627,7 +627,7 @@ async fn kill_9_at_random_points_of_scripted_games_loses_no_acknowledged_change(
                 let b = board.take();
                 // The step's request panics when the server dies under it
                 // (the support's unwrap): that is "not acknowledged".
-                let yields = rng.gen_range(0..200);
+                let yields = rng.random_range(0..200);
                 let task =
                     tokio::spawn(
                         async move { run_step(&api, &sid, &token, b.as_ref(), &step).await },
