@@ -92,6 +92,9 @@ pub enum Admin {
     Pause,
     Resume,
     Save,
+    /// The host ends the session: every instance gets
+    /// `sessionEnded('closed')`.
+    End,
     /// `continue`: a started game that is paused (as a continued or
     /// restored one is) or still loading answers its status and every
     /// player's token.
@@ -638,6 +641,10 @@ impl Actor {
                         Err((409, "the game has ended; it cannot be continued".into()))
                     }
                 }
+            }
+            Admin::End => {
+                self.s.close(SessionEndReason::Closed, now);
+                Ok(self.status())
             }
             Admin::Save => match self.s.save_game(now) {
                 Some((id, saved)) => {

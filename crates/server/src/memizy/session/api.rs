@@ -10,6 +10,7 @@
 //! | `PUT /{id}/config` | locale and theme (`{"locale","theme"}`: `configChanged`) |
 //! | `POST /{id}/start`, `/pause`, `/resume` | the host's buttons |
 //! | `POST /{id}/save` | save the game (answered once durable) |
+//! | `POST /{id}/end` | the host ends the session (`sessionEnded('closed')`) |
 //! | `POST /{id}/continue` | continue the saved game (after a restart too) |
 //!
 //! `POST /` needs the operator credential (`HOSTWIRE_OPERATOR_TOKEN`),
@@ -73,6 +74,7 @@ pub fn router(sessions: Arc<Sessions>) -> Router {
         .route("/{id}/pause", post(pause))
         .route("/{id}/resume", post(resume))
         .route("/{id}/save", post(save))
+        .route("/{id}/end", post(end))
         .route("/{id}/continue", post(continue_saved))
         .route_layer(from_fn_with_state(origins, require_allowed_origin))
         .layer(DefaultBodyLimit::max(MAX_BUNDLE_BYTES))
@@ -541,6 +543,7 @@ simple!(start, Admin::Start);
 simple!(pause, Admin::Pause);
 simple!(resume, Admin::Resume);
 simple!(save, Admin::Save);
+simple!(end, Admin::End);
 
 async fn add_player(
     State(sessions): State<Arc<Sessions>>,
