@@ -20,6 +20,8 @@ const MAX_QUEUED_PLUGIN_CALLS = 1024;
 const HOST_CALL_TIMEOUT_MS = 60_000;
 /** The roster and phase are read this often (lobby, host's page). */
 const POLL_MS = 1000;
+/** A player's page with its game running reads them this often (the plugin API says the rest). */
+const POLL_LIVE_MS = 5000;
 /** Reconnect backoff after a dropped network. */
 const RECONNECT_MIN_MS = 500;
 const RECONNECT_MAX_MS = 8000;
@@ -488,11 +490,16 @@ function main() {
     return;
   }
   tick();
+  let last = 0;
   setInterval(() => {
-    // The host's page keeps the roster and phase fresh; a player's only
-    // until its instance is there (then the plugin API says what changes).
+    // The host's page keeps the roster and phase fresh; a player's page
+    // reads them seldom once its instance is there (the plugin API says
+    // what changes in between).
     if (page.stopped && page.info?.role !== 'host') return;
-    if (page.info?.role === 'host' || !page.instance) tick();
+    const every = page.info?.role === 'host' || !page.instance ? POLL_MS : POLL_LIVE_MS;
+    if (Date.now() - last < every) return;
+    last = Date.now();
+    tick();
   }, POLL_MS);
 }
 
