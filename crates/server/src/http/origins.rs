@@ -108,10 +108,9 @@ pub fn same_origin(headers: &axum::http::HeaderMap) -> bool {
     authority.host().eq_ignore_ascii_case(h) && authority.port_u16().unwrap_or(default) == port
 }
 
-/// Refuses a request whose `Origin` is not allowed with 403 (unless it is
-/// [`same_origin`]); a request
-/// without `Origin` is not from a browser and is served.
-pub async fn require_allowed_origin(
+/// [`require_allowed_origin`], and a request from this server's own pages
+/// ([`same_origin`]: the device page) goes on too.
+pub async fn require_allowed_or_same_origin(
     State(origins): State<Arc<AllowedOrigins>>,
     req: Request,
     next: Next,
@@ -121,6 +120,20 @@ pub async fn require_allowed_origin(
         Some(o) if !origins.allows(o) && !same_origin(req.headers()) => {
             ApiError::ORIGIN_NOT_ALLOWED.into_response()
         }
+        _ => next.run(req).await,
+    }
+}
+
+/// Refuses a request whose `Origin` is not allowed with 403; a request
+/// without `Origin` is not from a browser and is served.
+pub async fn require_allowed_origin(
+    State(origins): State<Arc<AllowedOrigins>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let origin = req.headers().get(header::ORIGIN).map(|o| o.to_str().ok());
+    match origin {
+        Some(o) if !origins.allows(o) => ApiError::ORIGIN_NOT_ALLOWED.into_response(),
         _ => next.run(req).await,
     }
 }

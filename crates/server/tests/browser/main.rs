@@ -113,6 +113,25 @@ async fn a_whole_game_from_lobby_to_results() {
     )
     .await;
     screenshot(&board, "running").await;
+    // The host pauses and resumes: every device's plugin hears it.
+    click(&board, "#btn-pause").await;
+    into_plugin(&controllers[1]).await;
+    until(
+        &controllers[1],
+        "document.body.dataset.paused === 'true'",
+        "the pause on a controller",
+    )
+    .await;
+    to_page(&controllers[1]).await;
+    click(&board, "#btn-resume").await;
+    into_plugin(&controllers[1]).await;
+    until(
+        &controllers[1],
+        "document.body.dataset.paused === 'false'",
+        "the resume on a controller",
+    )
+    .await;
+    to_page(&controllers[1]).await;
     into_plugin(&controllers[0]).await;
     until(
         &controllers[0],
@@ -175,6 +194,53 @@ async fn a_whole_game_from_lobby_to_results() {
         items.contains(&"q1") && items.contains(&"q2"),
         "{progress:?}"
     );
+    // The recording (SPEC 10): the authority's InitPayload with the set in
+    // display order and the seed, the start, every answer with its sender
+    // and game time, the pause and the end; kept in the store too.
+    let (st, rec) = server
+        .request(
+            "GET",
+            &format!("/memizy/sessions/{}/recording", s.id),
+            Some(&s.host),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{rec}");
+    assert_eq!(
+        rec["displaySeed"],
+        json!(s.id),
+        "the seed is the session id"
+    );
+    assert_eq!(rec["init"]["session"]["view"], "board");
+    assert_eq!(
+        rec["init"]["set"]["items"][0]["correctId"], "j",
+        "the authority's full items"
+    );
+    let entries = rec["entries"].as_array().unwrap();
+    let kinds: Vec<&str> = entries
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    for k in ["start", "pause", "resume", "end"] {
+        assert!(kinds.contains(&k), "{k} in {kinds:?}");
+    }
+    let answers: Vec<(String, String)> = entries
+        .iter()
+        .filter(|e| e["message"]["data"]["type"] == "answer")
+        .map(|e| {
+            assert!(e["gameTimeMs"].as_f64().is_some(), "{e}");
+            (
+                e["from"].as_str().unwrap().to_owned(),
+                e["message"]["data"]["choice"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(answers.len(), 6, "{answers:?}");
+    assert!(answers.contains(&("p1".to_owned(), "false".to_owned())));
+    assert!(answers.contains(&(p3.clone(), "m".to_owned())));
+    let kept: Value =
+        serde_json::from_str(&server.store.load_recording(&s.id).unwrap().unwrap()).unwrap();
+    assert_eq!(kept["entries"].as_array().unwrap().len(), entries.len());
     for c in controllers {
         c.close().await.unwrap();
     }

@@ -14,6 +14,7 @@
 //!   it back at its first use;
 //! - [`play`]: the device page a person plays with in a browser, and
 //!   the plugin document it embeds;
+//! - [`recording`]: what a replay needs (SPEC 10), kept with the session;
 //! - [`device`]: a headless device that plays a plugin instance (tests and
 //!   benchmarks).
 
@@ -22,6 +23,7 @@ pub mod api;
 pub mod conn;
 pub mod device;
 pub mod play;
+pub mod recording;
 pub mod restore;
 pub mod services;
 
