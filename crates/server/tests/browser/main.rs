@@ -102,6 +102,27 @@ async fn a_whole_game_from_lobby_to_results() {
     screenshot(&board, "lobby").await;
 
     click(&board, "#btn-start").await;
+    // getAsset answers a Blob with the file's bytes and type; an unknown
+    // key's error keeps the SPEC's `[CODE] message` form.
+    into_plugin(&controllers[0]).await;
+    let asset = until(
+        &controllers[0],
+        "document.body.dataset.asset",
+        "the cover asset",
+    )
+    .await;
+    assert_eq!(asset, json!("blob:image/png:300:0,1,2,3"));
+    let missing = until(
+        &controllers[0],
+        "document.body.dataset.assetError",
+        "the unknown asset",
+    )
+    .await;
+    assert!(
+        missing.as_str().unwrap().starts_with("[ASSET_NOT_FOUND] "),
+        "{missing}"
+    );
+    to_page(&controllers[0]).await;
     // Question 1: Ada and Bo right, Cy wrong.
     answer(&controllers[0], 0, "j").await;
     answer(&controllers[1], 0, "j").await;

@@ -4,6 +4,7 @@
 //! device, so no device is a throttled background tab of another.
 #![allow(dead_code)]
 
+use base64::Engine;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hostwire::app::App;
 use hostwire::http::AllowedOrigins;
@@ -13,6 +14,7 @@ use hostwire_memizy::RELAY_LIMITS;
 use hostwire_store::SqliteStore;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -115,7 +117,8 @@ impl Server {
             "mode": "multiplayer",
             "hostAs": "presenter",
             "players": players,
-            "timing": {"countdownMs": 0, "finishedCloseMs": 600000}
+            "timing": {"countdownMs": 0, "finishedCloseMs": 600000},
+            "assets": {"assets/cover.png": base64::engine::general_purpose::STANDARD.encode(cover())}
         });
         let (s, v) = self
             .request("POST", "/memizy/sessions", Some(OPERATOR), Some(&body))
@@ -139,9 +142,16 @@ impl Server {
     }
 }
 
+/// The set's one file: 300 bytes counting up from 0.
+pub fn cover() -> Vec<u8> {
+    (0..=255u8).cycle().take(300).collect()
+}
+
 pub fn quiz_set() -> Value {
     json!({
-        "meta": {"id": "set-planets", "title": "Planets"},
+        "meta": {"id": "set-planets", "title": "Planets", "assets": {
+            "cover": {"type": "image", "value": "assets/cover.png", "mimeType": "image/png"}
+        }},
         "items": [
             {"id": "q1", "type": "mcq-single", "question": "Largest planet?",
              "options": [{"id": "j", "text": "Jupiter"}, {"id": "m", "text": "Mars"}, {"id": "v", "text": "Venus"}],
@@ -164,8 +174,14 @@ pub struct Driver {
 }
 
 impl Drop for Driver {
+    /// Ends chromedriver and every browser it started (they are in its
+    /// process group): a test that fails leaves no Chromium behind.
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        let pgid = self.child.id() as libc::pid_t;
+        // SAFETY: kill(2) with a negative pid signals that process group only.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
         let _ = self.child.wait();
     }
 }
@@ -177,6 +193,8 @@ pub fn driver() -> Driver {
     let exe = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
     let mut child = Command::new(&exe)
         .arg("--port=0")
+        // A process group of its own, which its browsers join.
+        .process_group(0)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
