@@ -418,6 +418,12 @@ class Instance {
       return;
     }
     if (g === 'kicked') { this.teardown(); page.stopped = true; return; }
+    if (g === 'hello-timeout') {
+      this.teardown();
+      page.stopped = true;
+      showMessage('The game did not start on this device: the plugin did not connect within 10 seconds. Reload the page to try again.', 'error');
+      return;
+    }
     if (g === 'finished') { page.stopped = true; return; }
     // A dropped network or a refused attach: a new instance (a new iframe
     // and InitPayload, SPEC 6) once the session takes it.
