@@ -420,7 +420,29 @@ async fn a_controller_closed_and_reopened_rejoins_as_the_same_player() {
         3,
         "no new player: {v}"
     );
-    // The game goes on with her.
+    // Bo's tab goes to another page (which a browser may keep in its
+    // back-forward cache): his page leaves the session, and his link
+    // brings him back.
+    cs[1].goto("about:blank").await.unwrap();
+    until(
+        &board,
+        "document.querySelector('#players li[data-player=p2]').dataset.connected === 'false'",
+        "Bo shown disconnected",
+    )
+    .await;
+    cs[1]
+        .goto(&server.link(&s, &s.players["p2"]))
+        .await
+        .unwrap();
+    into_plugin(&cs[1]).await;
+    until(
+        &cs[1],
+        "document.body.dataset.player === 'p2' && document.body.dataset.q === '0'",
+        "Bo back",
+    )
+    .await;
+    to_page(&cs[1]).await;
+    // The game goes on with them.
     answer(&cs[1], 0, "m").await;
     answer(&cs[2], 0, "j").await;
     board_at(&board, "document.body.dataset.q === '1'", "question 2").await;

@@ -113,7 +113,9 @@ fn page(html: &'static str) -> Response {
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
     );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // A page left for another must leave its session: `no-store` keeps it
+    // out of the back-forward cache, where its socket would stay open.
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
 
