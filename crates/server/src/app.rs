@@ -42,12 +42,42 @@ use tokio::sync::watch;
 /// Every part of `/metrics`: each protocol's counters and the store's.
 type Exposition = Arc<[Arc<dyn Render>]>;
 
-/// Every protocol's routes, and `/metrics`.
+/// Every protocol's routes, `/metrics`, and the front door `/`.
 pub fn router(relay: Arc<Relay>, metrics: Exposition) -> Router {
     Router::new()
+        .route("/", get(front_door).with_state(Arc::clone(&relay)))
         .merge(memizy::router(relay))
         .route("/metrics", get(metrics_handler).with_state(metrics))
         .fallback(|| async { (StatusCode::NOT_FOUND, "hostwire") })
+}
+
+/// The front door's page (`crates/server/play/front.html`).
+pub const FRONT_HTML: &str = include_str!("../play/front.html");
+
+/// `GET /`: what this server is, the protocols it serves and where, its
+/// health, and the way to the device page.
+async fn front_door(State(relay): State<Arc<Relay>>) -> Response {
+    let health = serde_json::to_string_pretty(&relay.health()).unwrap_or_default();
+    let escape = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let html = FRONT_HTML
+        .replace("{{version}}", env!("CARGO_PKG_VERSION"))
+        .replace("{{health}}", &escape(&health));
+    let mut r = html.into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    r.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'self'; base-uri 'none'; form-action 'none'",
+        ),
+    );
+    r
 }
 
 async fn metrics_handler(State(parts): State<Exposition>) -> Response {

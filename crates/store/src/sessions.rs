@@ -47,6 +47,11 @@ CREATE TABLE IF NOT EXISTS memizy_results (
     result TEXT NOT NULL,
     at_ms INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS memizy_recordings (
+    session_id TEXT PRIMARY KEY,
+    body TEXT NOT NULL,
+    at_ms INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS memizy_saved_games (
     session_id TEXT PRIMARY KEY,
     body TEXT NOT NULL
@@ -135,6 +140,13 @@ pub enum SessionWrite {
         result: String,
         at_ms: u64,
     },
+    /// The session's recording for a replay (SPEC 10, `replay`): one
+    /// bounded JSON document, replaced as a whole.
+    Recording {
+        session_id: String,
+        body: String,
+        at_ms: u64,
+    },
     SavedGame {
         session_id: String,
         body: String,
@@ -183,6 +195,7 @@ impl StoreWrite for SessionWrite {
                 body.len() + progress.as_ref().map_or(0, String::len)
             }
             SessionWrite::Result { result, .. } => result.len(),
+            SessionWrite::Recording { body, .. } => body.len(),
             SessionWrite::SavedGame { body, .. } => body.len(),
             SessionWrite::State { state, .. } => state.len(),
             SessionWrite::Asset { bytes, .. } => bytes.len(),
@@ -210,6 +223,8 @@ pub trait SessionStore: UnitStore<SessionWrite> {
     fn load_state(&self, session_id: &str) -> Result<Option<String>, StoreError>;
     fn load_saved_game(&self, session_id: &str) -> Result<Option<String>, StoreError>;
     fn load_result(&self, session_id: &str) -> Result<Option<String>, StoreError>;
+    /// The session's recording (`SessionWrite::Recording`), if one was kept.
+    fn load_recording(&self, session_id: &str) -> Result<Option<String>, StoreError>;
     fn load_plugin_data(
         &self,
         user: &str,
@@ -297,6 +312,16 @@ fn apply_session(tx: &Connection, w: &SessionWrite) -> Result<(), StoreError> {
                 )?;
             }
         }
+        SessionWrite::Recording {
+            session_id,
+            body,
+            at_ms,
+        } => {
+            tx.execute(
+                "INSERT OR REPLACE INTO memizy_recordings (session_id, body, at_ms) VALUES (?1, ?2, ?3)",
+                params![session_id, body, *at_ms as i64],
+            )?;
+        }
         SessionWrite::Result {
             session_id,
             result,
@@ -342,6 +367,7 @@ fn apply_session(tx: &Connection, w: &SessionWrite) -> Result<(), StoreError> {
                 "memizy_snapshots",
                 "memizy_answers",
                 "memizy_results",
+                "memizy_recordings",
                 "memizy_saved_games",
                 "memizy_player_tokens",
                 "memizy_assets",
@@ -436,6 +462,14 @@ impl SessionStore for SqliteStore {
         one_text(
             self,
             "SELECT result FROM memizy_results WHERE session_id = ?1",
+            session_id,
+        )
+    }
+
+    fn load_recording(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        one_text(
+            self,
+            "SELECT body FROM memizy_recordings WHERE session_id = ?1",
             session_id,
         )
     }

@@ -83,6 +83,47 @@ pub fn normalize(origin: &str) -> String {
     }
 }
 
+/// Whether the request's `Origin` is this server itself (its host and
+/// port are the `Host` the request was sent to): the pages this server
+/// serves (the device page) use its API and sockets whatever
+/// `ALLOWED_ORIGINS` says. A page of another origin never matches, since
+/// the browser sets both headers.
+pub fn same_origin(headers: &axum::http::HeaderMap) -> bool {
+    let (Some(origin), Some(host)) = (
+        headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()),
+        headers.get(header::HOST).and_then(|h| h.to_str().ok()),
+    ) else {
+        return false;
+    };
+    let Ok(u) = url::Url::parse(origin) else {
+        return false;
+    };
+    let (Some(h), Some(port)) = (u.host_str(), u.port_or_known_default()) else {
+        return false;
+    };
+    let Ok(authority) = host.parse::<axum::http::uri::Authority>() else {
+        return false;
+    };
+    let default = if u.scheme() == "https" { 443 } else { 80 };
+    authority.host().eq_ignore_ascii_case(h) && authority.port_u16().unwrap_or(default) == port
+}
+
+/// [`require_allowed_origin`], and a request from this server's own pages
+/// ([`same_origin`]: the device page) goes on too.
+pub async fn require_allowed_or_same_origin(
+    State(origins): State<Arc<AllowedOrigins>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let origin = req.headers().get(header::ORIGIN).map(|o| o.to_str().ok());
+    match origin {
+        Some(o) if !origins.allows(o) && !same_origin(req.headers()) => {
+            ApiError::ORIGIN_NOT_ALLOWED.into_response()
+        }
+        _ => next.run(req).await,
+    }
+}
+
 /// Refuses a request whose `Origin` is not allowed with 403; a request
 /// without `Origin` is not from a browser and is served.
 pub async fn require_allowed_origin(
@@ -136,5 +177,22 @@ mod tests {
         // A list made without `parse` is normalized when compared.
         let raw = AllowedOrigins::List(vec!["https://Play.Example.org/".into()]);
         assert!(raw.allows(Some("https://play.example.org")));
+    }
+
+    #[test]
+    fn same_origin_is_the_host_the_request_went_to() {
+        let h = |origin: &str, host: &str| {
+            let mut m = axum::http::HeaderMap::new();
+            m.insert(header::ORIGIN, HeaderValue::from_str(origin).unwrap());
+            m.insert(header::HOST, HeaderValue::from_str(host).unwrap());
+            same_origin(&m)
+        };
+        assert!(h("http://127.0.0.1:8080", "127.0.0.1:8080"));
+        assert!(h("http://Play.example.org", "play.example.org"));
+        assert!(h("https://play.example.org", "play.example.org:443"));
+        assert!(!h("http://127.0.0.1:8081", "127.0.0.1:8080"));
+        assert!(!h("http://evil.example", "play.example.org"));
+        assert!(!h("null", "play.example.org"));
+        assert!(!same_origin(&axum::http::HeaderMap::new()));
     }
 }

@@ -309,7 +309,7 @@ impl Relay {
     }
 
     /// `{"ok":true,"rooms":…,"connections":…,"players":…}`
-    fn health(&self) -> Value {
+    pub(crate) fn health(&self) -> Value {
         json!({
             "ok": true,
             "rooms": self.room_count(),

@@ -92,6 +92,11 @@ pub enum Admin {
     Pause,
     Resume,
     Save,
+    /// The host ends the session: every instance gets
+    /// `sessionEnded('closed')`.
+    End,
+    /// The recording (SPEC 10) as it stands.
+    Recording,
     /// `continue`: a started game that is paused (as a continued or
     /// restored one is) or still loading answers its status and every
     /// player's token.
@@ -175,6 +180,8 @@ struct Actor {
     held: Option<(InstanceId, CallId)>,
     /// Its rows were removed (it expired): nothing more is kept.
     removed: bool,
+    /// What a replay needs (SPEC 10).
+    rec: super::recording::Recorder,
 }
 
 /// Starts the task of a session and its store writer; `None` if the server
@@ -217,6 +224,7 @@ pub fn spawn(
         last_used: sessions.clock.now_ms(),
         held: None,
         removed: false,
+        rec: Default::default(),
     };
     tokio::spawn(actor.run(rx));
     Some(handle)
@@ -360,6 +368,27 @@ fn phase_name(p: Phase) -> &'static str {
 }
 
 impl Actor {
+    /// Session time and game time now (SPEC 4.2).
+    fn times(&self, now: u64) -> (f64, f64) {
+        let c = self.s.clock();
+        (now as f64 + c.offset_ms, c.game_time(now as f64))
+    }
+
+    /// Hands the recording to the store writer (kept behind the session's
+    /// other records; a full queue tries again at the next change).
+    fn write_recording(&mut self) {
+        if self.removed || !self.rec.dirty() {
+            return;
+        }
+        let body = self.rec.take_document(self.s.id());
+        let w = SessionWrite::Recording {
+            session_id: self.s.id().to_owned(),
+            body,
+            at_ms: self.now(),
+        };
+        self.writer.try_write_behind(self.s.id(), vec![w]);
+    }
+
     fn now(&self) -> u64 {
         self.sessions.clock.now_ms()
     }
@@ -461,6 +490,9 @@ impl Actor {
                 self.s.handle_timeout(now);
             }
             self.drain();
+            if self.rec.due() {
+                self.write_recording();
+            }
             if self.s.phase() == Phase::Closed && self.devices.is_empty() && self.saves.is_empty() {
                 break;
             }
@@ -472,6 +504,15 @@ impl Actor {
             // Stopped without a result (its authority stayed away): a
             // restart does not bring it back, `continue` does.
             let w = KeptState::of(&self.s, self.now()).write(self.s.id());
+            self.writer.write_behind(self.s.id(), vec![w]).await;
+        }
+        if self.rec.dirty() && !self.removed {
+            let body = self.rec.take_document(self.s.id());
+            let w = SessionWrite::Recording {
+                session_id: self.s.id().to_owned(),
+                body,
+                at_ms: self.now(),
+            };
             self.writer.write_behind(self.s.id(), vec![w]).await;
         }
         self.sessions.remove(self.s.id());
@@ -514,6 +555,7 @@ impl Actor {
                         // Worker RPC: each side says hello first.
                         let _ = out.send(Utf8Bytes::from(hello_text()));
                         self.devices.insert(instance, Device { out, next_call: 1 });
+                        self.rec.attached(instance, &address);
                         let _ = done.send(Ok(()));
                     }
                     Err(e) => {
@@ -523,6 +565,7 @@ impl Actor {
             }
             Cmd::Detach { instance } => {
                 self.devices.remove(&instance);
+                self.rec.detached(instance);
                 self.s.detach(instance, now);
             }
             Cmd::Call {
@@ -534,6 +577,11 @@ impl Actor {
                 self.metrics.host_calls.fetch_add(1, Relaxed);
                 if method == "updateSettings" {
                     self.held = Some((instance, call));
+                }
+                if method == "send" {
+                    let authority = self.s.authority_address();
+                    self.rec
+                        .send_called(instance, call, &params, authority.as_deref());
                 }
                 self.s.handle_call(instance, call, &method, &params, now);
             }
@@ -611,11 +659,18 @@ impl Actor {
                 Err(e) => Err(session_error(e)),
             },
             Admin::Pause => match self.s.pause(now) {
-                Ok(()) => return self.reply_when_kept(reply, self.status()),
+                Ok(()) => {
+                    self.rec.event("pause", self.times(now), None);
+                    self.write_recording();
+                    return self.reply_when_kept(reply, self.status());
+                }
                 Err(e) => Err(session_error(e)),
             },
             Admin::Resume => match self.s.resume(now) {
-                Ok(()) => return self.reply_when_kept(reply, self.status()),
+                Ok(()) => {
+                    self.rec.event("resume", self.times(now), None);
+                    return self.reply_when_kept(reply, self.status());
+                }
                 Err(e) => Err(session_error(e)),
             },
             Admin::Continue => {
@@ -638,6 +693,13 @@ impl Actor {
                         Err((409, "the game has ended; it cannot be continued".into()))
                     }
                 }
+            }
+            Admin::End => {
+                self.s.close(SessionEndReason::Closed, now);
+                Ok(self.status())
+            }
+            Admin::Recording => {
+                Ok(serde_json::from_str(&self.rec.document(self.s.id())).unwrap_or(Value::Null))
             }
             Admin::Save => match self.s.save_game(now) {
                 Some((id, saved)) => {
@@ -709,6 +771,17 @@ impl Actor {
                     call,
                     result,
                 } => {
+                    let now = self.now();
+                    self.rec
+                        .answered(instance, call, result.is_ok(), self.times(now));
+                    if let Ok(Reply::Init(init)) = &result {
+                        if !self.rec.has_init()
+                            && init.session.self_address == init.session.authority
+                        {
+                            let seed = self.s.current_game(now).display_seed;
+                            self.rec.init(&**init, &seed);
+                        }
+                    }
                     let held = self.held == Some((instance, call));
                     if held {
                         self.held = None;
@@ -741,6 +814,10 @@ impl Actor {
                     }
                 }
                 Output::Call { instance, call } => {
+                    if call.method == "start" {
+                        let now = self.now();
+                        self.rec.event("start", self.times(now), None);
+                    }
                     let Some(d) = self.devices.get_mut(&instance) else {
                         continue;
                     };
@@ -758,6 +835,7 @@ impl Actor {
                     self.push(instance, text);
                 }
                 Output::Close { instance, reason } => {
+                    self.rec.detached(instance);
                     if let Some(d) = self.devices.remove(&instance) {
                         let why = match &reason {
                             CloseReason::SessionEnded(r) => r.as_str().to_owned(),
@@ -776,6 +854,12 @@ impl Actor {
                     }
                 }
                 Output::Persist { id, record } => {
+                    if let Record::Result { result, .. } = &record {
+                        let now = self.now();
+                        let r = serde_json::to_value(result).ok();
+                        self.rec.event("end", self.times(now), r);
+                        self.write_recording();
+                    }
                     let mut w = to_write(&record);
                     if let SessionWrite::Snapshot { game_time_ms, .. } = &mut w {
                         // A game brought back by a restart resumes at it.

@@ -10,6 +10,8 @@
 //! | `PUT /{id}/config` | locale and theme (`{"locale","theme"}`: `configChanged`) |
 //! | `POST /{id}/start`, `/pause`, `/resume` | the host's buttons |
 //! | `POST /{id}/save` | save the game (answered once durable) |
+//! | `POST /{id}/end` | the host ends the session (`sessionEnded('closed')`) |
+//! | `GET /{id}/recording` | what a replay needs (SPEC 10), one bounded JSON document |
 //! | `POST /{id}/continue` | continue the saved game (after a restart too) |
 //!
 //! `POST /` needs the operator credential (`HOSTWIRE_OPERATOR_TOKEN`),
@@ -24,7 +26,7 @@ use super::actor::{self, Admin, Auth, Cmd};
 use super::restore::{self, KeptState};
 use super::{Sessions, MAX_BUNDLE_BYTES};
 use crate::http::error::json_response;
-use crate::http::origins::{preflight_no_content, require_allowed_origin};
+use crate::http::origins::{preflight_no_content, require_allowed_or_same_origin};
 use crate::http::{Presented, Refused};
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
@@ -73,8 +75,10 @@ pub fn router(sessions: Arc<Sessions>) -> Router {
         .route("/{id}/pause", post(pause))
         .route("/{id}/resume", post(resume))
         .route("/{id}/save", post(save))
+        .route("/{id}/end", post(end))
+        .route("/{id}/recording", get(recording))
         .route("/{id}/continue", post(continue_saved))
-        .route_layer(from_fn_with_state(origins, require_allowed_origin))
+        .route_layer(from_fn_with_state(origins, require_allowed_or_same_origin))
         .layer(DefaultBodyLimit::max(MAX_BUNDLE_BYTES))
         .with_state(sessions)
         .layer(cors)
@@ -539,6 +543,7 @@ simple!(start, Admin::Start);
 simple!(pause, Admin::Pause);
 simple!(resume, Admin::Resume);
 simple!(save, Admin::Save);
+simple!(end, Admin::End);
 
 async fn add_player(
     State(sessions): State<Arc<Sessions>>,
@@ -707,6 +712,38 @@ async fn set_config(
         return error(StatusCode::BAD_REQUEST, m);
     }
     admin(&sessions, &id, Admin::Config(c)).await
+}
+
+/// `GET /{id}/recording`: the running session's record, or the one kept.
+async fn recording(
+    State(sessions): State<Arc<Sessions>>,
+    Path(id): Path<String>,
+    presented: Presented,
+) -> Response {
+    if let Err(r) = authorized(&sessions, &id, &presented).await {
+        return r;
+    }
+    if restore::running(&sessions, &id).await.is_some() {
+        return admin(&sessions, &id, Admin::Recording).await;
+    }
+    let store = sessions.store();
+    let key = id.clone();
+    match tokio::task::spawn_blocking(move || store.load_recording(&key)).await {
+        Ok(Ok(Some(text))) => {
+            let mut r = text.into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+        Ok(Ok(None)) => error(StatusCode::NOT_FOUND, "recording: none was kept"),
+        Ok(Err(e)) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store: {}", e.reason()),
+        ),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
 }
 
 async fn kick(

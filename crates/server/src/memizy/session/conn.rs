@@ -63,7 +63,10 @@ pub async fn ws_upgrade(
     ws: ws::Upgrade,
 ) -> Response {
     let origin = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok());
-    if origin.is_some() && !sessions.config.allowed_origins.allows(origin) {
+    if origin.is_some()
+        && !sessions.config.allowed_origins.allows(origin)
+        && !crate::http::origins::same_origin(&headers)
+    {
         return json_response(
             StatusCode::FORBIDDEN,
             &json!({"error": "Origin not allowed: a browser's page must be of an allowed origin (devices that are not browsers send no Origin)"}),

@@ -12,6 +12,9 @@
 //!   spoken to with worker RPC;
 //! - [`restore`]: what a restart brings a session back as, and bringing
 //!   it back at its first use;
+//! - [`play`]: the device page a person plays with in a browser, and
+//!   the plugin document it embeds;
+//! - [`recording`]: what a replay needs (SPEC 10), kept with the session;
 //! - [`device`]: a headless device that plays a plugin instance (tests and
 //!   benchmarks).
 
@@ -19,6 +22,8 @@ pub mod actor;
 pub mod api;
 pub mod conn;
 pub mod device;
+pub mod play;
+pub mod recording;
 pub mod restore;
 pub mod services;
 
@@ -482,8 +487,9 @@ pub fn router(sessions: Arc<Sessions>) -> Router {
         .nest("/memizy/sessions", api::router(Arc::clone(&sessions)))
         .route(
             "/memizy/session/ws",
-            get(conn::ws_upgrade).with_state(sessions),
+            get(conn::ws_upgrade).with_state(Arc::clone(&sessions)),
         )
+        .merge(play::router(sessions))
 }
 
 #[cfg(test)]

@@ -1,0 +1,409 @@
+//! The device page: what a person opens to play a hosted session in a
+//! browser (the board, a controller or the settings screen).
+//!
+//! | method and path | what |
+//! | --- | --- |
+//! | `GET /memizy/play` | the page (`#session=…&token=…` says which session and who) |
+//! | `GET /memizy/play/{play.js,play.css}` | its ES module and styles |
+//! | `GET /memizy/play/vendor/penpal-7.0.6.mjs` | Penpal 7.0.6 (npm, MIT), vendored: no CDN |
+//! | `GET /memizy/play/api/{id}` | for a bearer token of the session (host's or a player's): who it opens, the phase, roster, clock, result, server time, and the iframe's `sandbox` and `allow` |
+//! | `GET /memizy/play/plugin/{id}?key=…` | the plugin's document with the Content Security Policy (SPEC 8.4), as a header and as the first element of `<head>` |
+//!
+//! The page's files are in `crates/server/play/`, built into the binary.
+//! The page holds no secret: every call it forwards still goes through the
+//! session's rules. The sandbox, `allow` and policy come from
+//! `hostwire_memizy::policy`, the code `hostwire check` prints them with.
+//! The plugin document is opened with a key of its own (random, per
+//! session, kept in memory), never with the device's token: the plugin can
+//! read its own address, and must not learn a token that attaches devices.
+
+#![allow(clippy::result_large_err)]
+
+use super::actor::{Admin, Cmd};
+use super::{restore, Sessions, MAX_SESSIONS};
+use crate::http::error::json_response;
+use crate::http::{Presented, Refused};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use hostwire_core::token::Token;
+use hostwire_memizy::manifest::{read_plugin_manifest, PluginRuntime};
+use hostwire_memizy::policy::{allow_attribute, content_policy, SANDBOX};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+
+/// The page, its module and styles, and the vendored Penpal.
+pub const INDEX_HTML: &str = include_str!("../../../play/index.html");
+pub const PLAY_JS: &str = include_str!("../../../play/play.js");
+pub const PLAY_CSS: &str = include_str!("../../../play/play.css");
+/// Penpal 7.0.6's ES module as npm distributes it (`dist/penpal.mjs`).
+pub const PENPAL_MJS: &str = include_str!("../../../play/vendor/penpal-7.0.6.mjs");
+/// The path plugins import Penpal from.
+pub const PENPAL_PATH: &str = "/memizy/play/vendor/penpal-7.0.6.mjs";
+/// Sessions whose plugin document key is kept; past it the table is
+/// emptied (a device whose key went asks for a new one when it reloads).
+pub const MAX_DOCUMENT_KEYS: usize = MAX_SESSIONS;
+
+/// The device page's own policy: its scripts and styles from this server,
+/// connections to it (the session socket), frames from it (the plugin).
+const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; frame-src 'self'; base-uri 'none'; form-action 'none'";
+
+/// What the page's routes share: the sessions and, per session, the key
+/// that opens its plugin document and what its manifest says.
+pub struct Play {
+    sessions: Arc<Sessions>,
+    docs: Mutex<HashMap<String, Arc<PluginDoc>>>,
+}
+
+/// One session's plugin, as the page needs it.
+struct PluginDoc {
+    key: Token,
+    plugin_id: String,
+    runtime: PluginRuntime,
+    mode: Value,
+    host_as: Value,
+}
+
+pub fn router(sessions: Arc<Sessions>) -> Router {
+    let play = Arc::new(Play {
+        sessions,
+        docs: Mutex::new(HashMap::new()),
+    });
+    Router::new()
+        .route("/memizy/play", get(|| async { page(INDEX_HTML) }))
+        .route("/memizy/play/", get(|| async { page(INDEX_HTML) }))
+        .route(
+            "/memizy/play/play.js",
+            get(|| async { asset("text/javascript; charset=utf-8", PLAY_JS, false) }),
+        )
+        .route(
+            "/memizy/play/play.css",
+            get(|| async { asset("text/css; charset=utf-8", PLAY_CSS, false) }),
+        )
+        .route(
+            PENPAL_PATH,
+            // Plugins import it from their opaque (`null`) origin: a module
+            // script is a CORS request, so it must allow any origin.
+            get(|| async { asset("text/javascript; charset=utf-8", PENPAL_MJS, true) }),
+        )
+        .route("/memizy/play/api/{id}", get(session_view))
+        .route("/memizy/play/plugin/{id}", get(plugin_document))
+        .with_state(play)
+}
+
+fn page(html: &'static str) -> Response {
+    let mut r = (StatusCode::OK, html).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(PAGE_POLICY),
+    );
+    // The link's token is in the fragment, which is never sent; no page
+    // this one opens learns its address either.
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    // A page left for another must leave its session: `no-store` keeps it
+    // out of the back-forward cache, where its socket would stay open.
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn asset(content_type: &'static str, body: &'static str, any_origin: bool) -> Response {
+    let mut r = (StatusCode::OK, body).into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if any_origin {
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_ORIGIN,
+            HeaderValue::from_static("*"),
+        );
+    }
+    r
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    json_response(status, &json!({"error": message.into()}))
+}
+
+/// This server's origin as the browser reached it: the scheme is `https`
+/// only behind a trusted proxy that says so.
+fn host_origin(headers: &HeaderMap, trust_proxy: bool) -> Option<String> {
+    let host = headers.get(header::HOST)?.to_str().ok()?;
+    if host.is_empty() || host.contains(|c: char| c.is_whitespace() || c == ';' || c == '/') {
+        return None;
+    }
+    let https = trust_proxy
+        && headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|p| p.eq_ignore_ascii_case("https"));
+    Some(format!("{}://{host}", if https { "https" } else { "http" }))
+}
+
+impl Play {
+    /// The session's creation request as stored (`None`: no such session).
+    async fn stored(&self, id: &str) -> Result<hostwire_store::sessions::StoredSession, Response> {
+        let store = self.sessions.store();
+        let key = id.to_owned();
+        tokio::task::spawn_blocking(move || store.load_session(&key))
+            .await
+            .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
+            .map_err(|e| {
+                error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("store: {}", e.reason()),
+                )
+            })?
+            .ok_or_else(|| error(StatusCode::NOT_FOUND, "session: no such session"))
+    }
+
+    /// The session's plugin document key and manifest, read once.
+    fn doc(&self, id: &str, spec: &str) -> Result<Arc<PluginDoc>, Response> {
+        if let Some(d) = self.docs.lock().ok().and_then(|m| m.get(id).cloned()) {
+            return Ok(d);
+        }
+        let spec: Value = serde_json::from_str(spec).map_err(|e| {
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("stored session: {e}"),
+            )
+        })?;
+        let html = spec.get("pluginHtml").and_then(Value::as_str).unwrap_or("");
+        let m = read_plugin_manifest(html).map_err(|e| {
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("pluginHtml: {e}"),
+            )
+        })?;
+        let doc = Arc::new(PluginDoc {
+            key: Token::generate(),
+            plugin_id: m.id,
+            runtime: m.runtime,
+            mode: spec.get("mode").cloned().unwrap_or(Value::Null),
+            host_as: spec.get("hostAs").cloned().unwrap_or(Value::Null),
+        });
+        if let Ok(mut m) = self.docs.lock() {
+            if m.len() >= MAX_DOCUMENT_KEYS {
+                m.clear();
+            }
+            return Ok(Arc::clone(m.entry(id.to_owned()).or_insert(doc)));
+        }
+        Ok(doc)
+    }
+}
+
+/// `GET /memizy/play/api/{id}` with the host's or a player's token.
+async fn session_view(
+    State(play): State<Arc<Play>>,
+    Path(id): Path<String>,
+    presented: Presented,
+) -> Response {
+    let stored = match play.stored(&id).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let store = play.sessions.store();
+    let key = id.clone();
+    let players = tokio::task::spawn_blocking(move || store.load_player_tokens(&key))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    let host = Token::parse(&stored.host_token);
+    // Who the token opens: the host, or one player.
+    let who = presented.check(|given| {
+        if host.as_ref().is_some_and(|t| t.matches(given)) {
+            return Some(None);
+        }
+        players
+            .iter()
+            .find(|(_, t)| Token::parse(t).is_some_and(|t| t.matches(given)))
+            .map(|(p, _)| Some(p.clone()))
+    });
+    let who = match who {
+        Ok(w) => w,
+        Err(r @ Refused::Throttled(_)) => return r.response("session token"),
+        Err(_) => {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "token: this link's token does not open this session (wrong, or the player was removed)",
+            )
+        }
+    };
+    let doc = match play.doc(&id, &stored.spec) {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let status = match restore::running(&play.sessions, &id).await {
+        Some(h) => {
+            let (tx, rx) = oneshot::channel();
+            let sent = h.tx.send(Cmd::Admin(Box::new(Admin::Status), tx)).await;
+            match (sent, rx.await) {
+                (Ok(()), Ok(Ok(v))) => v,
+                _ => json!({"phase": "closed"}),
+            }
+        }
+        None => {
+            let store = play.sessions.store();
+            let key = id.clone();
+            let result = tokio::task::spawn_blocking(move || store.load_result(&key))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .flatten()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok());
+            let phase = if result.is_some() {
+                "finished"
+            } else {
+                "stopped"
+            };
+            json!({"phase": phase, "result": result})
+        }
+    };
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "sessionId": id,
+            "role": if who.is_some() { "player" } else { "host" },
+            "player": who,
+            "pluginId": doc.plugin_id,
+            "mode": doc.mode,
+            "hostAs": doc.host_as,
+            "phase": status.get("phase"),
+            "players": status.get("players").cloned().unwrap_or(json!([])),
+            "clock": status.get("clock"),
+            "result": status.get("result"),
+            "settingsValid": status.get("settingsValid"),
+            "serverTime": play.sessions.clock.now_ms(),
+            "sandbox": SANDBOX,
+            "allow": allow_attribute(Some(&doc.runtime)),
+            "pluginDocument": format!("/memizy/play/plugin/{id}?key={}", doc.key.as_str()),
+            "penpal": PENPAL_PATH,
+        }),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+struct DocKey {
+    #[serde(default)]
+    key: String,
+}
+
+/// `GET /memizy/play/plugin/{id}?key=…`: the plugin document.
+async fn plugin_document(
+    State(play): State<Arc<Play>>,
+    Path(id): Path<String>,
+    Query(q): Query<DocKey>,
+    headers: HeaderMap,
+) -> Response {
+    let doc = play.docs.lock().ok().and_then(|m| m.get(&id).cloned());
+    let Some(doc) = doc.filter(|d| d.key.matches(&q.key)) else {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "key: the plugin document's key is wrong or expired (reload the device page)",
+        );
+    };
+    let stored = match play.stored(&id).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let html = serde_json::from_str::<Value>(&stored.spec)
+        .ok()
+        .and_then(|v| {
+            v.get("pluginHtml")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    let origin = host_origin(&headers, play.sessions.config.trust_proxy);
+    let csp = content_policy(Some(&doc.runtime), origin.as_deref());
+    let body = with_policy_meta(&html, &csp);
+    let mut r = (StatusCode::OK, body).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&csp) {
+        h.insert(header::CONTENT_SECURITY_POLICY, v);
+    }
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    r
+}
+
+/// The document with `<meta http-equiv="Content-Security-Policy">` as the
+/// first element of its `<head>` (SPEC 8.4); a document without a `<head>`
+/// start tag before its first script gets one at its start. The policy is
+/// also sent as a header, which holds whatever the markup is.
+pub fn with_policy_meta(html: &str, csp: &str) -> String {
+    let escaped = csp
+        .replace('&', "&amp;")
+        .replace('"', "&quot;")
+        .replace('<', "&lt;");
+    let meta = format!("<meta http-equiv=\"Content-Security-Policy\" content=\"{escaped}\">");
+    let lower = html.to_ascii_lowercase();
+    let head = lower.match_indices("<head").find(|(i, _)| {
+        matches!(
+            lower.as_bytes().get(i + 5),
+            Some(b'>' | b' ' | b'\t' | b'\n' | b'\r' | b'/')
+        )
+    });
+    let first_script = lower.find("<script").unwrap_or(usize::MAX);
+    match head {
+        Some((i, _)) if i < first_script => match lower[i..].find('>') {
+            Some(end) => {
+                let at = i + end + 1;
+                format!("{}{meta}{}", &html[..at], &html[at..])
+            }
+            None => format!("<head>{meta}</head>{html}"),
+        },
+        _ => format!("<head>{meta}</head>{html}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_is_the_first_element_of_head() {
+        let out = with_policy_meta(
+            "<!doctype html><html><HEAD lang=en><script>x</script></head></html>",
+            "default-src 'none'",
+        );
+        assert!(out.contains(
+            "<HEAD lang=en><meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'\"><script>"
+        ));
+        // `<header>` is not `<head>`; a script before any head gets one first.
+        let out = with_policy_meta("<header></header><script>x</script>", "a");
+        assert!(out.starts_with(
+            "<head><meta http-equiv=\"Content-Security-Policy\" content=\"a\"></head><header>"
+        ));
+        let out = with_policy_meta("<script>x</script><head></head>", "a");
+        assert!(out.starts_with("<head><meta"));
+    }
+}

@@ -1,0 +1,597 @@
+//! Hosted sessions played in a real browser: the device page
+//! (`/memizy/play`) in headless Chromium, a board and three controllers
+//! each in its own browser, against the server on 127.0.0.1 port 0, with
+//! test plugins of our own (`quiz.html`, `hostile.html`: SPEC 1.0 against
+//! Penpal 7.0.6). Screenshots of the lobby, a running game and the results
+//! go to `target/tmp/browser-screenshots/`.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use support::*;
+
+/// One browser test at a time: each runs four Chromiums.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// `{player: score}` as the board's results list shows it.
+async fn board_results(board: &fantoccini::Client) -> BTreeMap<String, i64> {
+    let v = eval(
+        board,
+        "Array.from(document.querySelectorAll('#scores li')).map(li => [li.dataset.player, Number(li.dataset.score)])",
+    )
+    .await;
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_str().unwrap().to_owned(), p[1].as_i64().unwrap()))
+        .collect()
+}
+
+/// Clicks the choice `choice` in a controller's plugin.
+async fn answer(c: &fantoccini::Client, q: usize, choice: &str) {
+    into_plugin(c).await;
+    until(
+        c,
+        &format!("document.body.dataset.q === '{q}' && document.querySelector('button.choice:not([disabled])')"),
+        &format!("question {q} on a controller"),
+    )
+    .await;
+    click(c, &format!("button.choice[data-choice='{choice}']")).await;
+    to_page(c).await;
+}
+
+/// Waits until the board's plugin shows question `q` (or the end).
+async fn board_at(board: &fantoccini::Client, cond: &str, what: &str) {
+    into_plugin(board).await;
+    until(board, cond, what).await;
+    to_page(board).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_game_from_lobby_to_results() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let server = Server::start().await;
+    let s = server
+        .create(QUIZ_HTML, &[("p1", "Ada"), ("p2", "Bo")])
+        .await;
+    let d = driver();
+    let board = browser(&d).await;
+    board.goto(&server.link(&s, &s.host)).await.unwrap();
+    until(
+        &board,
+        "document.body.dataset.phase === 'lobby' && document.body.dataset.players === '2'",
+        "the lobby with two players",
+    )
+    .await;
+    // The host adds the third player on the page and hands out its link.
+    board
+        .find(fantoccini::Locator::Css("#add-player input[name=name]"))
+        .await
+        .unwrap()
+        .send_keys("Cy")
+        .await
+        .unwrap();
+    click(&board, "#add-player button").await;
+    let invite = until(
+        &board,
+        "document.querySelector('a[data-invite]') && document.querySelector('a[data-invite]').href",
+        "the new player's link",
+    )
+    .await;
+    let invite = invite.as_str().unwrap().to_owned();
+    until(
+        &board,
+        "document.body.dataset.players === '3'",
+        "three players",
+    )
+    .await;
+    let mut controllers = Vec::new();
+    for link in [
+        server.link(&s, &s.players["p1"]),
+        server.link(&s, &s.players["p2"]),
+        invite,
+    ] {
+        let c = browser(&d).await;
+        c.goto(&link).await.unwrap();
+        until(&c, "document.body.dataset.phase === 'lobby' && document.body.dataset.view === 'controller'", "a controller in the lobby").await;
+        controllers.push(c);
+    }
+    let p3 = eval(&controllers[2], "window.hostwirePage.info.player").await;
+    let p3 = p3.as_str().unwrap().to_owned();
+    screenshot(&board, "lobby").await;
+
+    click(&board, "#btn-start").await;
+    // getAsset answers a Blob with the file's bytes and type; an unknown
+    // key's error keeps the SPEC's `[CODE] message` form.
+    into_plugin(&controllers[0]).await;
+    let asset = until(
+        &controllers[0],
+        "document.body.dataset.asset",
+        "the cover asset",
+    )
+    .await;
+    assert_eq!(asset, json!("blob:image/png:300:0,1,2,3"));
+    let missing = until(
+        &controllers[0],
+        "document.body.dataset.assetError",
+        "the unknown asset",
+    )
+    .await;
+    assert!(
+        missing.as_str().unwrap().starts_with("[ASSET_NOT_FOUND] "),
+        "{missing}"
+    );
+    to_page(&controllers[0]).await;
+    // Question 1: Ada and Bo right, Cy wrong.
+    answer(&controllers[0], 0, "j").await;
+    answer(&controllers[1], 0, "j").await;
+    answer(&controllers[2], 0, "m").await;
+    board_at(
+        &board,
+        "document.body.dataset.q === '1'",
+        "question 2 on the board",
+    )
+    .await;
+    screenshot(&board, "running").await;
+    // The host pauses and resumes: every device's plugin hears it.
+    click(&board, "#btn-pause").await;
+    into_plugin(&controllers[1]).await;
+    until(
+        &controllers[1],
+        "document.body.dataset.paused === 'true'",
+        "the pause on a controller",
+    )
+    .await;
+    to_page(&controllers[1]).await;
+    click(&board, "#btn-resume").await;
+    into_plugin(&controllers[1]).await;
+    until(
+        &controllers[1],
+        "document.body.dataset.paused === 'false'",
+        "the resume on a controller",
+    )
+    .await;
+    to_page(&controllers[1]).await;
+    into_plugin(&controllers[0]).await;
+    until(
+        &controllers[0],
+        "document.body.dataset.q === '1' && document.querySelector('button.choice')",
+        "question 2 on Ada's phone",
+    )
+    .await;
+    to_page(&controllers[0]).await;
+    screenshot(&controllers[0], "running-controller").await;
+    // Question 2 (false is right): Ada right, Bo and Cy wrong.
+    answer(&controllers[0], 1, "false").await;
+    answer(&controllers[1], 1, "true").await;
+    answer(&controllers[2], 1, "true").await;
+    until(
+        &board,
+        "document.body.dataset.results === 'shown'",
+        "the results on the board",
+    )
+    .await;
+    // The board's `end` was answered: the result is durable.
+    board_at(
+        &board,
+        "document.body.dataset.resultStored === 'true'",
+        "end() answered",
+    )
+    .await;
+    screenshot(&board, "results").await;
+
+    let shown = board_results(&board).await;
+    let expected: BTreeMap<String, i64> =
+        [("p1".to_owned(), 2), ("p2".to_owned(), 1), (p3.clone(), 0)].into();
+    assert_eq!(shown, expected, "the board shows the game's scores");
+    // What the server stored is what the board shows.
+    let (st, v) = server
+        .request(
+            "GET",
+            &format!("/memizy/sessions/{}", s.id),
+            Some(&s.host),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["phase"], "finished", "{v}");
+    let stored: BTreeMap<String, i64> = v["result"]["scores"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, n)| (k.clone(), n.as_f64().unwrap() as i64))
+        .collect();
+    assert_eq!(stored, shown);
+    use hostwire_store::sessions::SessionStore;
+    let kept: Value =
+        serde_json::from_str(&server.store.load_result(&s.id).unwrap().unwrap()).unwrap();
+    assert_eq!(kept["scores"], v["result"]["scores"]);
+    // Every recordAnswer is in the store and in the players' progress.
+    assert_eq!(server.store.count_answers(&s.id).unwrap(), 6);
+    let progress = server.store.load_progress("p1", "set-planets").unwrap();
+    let items: Vec<&str> = progress.iter().map(|(i, _)| i.as_str()).collect();
+    assert!(
+        items.contains(&"q1") && items.contains(&"q2"),
+        "{progress:?}"
+    );
+    // The recording (SPEC 10): the authority's InitPayload with the set in
+    // display order and the seed, the start, every answer with its sender
+    // and game time, the pause and the end; kept in the store too.
+    let (st, rec) = server
+        .request(
+            "GET",
+            &format!("/memizy/sessions/{}/recording", s.id),
+            Some(&s.host),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{rec}");
+    assert_eq!(
+        rec["displaySeed"],
+        json!(s.id),
+        "the seed is the session id"
+    );
+    assert_eq!(rec["init"]["session"]["view"], "board");
+    assert_eq!(
+        rec["init"]["set"]["items"][0]["correctId"], "j",
+        "the authority's full items"
+    );
+    let entries = rec["entries"].as_array().unwrap();
+    let kinds: Vec<&str> = entries
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    for k in ["start", "pause", "resume", "end"] {
+        assert!(kinds.contains(&k), "{k} in {kinds:?}");
+    }
+    let answers: Vec<(String, String)> = entries
+        .iter()
+        .filter(|e| e["message"]["data"]["type"] == "answer")
+        .map(|e| {
+            assert!(e["gameTimeMs"].as_f64().is_some(), "{e}");
+            (
+                e["from"].as_str().unwrap().to_owned(),
+                e["message"]["data"]["choice"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(answers.len(), 6, "{answers:?}");
+    assert!(answers.contains(&("p1".to_owned(), "false".to_owned())));
+    assert!(answers.contains(&(p3.clone(), "m".to_owned())));
+    let kept: Value =
+        serde_json::from_str(&server.store.load_recording(&s.id).unwrap().unwrap()).unwrap();
+    assert_eq!(kept["entries"].as_array().unwrap().len(), entries.len());
+    for c in controllers {
+        c.close().await.unwrap();
+    }
+    board.close().await.unwrap();
+}
+
+/// A game of three players started from the board: (board, controllers).
+async fn started(
+    server: &Server,
+    d: &Driver,
+    plugin: &str,
+) -> (Session, fantoccini::Client, Vec<fantoccini::Client>) {
+    let s = server
+        .create(plugin, &[("p1", "Ada"), ("p2", "Bo"), ("p3", "Cy")])
+        .await;
+    let board = browser(d).await;
+    board.goto(&server.link(&s, &s.host)).await.unwrap();
+    until(
+        &board,
+        "document.body.dataset.phase === 'lobby'",
+        "the lobby",
+    )
+    .await;
+    let mut controllers = Vec::new();
+    for p in ["p1", "p2", "p3"] {
+        let c = browser(d).await;
+        c.goto(&server.link(&s, &s.players[p])).await.unwrap();
+        until(
+            &c,
+            "document.body.dataset.phase === 'lobby'",
+            "a controller in the lobby",
+        )
+        .await;
+        controllers.push(c);
+    }
+    click(&board, "#btn-start").await;
+    for c in &controllers {
+        into_plugin(c).await;
+        until(
+            c,
+            "document.body.dataset.ready === 'true'",
+            "a ready controller",
+        )
+        .await;
+        to_page(c).await;
+    }
+    (s, board, controllers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_board_reloaded_mid_game_comes_back_from_its_snapshot() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let server = Server::start().await;
+    let d = driver();
+    let (_s, board, cs) = started(&server, &d, QUIZ_HTML).await;
+    answer(&cs[0], 0, "j").await;
+    // The board kept Ada's answer in a snapshot the server acknowledged.
+    board_at(
+        &board,
+        "document.querySelector('tr[data-player=p1] .score').textContent === '1' && Number(document.body.dataset.saved) >= 2",
+        "Ada's point saved on the board",
+    )
+    .await;
+    board.refresh().await.unwrap();
+    // The controllers were told the authority was away, then back.
+    for c in &cs[1..] {
+        until(
+            c,
+            "document.body.dataset.overlaySeen === 'true'",
+            "the waiting overlay",
+        )
+        .await;
+        until(
+            c,
+            "document.body.dataset.overlay === 'hidden'",
+            "the overlay gone",
+        )
+        .await;
+    }
+    // The recreated board has Ada's point (no start() again), and the game goes on.
+    board_at(
+        &board,
+        "document.body.dataset.q === '0' && document.querySelector('tr[data-player=p1] .score').textContent === '1'",
+        "the board resumed at question 1 with Ada's point",
+    )
+    .await;
+    answer(&cs[1], 0, "j").await;
+    answer(&cs[2], 0, "v").await;
+    board_at(
+        &board,
+        "document.body.dataset.q === '1'",
+        "question 2 after the reload",
+    )
+    .await;
+    into_plugin(&cs[0]).await;
+    until(
+        &cs[0],
+        "document.body.dataset.q === '1' && document.body.dataset.score === '1'",
+        "Ada at question 2 with her point",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_closed_and_reopened_rejoins_as_the_same_player() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let server = Server::start().await;
+    let d = driver();
+    let (s, board, mut cs) = started(&server, &d, QUIZ_HTML).await;
+    answer(&cs[0], 0, "j").await;
+    board_at(
+        &board,
+        "document.querySelector('tr[data-player=p1] .score').textContent === '1'",
+        "Ada's point",
+    )
+    .await;
+    // Ada's page is closed (her browser with it).
+    let gone = cs.remove(0);
+    gone.close().await.unwrap();
+    cs.insert(0, browser(&d).await);
+    until(
+        &board,
+        "document.querySelector('#players li[data-player=p1]').dataset.connected === 'false'",
+        "Ada shown disconnected",
+    )
+    .await;
+    // The same link again: Ada, with her point, at the same question.
+    cs[0]
+        .goto(&server.link(&s, &s.players["p1"]))
+        .await
+        .unwrap();
+    into_plugin(&cs[0]).await;
+    until(
+        &cs[0],
+        "document.body.dataset.player === 'p1' && document.body.dataset.q === '0' && document.body.dataset.score === '1' && document.querySelector('#me').dataset.player === 'p1'",
+        "Ada back as p1 with her point",
+    )
+    .await;
+    to_page(&cs[0]).await;
+    until(
+        &board,
+        "document.querySelector('#players li[data-player=p1]').dataset.connected === 'true'",
+        "Ada shown connected",
+    )
+    .await;
+    let (_, v) = server
+        .request(
+            "GET",
+            &format!("/memizy/sessions/{}", s.id),
+            Some(&s.host),
+            None,
+        )
+        .await;
+    assert_eq!(
+        v["players"].as_array().unwrap().len(),
+        3,
+        "no new player: {v}"
+    );
+    // Bo's tab goes to another page (which a browser may keep in its
+    // back-forward cache): his page leaves the session, and his link
+    // brings him back.
+    cs[1].goto("about:blank").await.unwrap();
+    until(
+        &board,
+        "document.querySelector('#players li[data-player=p2]').dataset.connected === 'false'",
+        "Bo shown disconnected",
+    )
+    .await;
+    cs[1]
+        .goto(&server.link(&s, &s.players["p2"]))
+        .await
+        .unwrap();
+    into_plugin(&cs[1]).await;
+    until(
+        &cs[1],
+        "document.body.dataset.player === 'p2' && document.body.dataset.q === '0'",
+        "Bo back",
+    )
+    .await;
+    to_page(&cs[1]).await;
+    // The game goes on with them.
+    answer(&cs[1], 0, "m").await;
+    answer(&cs[2], 0, "j").await;
+    board_at(&board, "document.body.dataset.q === '1'", "question 2").await;
+    answer(&cs[0], 1, "false").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rates_and_sizes_are_refused_through_the_page_and_the_game_goes_on() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let server = Server::start().await;
+    let d = driver();
+    let (_s, board, cs) = started(&server, &d, QUIZ_HTML).await;
+    into_plugin(&cs[0]).await;
+    click(&cs[0], "#flood").await;
+    let codes = until(
+        &cs[0],
+        "document.getElementById('errors').dataset.flood === 'done' && document.getElementById('errors').dataset.codes",
+        "the flood's answers",
+    )
+    .await;
+    assert!(codes.as_str().unwrap().contains("RATE_LIMITED"), "{codes}");
+    click(&cs[0], "#big").await;
+    let codes = until(
+        &cs[0],
+        "document.getElementById('errors').dataset.big === 'done' && document.getElementById('errors').dataset.codes",
+        "the large message's answer",
+    )
+    .await;
+    assert!(
+        codes.as_str().unwrap().contains("MESSAGE_TOO_LARGE"),
+        "{codes}"
+    );
+    to_page(&cs[0]).await;
+    // Still in the game: everyone answers and the board moves on.
+    answer(&cs[0], 0, "j").await;
+    answer(&cs[1], 0, "j").await;
+    answer(&cs[2], 0, "j").await;
+    board_at(
+        &board,
+        "document.body.dataset.q === '1'",
+        "question 2 after the refusals",
+    )
+    .await;
+    until(
+        &cs[0],
+        "document.body.dataset.link === 'online'",
+        "the flooding page still online",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_plugin_is_contained() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let server = Server::start().await;
+    // Another origin the plugin tries to reach: it must see no connection.
+    let trap = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    trap.set_nonblocking(true).unwrap();
+    let steal = format!("http://{}/steal", trap.local_addr().unwrap());
+    let plugin = HOSTILE_HTML.replace("__STEAL_URL__", &steal);
+    let d = driver();
+    let (s, board, cs) = started(&server, &d, &plugin).await;
+    let play_url = server.link(&s, &s.players["p1"]);
+    into_plugin(&cs[0]).await;
+    click(&cs[0], "#attack").await;
+    let flood = until(&cs[0], "document.body.dataset.flood", "the attack's end").await;
+    let flood: Value = serde_json::from_str(flood.as_str().unwrap()).unwrap();
+    let refused = flood["RATE_LIMITED"].as_u64().unwrap_or(0);
+    assert!(refused >= 1000, "the flood is rate limited: {flood}");
+    let d0 = eval(&cs[0], "Object.assign({}, document.body.dataset)").await;
+    assert_eq!(d0["fetch"], "blocked", "{d0}");
+    assert!(
+        d0["violations"]
+            .as_str()
+            .unwrap_or("")
+            .contains("connect-src"),
+        "the CSP stopped the connection: {d0}"
+    );
+    to_page(&cs[0]).await;
+    // The top page is still the device page, online.
+    let url = cs[0].current_url().await.unwrap();
+    assert_eq!(url.as_str(), play_url, "top.location was not changed");
+    until(
+        &cs[0],
+        "document.body.dataset.link === 'online'",
+        "the hostile device's page online",
+    )
+    .await;
+    // Other devices are unaffected: a ping of Bo reaches the board.
+    into_plugin(&cs[1]).await;
+    click(&cs[1], "#ping").await;
+    until(
+        &cs[1],
+        "document.body.dataset.pinged === 'ok'",
+        "Bo's ping answered",
+    )
+    .await;
+    board_at(
+        &board,
+        "document.body.dataset.pings_p2 === '1'",
+        "Bo's ping on the board",
+    )
+    .await;
+    assert_eq!(
+        eval(&board, "document.body.dataset.link").await,
+        json!("online")
+    );
+    // No forged `end` ended the game (a controller is not the authority).
+    let (_, v) = server
+        .request(
+            "GET",
+            &format!("/memizy/sessions/{}", s.id),
+            Some(&s.host),
+            None,
+        )
+        .await;
+    assert_eq!(v["phase"], "running", "{v}");
+    match trap.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the plugin reached another origin: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_gets_a_clear_message() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let server = Server::start().await;
+    let s = server.create(QUIZ_HTML, &[("p1", "Ada")]).await;
+    let d = driver();
+    let c = browser(&d).await;
+    c.goto(&server.link(&s, "not-the-token")).await.unwrap();
+    let text = until(
+        &c,
+        "document.body.dataset.failure === '401' && document.getElementById('message').textContent",
+        "the bad-token message",
+    )
+    .await;
+    assert!(
+        text.as_str()
+            .unwrap()
+            .contains("token is wrong or has expired"),
+        "{text}"
+    );
+    // The front door says what the server is and leads to the device page.
+    c.goto(&format!("{}/", server.http)).await.unwrap();
+    let t = until(&c, "document.body.textContent", "the front door").await;
+    let t = t.as_str().unwrap();
+    assert!(
+        t.contains("/memizy/play") && t.contains("/ggui/ws") && t.contains("\"ok\": true"),
+        "{t}"
+    );
+}

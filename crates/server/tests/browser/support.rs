@@ -1,0 +1,328 @@
+//! A server on 127.0.0.1 port 0 with its SQLite store in a temporary
+//! directory, the session API over HTTP, and Chromium driven over
+//! WebDriver (Debian's `chromium` and `chromium-driver`): one browser per
+//! device, so no device is a throttled background tab of another.
+#![allow(dead_code)]
+
+use base64::Engine;
+use fantoccini::{Client, ClientBuilder, Locator};
+use hostwire::app::App;
+use hostwire::http::AllowedOrigins;
+use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE};
+use hostwire_core::SystemClock;
+use hostwire_memizy::RELAY_LIMITS;
+use hostwire_store::SqliteStore;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The operator credential the test server is started with.
+pub const OPERATOR: &str = "browser-test-operator-credential-0123";
+/// A guard against a hung browser or page, not a wait for time to pass:
+/// every wait ends as soon as its condition holds.
+pub const GUARD: Duration = Duration::from_secs(40);
+/// The test plugins (our own, SPEC 1.0, Penpal 7.0.6).
+pub const QUIZ_HTML: &str = include_str!("quiz.html");
+pub const HOSTILE_HTML: &str = include_str!("hostile.html");
+
+pub struct Server {
+    pub app: Option<App>,
+    pub http: String,
+    pub store: Arc<SqliteStore>,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// A server whose `ALLOWED_ORIGINS` is the default list (not this
+    /// server): the device page works because it is the server's own.
+    pub async fn start() -> Server {
+        let dir = tempfile::Builder::new()
+            .prefix("hostwire-browser-")
+            .tempdir()
+            .unwrap();
+        let store = Arc::new(SqliteStore::open(&dir.path().join("hostwire.db")).unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let config = RelayConfig {
+            allowed_origins: AllowedOrigins::parse(hostwire::cli::DEFAULT_ALLOWED_ORIGINS),
+            trust_proxy: false,
+            rooms_per_ip_per_hour: RELAY_LIMITS.rooms_per_ip_per_hour,
+            limits: RELAY_LIMITS,
+            outbound_queue: OUTBOUND_QUEUE,
+            credentials: hostwire::http::CredentialSettings {
+                operator_token: Some(OPERATOR.to_owned()),
+                ..Default::default()
+            },
+        };
+        let app = App::start(
+            listener,
+            config,
+            Arc::new(SystemClock),
+            Arc::clone(&store) as _,
+        )
+        .unwrap();
+        app.sessions.use_store(Arc::clone(&store) as _);
+        let http = format!("http://{}", app.addr);
+        Server {
+            app: Some(app),
+            http,
+            store,
+            _dir: dir,
+        }
+    }
+
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let c = reqwest::Client::new();
+        let url = format!("{}{path}", self.http);
+        let mut r = match method {
+            "POST" => c.post(url),
+            "DELETE" => c.delete(url),
+            _ => c.get(url),
+        };
+        if let Some(t) = token {
+            r = r.header("authorization", format!("Bearer {t}"));
+        }
+        if let Some(b) = body {
+            r = r
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let resp = tokio::time::timeout(GUARD, r.send())
+            .await
+            .unwrap()
+            .unwrap();
+        let status = resp.status().as_u16();
+        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        (status, v)
+    }
+
+    /// A presenter session of `plugin` with these players, in its lobby.
+    pub async fn create(&self, plugin: &str, players: &[(&str, &str)]) -> Session {
+        let players: Vec<Value> = players
+            .iter()
+            .map(|(id, name)| json!({"id": id, "name": name}))
+            .collect();
+        let body = json!({
+            "pluginHtml": plugin,
+            "set": quiz_set(),
+            "mode": "multiplayer",
+            "hostAs": "presenter",
+            "players": players,
+            "timing": {"countdownMs": 0, "finishedCloseMs": 600000},
+            "assets": {"assets/cover.png": base64::engine::general_purpose::STANDARD.encode(cover())}
+        });
+        let (s, v) = self
+            .request("POST", "/memizy/sessions", Some(OPERATOR), Some(&body))
+            .await;
+        assert_eq!(s, 201, "{v}");
+        Session {
+            id: v["sessionId"].as_str().unwrap().to_owned(),
+            host: v["hostToken"].as_str().unwrap().to_owned(),
+            players: v["playerTokens"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, t)| (k.clone(), t.as_str().unwrap().to_owned()))
+                .collect(),
+        }
+    }
+
+    /// The device page's link for a token.
+    pub fn link(&self, s: &Session, token: &str) -> String {
+        format!("{}/memizy/play#session={}&token={token}", self.http, s.id)
+    }
+}
+
+/// The set's one file: 300 bytes counting up from 0.
+pub fn cover() -> Vec<u8> {
+    (0..=255u8).cycle().take(300).collect()
+}
+
+pub fn quiz_set() -> Value {
+    json!({
+        "meta": {"id": "set-planets", "title": "Planets", "assets": {
+            "cover": {"type": "image", "value": "assets/cover.png", "mimeType": "image/png"}
+        }},
+        "items": [
+            {"id": "q1", "type": "mcq-single", "question": "Largest planet?",
+             "options": [{"id": "j", "text": "Jupiter"}, {"id": "m", "text": "Mars"}, {"id": "v", "text": "Venus"}],
+             "correctId": "j"},
+            {"id": "q2", "type": "true-false", "question": "Sound is faster than light.", "correctAnswer": false}
+        ]
+    })
+}
+
+pub struct Session {
+    pub id: String,
+    pub host: String,
+    pub players: std::collections::HashMap<String, String>,
+}
+
+/// chromedriver on a free port of 127.0.0.1, killed when dropped.
+pub struct Driver {
+    child: Child,
+    pub url: String,
+}
+
+impl Drop for Driver {
+    /// Ends chromedriver and every browser it started (they are in its
+    /// process group): a test that fails leaves no Chromium behind.
+    fn drop(&mut self) {
+        let pgid = self.child.id() as libc::pid_t;
+        // SAFETY: kill(2) with a negative pid signals that process group only.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// The system's chromium and chromedriver (CHROMIUM_BINARY and
+/// CHROMEDRIVER override them). A machine without them fails here with
+/// what to install: `.ci/run` installs them.
+pub fn driver() -> Driver {
+    let exe = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
+    let mut child = Command::new(&exe)
+        .arg("--port=0")
+        // A process group of its own, which its browsers join.
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("{exe}: {e}; install Debian's chromium and chromium-driver (.ci/run does)")
+        });
+    let out = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let port = loop {
+        let line = lines
+            .next()
+            .expect("chromedriver said nothing")
+            .expect("chromedriver's output");
+        // "ChromeDriver was started successfully on port 41823."
+        if let Some(rest) = line.split("started successfully on port ").nth(1) {
+            break rest.trim_end_matches('.').trim().to_owned();
+        }
+    };
+    // Keep reading its output so that it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Driver {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+/// A browser (its own Chromium) for one device.
+pub async fn browser(d: &Driver) -> Client {
+    let binary = std::env::var("CHROMIUM_BINARY").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": binary,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1000,720", "--no-first-run", "--disable-extensions",
+                     "--disable-background-timer-throttling", "--disable-renderer-backgrounding"]
+        }),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    let c = tokio::time::timeout(
+        GUARD,
+        ClientBuilder::new(connector)
+            .capabilities(caps)
+            .connect(&d.url),
+    )
+    .await
+    .expect("chromium started in time")
+    .expect("a WebDriver session");
+    c.update_timeouts(fantoccini::wd::TimeoutConfiguration::new(
+        Some(GUARD),
+        Some(GUARD),
+        Some(Duration::from_secs(0)),
+    ))
+    .await
+    .unwrap();
+    c
+}
+
+/// Waits until the JavaScript expression `expr` is truthy in the current
+/// frame (checked in the page at each animation frame, no fixed delay) and
+/// returns its value; fails after [`GUARD`] naming what it waited for.
+pub async fn until(c: &Client, expr: &str, what: &str) -> Value {
+    let script = format!(
+        "const done = arguments[arguments.length - 1];
+         const f = () => {{ try {{ return ({expr}); }} catch (e) {{ return null; }} }};
+         const t = () => {{ const v = f(); if (v) done(v); else requestAnimationFrame(t); }};
+         t();"
+    );
+    match c.execute_async(&script, vec![]).await {
+        Ok(v) => v,
+        Err(e) => panic!("waiting for {what} ({expr}): {e}"),
+    }
+}
+
+/// Runs `expr` in the current frame and returns its value.
+pub async fn eval(c: &Client, expr: &str) -> Value {
+    c.execute(&format!("return ({expr});"), vec![])
+        .await
+        .unwrap_or_else(|e| panic!("{expr}: {e}"))
+}
+
+/// Enters the plugin's iframe (the page has one).
+pub async fn into_plugin(c: &Client) {
+    until(
+        c,
+        "document.querySelector('#stage iframe')",
+        "the plugin iframe",
+    )
+    .await;
+    c.enter_frame(0).await.unwrap();
+}
+
+pub async fn to_page(c: &Client) {
+    c.enter_parent_frame().await.unwrap();
+}
+
+/// Clicks the element `css` of the current frame once it is there and enabled.
+pub async fn click(c: &Client, css: &str) {
+    let sel = serde_json::to_string(css).unwrap();
+    until(
+        c,
+        &format!(
+            "(() => {{ const e = document.querySelector({sel}); return e && !e.disabled; }})()"
+        ),
+        css,
+    )
+    .await;
+    c.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+/// Where the screenshots go: a folder of the test target directory.
+pub fn screenshot_dir() -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("browser-screenshots");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub async fn screenshot(c: &Client, name: &str) -> PathBuf {
+    let png = c.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    let p = screenshot_dir().join(format!("{name}.png"));
+    std::fs::write(&p, png).unwrap();
+    eprintln!("screenshot: {}", p.display());
+    p
+}
