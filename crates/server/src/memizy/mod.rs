@@ -225,8 +225,9 @@ impl Relay {
             }
             let pin = choose_pin(
                 || u32::from_ne_bytes(hostwire_core::token::random_bytes()),
-                |p| rooms.contains_key(p))
-                .ok_or(CreateError::NoPin)?;
+                |p| rooms.contains_key(p),
+            )
+            .ok_or(CreateError::NoPin)?;
             // Taken from now on: a creation running meanwhile cannot choose
             // it too. Commands wait in the queue until the room's task runs.
             rooms.insert(pin.clone(), RoomHandle { tx });

@@ -591,7 +591,11 @@ async fn kill_9_at_random_points_of_scripted_games_loses_no_acknowledged_change(
                 Acked::Started { .. } => match rng.random_range(0..12) {
                     _ if started_for > 4 => Step::End(json!({"scores": {"p1": n as f64}})),
                     0 | 11 => Step::End(json!({"scores": {"p1": n as f64}})),
-                    1 => Step::PauseOrResume(if rng.random_bool(0.5) { "pause" } else { "resume" }),
+                    1 => Step::PauseOrResume(if rng.random_bool(0.5) {
+                        "pause"
+                    } else {
+                        "resume"
+                    }),
                     2 => Step::Save,
                     _ => {
                         n += 1;
