@@ -134,20 +134,7 @@ fn action_frame(session: &str, n: usize, i: usize) -> String {
 
 async fn actions(t: &Target, session: &str, total: usize) -> f64 {
     let client = reqwest::Client::new();
-    if t.ggui {
-        let spec = json!({"actionSpec": {"toggleTask": {"schema": {"type": "object",
-            "properties": {"id": {"type": "string", "minLength": 1}, "done": {"type": "boolean"},
-                           "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}},
-            "required": ["id", "done"]}}}});
-        let r = client
-            .put(format!("{}/ggui/sessions/{session}", t.http))
-            .bearer_auth(APP_CREDENTIAL)
-            .body(spec.to_string())
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success());
-    }
+    register_contract(t, &client, session).await;
     let ws = subscribe(&ws_url(t, session).await, session).await;
     let (mut tx, mut rx) = ws.split();
     let mut timed = Duration::ZERO;
@@ -165,39 +152,15 @@ async fn actions(t: &Target, session: &str, total: usize) -> f64 {
         let receiver = async {
             let mut last = 0;
             for _ in 0..n {
-                let v = loop {
-                    match tokio::time::timeout(GUARD, rx.next())
-                        .await
-                        .expect("hung")
-                        .unwrap()
-                        .unwrap()
-                    {
-                        // A drain is acknowledged per drained event: the
-                        // earlier batch's may still be arriving.
-                        Message::Text(t) if t.contains("\"drain_ack\"") => continue,
-                        Message::Text(t) => break serde_json::from_str::<Value>(&t).unwrap(),
-                        _ => continue,
-                    }
-                };
-                assert_eq!(v["type"], "ack", "{v}");
-                last = v["payload"]["sequence"].as_u64().unwrap();
+                last = ack_sequence(&mut rx).await;
             }
             last
         };
         let ((), last) = tokio::join!(sender, receiver);
         timed += start.elapsed();
         done += n;
-        if t.ggui {
-            // The agent drains what it handled (not timed).
-            let r = client
-                .post(format!("{}/ggui/sessions/{session}/actions/drain", t.http))
-                .bearer_auth(APP_CREDENTIAL)
-                .body(json!({"upTo": last}).to_string())
-                .send()
-                .await
-                .unwrap();
-            assert!(r.status().is_success());
-        }
+        // The agent drains what it handled (not timed).
+        drain(t, &client, session, last).await;
     }
     total as f64 / timed.as_secs_f64()
 }
@@ -304,8 +267,48 @@ fn threads_cpu_ns(prefix: &str) -> u64 {
     total
 }
 
-/// The sequence of the next ack (skipping drain acknowledgements).
-async fn ack_sequence(ws: &mut Ws) -> u64 {
+/// The agent's contract for the actions the bench sends (the ggui server
+/// only).
+async fn register_contract(t: &Target, client: &reqwest::Client, session: &str) {
+    if !t.ggui {
+        return;
+    }
+    let spec = json!({"actionSpec": {"toggleTask": {"schema": {"type": "object",
+        "properties": {"id": {"type": "string", "minLength": 1}, "done": {"type": "boolean"},
+                       "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}},
+        "required": ["id", "done"]}}}});
+    let r = client
+        .put(format!("{}/ggui/sessions/{session}", t.http))
+        .bearer_auth(APP_CREDENTIAL)
+        .body(spec.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+}
+
+/// The agent drains the actions up to `last` (the ggui server only), so
+/// that the pending queue's bound is never what is measured.
+async fn drain(t: &Target, client: &reqwest::Client, session: &str, last: u64) {
+    if !t.ggui {
+        return;
+    }
+    let r = client
+        .post(format!("{}/ggui/sessions/{session}/actions/drain", t.http))
+        .bearer_auth(APP_CREDENTIAL)
+        .body(json!({"upTo": last}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+}
+
+/// The sequence of the next ack. A drain is acknowledged per drained
+/// event: an earlier batch's may still be arriving, and is skipped.
+async fn ack_sequence<S>(ws: &mut S) -> u64
+where
+    S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
     loop {
         match tokio::time::timeout(GUARD, ws.next())
             .await
@@ -317,7 +320,9 @@ async fn ack_sequence(ws: &mut Ws) -> u64 {
             Message::Text(t) => {
                 let v = serde_json::from_str::<Value>(&t).unwrap();
                 assert_eq!(v["type"], "ack", "{v}");
-                return v["payload"]["sequence"].as_u64().unwrap_or(0);
+                return v["payload"]["sequence"]
+                    .as_u64()
+                    .expect("an ack has a sequence");
             }
             _ => continue,
         }
@@ -329,20 +334,7 @@ async fn ack_sequence(ws: &mut Ws) -> u64 {
 /// burst on the same socket. Returns (spaced, burst).
 async fn spaced_and_burst(t: &Target, session: &str, n: usize, gap: Duration) -> (f64, f64) {
     let client = reqwest::Client::new();
-    if t.ggui {
-        let spec = json!({"actionSpec": {"toggleTask": {"schema": {"type": "object",
-            "properties": {"id": {"type": "string", "minLength": 1}, "done": {"type": "boolean"},
-                           "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}},
-            "required": ["id", "done"]}}}});
-        let r = client
-            .put(format!("{}/ggui/sessions/{session}", t.http))
-            .bearer_auth(APP_CREDENTIAL)
-            .body(spec.to_string())
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success());
-    }
+    register_contract(t, &client, session).await;
     let mut ws = subscribe(&ws_url(t, session).await, session).await;
     // Spaced: the server sleeps between actions, as with an agent UI
     // clicked by a person.
@@ -358,22 +350,7 @@ async fn spaced_and_burst(t: &Target, session: &str, n: usize, gap: Duration) ->
         last = ack_sequence(&mut ws).await;
     }
     let spaced = threads_cpu_ns(SERVER_THREADS) - before;
-    let drain = |last: u64| {
-        let client = client.clone();
-        async move {
-            if t.ggui {
-                let r = client
-                    .post(format!("{}/ggui/sessions/{session}/actions/drain", t.http))
-                    .bearer_auth(APP_CREDENTIAL)
-                    .body(json!({"upTo": last}).to_string())
-                    .send()
-                    .await
-                    .unwrap();
-                assert!(r.status().is_success());
-            }
-        }
-    };
-    drain(last).await;
+    drain(t, &client, session, last).await;
     // The same count in one burst, pipelined.
     let before = threads_cpu_ns(SERVER_THREADS);
     for i in 0..n {
@@ -386,7 +363,7 @@ async fn spaced_and_burst(t: &Target, session: &str, n: usize, gap: Duration) ->
         last = ack_sequence(&mut ws).await;
     }
     let burst = threads_cpu_ns(SERVER_THREADS) - before;
-    drain(last).await;
+    drain(t, &client, session, last).await;
     let per = |ns: u64| ns as f64 / n as f64 / 1000.0;
     (per(spaced), per(burst))
 }

@@ -156,6 +156,31 @@ fn host_origin(headers: &HeaderMap, trust_proxy: bool) -> Option<String> {
     Some(format!("{}://{host}", if https { "https" } else { "http" }))
 }
 
+/// What the page reads of a stored creation request. The rest (the set,
+/// its items, the assets) is skipped, not built: a device reloading its
+/// plugin must not cost a JSON tree of the whole set.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PluginView {
+    #[serde(default)]
+    plugin_html: String,
+    #[serde(default)]
+    mode: Value,
+    #[serde(default)]
+    host_as: Value,
+}
+
+impl PluginView {
+    fn read(spec: &str) -> Result<PluginView, Response> {
+        serde_json::from_str(spec).map_err(|e| {
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("stored session: {e}"),
+            )
+        })
+    }
+}
+
 impl Play {
     /// The session's creation request as stored (`None`: no such session).
     async fn stored(&self, id: &str) -> Result<hostwire_store::sessions::StoredSession, Response> {
@@ -178,14 +203,8 @@ impl Play {
         if let Some(d) = self.docs.lock().ok().and_then(|m| m.get(id).cloned()) {
             return Ok(d);
         }
-        let spec: Value = serde_json::from_str(spec).map_err(|e| {
-            error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("stored session: {e}"),
-            )
-        })?;
-        let html = spec.get("pluginHtml").and_then(Value::as_str).unwrap_or("");
-        let m = read_plugin_manifest(html).map_err(|e| {
+        let spec = PluginView::read(spec)?;
+        let m = read_plugin_manifest(&spec.plugin_html).map_err(|e| {
             error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("pluginHtml: {e}"),
@@ -195,8 +214,8 @@ impl Play {
             key: Token::generate(),
             plugin_id: m.id,
             runtime: m.runtime,
-            mode: spec.get("mode").cloned().unwrap_or(Value::Null),
-            host_as: spec.get("hostAs").cloned().unwrap_or(Value::Null),
+            mode: spec.mode,
+            host_as: spec.host_as,
         });
         if let Ok(mut m) = self.docs.lock() {
             if m.len() >= MAX_DOCUMENT_KEYS {
@@ -323,14 +342,10 @@ async fn plugin_document(
         Ok(s) => s,
         Err(r) => return r,
     };
-    let html = serde_json::from_str::<Value>(&stored.spec)
-        .ok()
-        .and_then(|v| {
-            v.get("pluginHtml")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        })
-        .unwrap_or_default();
+    let html = match PluginView::read(&stored.spec) {
+        Ok(v) => v.plugin_html,
+        Err(r) => return r,
+    };
     let origin = host_origin(&headers, play.sessions.config.trust_proxy);
     let csp = content_policy(Some(&doc.runtime), origin.as_deref());
     let body = with_policy_meta(&html, &csp);
