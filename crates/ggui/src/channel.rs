@@ -76,6 +76,14 @@ pub const MAX_STREAM_CHANNELS: usize = 256;
 pub const MAX_HELD_FRAMES_PER_SESSION: usize = 1_024;
 /// Bytes of frames held per session while one of its actions is validated.
 pub const MAX_HELD_FRAME_BYTES_PER_SESSION: usize = 4 * MAX_FRAME_BYTES;
+/// An action whose validation costs at most this (its frame's bytes times
+/// the most schemas one place of its spec is checked against, see
+/// [`ActionSpec::validation_cost`]) is validated inline even when
+/// [`ChannelConfig::defer_validation`] is on: handing it to a thread costs
+/// more than checking it. A unit costs about 15 ns in a release build, so
+/// the budget is about 60 microseconds at worst: 2 KiB of action against a
+/// plain schema, 256 bytes against the worst fan-out admitted.
+pub const INLINE_VALIDATION_MAX_COST: u64 = 4 * 1024;
 /// Close code for a policy violation (auth-free flood, strict version).
 pub const CLOSE_POLICY_VIOLATION: u16 = 1008;
 /// Close code after `UPGRADE_REQUIRED` under the strict policy.
@@ -127,6 +135,9 @@ pub struct ChannelConfig {
     /// meanwhile the session's later frames wait, in order. Off: actions
     /// are validated inline, in `frame_received`.
     pub defer_validation: bool,
+    /// With `defer_validation`, actions that cost at most this are still
+    /// validated inline (see [`INLINE_VALIDATION_MAX_COST`]).
+    pub inline_validation_max_cost: u64,
 }
 
 impl Default for ChannelConfig {
@@ -147,6 +158,7 @@ impl Default for ChannelConfig {
             max_pending_actions: MAX_PENDING_ACTIONS,
             max_pending_action_bytes: MAX_PENDING_ACTION_BYTES,
             defer_validation: false,
+            inline_validation_max_cost: INLINE_VALIDATION_MAX_COST,
         }
     }
 }
@@ -485,6 +497,9 @@ pub struct Channel {
     sessions: HashMap<String, Session>,
     conns: HashMap<ConnId, Conn>,
     outputs: VecDeque<Output>,
+    /// Bytes of the frame being handled (`None` for a frame handed in
+    /// decoded): what an action's validation cost is reckoned from.
+    frame_bytes: Option<usize>,
 }
 
 /// An action's `data` (`null` when absent) as JSON text.
@@ -531,6 +546,7 @@ impl Channel {
             sessions: HashMap::new(),
             conns: HashMap::new(),
             outputs: VecDeque::new(),
+            frame_bytes: None,
         }
     }
 
@@ -546,6 +562,11 @@ impl Channel {
     /// Outputs waiting to be polled.
     pub fn pending_outputs(&self) -> usize {
         self.outputs.len()
+    }
+
+    /// The session a connection is subscribed to.
+    pub fn subscription(&self, conn: ConnId) -> Option<&str> {
+        self.conns.get(&conn)?.subscribed.as_deref()
     }
 
     pub fn session_count(&self) -> usize {
@@ -706,7 +727,9 @@ impl Channel {
                 return;
             }
         };
+        self.frame_bytes = Some(bytes.len());
         self.handle_frame(conn, frame, now_ms);
+        self.frame_bytes = None;
     }
 
     /// A frame already decoded (tests and fuzzing drive this too).
@@ -1048,7 +1071,10 @@ impl Channel {
                     envelope,
                     spec: Arc::clone(spec),
                 };
-                if self.config.defer_validation {
+                let cheap = self.frame_bytes.is_some_and(|b| {
+                    spec.validation_cost(b) <= self.config.inline_validation_max_cost
+                });
+                if self.config.defer_validation && !cheap {
                     session.validating = true;
                     self.outputs.push_back(Output::Validate(Box::new(job)));
                 } else {

@@ -77,6 +77,9 @@ pub struct ActionSpec {
     entries: Vec<ActionEntry>,
     index: HashMap<String, usize>,
     source: Value,
+    /// The most schemas any one place of any action is checked against:
+    /// an action's validation costs about this times its size.
+    max_fanout: u64,
 }
 
 impl std::fmt::Debug for ActionSpec {
@@ -102,6 +105,7 @@ impl ActionSpec {
         }
         let mut entries = Vec::with_capacity(m.len());
         let mut index = HashMap::with_capacity(m.len());
+        let mut max_fanout = 1;
         for (name, entry) in m {
             if name.is_empty() || name.len() > crate::decode::MAX_ID_BYTES {
                 return Err(format!(
@@ -126,8 +130,9 @@ impl ActionSpec {
                         ));
                     }
                     let closed = inject_closed_shape(schema);
-                    check_fanout(&closed)
+                    let fanout = check_fanout(&closed)
                         .map_err(|(at, why)| format!("actionSpec.{name}.schema#{at}: {why}"))?;
+                    max_fanout = max_fanout.max(fanout);
                     let validator = jsonschema::draft7::options()
                         .should_validate_formats(true)
                         // `regex` runs in time linear in the input; a
@@ -158,7 +163,15 @@ impl ActionSpec {
             entries,
             index,
             source: spec.clone(),
+            max_fanout,
         })
+    }
+
+    /// What validating an action of `bytes` costs at most, in bytes times
+    /// schemas checked at one place (the bound [`MAX_SCHEMA_FANOUT`] puts
+    /// on the work per byte).
+    pub fn validation_cost(&self, bytes: usize) -> u64 {
+        (bytes as u64).saturating_mul(self.max_fanout)
     }
 
     /// The spec as it was declared (for persistence).
@@ -382,21 +395,26 @@ impl Fanout {
 /// and refuses it when some place of an instance would be checked against
 /// more than [`MAX_SCHEMA_FANOUT`] schemas. A reference cycle is refused
 /// too: one that stays at a place never ends, and one that descends can
-/// multiply with the instance's depth. The error is `(JSON pointer, why)`.
-fn check_fanout(root: &Value) -> Result<(), (String, String)> {
+/// multiply with the instance's depth. The error is `(JSON pointer, why)`;
+/// otherwise the most schemas one place is checked against.
+fn check_fanout(root: &Value) -> Result<u64, (String, String)> {
     let mut walk = FanoutWalk {
         root,
         memo: HashMap::new(),
         // `#` is the root, already being walked.
         stack: vec![String::new()],
+        max: 1,
     };
-    walk.schema(root, String::new(), 0).map(|_| ())
+    walk.schema(root, String::new(), 0)?;
+    Ok(walk.max)
 }
 
 struct FanoutWalk<'a> {
     root: &'a Value,
     memo: HashMap<String, Fanout>,
     stack: Vec<String>,
+    /// The largest fan-out of a place seen so far.
+    max: u64,
 }
 
 impl<'a> FanoutWalk<'a> {
@@ -515,6 +533,7 @@ impl<'a> FanoutWalk<'a> {
                 .worst();
         }
         f.add(&own);
+        self.max = self.max.max(f.worst());
         if f.worst() > MAX_SCHEMA_FANOUT {
             return Err((
                 at,
@@ -1260,7 +1279,14 @@ mod tests {
             started.elapsed()
         };
         let (base, worst) = (time(&cheapest), time(&s));
-        eprintln!("64 KiB action: fan-out 1 {base:?}, fan-out {MAX_SCHEMA_FANOUT} {worst:?}");
+        eprintln!(
+            "64 KiB action: fan-out {} {base:?}, fan-out {} {worst:?}",
+            cheapest.max_fanout, s.max_fanout
+        );
+        // The cost the channel reckons with (to validate inline or not)
+        // ranks them the same way.
+        assert!(cheapest.max_fanout <= 2, "{}", cheapest.max_fanout);
+        assert!(s.max_fanout >= MAX_SCHEMA_FANOUT - 1, "{}", s.max_fanout);
         assert!(
             worst < base * 2 * MAX_SCHEMA_FANOUT as u32,
             "{base:?} {worst:?}"

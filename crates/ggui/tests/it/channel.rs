@@ -1133,6 +1133,7 @@ fn props_the_store_refuses_are_not_sent_and_change_nothing() {
 fn deferred_validation_keeps_each_sessions_order_and_lets_others_through() {
     let mut h = Harness::with(ChannelConfig {
         defer_validation: true,
+        inline_validation_max_cost: 0,
         ..Default::default()
     });
     let spec =
@@ -1189,9 +1190,42 @@ fn deferred_validation_keeps_each_sessions_order_and_lets_others_through() {
 }
 
 #[test]
+fn a_cheap_action_is_validated_inline_and_a_costly_one_off_the_channel() {
+    let mut h = Harness::with(ChannelConfig {
+        defer_validation: true,
+        ..Default::default()
+    });
+    let spec =
+        json!({"pick": {"schema": {"type": "object", "properties": {"id": {"type": "string"}}}}});
+    h.create(CreateSession {
+        action_spec: Some(spec),
+        ..create("a")
+    });
+    let a = h.open(1);
+    h.subscribe(a, json!({"sessionId": "a"}));
+    // A small action: acknowledged at once, no job handed out.
+    let frames = h.send(a, action("a", "a1", "pick", json!({"id": "x"})));
+    assert_eq!(types(&frames), vec!["ack"], "{frames:?}");
+    assert!(h.jobs.is_empty());
+    // One past the budget goes to a thread, and the session waits for it.
+    let big = "x".repeat(INLINE_VALIDATION_MAX_COST as usize);
+    assert!(h
+        .send(a, action("a", "a2", "pick", json!({"id": big})))
+        .is_empty());
+    assert_eq!(h.jobs.len(), 1);
+    let job = h.jobs.pop().unwrap();
+    let now = h.now();
+    h.ch.action_validated(job.run(), now);
+    let frames = h.drain(a);
+    assert_eq!(types(&frames), vec!["ack"], "{frames:?}");
+    assert_eq!(frames[0]["requestId"], "a2");
+}
+
+#[test]
 fn frames_held_behind_a_validation_are_bounded() {
     let mut h = Harness::with(ChannelConfig {
         defer_validation: true,
+        inline_validation_max_cost: 0,
         rate_burst: 4 * MAX_HELD_FRAMES_PER_SESSION as u32,
         ..Default::default()
     });
@@ -1218,6 +1252,7 @@ fn frames_held_behind_a_validation_are_bounded() {
 fn a_burst_of_actions_within_the_rate_limit_is_held_and_each_acked() {
     let mut h = Harness::with(ChannelConfig {
         defer_validation: true,
+        inline_validation_max_cost: 0,
         ..Default::default()
     });
     h.create(CreateSession {

@@ -10,8 +10,9 @@
 //! queue, and it answers by pushing frames onto connections' outbound
 //! queues (never waiting on a socket) and records onto the persistence
 //! queue, in the order the core produced them. No lock is held across I/O:
-//! the only await in the actor is on the bounded persistence queue, which
-//! is how a slow disk slows intake instead of growing memory.
+//! the actor awaits only the bounded persistence queue and the commits its
+//! acknowledgements wait for, which is how a slow disk slows intake
+//! instead of growing memory.
 //!
 //! An action's JSON Schema validation does not run on the actor: the core
 //! hands it out ([`Output::Validate`]) with the session's compiled spec
@@ -19,7 +20,14 @@
 //! [`validation_workers`] at once, and comes back to the actor as an event.
 //! A session has one validation under way at a time and its later frames
 //! wait in the core, so its actions and acks keep their order while other
-//! sessions go on.
+//! sessions go on. A cheap action is validated in the core at once (see
+//! [`hostwire_ggui::channel::INLINE_VALIDATION_MAX_COST`]).
+//!
+//! Frames and validated actions waiting in the queue are handled one after
+//! another as one [`Batch`], stored with one commit (one unit per session):
+//! what the batch acknowledges waits for the commit, and frames arriving
+//! meanwhile share the next one. One commit per action held a client that
+//! pipelines its actions to the disk's commit rate.
 
 pub mod api;
 pub mod ws;
@@ -32,6 +40,7 @@ use axum::extract::ws::Utf8Bytes;
 use axum::Router;
 use bytes::Bytes;
 use hostwire_core::Clock;
+use hostwire_ggui::channel::Undo;
 use hostwire_ggui::channel::{RestoredSession, SessionRecord};
 use hostwire_ggui::{Channel, ChannelConfig, ConnId, GguiSessionEvent, Output, Record};
 use hostwire_ggui::{ReplayPolicy, StreamEnvelope};
@@ -39,7 +48,7 @@ use hostwire_ggui::{ValidatedAction, ValidationJob};
 use hostwire_store::ggui::{GguiChange, GguiStore, GguiStoredSession};
 use hostwire_store::UnitStore;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -581,6 +590,39 @@ impl Persistence {
         ok
     }
 
+    /// Writes `records` as one unit per session (all or nothing each) and
+    /// waits: the sessions whose unit failed.
+    async fn write_units(&mut self, records: Vec<Record>) -> HashSet<String> {
+        let mut merged: Vec<(String, Vec<GguiChange>)> = Vec::new();
+        let mut at: HashMap<String, usize> = HashMap::new();
+        for (session, changes) in self.units(records) {
+            match at.get(&session) {
+                Some(&i) => merged[i].1.extend(changes),
+                None => {
+                    at.insert(session.clone(), merged.len());
+                    merged.push((session, changes));
+                }
+            }
+        }
+        let mut answers = Vec::new();
+        for (session, changes) in merged {
+            if let Some(w) = &self.writer {
+                let durable = w.queue_acked(&session, changes).await;
+                answers.push((session, durable));
+            }
+        }
+        let mut failed = HashSet::new();
+        for (session, a) in answers {
+            if !a.wait().await {
+                failed.insert(session);
+            }
+        }
+        if !failed.is_empty() {
+            self.metrics.store_errors.fetch_add(1, Relaxed);
+        }
+        failed
+    }
+
     /// The records as store changes, one unit per session, in order; host
     /// contexts are kept aside (a session row written now carries its
     /// own).
@@ -686,59 +728,288 @@ async fn run_actor(
     };
     let mut sweep = tokio::time::interval(std::time::Duration::from_millis(EXPIRY_SWEEP_MS));
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A command taken from the queue while a batch was open, which does
+    // not join it: handled once the batch is stored.
+    let mut next: Option<Cmd> = None;
     loop {
-        let cmd = tokio::select! {
-            cmd = rx.recv() => cmd,
-            Some(v) = validated.recv() => Some(Cmd::Validated(Box::new(v))),
-            _ = sweep.tick() => Some(Cmd::ExpireIdle(oneshot::channel().0)),
+        let cmd = match next.take() {
+            Some(cmd) => Some(cmd),
+            None => tokio::select! {
+                cmd = rx.recv() => cmd,
+                Some(v) = validated.recv() => Some(Cmd::Validated(Box::new(v))),
+                _ = sweep.tick() => Some(Cmd::ExpireIdle(oneshot::channel().0)),
+            },
         };
         let Some(cmd) = cmd else { break };
         core.now_ms = clock.now_ms();
         let now = core.now_ms;
         match cmd {
-            Cmd::ExpireIdle(answer) => {
-                let expired = core.expire_idle(idle_ttl_ms);
-                for id in &expired {
-                    persistence.remove_session(id).await;
-                    tracing::info!(session = %id, "idle ggui session expired");
+            Cmd::Frame { .. } | Cmd::Validated(_) => {
+                // Frames and validated actions queued one after another
+                // are handled as one batch, stored with one commit: what
+                // the batch acknowledges waits for it (group commit).
+                let mut batch = Batch::default();
+                let mut cmd = cmd;
+                loop {
+                    core.now_ms = clock.now_ms();
+                    let now = core.now_ms;
+                    match cmd {
+                        Cmd::Frame { conn, text } => {
+                            metrics.frames_in.fetch_add(1, Relaxed);
+                            batch.bytes += text.len();
+                            core.channel.frame_received(conn, text.as_bytes(), now);
+                        }
+                        Cmd::Validated(v) => core.channel.action_validated(*v, now),
+                        _ => unreachable!("only frames and validated actions join a batch"),
+                    }
+                    batch.commands += 1;
+                    batch.collect(&mut core, &metrics, &validations);
+                    // Nothing waits for a commit yet: the outputs went
+                    // out, the batch need not grow.
+                    if !batch.waits() || batch.is_full() {
+                        break;
+                    }
+                    let more = match rx.try_recv() {
+                        Ok(cmd) => Some(cmd),
+                        Err(_) => validated
+                            .try_recv()
+                            .ok()
+                            .map(|v| Cmd::Validated(Box::new(v))),
+                    };
+                    match more {
+                        Some(c @ (Cmd::Frame { .. } | Cmd::Validated(_))) => cmd = c,
+                        other => {
+                            next = other;
+                            break;
+                        }
+                    }
                 }
-                let _ = answer.send(expired.len());
+                batch.store(&mut core, &metrics, &mut persistence).await;
             }
-            Cmd::Open {
-                conn,
-                out,
-                authenticated,
-                bound,
-            } => {
-                core.channel.connection_opened(conn, now, authenticated);
-                if let Some((session, app)) = bound {
-                    core.channel.bind_connection(conn, session, app);
+            other => {
+                match other {
+                    Cmd::ExpireIdle(answer) => {
+                        let expired = core.expire_idle(idle_ttl_ms);
+                        for id in &expired {
+                            persistence.remove_session(id).await;
+                            tracing::info!(session = %id, "idle ggui session expired");
+                        }
+                        let _ = answer.send(expired.len());
+                    }
+                    Cmd::Open {
+                        conn,
+                        out,
+                        authenticated,
+                        bound,
+                    } => {
+                        core.channel.connection_opened(conn, now, authenticated);
+                        if let Some((session, app)) = bound {
+                            core.channel.bind_connection(conn, session, app);
+                        }
+                        core.conns.insert(conn, out);
+                    }
+                    Cmd::Closed { conn } => {
+                        core.channel.connection_closed(conn);
+                        core.conns.remove(&conn);
+                    }
+                    Cmd::Call(f) => {
+                        f(&mut core);
+                        let waiting: usize = core.waiters.values().map(Vec::len).sum();
+                        metrics.long_polls.store(waiting as u64, Relaxed);
+                    }
+                    Cmd::Frame { .. } | Cmd::Validated(_) => {
+                        unreachable!("handled as a batch above")
+                    }
                 }
-                core.conns.insert(conn, out);
+                let stored = dispatch(&mut core, &metrics, &mut persistence, &validations).await;
+                if let Some(answer) = core.stored_answer.take() {
+                    let _ = answer.send(stored);
+                }
             }
-            Cmd::Frame { conn, text } => {
-                metrics.frames_in.fetch_add(1, Relaxed);
-                core.channel.frame_received(conn, text.as_bytes(), now);
-            }
-            Cmd::Validated(v) => core.channel.action_validated(*v, now),
-            Cmd::Closed { conn } => {
-                core.channel.connection_closed(conn);
-                core.conns.remove(&conn);
-            }
-            Cmd::Call(f) => {
-                f(&mut core);
-                let waiting: usize = core.waiters.values().map(Vec::len).sum();
-                metrics.long_polls.store(waiting as u64, Relaxed);
-            }
-        }
-        let stored = dispatch(&mut core, &metrics, &mut persistence, &validations).await;
-        if let Some(answer) = core.stored_answer.take() {
-            let _ = answer.send(stored);
         }
         metrics
             .sessions
             .store(core.channel.session_count() as u64, Relaxed);
-        persistence.after_command(rx.is_empty()).await;
+        persistence
+            .after_command(rx.is_empty() && next.is_none())
+            .await;
+    }
+}
+
+/// The most commands one batch takes before it is stored.
+pub const MAX_BATCH_COMMANDS: usize = 256;
+/// The most bytes of frames one batch takes before it is stored (a batch
+/// may pass it by one frame).
+pub const MAX_BATCH_FRAME_BYTES: usize = 1024 * 1024;
+
+/// What a batch of frames and validated actions produced after its first
+/// change that waits for a commit, held until the commit.
+enum Held {
+    /// A frame for a connection, and the session the connection was
+    /// subscribed to when the frame was made.
+    Send {
+        conn: ConnId,
+        frame: Arc<str>,
+        session: Option<String>,
+    },
+    Close {
+        conn: ConnId,
+        code: u16,
+    },
+    Durable {
+        conn: ConnId,
+        frame: Arc<str>,
+        otherwise: Arc<str>,
+        undo: Undo,
+    },
+    Commit {
+        undo: Undo,
+    },
+    Wake {
+        session_id: String,
+    },
+}
+
+/// Frames and validated actions handled one after another and stored
+/// with one commit: what waits for the commit is held, the rest went out.
+#[derive(Default)]
+struct Batch {
+    records: Vec<Record>,
+    held: Vec<Held>,
+    commands: usize,
+    bytes: usize,
+}
+
+impl Batch {
+    /// Whether something of the batch waits for its commit.
+    fn waits(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    fn is_full(&self) -> bool {
+        self.commands >= MAX_BATCH_COMMANDS || self.bytes >= MAX_BATCH_FRAME_BYTES
+    }
+
+    /// Takes the core's outputs: records are kept for the commit; once a
+    /// change waits for it, everything after it is held, in order.
+    fn collect(&mut self, core: &mut Core, metrics: &GguiMetrics, validations: &Validations) {
+        while let Some(o) = core.channel.poll_output() {
+            let waits = self.waits();
+            match o {
+                Output::Persist(r) => self.records.push(*r),
+                Output::Validate(job) => validations.start(*job),
+                Output::Durable {
+                    conn,
+                    frame,
+                    otherwise,
+                    undo,
+                } => self.held.push(Held::Durable {
+                    conn,
+                    frame,
+                    otherwise,
+                    undo,
+                }),
+                Output::Commit { undo } => self.held.push(Held::Commit { undo }),
+                Output::Send { conn, frame } if !waits => send(core, metrics, conn, frame),
+                Output::Send { conn, frame } => {
+                    let session = core.channel.subscription(conn).map(str::to_owned);
+                    self.held.push(Held::Send {
+                        conn,
+                        frame,
+                        session,
+                    });
+                }
+                Output::Close { conn, code, .. } if !waits => close(core, conn, code),
+                Output::Close { conn, code, .. } => self.held.push(Held::Close { conn, code }),
+                Output::ActionsAvailable { session_id } if !waits => wake(core, &session_id),
+                Output::ActionsAvailable { session_id } => {
+                    self.held.push(Held::Wake { session_id })
+                }
+            }
+        }
+    }
+
+    /// Stores the batch's records (one unit per session) and lets out what
+    /// was held. A session whose unit failed has its changes taken back,
+    /// latest first; its actions are answered with the protocol's error,
+    /// and a connection that was sent anything else about that session in
+    /// the batch (a replay that may show what was taken back) is closed
+    /// with 1011, to subscribe again.
+    async fn store(self, core: &mut Core, metrics: &GguiMetrics, persistence: &mut Persistence) {
+        if !self.waits() {
+            persistence.write_behind(self.records).await;
+            return;
+        }
+        let failed = persistence.write_units(self.records).await;
+        if !failed.is_empty() {
+            for h in self.held.iter().rev() {
+                if let Held::Durable { undo, .. } | Held::Commit { undo } = h {
+                    if failed.contains(undo.session_id()) {
+                        core.channel.not_stored(undo.clone());
+                    }
+                }
+            }
+        }
+        let mut closing: Vec<ConnId> = Vec::new();
+        for h in &self.held {
+            if let Held::Send {
+                conn,
+                session: Some(s),
+                ..
+            } = h
+            {
+                if failed.contains(s) && !closing.contains(conn) {
+                    closing.push(*conn);
+                }
+            }
+        }
+        for h in self.held {
+            match h {
+                Held::Durable {
+                    conn,
+                    frame,
+                    otherwise,
+                    undo,
+                } => {
+                    if failed.contains(undo.session_id()) {
+                        send(core, metrics, conn, otherwise);
+                    } else {
+                        send(core, metrics, conn, frame);
+                    }
+                }
+                Held::Commit { .. } => {}
+                Held::Send { conn, .. } if closing.contains(&conn) => {}
+                Held::Send { conn, frame, .. } => send(core, metrics, conn, frame),
+                Held::Close { conn, code } => close(core, conn, code),
+                Held::Wake { session_id } if failed.contains(&session_id) => {}
+                Held::Wake { session_id } => wake(core, &session_id),
+            }
+        }
+        for conn in closing {
+            if let Some(out) = core.conns.get(&conn) {
+                out.close(
+                    CLOSE_STORE_FAILED,
+                    "the session's changes could not be stored; subscribe again",
+                );
+            }
+        }
+    }
+}
+
+/// Close code for a connection that was told of changes the store then
+/// refused (1011, the server's own error): it subscribes again and is
+/// replayed what was stored.
+pub const CLOSE_STORE_FAILED: u16 = 1011;
+
+fn close(core: &Core, conn: ConnId, code: u16) {
+    if let Some(out) = core.conns.get(&conn) {
+        out.close(code, ws::close_reason(code));
+    }
+}
+
+fn wake(core: &mut Core, session_id: &str) {
+    for w in core.waiters.remove(session_id).unwrap_or_default() {
+        let _ = w.send(());
     }
 }
 
@@ -762,11 +1033,7 @@ async fn dispatch(
         match o {
             Output::Send { .. } | Output::ActionsAvailable { .. } if dropping => {}
             Output::Send { conn, frame } => send(core, metrics, conn, frame),
-            Output::Close { conn, code, .. } => {
-                if let Some(out) = core.conns.get(&conn) {
-                    out.close(code, ws::close_reason(code));
-                }
-            }
+            Output::Close { conn, code, .. } => close(core, conn, code),
             Output::Persist(r) => records.push(*r),
             Output::Validate(job) => validations.start(*job),
             Output::Durable {
@@ -802,9 +1069,7 @@ async fn dispatch(
                     taken_back = None;
                     continue;
                 }
-                for w in core.waiters.remove(&session_id).unwrap_or_default() {
-                    let _ = w.send(());
-                }
+                wake(core, &session_id);
             }
         }
     }

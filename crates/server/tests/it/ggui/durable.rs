@@ -152,3 +152,95 @@ async fn a_host_context_update_writes_the_host_context_alone() {
     assert_eq!(view["props"]["big"].as_str().map(str::len), Some(100_000));
     s.stop().await;
 }
+
+/// Actions sent one after another on one socket are stored a batch per
+/// commit (group commit), each acknowledged once its batch is durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_actions_share_commits_and_are_each_acked_in_order() {
+    let mut config = hostwire::ggui::GguiConfig::default();
+    config.channel.rate_per_second = 10_000.0;
+    config.channel.rate_burst = 10_000;
+    let mut s = Server::with(config).await;
+    s.create(
+        "g1",
+        json!({"actionSpec": {"pick": {"schema": {"type": "object", "properties": {"id": {"type": "integer"}}}}}}),
+    )
+    .await;
+    let (mut c, _) = s.subscribed("g1").await;
+    const N: u64 = 400;
+    let commits_before = s.metric("hostwire_store_write_seconds_count").await;
+    for i in 0..N {
+        c.send_text(&action("g1", "pick", json!({"id": i}), &format!("r{i}")).to_string())
+            .await;
+    }
+    for i in 0..N {
+        let ack = c.recv().await;
+        assert_eq!(
+            (ack["type"].as_str(), ack["requestId"].as_str()),
+            (Some("ack"), Some(format!("r{i}").as_str())),
+            "{ack}"
+        );
+        assert_eq!(ack["payload"]["sequence"], i + 1, "{ack}");
+    }
+    let commits = s.metric("hostwire_store_write_seconds_count").await - commits_before;
+    eprintln!("{N} actions in {commits} commits");
+    // One commit per action was the old way; frames that wait while a
+    // commit is under way share the next one.
+    assert!(commits <= N / 4, "{commits} commits for {N} actions");
+    assert_eq!(
+        count(
+            &s.db,
+            "SELECT COUNT(*) FROM ggui_ledger WHERE session_id = 'g1'"
+        ),
+        N as i64
+    );
+    s.stop().await;
+}
+
+/// A subscriber replayed changes that the store then refused is closed
+/// (1011) instead of being left with entries that no longer exist; the
+/// actions are answered `APPEND_FAILED`. The frames are held behind a
+/// costly validation, so they are handled in one batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_of_changes_the_store_refused_closes_the_subscriber() {
+    let mut s = Server::start().await;
+    s.create(
+        "f1",
+        json!({"actionSpec": {"pick": {"schema": {"type": "object", "properties": {"id": {"type": "string"}}}}}}),
+    )
+    .await;
+    let (mut c, _) = s.subscribed("f1").await;
+    db(&s.db)
+        .execute_batch(
+            "CREATE TRIGGER refuse_ledger BEFORE INSERT ON ggui_ledger
+             BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+        )
+        .unwrap();
+    // Validated off the actor (past the inline budget); the two frames
+    // after it wait for it in the channel.
+    let big = "x".repeat(64 * 1024);
+    c.send(action("f1", "pick", json!({"id": big}), "big"))
+        .await;
+    c.send(action("f1", "pick", json!({"id": "small"}), "small"))
+        .await;
+    c.send(json!({"type": "subscribe", "requestId": "again", "payload": {"sessionId": "f1", "fromSeq": 0, "sinceSequence": 0}}))
+        .await;
+    for id in ["big", "small"] {
+        let e = c.expect_error("APPEND_FAILED").await;
+        assert_eq!(e["requestId"], id, "{e}");
+    }
+    assert_eq!(c.ended().await, Ended::Closed(1011));
+    // What the store holds is what a new subscriber is replayed: nothing.
+    db(&s.db)
+        .execute_batch("DROP TRIGGER refuse_ledger;")
+        .unwrap();
+    let mut d = s.client_for("f1").await;
+    d.send(json!({"type": "subscribe", "requestId": "fresh", "payload": {"sessionId": "f1", "fromSeq": 0, "sinceSequence": 0}}))
+        .await;
+    let frames = d.until_pong().await;
+    assert!(
+        frames.iter().all(|f| f["type"] == "ack"),
+        "replayed what was not stored: {frames:?}"
+    );
+    s.stop().await;
+}
