@@ -595,3 +595,54 @@ async fn a_wrong_token_gets_a_clear_message() {
         "{t}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_importing_the_sdk_from_its_cdn_plays_offline() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    // No internet is needed: the CDN import is pointed at the server's copy.
+    let server = Server::start_with_sdk(Some(TEST_SDK_MJS)).await;
+    let s = server
+        .create(&quiz_through_the_sdk(), &[("p1", "Ada")])
+        .await;
+    let d = driver();
+    let board = browser(&d).await;
+    board.goto(&server.link(&s, &s.host)).await.unwrap();
+    until(
+        &board,
+        "document.body.dataset.phase === 'lobby'",
+        "the lobby",
+    )
+    .await;
+    let ada = browser(&d).await;
+    ada.goto(&server.link(&s, &s.players["p1"])).await.unwrap();
+    until(
+        &ada,
+        "document.body.dataset.phase === 'lobby'",
+        "Ada in the lobby",
+    )
+    .await;
+    click(&board, "#btn-start").await;
+    for c in [&board, &ada] {
+        into_plugin(c).await;
+        let sdk = until(
+            c,
+            "document.body.dataset.ready === 'true' && document.body.dataset.sdk",
+            "the plugin ready, with the SDK from this server",
+        )
+        .await;
+        assert_eq!(sdk, json!("hostwire-test-sdk"));
+        to_page(c).await;
+    }
+    answer(&ada, 0, "j").await;
+    answer(&ada, 1, "false").await;
+    until(
+        &board,
+        "document.body.dataset.results === 'shown'",
+        "the results on the board",
+    )
+    .await;
+    assert_eq!(
+        board_results(&board).await,
+        BTreeMap::from([("p1".to_owned(), 2)])
+    );
+}

@@ -28,6 +28,21 @@ pub const GUARD: Duration = Duration::from_secs(40);
 /// The test plugins (our own, SPEC 1.0, Penpal 7.0.6).
 pub const QUIZ_HTML: &str = include_str!("quiz.html");
 pub const HOSTILE_HTML: &str = include_str!("hostile.html");
+/// A stand-in for the plugin SDK (ours), served with `--plugin-sdk`.
+pub const TEST_SDK_MJS: &str = include_str!("sdk.mjs");
+/// Where published plugins import the SDK from.
+pub const SDK_CDN_IMPORT: &str = "https://cdn.jsdelivr.net/npm/@memizy/plugin-sdk@1/+esm";
+
+/// The quiz plugin importing Penpal through "the SDK" from its CDN address,
+/// as a published plugin imports the SDK.
+pub fn quiz_through_the_sdk() -> String {
+    let penpal = "import { connect, WindowMessenger } from '/memizy/play/vendor/penpal-7.0.6.mjs';";
+    assert!(QUIZ_HTML.contains(penpal));
+    QUIZ_HTML.replace(
+        penpal,
+        &format!("import {{ connect, WindowMessenger }} from '{SDK_CDN_IMPORT}';"),
+    )
+}
 
 pub struct Server {
     pub app: Option<App>,
@@ -40,6 +55,11 @@ impl Server {
     /// A server whose `ALLOWED_ORIGINS` is the default list (not this
     /// server): the device page works because it is the server's own.
     pub async fn start() -> Server {
+        Self::start_with_sdk(None).await
+    }
+
+    /// [`Server::start`] serving this plugin SDK (`--plugin-sdk`).
+    pub async fn start_with_sdk(sdk: Option<&str>) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("hostwire-browser-")
             .tempdir()
@@ -65,6 +85,9 @@ impl Server {
         )
         .unwrap();
         app.sessions.use_store(Arc::clone(&store) as _);
+        app.sessions.use_plugin_sdk(
+            sdk.map(|s| hostwire::memizy::session::play::PluginSdk::from_bytes(s.to_owned())),
+        );
         let http = format!("http://{}", app.addr);
         Server {
             app: Some(app),
