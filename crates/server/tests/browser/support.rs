@@ -163,6 +163,133 @@ impl Server {
     pub fn link(&self, s: &Session, token: &str) -> String {
         format!("{}/memizy/play#session={}&token={token}", self.http, s.id)
     }
+
+    /// `GET /memizy/sessions/{id}` with the host token (answered 200).
+    pub async fn status(&self, s: &Session) -> Value {
+        self.host_get(s, "").await
+    }
+
+    /// `GET /memizy/sessions/{id}/recording` with the host token.
+    pub async fn recording(&self, s: &Session) -> Value {
+        self.host_get(s, "/recording").await
+    }
+
+    async fn host_get(&self, s: &Session, tail: &str) -> Value {
+        let path = format!("/memizy/sessions/{}{tail}", s.id);
+        let (st, v) = self.request("GET", &path, Some(&s.host), None).await;
+        assert_eq!(st, 200, "{path}: {v}");
+        v
+    }
+}
+
+/// One browser test at a time: each runs several Chromiums.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// What every browser test stands on: its turn, a server and chromedriver.
+pub struct Rig {
+    pub server: Server,
+    pub driver: Driver,
+    _one: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Rig {
+    pub async fn start() -> Rig {
+        Self::start_with_sdk(None).await
+    }
+
+    /// With the plugin SDK `sdk` served (`--plugin-sdk`).
+    pub async fn start_with_sdk(sdk: Option<&str>) -> Rig {
+        let one = ONE_AT_A_TIME.lock().await;
+        Rig {
+            server: Server::start_with_sdk(sdk).await,
+            driver: driver(),
+            _one: one,
+        }
+    }
+
+    /// A new browser on `link`, once the page says `ready` (a JavaScript
+    /// condition; `what` names it if it never holds).
+    pub async fn open(&self, link: &str, ready: &str, what: &str) -> Client {
+        let c = browser(&self.driver).await;
+        c.goto(link).await.unwrap();
+        until(&c, ready, what).await;
+        c
+    }
+
+    /// The device page of `token` in a new browser, in the lobby.
+    pub async fn in_lobby(&self, s: &Session, token: &str) -> Client {
+        self.open(
+            &self.server.link(s, token),
+            "document.body.dataset.phase === 'lobby'",
+            "the page in the lobby",
+        )
+        .await
+    }
+
+    /// A game of `plugin` with these players, started from the board once
+    /// every controller was in the lobby, each controller's plugin ready:
+    /// (session, board, controllers in the players' order).
+    pub async fn started(
+        &self,
+        plugin: &str,
+        players: &[(&str, &str)],
+    ) -> (Session, Client, Vec<Client>) {
+        let s = self.server.create(plugin, players).await;
+        let board = self.in_lobby(&s, &s.host).await;
+        let mut controllers = Vec::new();
+        for (p, _) in players {
+            controllers.push(self.in_lobby(&s, &s.players[*p]).await);
+        }
+        click(&board, "#btn-start").await;
+        for c in &controllers {
+            in_plugin(
+                c,
+                "document.body.dataset.ready === 'true'",
+                "a ready controller",
+            )
+            .await;
+        }
+        (s, board, controllers)
+    }
+}
+
+/// The three players most tests play with.
+pub const THREE: &[(&str, &str)] = &[("p1", "Ada"), ("p2", "Bo"), ("p3", "Cy")];
+
+/// Waits in the page's plugin until `expr` holds, and returns its value
+/// (back in the page).
+pub async fn in_plugin(c: &Client, expr: &str, what: &str) -> Value {
+    into_plugin(c).await;
+    let v = until(c, expr, what).await;
+    to_page(c).await;
+    v
+}
+
+/// Clicks the choice `choice` of question `q` in a controller's plugin.
+pub async fn answer(c: &Client, q: usize, choice: &str) {
+    into_plugin(c).await;
+    until(
+        c,
+        &format!("document.body.dataset.q === '{q}' && document.querySelector('button.choice:not([disabled])')"),
+        &format!("question {q} on a controller"),
+    )
+    .await;
+    click(c, &format!("button.choice[data-choice='{choice}']")).await;
+    to_page(c).await;
+}
+
+/// `{player: score}` as the board's results list shows it.
+pub async fn board_results(board: &Client) -> std::collections::BTreeMap<String, i64> {
+    let v = eval(
+        board,
+        "Array.from(document.querySelectorAll('#scores li')).map(li => [li.dataset.player, Number(li.dataset.score)])",
+    )
+    .await;
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_str().unwrap().to_owned(), p[1].as_i64().unwrap()))
+        .collect()
 }
 
 /// The set's one file: 300 bytes counting up from 0.
