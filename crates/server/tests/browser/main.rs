@@ -9,6 +9,7 @@ mod support;
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use support::*;
 
 /// A controller page in the lobby, its view a controller.
@@ -30,21 +31,7 @@ async fn a_whole_game_from_lobby_to_results() {
         )
         .await;
     // The host adds the third player on the page and hands out its link.
-    board
-        .find(fantoccini::Locator::Css("#add-player input[name=name]"))
-        .await
-        .unwrap()
-        .send_keys("Cy")
-        .await
-        .unwrap();
-    click(&board, "#add-player button").await;
-    let invite = until(
-        &board,
-        "document.querySelector('a[data-invite]') && document.querySelector('a[data-invite]').href",
-        "the new player's link",
-    )
-    .await;
-    let invite = invite.as_str().unwrap().to_owned();
+    let invite = add_player(&board, "Cy").await;
     until(
         &board,
         "document.body.dataset.players === '3'",
@@ -486,5 +473,223 @@ async fn a_plugin_importing_the_sdk_from_its_cdn_plays_offline() {
     assert_eq!(
         board_results(&board).await,
         BTreeMap::from([("p1".to_owned(), 2)])
+    );
+}
+
+/// The settings a plugin's `InitPayload` carried, as the quiz shows them.
+async fn plugin_settings(c: &fantoccini::Client, when: &str, what: &str) -> Value {
+    let v = in_plugin(
+        c,
+        &format!("({when}) && document.body.dataset.settings"),
+        what,
+    )
+    .await;
+    serde_json::from_str(v.as_str().unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settings_screen_sets_what_the_boards_plugin_gets() {
+    let rig = Rig::start().await;
+    let server = &rig.server;
+    let s = server.create(QUIZ_HTML, &[("p1", "Ada")]).await;
+    // The host's settings screen: the plugin in view `settings`, in the lobby.
+    let host = rig
+        .open(
+            &format!(
+                "{}/memizy/play?view=settings#session={}&token={}",
+                server.http, s.id, s.host
+            ),
+            "document.body.dataset.view === 'settings' && document.body.dataset.phase === 'lobby'",
+            "the settings screen",
+        )
+        .await;
+    let first = plugin_settings(
+        &host,
+        "document.getElementById('apply')",
+        "the settings screen's plugin",
+    )
+    .await;
+    assert_eq!(first, json!({"rounds": 2}), "the manifest's default");
+    // Not valid yet: the host's Start is disabled.
+    into_plugin(&host).await;
+    click(&host, "#invalid").await;
+    until(
+        &host,
+        "document.body.dataset.applied === 'invalid'",
+        "the refusal kept",
+    )
+    .await;
+    to_page(&host).await;
+    until(
+        &host,
+        "document.getElementById('btn-start').disabled",
+        "Start disabled while the settings are not valid",
+    )
+    .await;
+    // One round: valid again, Start enabled.
+    into_plugin(&host).await;
+    let rounds = host
+        .find(fantoccini::Locator::Css("#rounds"))
+        .await
+        .unwrap();
+    rounds.clear().await.unwrap();
+    rounds.send_keys("1").await.unwrap();
+    click(&host, "#apply").await;
+    until(
+        &host,
+        "document.body.dataset.applied === '1'",
+        "rounds kept",
+    )
+    .await;
+    to_page(&host).await;
+    until(
+        &host,
+        "!document.getElementById('btn-start').disabled",
+        "Start enabled again",
+    )
+    .await;
+    // The same browser on the board's link: Start, and the board's plugin
+    // gets the setting in its InitPayload.
+    host.goto(&server.link(&s, &s.host)).await.unwrap();
+    until(
+        &host,
+        "document.body.dataset.view === 'board' && document.body.dataset.phase === 'lobby'",
+        "the board in the lobby",
+    )
+    .await;
+    click(&host, "#btn-start").await;
+    let got = plugin_settings(&host, "true", "the board's settings").await;
+    assert_eq!(got, json!({"rounds": 1}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_solo_game_plays_on_one_page() {
+    let rig = Rig::start().await;
+    let server = &rig.server;
+    let s = server
+        .create_with(
+            QUIZ_HTML,
+            json!({"mode": "solo", "players": [{"id": "me", "name": "Ada", "isHost": true}]}),
+        )
+        .await;
+    let page = rig.in_lobby(&s, &s.host).await;
+    click(&page, "#btn-start").await;
+    in_plugin(
+        &page,
+        "document.body.dataset.view === 'solo' && document.body.dataset.player === 'me'",
+        "the solo instance",
+    )
+    .await;
+    // The one instance is the authority and answers itself.
+    answer(&page, 0, "j").await;
+    answer(&page, 1, "true").await;
+    until(
+        &page,
+        "document.body.dataset.results === 'shown'",
+        "the results",
+    )
+    .await;
+    assert_eq!(
+        board_results(&page).await,
+        BTreeMap::from([("me".to_owned(), 1)])
+    );
+    let v = server.status(&s).await;
+    assert_eq!(v["phase"], "finished", "{v}");
+    assert_eq!(v["result"]["scores"]["me"].as_f64(), Some(1.0), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_joining_after_the_start_plays_on() {
+    let rig = Rig::start().await;
+    let (_s, board, cs) = rig.started(QUIZ_HTML, &[("p1", "Ada")]).await;
+    answer(&cs[0], 0, "j").await;
+    in_plugin(&board, "document.body.dataset.q === '1'", "question 2").await;
+    // The host adds Cy while the game runs; Cy opens the link.
+    let invite = add_player(&board, "Cy").await;
+    let cy = rig
+        .open(
+            &invite,
+            "document.body.dataset.view === 'controller'",
+            "Cy's page",
+        )
+        .await;
+    let cy_id = eval(&cy, "window.hostwirePage.info.player").await;
+    let cy_id = cy_id.as_str().unwrap().to_owned();
+    // Cy gets the game as it stands, and the board counts Cy in.
+    in_plugin(
+        &cy,
+        "document.body.dataset.q === '1' && document.querySelector('button.choice:not([disabled])')",
+        "Cy at question 2",
+    )
+    .await;
+    in_plugin(
+        &board,
+        &format!("document.querySelector('tr[data-player={cy_id}]')"),
+        "Cy on the board",
+    )
+    .await;
+    answer(&cs[0], 1, "false").await;
+    answer(&cy, 1, "false").await;
+    until(
+        &board,
+        "document.body.dataset.results === 'shown'",
+        "the results on the board",
+    )
+    .await;
+    assert_eq!(
+        board_results(&board).await,
+        BTreeMap::from([("p1".to_owned(), 2), (cy_id, 1)])
+    );
+}
+
+/// How far the test server's clock is ahead of the browsers'.
+const SERVER_AHEAD_MS: u64 = 3_600_000;
+/// How far apart two readings of session time may be: the page's sample
+/// of the server's clock and the moments of reading (a local round trip).
+const SESSION_TIME_TOLERANCE_MS: f64 = 1_000.0;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_device_reads_the_servers_session_time() {
+    // The server's clock an hour ahead of the devices': the pages correct
+    // the SessionClock's offset, so the plugins' session time is the server's.
+    let rig = Rig::start_with(None, Arc::new(AheadClock(SERVER_AHEAD_MS))).await;
+    let server = &rig.server;
+    let (s, board, cs) = rig.started(QUIZ_HTML, &[("p1", "Ada")]).await;
+    for (c, who) in [(&board, "the board"), (&cs[0], "Ada's controller")] {
+        let (st, v) = server
+            .request(
+                "GET",
+                &format!("/memizy/play/api/{}", s.id),
+                Some(&s.host),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+        let at_server =
+            v["serverTime"].as_f64().unwrap() + v["clock"]["offsetMs"].as_f64().unwrap();
+        let on_device = in_plugin(c, "window.sessionNow()", "the plugin's session time").await;
+        let skew = on_device.as_f64().unwrap() - at_server;
+        assert!(
+            skew.abs() < SESSION_TIME_TOLERANCE_MS,
+            "{who} reads session time {skew} ms from the server's"
+        );
+    }
+    // An answer stamped with the controller's session time is accepted at
+    // the same session time on the server.
+    answer(&cs[0], 0, "j").await;
+    in_plugin(&board, "document.body.dataset.q === '1'", "question 2").await;
+    let rec = server.recording(&s).await;
+    let action = rec["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["message"]["data"]["type"] == "answer")
+        .cloned()
+        .unwrap();
+    let skew = action["message"]["data"]["at"].as_f64().unwrap()
+        - action["sessionTimeMs"].as_f64().unwrap();
+    assert!(
+        skew.abs() < SESSION_TIME_TOLERANCE_MS,
+        "stamped {skew} ms from the server's session time: {action}"
     );
 }

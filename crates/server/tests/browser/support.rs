@@ -9,7 +9,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use hostwire::app::App;
 use hostwire::http::AllowedOrigins;
 use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE};
-use hostwire_core::SystemClock;
+use hostwire_core::{Clock, SystemClock};
 use hostwire_memizy::RELAY_LIMITS;
 use hostwire_store::SqliteStore;
 use serde_json::{json, Value};
@@ -60,6 +60,11 @@ impl Server {
 
     /// [`Server::start`] serving this plugin SDK (`--plugin-sdk`).
     pub async fn start_with_sdk(sdk: Option<&str>) -> Server {
+        Self::start_with(sdk, Arc::new(SystemClock)).await
+    }
+
+    /// [`Server::start`] with this plugin SDK and clock.
+    pub async fn start_with(sdk: Option<&str>, clock: Arc<dyn Clock>) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("hostwire-browser-")
             .tempdir()
@@ -77,13 +82,7 @@ impl Server {
                 ..Default::default()
             },
         };
-        let app = App::start(
-            listener,
-            config,
-            Arc::new(SystemClock),
-            Arc::clone(&store) as _,
-        )
-        .unwrap();
+        let app = App::start(listener, config, clock, Arc::clone(&store) as _).unwrap();
         app.sessions.use_store(Arc::clone(&store) as _);
         app.sessions.use_plugin_sdk(
             sdk.map(|s| hostwire::memizy::session::play::PluginSdk::from_bytes(s.to_owned())),
@@ -134,15 +133,25 @@ impl Server {
             .iter()
             .map(|(id, name)| json!({"id": id, "name": name}))
             .collect();
-        let body = json!({
+        self.create_with(
+            plugin,
+            json!({"mode": "multiplayer", "hostAs": "presenter", "players": players}),
+        )
+        .await
+    }
+
+    /// A session of `plugin` whose mode, hostAs and players `how` gives
+    /// (the set, its file and the timing are the tests' own).
+    pub async fn create_with(&self, plugin: &str, how: Value) -> Session {
+        let mut body = json!({
             "pluginHtml": plugin,
             "set": quiz_set(),
-            "mode": "multiplayer",
-            "hostAs": "presenter",
-            "players": players,
             "timing": {"countdownMs": 0, "finishedCloseMs": 600000},
             "assets": {"assets/cover.png": base64::engine::general_purpose::STANDARD.encode(cover())}
         });
+        for (k, v) in how.as_object().unwrap() {
+            body[k] = v.clone();
+        }
         let (s, v) = self
             .request("POST", "/memizy/sessions", Some(OPERATOR), Some(&body))
             .await;
@@ -199,9 +208,14 @@ impl Rig {
 
     /// With the plugin SDK `sdk` served (`--plugin-sdk`).
     pub async fn start_with_sdk(sdk: Option<&str>) -> Rig {
+        Self::start_with(sdk, Arc::new(SystemClock)).await
+    }
+
+    /// With this plugin SDK and the server on this clock.
+    pub async fn start_with(sdk: Option<&str>, clock: Arc<dyn Clock>) -> Rig {
         let one = ONE_AT_A_TIME.lock().await;
         Rig {
-            server: Server::start_with_sdk(sdk).await,
+            server: Server::start_with(sdk, clock).await,
             driver: driver(),
             _one: one,
         }
@@ -253,8 +267,39 @@ impl Rig {
     }
 }
 
+/// The system clock `ahead_ms` ahead: a server whose clock differs from
+/// the devices' (the browsers run on this machine's clock).
+pub struct AheadClock(pub u64);
+
+impl Clock for AheadClock {
+    fn now_ms(&self) -> u64 {
+        SystemClock.now_ms() + self.0
+    }
+}
+
 /// The three players most tests play with.
 pub const THREE: &[(&str, &str)] = &[("p1", "Ada"), ("p2", "Bo"), ("p3", "Cy")];
+
+/// The host adds a player named `name` on the board's page: the link the
+/// page shows for it.
+pub async fn add_player(board: &Client, name: &str) -> String {
+    let before = eval(board, "document.querySelectorAll('a[data-invite]').length").await;
+    board
+        .find(Locator::Css("#add-player input[name=name]"))
+        .await
+        .unwrap()
+        .send_keys(name)
+        .await
+        .unwrap();
+    click(board, "#add-player button").await;
+    let link = until(
+        board,
+        &format!("document.querySelectorAll('a[data-invite]').length > {before} && Array.from(document.querySelectorAll('a[data-invite]')).pop().href"),
+        "the new player's link",
+    )
+    .await;
+    link.as_str().unwrap().to_owned()
+}
 
 /// Waits in the page's plugin until `expr` holds, and returns its value
 /// (back in the page).
