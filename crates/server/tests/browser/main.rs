@@ -464,14 +464,8 @@ async fn a_plugin_importing_the_sdk_from_its_cdn_plays_offline() {
     }
     answer(&cs[0], 0, "j").await;
     answer(&cs[0], 1, "false").await;
-    until(
-        &board,
-        "document.body.dataset.results === 'shown'",
-        "the results on the board",
-    )
-    .await;
     assert_eq!(
-        board_results(&board).await,
+        results_shown(&board).await,
         BTreeMap::from([("p1".to_owned(), 2)])
     );
 }
@@ -583,14 +577,8 @@ async fn a_solo_game_plays_on_one_page() {
     // The one instance is the authority and answers itself.
     answer(&page, 0, "j").await;
     answer(&page, 1, "true").await;
-    until(
-        &page,
-        "document.body.dataset.results === 'shown'",
-        "the results",
-    )
-    .await;
     assert_eq!(
-        board_results(&page).await,
+        results_shown(&page).await,
         BTreeMap::from([("me".to_owned(), 1)])
     );
     let v = server.status(&s).await;
@@ -630,14 +618,8 @@ async fn a_controller_joining_after_the_start_plays_on() {
     .await;
     answer(&cs[0], 1, "false").await;
     answer(&cy, 1, "false").await;
-    until(
-        &board,
-        "document.body.dataset.results === 'shown'",
-        "the results on the board",
-    )
-    .await;
     assert_eq!(
-        board_results(&board).await,
+        results_shown(&board).await,
         BTreeMap::from([("p1".to_owned(), 2), (cy_id, 1)])
     );
 }

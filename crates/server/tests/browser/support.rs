@@ -323,6 +323,17 @@ pub async fn answer(c: &Client, q: usize, choice: &str) {
     to_page(c).await;
 }
 
+/// `{player: score}` once the page shows the results.
+pub async fn results_shown(page: &Client) -> std::collections::BTreeMap<String, i64> {
+    until(
+        page,
+        "document.body.dataset.results === 'shown'",
+        "the results on the page",
+    )
+    .await;
+    board_results(page).await
+}
+
 /// `{player: score}` as the board's results list shows it.
 pub async fn board_results(board: &Client) -> std::collections::BTreeMap<String, i64> {
     let v = eval(
