@@ -47,6 +47,7 @@ pub fn router(relay: Arc<Relay>, metrics: Exposition) -> Router {
     Router::new()
         .route("/", get(front_door).with_state(Arc::clone(&relay)))
         .merge(memizy::router(relay))
+        .merge(crate::docs::router())
         .route("/metrics", get(metrics_handler).with_state(metrics))
         .fallback(|| async { (StatusCode::NOT_FOUND, "hostwire") })
 }
