@@ -5,7 +5,7 @@
 //! link to each other by file name.
 
 use axum::extract::Path;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -58,17 +58,7 @@ async fn page(Path(name): Path<String>) -> Response {
         )
             .into_response();
     };
-    let mut r = (StatusCode::OK, html.clone()).into_response();
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(PAGE_POLICY),
-    );
-    r
+    crate::http::html_response(html.clone(), PAGE_POLICY)
 }
 
 /// Every page rendered once, at its first request.

@@ -35,7 +35,10 @@ async fn the_front_doors_docs_are_links_to_pages_served_here() {
         ],
         "every protocol's docs page is a link"
     );
-    assert!(!front.contains(".md</code></td>"), "no doc named as a path: {front}");
+    assert!(
+        !front.contains(".md</code></td>"),
+        "no doc named as a path: {front}"
+    );
     for name in links {
         let (s, ct, page) = get(&format!("{}/docs/{name}", h.http)).await;
         assert_eq!(s, 200, "{name}: {page}");

@@ -189,16 +189,8 @@ pub fn router(sessions: Arc<Sessions>) -> Router {
 }
 
 fn page(html: &'static str) -> Response {
-    let mut r = (StatusCode::OK, html).into_response();
+    let mut r = crate::http::html_response(html, PAGE_POLICY);
     let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(PAGE_POLICY),
-    );
     // The link's token is in the fragment, which is never sent; no page
     // this one opens learns its address either.
     h.insert(
