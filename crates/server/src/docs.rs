@@ -5,7 +5,7 @@
 //! link to each other by file name.
 
 use axum::extract::Path;
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -34,14 +34,51 @@ pub const PAGES: &[(&str, &str)] = &[
     ),
 ];
 
-/// A rendered page may use only the server's stylesheet: no script, and
-/// images from the server (the pages' screenshots are not served, and are
-/// then shown by their text).
+/// The pages' screenshots (`docs/images/`), served at `/docs/images/{name}`;
+/// a page's `../images/…` is pointed there.
+pub const IMAGES: &[(&str, &[u8])] = &[
+    (
+        "lobby.png",
+        include_bytes!("../../../docs/images/lobby.png"),
+    ),
+    (
+        "running.png",
+        include_bytes!("../../../docs/images/running.png"),
+    ),
+    (
+        "running-controller.png",
+        include_bytes!("../../../docs/images/running-controller.png"),
+    ),
+    (
+        "results.png",
+        include_bytes!("../../../docs/images/results.png"),
+    ),
+];
+
+/// A rendered page may use only the server's stylesheet and images: no
+/// script.
 const PAGE_POLICY: &str =
     "default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'";
 
 pub fn router() -> Router {
-    Router::new().route("/docs/{name}", get(page))
+    Router::new()
+        .route("/docs/{name}", get(page))
+        .route("/docs/images/{name}", get(image))
+}
+
+/// `GET /docs/images/{name}`: a screenshot of the docs; 404 for another.
+async fn image(Path(name): Path<String>) -> Response {
+    let Some((_, bytes)) = IMAGES.iter().find(|(n, _)| *n == name) else {
+        return (StatusCode::NOT_FOUND, "name: no such image").into_response();
+    };
+    (
+        [
+            (header::CONTENT_TYPE, "image/png"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        *bytes,
+    )
+        .into_response()
 }
 
 /// `GET /docs/{name}`: the page as HTML; 404 naming `name` for another.
@@ -89,13 +126,19 @@ fn escape(s: &str) -> String {
 }
 
 /// The page's events, each heading with the id GitHub gives it, so that
-/// links such as `memizy-sessions.md#services` land where they do there.
+/// links such as `memizy-sessions.md#services` land where they do there,
+/// and its screenshots from this server.
 fn with_heading_ids(markdown: &str) -> Vec<Event<'_>> {
     let options = Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH;
     let mut events: Vec<Event<'_>> = Parser::new_ext(markdown, options).collect();
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut i = 0;
     while i < events.len() {
+        if let Event::Start(Tag::Image { dest_url, .. }) = &mut events[i] {
+            if let Some(name) = dest_url.strip_prefix("../images/") {
+                *dest_url = CowStr::from(format!("/docs/images/{name}"));
+            }
+        }
         if let Event::Start(Tag::Heading { id: None, .. }) = &events[i] {
             let mut text = String::new();
             for e in &events[i + 1..] {
@@ -166,6 +209,24 @@ mod tests {
             on_disk, served,
             "a page added to docs/protocols/ is added to PAGES"
         );
+    }
+
+    #[test]
+    fn every_image_of_the_docs_is_served() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/images");
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        on_disk.sort();
+        let mut served: Vec<String> = IMAGES.iter().map(|(n, _)| (*n).to_owned()).collect();
+        served.sort();
+        assert_eq!(
+            on_disk, served,
+            "an image added to docs/images/ is added to IMAGES"
+        );
+        let html = render("![lobby](../images/lobby.png)");
+        assert!(html.contains("src=\"/docs/images/lobby.png\""), "{html}");
     }
 
     #[test]

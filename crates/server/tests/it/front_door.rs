@@ -54,7 +54,14 @@ async fn the_front_doors_docs_are_links_to_pages_served_here() {
         "tables and heading anchors"
     );
     let (s, _, by_file) = get(&format!("{}/docs/memizy-sessions.md", h.http)).await;
-    assert_eq!((s, by_file), (200, sessions));
+    assert_eq!((s, &by_file), (200, &sessions));
+    // Its screenshots are served too.
+    assert!(sessions.contains("src=\"/docs/images/lobby.png\""));
+    let (s, ct, png) = get(&format!("{}/docs/images/lobby.png", h.http)).await;
+    assert_eq!((s, ct.as_str()), (200, "image/png"));
+    assert!(!png.is_empty());
+    let (s, _, _) = get(&format!("{}/docs/images/nope.png", h.http)).await;
+    assert_eq!(s, 404);
     // Unknown names, and paths out of the folder, are 404.
     for bad in [
         "nope",
