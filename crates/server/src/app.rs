@@ -47,6 +47,7 @@ pub fn router(relay: Arc<Relay>, metrics: Exposition) -> Router {
     Router::new()
         .route("/", get(front_door).with_state(Arc::clone(&relay)))
         .merge(memizy::router(relay))
+        .merge(crate::docs::router())
         .route("/metrics", get(metrics_handler).with_state(metrics))
         .fallback(|| async { (StatusCode::NOT_FOUND, "hostwire") })
 }
@@ -66,18 +67,10 @@ async fn front_door(State(relay): State<Arc<Relay>>) -> Response {
     let html = FRONT_HTML
         .replace("{{version}}", env!("CARGO_PKG_VERSION"))
         .replace("{{health}}", &escape(&health));
-    let mut r = html.into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    r.headers_mut().insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; style-src 'self'; base-uri 'none'; form-action 'none'",
-        ),
-    );
-    r
+    crate::http::html_response(
+        html,
+        "default-src 'none'; style-src 'self'; base-uri 'none'; form-action 'none'",
+    )
 }
 
 async fn metrics_handler(State(parts): State<Exposition>) -> Response {

@@ -189,6 +189,13 @@ pub struct ServeArgs {
         default_value = "answers.check=hostwire-answer-checker"
     )]
     pub memizy_services: Vec<String>,
+    /// Memizy sessions, offline classrooms: a local file of the plugin SDK
+    /// (its self-contained ES module bundle, at most 4 MiB), served at
+    /// /memizy/play/vendor/plugin-sdk.mjs; plugin documents' imports of
+    /// `@memizy/plugin-sdk@1` from a CDN are pointed there. Unset: nothing
+    /// is served or rewritten.
+    #[arg(long, env = "HOSTWIRE_PLUGIN_SDK")]
+    pub plugin_sdk: Option<PathBuf>,
     /// Memizy sessions: milliseconds a service call may take before it
     /// fails with INTERNAL_ERROR.
     #[arg(long, env = "MEMIZY_SERVICE_TIMEOUT_MS", default_value_t = crate::memizy::session::services::DEFAULT_SERVICE_TIMEOUT_MS)]
@@ -524,6 +531,12 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         p3_config.unjoined_ttl_ms = args.playerthree_unjoined_ttl_ms;
         let sessions_store = Arc::clone(&sqlite);
         let services = memizy_services(&args)?;
+        // Read once, before anything is served: a wrong path stops the start.
+        let plugin_sdk = args
+            .plugin_sdk
+            .as_deref()
+            .map(crate::memizy::session::play::PluginSdk::load)
+            .transpose()?;
         let server = App::start_all(
             listener,
             config,
@@ -535,6 +548,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             sqlite,
         )?;
         server.sessions.use_store(sessions_store);
+        server.sessions.use_plugin_sdk(plugin_sdk);
         tracing::info!(services = ?services.iter().map(|s| &s.name).collect::<Vec<_>>(), "memizy services offered");
         server
             .sessions

@@ -15,6 +15,21 @@ pub fn json_response(status: StatusCode, body: &Value) -> Response {
     r
 }
 
+/// A page of the server's own: HTML under its own Content Security Policy.
+pub fn html_response(body: impl Into<axum::body::Body>, policy: &'static str) -> Response {
+    let mut r = Response::new(body.into());
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        axum::http::HeaderValue::from_static(policy),
+    );
+    r
+}
+
 /// An error answer: a status and a message for people.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {

@@ -16,6 +16,6 @@ pub use client_ip::client_ip;
 pub use credentials::{
     bearer, same_secret, Bearer, CreationLimit, CredentialSettings, Gate, Presented, Refused,
 };
-pub use error::{json_response, ApiError};
+pub use error::{html_response, json_response, ApiError};
 pub use ip_rate::{PerIpRate, RetryAfter};
 pub use origins::AllowedOrigins;

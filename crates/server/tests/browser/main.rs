@@ -9,77 +9,29 @@ mod support;
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use support::*;
 
-/// One browser test at a time: each runs four Chromiums.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// `{player: score}` as the board's results list shows it.
-async fn board_results(board: &fantoccini::Client) -> BTreeMap<String, i64> {
-    let v = eval(
-        board,
-        "Array.from(document.querySelectorAll('#scores li')).map(li => [li.dataset.player, Number(li.dataset.score)])",
-    )
-    .await;
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p[0].as_str().unwrap().to_owned(), p[1].as_i64().unwrap()))
-        .collect()
-}
-
-/// Clicks the choice `choice` in a controller's plugin.
-async fn answer(c: &fantoccini::Client, q: usize, choice: &str) {
-    into_plugin(c).await;
-    until(
-        c,
-        &format!("document.body.dataset.q === '{q}' && document.querySelector('button.choice:not([disabled])')"),
-        &format!("question {q} on a controller"),
-    )
-    .await;
-    click(c, &format!("button.choice[data-choice='{choice}']")).await;
-    to_page(c).await;
-}
-
-/// Waits until the board's plugin shows question `q` (or the end).
-async fn board_at(board: &fantoccini::Client, cond: &str, what: &str) {
-    into_plugin(board).await;
-    until(board, cond, what).await;
-    to_page(board).await;
-}
+/// A controller page in the lobby, its view a controller.
+const CONTROLLER_IN_LOBBY: &str =
+    "document.body.dataset.phase === 'lobby' && document.body.dataset.view === 'controller'";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_game_from_lobby_to_results() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let server = Server::start().await;
+    let rig = Rig::start().await;
+    let server = &rig.server;
     let s = server
         .create(QUIZ_HTML, &[("p1", "Ada"), ("p2", "Bo")])
         .await;
-    let d = driver();
-    let board = browser(&d).await;
-    board.goto(&server.link(&s, &s.host)).await.unwrap();
-    until(
-        &board,
-        "document.body.dataset.phase === 'lobby' && document.body.dataset.players === '2'",
-        "the lobby with two players",
-    )
-    .await;
+    let board = rig
+        .open(
+            &server.link(&s, &s.host),
+            "document.body.dataset.phase === 'lobby' && document.body.dataset.players === '2'",
+            "the lobby with two players",
+        )
+        .await;
     // The host adds the third player on the page and hands out its link.
-    board
-        .find(fantoccini::Locator::Css("#add-player input[name=name]"))
-        .await
-        .unwrap()
-        .send_keys("Cy")
-        .await
-        .unwrap();
-    click(&board, "#add-player button").await;
-    let invite = until(
-        &board,
-        "document.querySelector('a[data-invite]') && document.querySelector('a[data-invite]').href",
-        "the new player's link",
-    )
-    .await;
-    let invite = invite.as_str().unwrap().to_owned();
+    let invite = add_player(&board, "Cy").await;
     until(
         &board,
         "document.body.dataset.players === '3'",
@@ -92,10 +44,10 @@ async fn a_whole_game_from_lobby_to_results() {
         server.link(&s, &s.players["p2"]),
         invite,
     ] {
-        let c = browser(&d).await;
-        c.goto(&link).await.unwrap();
-        until(&c, "document.body.dataset.phase === 'lobby' && document.body.dataset.view === 'controller'", "a controller in the lobby").await;
-        controllers.push(c);
+        controllers.push(
+            rig.open(&link, CONTROLLER_IN_LOBBY, "a controller in the lobby")
+                .await,
+        );
     }
     let p3 = eval(&controllers[2], "window.hostwirePage.info.player").await;
     let p3 = p3.as_str().unwrap().to_owned();
@@ -104,15 +56,14 @@ async fn a_whole_game_from_lobby_to_results() {
     click(&board, "#btn-start").await;
     // getAsset answers a Blob with the file's bytes and type; an unknown
     // key's error keeps the SPEC's `[CODE] message` form.
-    into_plugin(&controllers[0]).await;
-    let asset = until(
+    let asset = in_plugin(
         &controllers[0],
         "document.body.dataset.asset",
         "the cover asset",
     )
     .await;
     assert_eq!(asset, json!("blob:image/png:300:0,1,2,3"));
-    let missing = until(
+    let missing = in_plugin(
         &controllers[0],
         "document.body.dataset.assetError",
         "the unknown asset",
@@ -122,12 +73,11 @@ async fn a_whole_game_from_lobby_to_results() {
         missing.as_str().unwrap().starts_with("[ASSET_NOT_FOUND] "),
         "{missing}"
     );
-    to_page(&controllers[0]).await;
     // Question 1: Ada and Bo right, Cy wrong.
     answer(&controllers[0], 0, "j").await;
     answer(&controllers[1], 0, "j").await;
     answer(&controllers[2], 0, "m").await;
-    board_at(
+    in_plugin(
         &board,
         "document.body.dataset.q === '1'",
         "question 2 on the board",
@@ -136,31 +86,25 @@ async fn a_whole_game_from_lobby_to_results() {
     screenshot(&board, "running").await;
     // The host pauses and resumes: every device's plugin hears it.
     click(&board, "#btn-pause").await;
-    into_plugin(&controllers[1]).await;
-    until(
+    in_plugin(
         &controllers[1],
         "document.body.dataset.paused === 'true'",
         "the pause on a controller",
     )
     .await;
-    to_page(&controllers[1]).await;
     click(&board, "#btn-resume").await;
-    into_plugin(&controllers[1]).await;
-    until(
+    in_plugin(
         &controllers[1],
         "document.body.dataset.paused === 'false'",
         "the resume on a controller",
     )
     .await;
-    to_page(&controllers[1]).await;
-    into_plugin(&controllers[0]).await;
-    until(
+    in_plugin(
         &controllers[0],
         "document.body.dataset.q === '1' && document.querySelector('button.choice')",
         "question 2 on Ada's phone",
     )
     .await;
-    to_page(&controllers[0]).await;
     screenshot(&controllers[0], "running-controller").await;
     // Question 2 (false is right): Ada right, Bo and Cy wrong.
     answer(&controllers[0], 1, "false").await;
@@ -173,7 +117,7 @@ async fn a_whole_game_from_lobby_to_results() {
     )
     .await;
     // The board's `end` was answered: the result is durable.
-    board_at(
+    in_plugin(
         &board,
         "document.body.dataset.resultStored === 'true'",
         "end() answered",
@@ -186,15 +130,7 @@ async fn a_whole_game_from_lobby_to_results() {
         [("p1".to_owned(), 2), ("p2".to_owned(), 1), (p3.clone(), 0)].into();
     assert_eq!(shown, expected, "the board shows the game's scores");
     // What the server stored is what the board shows.
-    let (st, v) = server
-        .request(
-            "GET",
-            &format!("/memizy/sessions/{}", s.id),
-            Some(&s.host),
-            None,
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
+    let v = server.status(&s).await;
     assert_eq!(v["phase"], "finished", "{v}");
     let stored: BTreeMap<String, i64> = v["result"]["scores"]
         .as_object()
@@ -218,15 +154,7 @@ async fn a_whole_game_from_lobby_to_results() {
     // The recording (SPEC 10): the authority's InitPayload with the set in
     // display order and the seed, the start, every answer with its sender
     // and game time, the pause and the end; kept in the store too.
-    let (st, rec) = server
-        .request(
-            "GET",
-            &format!("/memizy/sessions/{}/recording", s.id),
-            Some(&s.host),
-            None,
-        )
-        .await;
-    assert_eq!(st, 200, "{rec}");
+    let rec = server.recording(&s).await;
     assert_eq!(
         rec["displaySeed"],
         json!(s.id),
@@ -268,58 +196,13 @@ async fn a_whole_game_from_lobby_to_results() {
     board.close().await.unwrap();
 }
 
-/// A game of three players started from the board: (board, controllers).
-async fn started(
-    server: &Server,
-    d: &Driver,
-    plugin: &str,
-) -> (Session, fantoccini::Client, Vec<fantoccini::Client>) {
-    let s = server
-        .create(plugin, &[("p1", "Ada"), ("p2", "Bo"), ("p3", "Cy")])
-        .await;
-    let board = browser(d).await;
-    board.goto(&server.link(&s, &s.host)).await.unwrap();
-    until(
-        &board,
-        "document.body.dataset.phase === 'lobby'",
-        "the lobby",
-    )
-    .await;
-    let mut controllers = Vec::new();
-    for p in ["p1", "p2", "p3"] {
-        let c = browser(d).await;
-        c.goto(&server.link(&s, &s.players[p])).await.unwrap();
-        until(
-            &c,
-            "document.body.dataset.phase === 'lobby'",
-            "a controller in the lobby",
-        )
-        .await;
-        controllers.push(c);
-    }
-    click(&board, "#btn-start").await;
-    for c in &controllers {
-        into_plugin(c).await;
-        until(
-            c,
-            "document.body.dataset.ready === 'true'",
-            "a ready controller",
-        )
-        .await;
-        to_page(c).await;
-    }
-    (s, board, controllers)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_board_reloaded_mid_game_comes_back_from_its_snapshot() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let server = Server::start().await;
-    let d = driver();
-    let (_s, board, cs) = started(&server, &d, QUIZ_HTML).await;
+    let rig = Rig::start().await;
+    let (_s, board, cs) = rig.started(QUIZ_HTML, THREE).await;
     answer(&cs[0], 0, "j").await;
     // The board kept Ada's answer in a snapshot the server acknowledged.
-    board_at(
+    in_plugin(
         &board,
         "document.querySelector('tr[data-player=p1] .score').textContent === '1' && Number(document.body.dataset.saved) >= 2",
         "Ada's point saved on the board",
@@ -342,7 +225,7 @@ async fn the_board_reloaded_mid_game_comes_back_from_its_snapshot() {
         .await;
     }
     // The recreated board has Ada's point (no start() again), and the game goes on.
-    board_at(
+    in_plugin(
         &board,
         "document.body.dataset.q === '0' && document.querySelector('tr[data-player=p1] .score').textContent === '1'",
         "the board resumed at question 1 with Ada's point",
@@ -350,14 +233,13 @@ async fn the_board_reloaded_mid_game_comes_back_from_its_snapshot() {
     .await;
     answer(&cs[1], 0, "j").await;
     answer(&cs[2], 0, "v").await;
-    board_at(
+    in_plugin(
         &board,
         "document.body.dataset.q === '1'",
         "question 2 after the reload",
     )
     .await;
-    into_plugin(&cs[0]).await;
-    until(
+    in_plugin(
         &cs[0],
         "document.body.dataset.q === '1' && document.body.dataset.score === '1'",
         "Ada at question 2 with her point",
@@ -367,12 +249,11 @@ async fn the_board_reloaded_mid_game_comes_back_from_its_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_closed_and_reopened_rejoins_as_the_same_player() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let server = Server::start().await;
-    let d = driver();
-    let (s, board, mut cs) = started(&server, &d, QUIZ_HTML).await;
+    let rig = Rig::start().await;
+    let server = &rig.server;
+    let (s, board, mut cs) = rig.started(QUIZ_HTML, THREE).await;
     answer(&cs[0], 0, "j").await;
-    board_at(
+    in_plugin(
         &board,
         "document.querySelector('tr[data-player=p1] .score').textContent === '1'",
         "Ada's point",
@@ -381,40 +262,29 @@ async fn a_controller_closed_and_reopened_rejoins_as_the_same_player() {
     // Ada's page is closed (her browser with it).
     let gone = cs.remove(0);
     gone.close().await.unwrap();
-    cs.insert(0, browser(&d).await);
-    until(
-        &board,
-        "document.querySelector('#players li[data-player=p1]').dataset.connected === 'false'",
-        "Ada shown disconnected",
-    )
-    .await;
+    /// Whether the board's roster shows `p` connected.
+    fn shown(p: &str, connected: bool) -> String {
+        format!("document.querySelector('#players li[data-player={p}]').dataset.connected === '{connected}'")
+    }
+    until(&board, &shown("p1", false), "Ada shown disconnected").await;
     // The same link again: Ada, with her point, at the same question.
-    cs[0]
-        .goto(&server.link(&s, &s.players["p1"]))
-        .await
-        .unwrap();
-    into_plugin(&cs[0]).await;
-    until(
+    cs.insert(
+        0,
+        rig.open(
+            &server.link(&s, &s.players["p1"]),
+            "document.body.dataset.view === 'controller'",
+            "Ada's page again",
+        )
+        .await,
+    );
+    in_plugin(
         &cs[0],
         "document.body.dataset.player === 'p1' && document.body.dataset.q === '0' && document.body.dataset.score === '1' && document.querySelector('#me').dataset.player === 'p1'",
         "Ada back as p1 with her point",
     )
     .await;
-    to_page(&cs[0]).await;
-    until(
-        &board,
-        "document.querySelector('#players li[data-player=p1]').dataset.connected === 'true'",
-        "Ada shown connected",
-    )
-    .await;
-    let (_, v) = server
-        .request(
-            "GET",
-            &format!("/memizy/sessions/{}", s.id),
-            Some(&s.host),
-            None,
-        )
-        .await;
+    until(&board, &shown("p1", true), "Ada shown connected").await;
+    let v = server.status(&s).await;
     assert_eq!(
         v["players"].as_array().unwrap().len(),
         3,
@@ -424,37 +294,28 @@ async fn a_controller_closed_and_reopened_rejoins_as_the_same_player() {
     // back-forward cache): his page leaves the session, and his link
     // brings him back.
     cs[1].goto("about:blank").await.unwrap();
-    until(
-        &board,
-        "document.querySelector('#players li[data-player=p2]').dataset.connected === 'false'",
-        "Bo shown disconnected",
-    )
-    .await;
+    until(&board, &shown("p2", false), "Bo shown disconnected").await;
     cs[1]
         .goto(&server.link(&s, &s.players["p2"]))
         .await
         .unwrap();
-    into_plugin(&cs[1]).await;
-    until(
+    in_plugin(
         &cs[1],
         "document.body.dataset.player === 'p2' && document.body.dataset.q === '0'",
         "Bo back",
     )
     .await;
-    to_page(&cs[1]).await;
     // The game goes on with them.
     answer(&cs[1], 0, "m").await;
     answer(&cs[2], 0, "j").await;
-    board_at(&board, "document.body.dataset.q === '1'", "question 2").await;
+    in_plugin(&board, "document.body.dataset.q === '1'", "question 2").await;
     answer(&cs[0], 1, "false").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rates_and_sizes_are_refused_through_the_page_and_the_game_goes_on() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let server = Server::start().await;
-    let d = driver();
-    let (_s, board, cs) = started(&server, &d, QUIZ_HTML).await;
+    let rig = Rig::start().await;
+    let (_s, board, cs) = rig.started(QUIZ_HTML, THREE).await;
     into_plugin(&cs[0]).await;
     click(&cs[0], "#flood").await;
     let codes = until(
@@ -477,10 +338,10 @@ async fn rates_and_sizes_are_refused_through_the_page_and_the_game_goes_on() {
     );
     to_page(&cs[0]).await;
     // Still in the game: everyone answers and the board moves on.
-    answer(&cs[0], 0, "j").await;
-    answer(&cs[1], 0, "j").await;
-    answer(&cs[2], 0, "j").await;
-    board_at(
+    for c in &cs {
+        answer(c, 0, "j").await;
+    }
+    in_plugin(
         &board,
         "document.body.dataset.q === '1'",
         "question 2 after the refusals",
@@ -496,15 +357,14 @@ async fn rates_and_sizes_are_refused_through_the_page_and_the_game_goes_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_plugin_is_contained() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let server = Server::start().await;
+    let rig = Rig::start().await;
+    let server = &rig.server;
     // Another origin the plugin tries to reach: it must see no connection.
     let trap = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     trap.set_nonblocking(true).unwrap();
     let steal = format!("http://{}/steal", trap.local_addr().unwrap());
     let plugin = HOSTILE_HTML.replace("__STEAL_URL__", &steal);
-    let d = driver();
-    let (s, board, cs) = started(&server, &d, &plugin).await;
+    let (s, board, cs) = rig.started(&plugin, THREE).await;
     let play_url = server.link(&s, &s.players["p1"]);
     into_plugin(&cs[0]).await;
     click(&cs[0], "#attack").await;
@@ -540,7 +400,7 @@ async fn a_hostile_plugin_is_contained() {
         "Bo's ping answered",
     )
     .await;
-    board_at(
+    in_plugin(
         &board,
         "document.body.dataset.pings_p2 === '1'",
         "Bo's ping on the board",
@@ -551,14 +411,7 @@ async fn a_hostile_plugin_is_contained() {
         json!("online")
     );
     // No forged `end` ended the game (a controller is not the authority).
-    let (_, v) = server
-        .request(
-            "GET",
-            &format!("/memizy/sessions/{}", s.id),
-            Some(&s.host),
-            None,
-        )
-        .await;
+    let v = server.status(&s).await;
     assert_eq!(v["phase"], "running", "{v}");
     match trap.accept() {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -568,18 +421,17 @@ async fn a_hostile_plugin_is_contained() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_token_gets_a_clear_message() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let server = Server::start().await;
+    let rig = Rig::start().await;
+    let server = &rig.server;
     let s = server.create(QUIZ_HTML, &[("p1", "Ada")]).await;
-    let d = driver();
-    let c = browser(&d).await;
-    c.goto(&server.link(&s, "not-the-token")).await.unwrap();
-    let text = until(
-        &c,
-        "document.body.dataset.failure === '401' && document.getElementById('message').textContent",
-        "the bad-token message",
-    )
-    .await;
+    let c = rig
+        .open(
+            &server.link(&s, "not-the-token"),
+            "document.body.dataset.failure === '401'",
+            "the bad-token page",
+        )
+        .await;
+    let text = eval(&c, "document.getElementById('message').textContent").await;
     assert!(
         text.as_str()
             .unwrap()
@@ -593,5 +445,233 @@ async fn a_wrong_token_gets_a_clear_message() {
     assert!(
         t.contains("/memizy/play") && t.contains("/ggui/ws") && t.contains("\"ok\": true"),
         "{t}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_importing_the_sdk_from_its_cdn_plays_offline() {
+    // No internet is needed: the CDN import is pointed at the server's copy.
+    let rig = Rig::start_with_sdk(Some(TEST_SDK_MJS)).await;
+    let (_s, board, cs) = rig.started(&quiz_through_the_sdk(), &[("p1", "Ada")]).await;
+    for c in [&board, &cs[0]] {
+        let sdk = in_plugin(
+            c,
+            "document.body.dataset.ready === 'true' && document.body.dataset.sdk",
+            "the plugin ready, with the SDK from this server",
+        )
+        .await;
+        assert_eq!(sdk, json!("hostwire-test-sdk"));
+    }
+    answer(&cs[0], 0, "j").await;
+    answer(&cs[0], 1, "false").await;
+    assert_eq!(
+        results_shown(&board).await,
+        BTreeMap::from([("p1".to_owned(), 2)])
+    );
+}
+
+/// The settings a plugin's `InitPayload` carried, as the quiz shows them.
+async fn plugin_settings(c: &fantoccini::Client, when: &str, what: &str) -> Value {
+    let v = in_plugin(
+        c,
+        &format!("({when}) && document.body.dataset.settings"),
+        what,
+    )
+    .await;
+    serde_json::from_str(v.as_str().unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settings_screen_sets_what_the_boards_plugin_gets() {
+    let rig = Rig::start().await;
+    let server = &rig.server;
+    let s = server.create(QUIZ_HTML, &[("p1", "Ada")]).await;
+    // The host's settings screen: the plugin in view `settings`, in the lobby.
+    let host = rig
+        .open(
+            &format!(
+                "{}/memizy/play?view=settings#session={}&token={}",
+                server.http, s.id, s.host
+            ),
+            "document.body.dataset.view === 'settings' && document.body.dataset.phase === 'lobby'",
+            "the settings screen",
+        )
+        .await;
+    let first = plugin_settings(
+        &host,
+        "document.getElementById('apply')",
+        "the settings screen's plugin",
+    )
+    .await;
+    assert_eq!(first, json!({"rounds": 2}), "the manifest's default");
+    // Not valid yet: the host's Start is disabled.
+    into_plugin(&host).await;
+    click(&host, "#invalid").await;
+    until(
+        &host,
+        "document.body.dataset.applied === 'invalid'",
+        "the refusal kept",
+    )
+    .await;
+    to_page(&host).await;
+    until(
+        &host,
+        "document.getElementById('btn-start').disabled",
+        "Start disabled while the settings are not valid",
+    )
+    .await;
+    // One round: valid again, Start enabled.
+    into_plugin(&host).await;
+    let rounds = host
+        .find(fantoccini::Locator::Css("#rounds"))
+        .await
+        .unwrap();
+    rounds.clear().await.unwrap();
+    rounds.send_keys("1").await.unwrap();
+    click(&host, "#apply").await;
+    until(
+        &host,
+        "document.body.dataset.applied === '1'",
+        "rounds kept",
+    )
+    .await;
+    to_page(&host).await;
+    until(
+        &host,
+        "!document.getElementById('btn-start').disabled",
+        "Start enabled again",
+    )
+    .await;
+    // The same browser on the board's link: Start, and the board's plugin
+    // gets the setting in its InitPayload.
+    host.goto(&server.link(&s, &s.host)).await.unwrap();
+    until(
+        &host,
+        "document.body.dataset.view === 'board' && document.body.dataset.phase === 'lobby'",
+        "the board in the lobby",
+    )
+    .await;
+    click(&host, "#btn-start").await;
+    let got = plugin_settings(&host, "true", "the board's settings").await;
+    assert_eq!(got, json!({"rounds": 1}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_solo_game_plays_on_one_page() {
+    let rig = Rig::start().await;
+    let server = &rig.server;
+    let s = server
+        .create_with(
+            QUIZ_HTML,
+            json!({"mode": "solo", "players": [{"id": "me", "name": "Ada", "isHost": true}]}),
+        )
+        .await;
+    let page = rig.in_lobby(&s, &s.host).await;
+    click(&page, "#btn-start").await;
+    in_plugin(
+        &page,
+        "document.body.dataset.view === 'solo' && document.body.dataset.player === 'me'",
+        "the solo instance",
+    )
+    .await;
+    // The one instance is the authority and answers itself.
+    answer(&page, 0, "j").await;
+    answer(&page, 1, "true").await;
+    assert_eq!(
+        results_shown(&page).await,
+        BTreeMap::from([("me".to_owned(), 1)])
+    );
+    let v = server.status(&s).await;
+    assert_eq!(v["phase"], "finished", "{v}");
+    assert_eq!(v["result"]["scores"]["me"].as_f64(), Some(1.0), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_joining_after_the_start_plays_on() {
+    let rig = Rig::start().await;
+    let (_s, board, cs) = rig.started(QUIZ_HTML, &[("p1", "Ada")]).await;
+    answer(&cs[0], 0, "j").await;
+    in_plugin(&board, "document.body.dataset.q === '1'", "question 2").await;
+    // The host adds Cy while the game runs; Cy opens the link.
+    let invite = add_player(&board, "Cy").await;
+    let cy = rig
+        .open(
+            &invite,
+            "document.body.dataset.view === 'controller'",
+            "Cy's page",
+        )
+        .await;
+    let cy_id = eval(&cy, "window.hostwirePage.info.player").await;
+    let cy_id = cy_id.as_str().unwrap().to_owned();
+    // Cy gets the game as it stands, and the board counts Cy in.
+    in_plugin(
+        &cy,
+        "document.body.dataset.q === '1' && document.querySelector('button.choice:not([disabled])')",
+        "Cy at question 2",
+    )
+    .await;
+    in_plugin(
+        &board,
+        &format!("document.querySelector('tr[data-player={cy_id}]')"),
+        "Cy on the board",
+    )
+    .await;
+    answer(&cs[0], 1, "false").await;
+    answer(&cy, 1, "false").await;
+    assert_eq!(
+        results_shown(&board).await,
+        BTreeMap::from([("p1".to_owned(), 2), (cy_id, 1)])
+    );
+}
+
+/// How far the test server's clock is ahead of the browsers'.
+const SERVER_AHEAD_MS: u64 = 3_600_000;
+/// How far apart two readings of session time may be: the page's sample
+/// of the server's clock and the moments of reading (a local round trip).
+const SESSION_TIME_TOLERANCE_MS: f64 = 1_000.0;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_device_reads_the_servers_session_time() {
+    // The server's clock an hour ahead of the devices': the pages correct
+    // the SessionClock's offset, so the plugins' session time is the server's.
+    let rig = Rig::start_with(None, Arc::new(AheadClock(SERVER_AHEAD_MS))).await;
+    let server = &rig.server;
+    let (s, board, cs) = rig.started(QUIZ_HTML, &[("p1", "Ada")]).await;
+    for (c, who) in [(&board, "the board"), (&cs[0], "Ada's controller")] {
+        let (st, v) = server
+            .request(
+                "GET",
+                &format!("/memizy/play/api/{}", s.id),
+                Some(&s.host),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+        let at_server =
+            v["serverTime"].as_f64().unwrap() + v["clock"]["offsetMs"].as_f64().unwrap();
+        let on_device = in_plugin(c, "window.sessionNow()", "the plugin's session time").await;
+        let skew = on_device.as_f64().unwrap() - at_server;
+        assert!(
+            skew.abs() < SESSION_TIME_TOLERANCE_MS,
+            "{who} reads session time {skew} ms from the server's"
+        );
+    }
+    // An answer stamped with the controller's session time is accepted at
+    // the same session time on the server.
+    answer(&cs[0], 0, "j").await;
+    in_plugin(&board, "document.body.dataset.q === '1'", "question 2").await;
+    let rec = server.recording(&s).await;
+    let action = rec["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["message"]["data"]["type"] == "answer")
+        .cloned()
+        .unwrap();
+    let skew = action["message"]["data"]["at"].as_f64().unwrap()
+        - action["sessionTimeMs"].as_f64().unwrap();
+    assert!(
+        skew.abs() < SESSION_TIME_TOLERANCE_MS,
+        "stamped {skew} ms from the server's session time: {action}"
     );
 }

@@ -9,7 +9,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use hostwire::app::App;
 use hostwire::http::AllowedOrigins;
 use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE};
-use hostwire_core::SystemClock;
+use hostwire_core::{Clock, SystemClock};
 use hostwire_memizy::RELAY_LIMITS;
 use hostwire_store::SqliteStore;
 use serde_json::{json, Value};
@@ -28,6 +28,21 @@ pub const GUARD: Duration = Duration::from_secs(40);
 /// The test plugins (our own, SPEC 1.0, Penpal 7.0.6).
 pub const QUIZ_HTML: &str = include_str!("quiz.html");
 pub const HOSTILE_HTML: &str = include_str!("hostile.html");
+/// A stand-in for the plugin SDK (ours), served with `--plugin-sdk`.
+pub const TEST_SDK_MJS: &str = include_str!("sdk.mjs");
+/// Where published plugins import the SDK from.
+pub const SDK_CDN_IMPORT: &str = "https://cdn.jsdelivr.net/npm/@memizy/plugin-sdk@1/+esm";
+
+/// The quiz plugin importing Penpal through "the SDK" from its CDN address,
+/// as a published plugin imports the SDK.
+pub fn quiz_through_the_sdk() -> String {
+    let penpal = "import { connect, WindowMessenger } from '/memizy/play/vendor/penpal-7.0.6.mjs';";
+    assert!(QUIZ_HTML.contains(penpal));
+    QUIZ_HTML.replace(
+        penpal,
+        &format!("import {{ connect, WindowMessenger }} from '{SDK_CDN_IMPORT}';"),
+    )
+}
 
 pub struct Server {
     pub app: Option<App>,
@@ -40,6 +55,16 @@ impl Server {
     /// A server whose `ALLOWED_ORIGINS` is the default list (not this
     /// server): the device page works because it is the server's own.
     pub async fn start() -> Server {
+        Self::start_with_sdk(None).await
+    }
+
+    /// [`Server::start`] serving this plugin SDK (`--plugin-sdk`).
+    pub async fn start_with_sdk(sdk: Option<&str>) -> Server {
+        Self::start_with(sdk, Arc::new(SystemClock)).await
+    }
+
+    /// [`Server::start`] with this plugin SDK and clock.
+    pub async fn start_with(sdk: Option<&str>, clock: Arc<dyn Clock>) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("hostwire-browser-")
             .tempdir()
@@ -57,14 +82,11 @@ impl Server {
                 ..Default::default()
             },
         };
-        let app = App::start(
-            listener,
-            config,
-            Arc::new(SystemClock),
-            Arc::clone(&store) as _,
-        )
-        .unwrap();
+        let app = App::start(listener, config, clock, Arc::clone(&store) as _).unwrap();
         app.sessions.use_store(Arc::clone(&store) as _);
+        app.sessions.use_plugin_sdk(
+            sdk.map(|s| hostwire::memizy::session::play::PluginSdk::from_bytes(s.to_owned())),
+        );
         let http = format!("http://{}", app.addr);
         Server {
             app: Some(app),
@@ -111,15 +133,25 @@ impl Server {
             .iter()
             .map(|(id, name)| json!({"id": id, "name": name}))
             .collect();
-        let body = json!({
+        self.create_with(
+            plugin,
+            json!({"mode": "multiplayer", "hostAs": "presenter", "players": players}),
+        )
+        .await
+    }
+
+    /// A session of `plugin` whose mode, hostAs and players `how` gives
+    /// (the set, its file and the timing are the tests' own).
+    pub async fn create_with(&self, plugin: &str, how: Value) -> Session {
+        let mut body = json!({
             "pluginHtml": plugin,
             "set": quiz_set(),
-            "mode": "multiplayer",
-            "hostAs": "presenter",
-            "players": players,
             "timing": {"countdownMs": 0, "finishedCloseMs": 600000},
             "assets": {"assets/cover.png": base64::engine::general_purpose::STANDARD.encode(cover())}
         });
+        for (k, v) in how.as_object().unwrap() {
+            body[k] = v.clone();
+        }
         let (s, v) = self
             .request("POST", "/memizy/sessions", Some(OPERATOR), Some(&body))
             .await;
@@ -140,6 +172,180 @@ impl Server {
     pub fn link(&self, s: &Session, token: &str) -> String {
         format!("{}/memizy/play#session={}&token={token}", self.http, s.id)
     }
+
+    /// `GET /memizy/sessions/{id}` with the host token (answered 200).
+    pub async fn status(&self, s: &Session) -> Value {
+        self.host_get(s, "").await
+    }
+
+    /// `GET /memizy/sessions/{id}/recording` with the host token.
+    pub async fn recording(&self, s: &Session) -> Value {
+        self.host_get(s, "/recording").await
+    }
+
+    async fn host_get(&self, s: &Session, tail: &str) -> Value {
+        let path = format!("/memizy/sessions/{}{tail}", s.id);
+        let (st, v) = self.request("GET", &path, Some(&s.host), None).await;
+        assert_eq!(st, 200, "{path}: {v}");
+        v
+    }
+}
+
+/// One browser test at a time: each runs several Chromiums.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// What every browser test stands on: its turn, a server and chromedriver.
+pub struct Rig {
+    pub server: Server,
+    pub driver: Driver,
+    _one: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Rig {
+    pub async fn start() -> Rig {
+        Self::start_with_sdk(None).await
+    }
+
+    /// With the plugin SDK `sdk` served (`--plugin-sdk`).
+    pub async fn start_with_sdk(sdk: Option<&str>) -> Rig {
+        Self::start_with(sdk, Arc::new(SystemClock)).await
+    }
+
+    /// With this plugin SDK and the server on this clock.
+    pub async fn start_with(sdk: Option<&str>, clock: Arc<dyn Clock>) -> Rig {
+        let one = ONE_AT_A_TIME.lock().await;
+        Rig {
+            server: Server::start_with(sdk, clock).await,
+            driver: driver(),
+            _one: one,
+        }
+    }
+
+    /// A new browser on `link`, once the page says `ready` (a JavaScript
+    /// condition; `what` names it if it never holds).
+    pub async fn open(&self, link: &str, ready: &str, what: &str) -> Client {
+        let c = browser(&self.driver).await;
+        c.goto(link).await.unwrap();
+        until(&c, ready, what).await;
+        c
+    }
+
+    /// The device page of `token` in a new browser, in the lobby.
+    pub async fn in_lobby(&self, s: &Session, token: &str) -> Client {
+        self.open(
+            &self.server.link(s, token),
+            "document.body.dataset.phase === 'lobby'",
+            "the page in the lobby",
+        )
+        .await
+    }
+
+    /// A game of `plugin` with these players, started from the board once
+    /// every controller was in the lobby, each controller's plugin ready:
+    /// (session, board, controllers in the players' order).
+    pub async fn started(
+        &self,
+        plugin: &str,
+        players: &[(&str, &str)],
+    ) -> (Session, Client, Vec<Client>) {
+        let s = self.server.create(plugin, players).await;
+        let board = self.in_lobby(&s, &s.host).await;
+        let mut controllers = Vec::new();
+        for (p, _) in players {
+            controllers.push(self.in_lobby(&s, &s.players[*p]).await);
+        }
+        click(&board, "#btn-start").await;
+        for c in &controllers {
+            in_plugin(
+                c,
+                "document.body.dataset.ready === 'true'",
+                "a ready controller",
+            )
+            .await;
+        }
+        (s, board, controllers)
+    }
+}
+
+/// The system clock `ahead_ms` ahead: a server whose clock differs from
+/// the devices' (the browsers run on this machine's clock).
+pub struct AheadClock(pub u64);
+
+impl Clock for AheadClock {
+    fn now_ms(&self) -> u64 {
+        SystemClock.now_ms() + self.0
+    }
+}
+
+/// The three players most tests play with.
+pub const THREE: &[(&str, &str)] = &[("p1", "Ada"), ("p2", "Bo"), ("p3", "Cy")];
+
+/// The host adds a player named `name` on the board's page: the link the
+/// page shows for it.
+pub async fn add_player(board: &Client, name: &str) -> String {
+    let before = eval(board, "document.querySelectorAll('a[data-invite]').length").await;
+    board
+        .find(Locator::Css("#add-player input[name=name]"))
+        .await
+        .unwrap()
+        .send_keys(name)
+        .await
+        .unwrap();
+    click(board, "#add-player button").await;
+    let link = until(
+        board,
+        &format!("document.querySelectorAll('a[data-invite]').length > {before} && Array.from(document.querySelectorAll('a[data-invite]')).pop().href"),
+        "the new player's link",
+    )
+    .await;
+    link.as_str().unwrap().to_owned()
+}
+
+/// Waits in the page's plugin until `expr` holds, and returns its value
+/// (back in the page).
+pub async fn in_plugin(c: &Client, expr: &str, what: &str) -> Value {
+    into_plugin(c).await;
+    let v = until(c, expr, what).await;
+    to_page(c).await;
+    v
+}
+
+/// Clicks the choice `choice` of question `q` in a controller's plugin.
+pub async fn answer(c: &Client, q: usize, choice: &str) {
+    into_plugin(c).await;
+    until(
+        c,
+        &format!("document.body.dataset.q === '{q}' && document.querySelector('button.choice:not([disabled])')"),
+        &format!("question {q} on a controller"),
+    )
+    .await;
+    click(c, &format!("button.choice[data-choice='{choice}']")).await;
+    to_page(c).await;
+}
+
+/// `{player: score}` once the page shows the results.
+pub async fn results_shown(page: &Client) -> std::collections::BTreeMap<String, i64> {
+    until(
+        page,
+        "document.body.dataset.results === 'shown'",
+        "the results on the page",
+    )
+    .await;
+    board_results(page).await
+}
+
+/// `{player: score}` as the board's results list shows it.
+pub async fn board_results(board: &Client) -> std::collections::BTreeMap<String, i64> {
+    let v = eval(
+        board,
+        "Array.from(document.querySelectorAll('#scores li')).map(li => [li.dataset.player, Number(li.dataset.score)])",
+    )
+    .await;
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_str().unwrap().to_owned(), p[1].as_i64().unwrap()))
+        .collect()
 }
 
 /// The set's one file: 300 bytes counting up from 0.

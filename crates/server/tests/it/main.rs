@@ -7,6 +7,7 @@ mod support;
 mod body_budget;
 mod check;
 mod credential_attack;
+mod front_door;
 mod ggui;
 mod limits;
 mod playerthree;

@@ -77,6 +77,28 @@ async fn an_unusable_data_directory_is_named_once() {
 }
 
 #[tokio::test]
+async fn a_missing_plugin_sdk_file_stops_the_start_with_its_name() {
+    let dir = temp_dir("cli-sdk");
+    let out = failing(
+        &[
+            "--port",
+            "0",
+            "--data-dir",
+            "data",
+            "--plugin-sdk",
+            "no-sdk.mjs",
+        ],
+        dir.path(),
+    )
+    .await;
+    let line = error_line(&out);
+    assert!(
+        line.contains("--plugin-sdk") && line.contains("no-sdk.mjs"),
+        "{line}"
+    );
+}
+
+#[tokio::test]
 async fn logs_off_a_terminal_have_no_colours_and_an_absolute_data_directory() {
     let dir = temp_dir("cli-logs");
     let root = std::fs::canonicalize(dir.path()).unwrap();
@@ -129,6 +151,7 @@ async fn serve_help_lists_every_environment_variable() {
         "ROOMS_PER_IP_PER_HOUR",
         "HOSTWIRE_LOG_FORMAT",
         "RUST_LOG",
+        "HOSTWIRE_PLUGIN_SDK",
     ] {
         assert!(help.contains(&format!("[env: {var}")), "{var} in:\n{help}");
     }

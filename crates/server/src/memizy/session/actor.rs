@@ -186,12 +186,14 @@ struct Actor {
 
 /// Starts the task of a session and its store writer; `None` if the server
 /// holds as many sessions as it may or the id is taken. `auth` says who
-/// may attach; `assets` where `getAsset`'s bytes are.
+/// may attach; `assets` where `getAsset`'s bytes are; `rec` the recording
+/// so far (empty for a new session, the kept one for one brought back).
 pub fn spawn(
     sessions: &Arc<Sessions>,
     s: Session,
     auth: Auth,
     assets: AssetCatalog,
+    rec: super::recording::Recorder,
 ) -> Option<SessionHandle> {
     let (tx, rx) = mpsc::channel(super::SESSION_QUEUE);
     let handle = SessionHandle { tx: tx.clone() };
@@ -224,7 +226,7 @@ pub fn spawn(
         last_used: sessions.clock.now_ms(),
         held: None,
         removed: false,
-        rec: Default::default(),
+        rec,
     };
     tokio::spawn(actor.run(rx));
     Some(handle)

@@ -420,7 +420,7 @@ async fn create(
         host: host_token.clone(),
         players,
     };
-    if actor::spawn(&sessions, s, auth, assets).is_none() {
+    if actor::spawn(&sessions, s, auth, assets, Default::default()).is_none() {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the server holds too many sessions",

@@ -224,6 +224,8 @@ pub struct Sessions {
     /// Held while a session is brought back from the store, so that two
     /// first uses bring it back once.
     pub(crate) restoring: tokio::sync::Mutex<()>,
+    /// The operator's plugin SDK (`--plugin-sdk`), if any.
+    plugin_sdk: std::sync::RwLock<Option<Arc<play::PluginSdk>>>,
 }
 
 impl Sessions {
@@ -254,6 +256,7 @@ impl Sessions {
             idle_ttl_ms: AtomicU64::new(DEFAULT_IDLE_TTL_MS),
             stopped_since: Mutex::new(HashMap::new()),
             restoring: tokio::sync::Mutex::new(()),
+            plugin_sdk: std::sync::RwLock::new(None),
         })
     }
 
@@ -382,6 +385,24 @@ impl Sessions {
     /// [`CONCURRENT_SESSION_CREATIONS`] are being handled.
     pub fn creation_permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         Arc::clone(&self.creating).try_acquire_owned().ok()
+    }
+
+    /// Serves this plugin SDK and points plugins' CDN imports of it there
+    /// (offline classrooms); `None`: nothing is served or rewritten.
+    pub fn use_plugin_sdk(&self, sdk: Option<play::PluginSdk>) {
+        let sdk = sdk.map(Arc::new);
+        match self.plugin_sdk.write() {
+            Ok(mut s) => *s = sdk,
+            Err(p) => *p.into_inner() = sdk,
+        }
+    }
+
+    /// The plugin SDK served, if any.
+    pub fn plugin_sdk(&self) -> Option<Arc<play::PluginSdk>> {
+        match self.plugin_sdk.read() {
+            Ok(s) => s.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
     }
 
     /// The store sessions are kept in.

@@ -8,6 +8,7 @@
 //! | `GET /memizy/play/vendor/penpal-7.0.6.mjs` | Penpal 7.0.6 (npm, MIT), vendored: no CDN |
 //! | `GET /memizy/play/api/{id}` | for a bearer token of the session (host's or a player's): who it opens, the phase, roster, clock, result, server time, and the iframe's `sandbox` and `allow` |
 //! | `GET /memizy/play/plugin/{id}?key=…` | the plugin's document with the Content Security Policy (SPEC 8.4), as a header and as the first element of `<head>` |
+//! | `GET /memizy/play/vendor/plugin-sdk.mjs` | with `--plugin-sdk`: the operator's copy of the plugin SDK, which the plugin document's CDN import of `@memizy/plugin-sdk@1` is pointed at (offline classrooms) |
 //!
 //! The page's files are in `crates/server/play/`, built into the binary.
 //! The page holds no secret: every call it forwards still goes through the
@@ -45,6 +46,17 @@ pub const PLAY_CSS: &str = include_str!("../../../play/play.css");
 pub const PENPAL_MJS: &str = include_str!("../../../play/vendor/penpal-7.0.6.mjs");
 /// The path plugins import Penpal from.
 pub const PENPAL_PATH: &str = "/memizy/play/vendor/penpal-7.0.6.mjs";
+/// Where the operator's plugin SDK is served (`--plugin-sdk`), and what a
+/// plugin's import of the SDK from a CDN is rewritten to.
+pub const PLUGIN_SDK_PATH: &str = "/memizy/play/vendor/plugin-sdk.mjs";
+/// The SDK package whose CDN imports are pointed at [`PLUGIN_SDK_PATH`].
+pub const PLUGIN_SDK_PACKAGE: &str = "@memizy/plugin-sdk";
+/// The SDK major the served file stands for: plugins load `…/plugin-sdk@1`
+/// (SPEC 9), and another major is another API, never rewritten.
+pub const PLUGIN_SDK_MAJOR: u32 = 1;
+/// The largest plugin SDK file `--plugin-sdk` takes: the SDK's
+/// self-contained bundle is tens of kilobytes; it is held in memory.
+pub const MAX_PLUGIN_SDK_BYTES: u64 = 4 * 1024 * 1024;
 /// Sessions whose plugin document key is kept; past it the table is
 /// emptied (a device whose key went asks for a new one when it reloads).
 pub const MAX_DOCUMENT_KEYS: usize = MAX_SESSIONS;
@@ -52,6 +64,85 @@ pub const MAX_DOCUMENT_KEYS: usize = MAX_SESSIONS;
 /// The device page's own policy: its scripts and styles from this server,
 /// connections to it (the session socket), frames from it (the plugin).
 const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; frame-src 'self'; base-uri 'none'; form-action 'none'";
+
+/// The operator's copy of the plugin SDK (`--plugin-sdk`), read once at
+/// start-up and served at [`PLUGIN_SDK_PATH`].
+#[derive(Debug, Clone)]
+pub struct PluginSdk {
+    body: bytes::Bytes,
+}
+
+impl PluginSdk {
+    /// Reads the file, refusing a missing one or one over
+    /// [`MAX_PLUGIN_SDK_BYTES`] with a sentence naming the setting.
+    pub fn load(path: &std::path::Path) -> anyhow::Result<PluginSdk> {
+        use std::io::Read;
+        let what = |e: &dyn std::fmt::Display| {
+            anyhow::anyhow!(
+                "--plugin-sdk / HOSTWIRE_PLUGIN_SDK: cannot read {}: {e}",
+                path.display()
+            )
+        };
+        let file = std::fs::File::open(path).map_err(|e| what(&e))?;
+        let mut body = Vec::new();
+        // One byte past the bound tells a file that is too large, whatever
+        // its metadata says (a pipe, a file still growing).
+        file.take(MAX_PLUGIN_SDK_BYTES + 1)
+            .read_to_end(&mut body)
+            .map_err(|e| what(&e))?;
+        if body.len() as u64 > MAX_PLUGIN_SDK_BYTES {
+            anyhow::bail!(
+                "--plugin-sdk / HOSTWIRE_PLUGIN_SDK: {} is over {MAX_PLUGIN_SDK_BYTES} bytes (MAX_PLUGIN_SDK_BYTES); give the SDK's self-contained ES module bundle",
+                path.display()
+            );
+        }
+        if body.is_empty() {
+            anyhow::bail!(
+                "--plugin-sdk / HOSTWIRE_PLUGIN_SDK: {} is empty; give the SDK's self-contained ES module bundle",
+                path.display()
+            );
+        }
+        Ok(PluginSdk { body: body.into() })
+    }
+
+    /// An SDK of these bytes (tests).
+    pub fn from_bytes(body: impl Into<bytes::Bytes>) -> PluginSdk {
+        PluginSdk { body: body.into() }
+    }
+}
+
+/// A plugin's import of the SDK from a library CDN (SPEC 9: plugins load
+/// `https://cdn.jsdelivr.net/npm/@memizy/plugin-sdk@1`, often with
+/// `/+esm`), of [`PLUGIN_SDK_MAJOR`]: any version of that major
+/// (`@1`, `@1.0.3`, `@^1.2`), any path or query after it, in quotes.
+fn sdk_import() -> &'static regex::Regex {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| {
+        let hosts = hostwire_memizy::policy::LIBRARY_ORIGINS
+            .iter()
+            .filter_map(|o| o.strip_prefix("https://"))
+            .map(regex::escape)
+            .collect::<Vec<_>>()
+            .join("|");
+        let pattern = format!(
+            r#"(["'`])(?:https:)?//(?:{hosts})/(?:[^"'`\s@]*/)?{}@[~^]?{PLUGIN_SDK_MAJOR}(?:[.+-][0-9A-Za-z*]+)*(?:[/?#][^"'`\s]*)?(["'`])"#,
+            regex::escape(PLUGIN_SDK_PACKAGE)
+        );
+        regex::Regex::new(&pattern).expect("the SDK import pattern")
+    })
+}
+
+/// The plugin document with every CDN import of the SDK (of
+/// [`PLUGIN_SDK_MAJOR`]) pointed at [`PLUGIN_SDK_PATH`] on this server.
+pub fn with_local_sdk(html: &str) -> std::borrow::Cow<'_, str> {
+    sdk_import().replace_all(html, |c: &regex::Captures<'_>| {
+        if c[1] == c[2] {
+            format!("{}{PLUGIN_SDK_PATH}{}", &c[1], &c[2])
+        } else {
+            c[0].to_owned()
+        }
+    })
+}
 
 /// What the page's routes share: the sessions and, per session, the key
 /// that opens its plugin document and what its manifest says.
@@ -91,22 +182,15 @@ pub fn router(sessions: Arc<Sessions>) -> Router {
             // script is a CORS request, so it must allow any origin.
             get(|| async { asset("text/javascript; charset=utf-8", PENPAL_MJS, true) }),
         )
+        .route(PLUGIN_SDK_PATH, get(plugin_sdk))
         .route("/memizy/play/api/{id}", get(session_view))
         .route("/memizy/play/plugin/{id}", get(plugin_document))
         .with_state(play)
 }
 
 fn page(html: &'static str) -> Response {
-    let mut r = (StatusCode::OK, html).into_response();
+    let mut r = crate::http::html_response(html, PAGE_POLICY);
     let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(PAGE_POLICY),
-    );
     // The link's token is in the fragment, which is never sent; no page
     // this one opens learns its address either.
     h.insert(
@@ -134,6 +218,40 @@ fn asset(content_type: &'static str, body: &'static str, any_origin: bool) -> Re
             HeaderValue::from_static("*"),
         );
     }
+    r
+}
+
+/// `GET /memizy/play/vendor/plugin-sdk.mjs`: the operator's SDK, for a
+/// module import from the plugin's opaque (`null`) origin: a module script
+/// is a CORS request, so any origin is allowed, and it must be JavaScript.
+/// Nothing in it is session-specific. 404 without `--plugin-sdk`.
+async fn plugin_sdk(State(play): State<Arc<Play>>) -> Response {
+    let Some(sdk) = play.sessions.plugin_sdk() else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "plugin-sdk: this server serves no plugin SDK (start it with --plugin-sdk)",
+        );
+    };
+    let mut r = (StatusCode::OK, sdk.body.clone()).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/javascript; charset=utf-8"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    // A page isolated with Cross-Origin-Embedder-Policy may still load it.
+    h.insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("cross-origin"),
+    );
     r
 }
 
@@ -346,6 +464,11 @@ async fn plugin_document(
         Ok(v) => v.plugin_html,
         Err(r) => return r,
     };
+    // Offline classrooms: the SDK from this server instead of the CDN.
+    let html = match play.sessions.plugin_sdk() {
+        Some(_) => with_local_sdk(&html).into_owned(),
+        None => html,
+    };
     let origin = host_origin(&headers, play.sessions.config.trust_proxy);
     let csp = content_policy(Some(&doc.runtime), origin.as_deref());
     let body = with_policy_meta(&html, &csp);
@@ -403,6 +526,39 @@ pub fn with_policy_meta(html: &str, csp: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cdn_imports_of_sdk_major_1_point_at_the_local_copy() {
+        for spec in [
+            "https://cdn.jsdelivr.net/npm/@memizy/plugin-sdk@1",
+            "https://cdn.jsdelivr.net/npm/@memizy/plugin-sdk@1/+esm",
+            "https://cdn.jsdelivr.net/npm/@memizy/plugin-sdk@1.0.3/+esm",
+            "https://cdn.jsdelivr.net/npm/@memizy/plugin-sdk@^1.2.0/dist/index.js",
+            "https://unpkg.com/@memizy/plugin-sdk@1?module",
+            "https://esm.sh/@memizy/plugin-sdk@1.0.0-rc.6",
+            "https://esm.sh/v135/@memizy/plugin-sdk@1",
+        ] {
+            for q in ['"', '\'', '`'] {
+                let html = format!("import {{ defineGame }} from {q}{spec}{q};");
+                assert_eq!(
+                    with_local_sdk(&html),
+                    format!("import {{ defineGame }} from {q}{PLUGIN_SDK_PATH}{q};"),
+                    "{html}"
+                );
+            }
+        }
+        // Another major, another package, another host, or no version: kept.
+        for kept in [
+            "import x from 'https://cdn.jsdelivr.net/npm/@memizy/plugin-sdk@2/+esm';",
+            "import x from 'https://cdn.jsdelivr.net/npm/@memizy/plugin-sdk@10';",
+            "import x from 'https://cdn.jsdelivr.net/npm/@memizy/plugin-sdk/+esm';",
+            "import x from 'https://cdn.jsdelivr.net/npm/@memizy/plugin-sdk-extra@1';",
+            "import x from 'https://evil.example/npm/@memizy/plugin-sdk@1';",
+            "import x from 'https://cdn.jsdelivr.net/npm/@memizy/plugin-sdk@1\";",
+        ] {
+            assert_eq!(with_local_sdk(kept), kept);
+        }
+    }
 
     #[test]
     fn the_policy_is_the_first_element_of_head() {

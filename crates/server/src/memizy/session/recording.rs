@@ -45,7 +45,50 @@ pub struct Recorder {
     dirty: bool,
 }
 
+/// What a stored recording brings back: its parts, entries as text.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredRecording {
+    display_seed: Option<String>,
+    #[serde(default)]
+    truncated: bool,
+    init: Option<Box<RawValue>>,
+    #[serde(default)]
+    entries: Vec<Box<RawValue>>,
+}
+
 impl Recorder {
+    /// The recorder of a session brought back after a restart: it goes on
+    /// from the record the store kept (its `InitPayload`, seed and
+    /// entries), so the next write does not replace it with only what
+    /// came after the restart. `None` if the document cannot be read.
+    pub fn restored(document: &str) -> Option<Recorder> {
+        let stored: StoredRecording = serde_json::from_str(document).ok()?;
+        let init = stored
+            .init
+            .filter(|i| i.get() != "null")
+            .map(|i| i.get().to_owned());
+        let entries: Vec<String> = stored
+            .entries
+            .into_iter()
+            .map(|e| e.get().to_owned())
+            .collect();
+        let bytes = entries.iter().map(String::len).sum();
+        Some(Recorder {
+            seed: if init.is_some() {
+                stored.display_seed
+            } else {
+                None
+            },
+            init,
+            written: entries.len(),
+            entries,
+            bytes,
+            truncated: stored.truncated,
+            ..Default::default()
+        })
+    }
+
     pub fn attached(&mut self, instance: InstanceId, address: &str) {
         self.addresses.insert(instance, address.to_owned());
     }
@@ -225,6 +268,32 @@ mod tests {
         );
         r.send_called(2, 3, r#"[{"to":"authority","data":1}]"#, Some("board"));
         assert!(r.sends.is_empty());
+    }
+
+    #[test]
+    fn a_restored_record_goes_on_from_what_was_kept() {
+        let mut r = Recorder::default();
+        r.init(&json!({"set": {"items": [1]}}), "seed-1");
+        r.event("start", (1.0, 0.0), None);
+        r.event("pause", (2.0, 1.0), None);
+        let kept = r.take_document("s");
+        let mut back = Recorder::restored(&kept).unwrap();
+        assert!(!back.dirty(), "nothing new to write yet");
+        // The continued authority's InitPayload does not replace the first.
+        back.init(&json!({"set": {"items": [2]}}), "seed-2");
+        back.event("resume", (3.0, 1.0), None);
+        let doc: Value = serde_json::from_str(&back.document("s")).unwrap();
+        assert_eq!(doc["init"]["set"]["items"], json!([1]));
+        assert_eq!(doc["displaySeed"], "seed-1");
+        let kinds: Vec<&str> = doc["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["start", "pause", "resume"]);
+        assert_eq!(back.bytes, r.bytes + doc["entries"][2].to_string().len());
+        assert!(Recorder::restored("not json").is_none());
     }
 
     #[test]

@@ -12,6 +12,7 @@
 
 use super::actor::{self, Auth, SessionHandle};
 use super::api::{config, player_spec, player_tokens, saved_game, CreateSession, PlayerIn};
+use super::recording::Recorder;
 use super::Sessions;
 use axum::http::StatusCode;
 use hostwire_core::token::Token;
@@ -205,12 +206,13 @@ pub async fn restore(
             store.load_snapshot_at(&key)?,
             store.list_assets(&key)?,
             store.load_player_tokens(&key)?,
+            store.load_recording(&key)?,
         )))
     })
     .await
     .map_err(store_failed)?
     .map_err(|e| store_failed(e.reason()))?;
-    let Some((stored, state, saved, snapshot, files, stored_tokens)) = loaded else {
+    let Some((stored, state, saved, snapshot, files, stored_tokens, recording)) = loaded else {
         return Ok(None);
     };
     let unreadable = |what: &str| {
@@ -317,9 +319,21 @@ pub async fn restore(
         host,
         players: tokens,
     };
+    // The recording goes on from what was kept (SPEC 10: one record of
+    // the whole game), never replaced by what follows the restart.
+    let rec = match recording.as_deref().map(Recorder::restored) {
+        Some(Some(r)) => r,
+        Some(None) => {
+            tracing::warn!(session = %id, "the kept recording cannot be read: a new one starts");
+            Recorder::default()
+        }
+        None => Recorder::default(),
+    };
     tracing::info!(session = %id, phase = ?state.phase, "hosted session brought back");
-    actor::spawn(sessions, s, auth, assets).map(Some).ok_or((
-        StatusCode::SERVICE_UNAVAILABLE,
-        "the server holds too many sessions".to_owned(),
-    ))
+    actor::spawn(sessions, s, auth, assets, rec)
+        .map(Some)
+        .ok_or((
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server holds too many sessions".to_owned(),
+        ))
 }

@@ -1,6 +1,7 @@
 mod expiry;
 mod game;
 mod hostile;
+mod play;
 mod restart;
 mod services;
 mod services_fair;

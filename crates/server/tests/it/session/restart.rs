@@ -753,3 +753,92 @@ async fn a_lobby_and_a_running_game_survive_sigterm() {
     assert_eq!(init["snapshot"], json!({"round": 3}));
     s.kill_9();
 }
+
+/// The session's recording as the API answers it: (entry types, actions' data).
+async fn recording(api: &Api, sid: &str, token: &str) -> (Vec<String>, Vec<Value>, Value) {
+    let (st, rec) = api
+        .request(
+            "GET",
+            &format!("/memizy/sessions/{sid}/recording"),
+            Some(token),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{rec}");
+    let entries = rec["entries"].as_array().unwrap();
+    let kinds = entries
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    let actions = entries
+        .iter()
+        .filter(|e| e["type"] == "action")
+        .map(|e| e["message"]["data"].clone())
+        .collect();
+    (kinds, actions, rec)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_goes_on_after_a_restart_from_what_was_stored() {
+    let dir = data_dir();
+    let mut s = spawn_server(dir.path());
+    let (sid, token, board, players) = started_game(&s.api, 1).await;
+    players[0]
+        .call("send", send_args(json!("authority"), json!("a1")))
+        .await
+        .unwrap();
+    board
+        .call("saveSnapshot", json!([{"round": 1}]))
+        .await
+        .unwrap();
+    let (st, v) = s.api.op(&sid, &token, "pause").await;
+    assert_eq!(st, 200, "{v}");
+    let (kinds, actions, before) = recording(&s.api, &sid, &token).await;
+    assert_eq!(kinds, ["start", "action", "pause"]);
+    assert_eq!(actions, [json!("a1")]);
+    assert!(s.process.sigterm().success());
+    drop((board, players));
+    let tokens = s.api.tokens.lock().unwrap().clone();
+    let s = spawn_server(dir.path());
+    *s.api.tokens.lock().unwrap() = tokens;
+    let api = &s.api;
+    let (st, v) = api.op(&sid, &token, "continue").await;
+    assert_eq!(st, 200, "{v}");
+    let (board, _) = api.device(&sid, "board", "board").await;
+    board.call("ready", json!([])).await.unwrap();
+    let (p1, _) = api.device(&sid, "controller", "p1").await;
+    p1.call("ready", json!([])).await.unwrap();
+    let (st, v) = api.op(&sid, &token, "resume").await;
+    assert_eq!(st, 200, "{v}");
+    p1.call("send", send_args(json!("authority"), json!("a2")))
+        .await
+        .unwrap();
+    board
+        .call("end", json!([{"scores": {"p1": 2}}]))
+        .await
+        .unwrap();
+    // The whole record, in order: what came before the restart first.
+    let (kinds, actions, after) = recording(api, &sid, &token).await;
+    assert_eq!(
+        actions,
+        [json!("a1"), json!("a2")],
+        "the actions of both runs: {after}"
+    );
+    assert_eq!(&kinds[..3], ["start", "action", "pause"], "{after}");
+    assert_eq!(kinds.last().map(String::as_str), Some("end"), "{after}");
+    let resumed = kinds.iter().position(|k| k == "resume").unwrap();
+    let second = kinds.iter().rposition(|k| k == "action").unwrap();
+    assert!(3 <= resumed && resumed < second, "{kinds:?}");
+    // Game time only goes forward over the restart.
+    let times: Vec<f64> = after["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["gameTimeMs"].as_f64().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    // The first run's InitPayload and seed stay the record's.
+    assert_eq!(after["init"], before["init"]);
+    assert_eq!(after["displaySeed"], before["displaySeed"]);
+    s.kill_9();
+}
