@@ -482,7 +482,7 @@ fn main() {
         .build()
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (app, bare_addr, bare_server) = server_rt.block_on(async {
+    let (app, memory_app, bare_addr, bare_server) = server_rt.block_on(async {
         let store = Arc::new(SqliteStore::open(&dir.path().join("hostwire.db")).unwrap());
         let mut config = GguiConfig::default();
         config.channel.rate_per_second = 1e9;
@@ -506,11 +506,23 @@ fn main() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let app = App::start_with_ggui(
             listener,
-            relay,
+            relay.clone(),
             Arc::new(SystemClock),
             Arc::clone(&store) as _,
+            config.clone(),
+            Some(Arc::clone(&store) as _),
+        )
+        .unwrap();
+        // The same channel with no ggui store: what a spaced action costs
+        // without its durable write.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let memory_app = App::start_with_ggui(
+            listener,
+            relay,
+            Arc::new(SystemClock),
+            store as _,
             config,
-            Some(store as _),
+            None,
         )
         .unwrap();
         let bare_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -522,12 +534,17 @@ fn main() {
             });
             let _ = axum::serve(listener, bare_router()).await;
         });
-        (app, bare_addr, bare_server)
+        (app, memory_app, bare_addr, bare_server)
     });
     rt.block_on(async {
         let ggui = Target {
             http: format!("http://{}", app.addr),
             ws: format!("ws://{}/ggui/ws", app.addr),
+            ggui: true,
+        };
+        let memory = Target {
+            http: format!("http://{}", memory_app.addr),
+            ws: format!("ws://{}/ggui/ws", memory_app.addr),
             ggui: true,
         };
         let bare = Target {
@@ -555,8 +572,18 @@ fn main() {
             );
             let (spaced, burst) =
                 spaced_and_burst(&ggui, &format!("bench-spaced-{i}"), SPACED_ACTIONS, SPACED_GAP).await;
+            let (memory_spaced, memory_burst) = spaced_and_burst(
+                &memory,
+                &format!("bench-spaced-memory-{i}"),
+                SPACED_ACTIONS,
+                SPACED_GAP,
+            )
+            .await;
             let (bare_spaced, bare_burst) =
                 spaced_and_burst(&bare, "bare", SPACED_ACTIONS, SPACED_GAP).await;
+            println!(
+                "run {i}: the same without a ggui store: {memory_spaced:.1} µs spaced, {memory_burst:.1} µs in a burst"
+            );
             println!(
                 "run {i}: server CPU per action, one every {SPACED_GAP:?}: {spaced:.1} µs, in a burst: {burst:.1} µs ({:.2}×); bare: {bare_spaced:.1} µs / {bare_burst:.1} µs ({:.2}×)",
                 spaced / burst,
@@ -564,6 +591,7 @@ fn main() {
             );
             spaced_runs.push(json!({
                 "ggui_spaced_us": spaced, "ggui_burst_us": burst,
+                "memory_spaced_us": memory_spaced, "memory_burst_us": memory_burst,
                 "bare_spaced_us": bare_spaced, "bare_burst_us": bare_burst,
             }));
             fan_runs.push(json!({
@@ -601,5 +629,6 @@ fn main() {
     server_rt.block_on(async {
         bare_server.abort();
         app.shutdown().await;
+        memory_app.shutdown().await;
     });
 }
