@@ -33,7 +33,7 @@ use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use axum::Router;
 use futures_util::{SinkExt, StreamExt};
-use hostwire::app::App;
+use hostwire::app::{App, AppConfig, Stores};
 use hostwire::ggui::GguiConfig;
 use hostwire::http::AllowedOrigins;
 use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE};
@@ -504,27 +504,20 @@ fn main() {
             },
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let app = App::start_with_ggui(
-            listener,
-            relay.clone(),
-            Arc::new(SystemClock),
-            Arc::clone(&store) as _,
-            config.clone(),
-            Some(Arc::clone(&store) as _),
-        )
-        .unwrap();
+        let mut app_config =
+            AppConfig::new(relay.clone(), Arc::new(SystemClock), Stores::sqlite(&store));
+        app_config.ggui = config.clone();
+        let app = App::start(listener, app_config).unwrap();
         // The same channel with no ggui store: what a spaced action costs
         // without its durable write.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let memory_app = App::start_with_ggui(
-            listener,
+        let mut memory_config = AppConfig::new(
             relay,
             Arc::new(SystemClock),
-            store as _,
-            config,
-            None,
-        )
-        .unwrap();
+            Stores::relay_only(store as _).unwrap(),
+        );
+        memory_config.ggui = config;
+        let memory_app = App::start(listener, memory_config).unwrap();
         let bare_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let bare_addr = bare_listener.local_addr().unwrap();
         let bare_server = tokio::spawn(async move {

@@ -35,15 +35,14 @@ async fn server() -> App {
     };
     // The clock stands still: the send rates' bursts (60) cover the few
     // calls of count mode, and no session timer fires.
-    let app = App::start(
+    let mut stores = hostwire::app::Stores::relay_only(Arc::clone(&store) as _).unwrap();
+    stores.sessions = store as _;
+    let clock = Arc::new(ManualClock::new(1_800_000_000_000));
+    App::start(
         listener,
-        config,
-        Arc::new(ManualClock::new(1_800_000_000_000)),
-        Arc::clone(&store) as _,
+        hostwire::app::AppConfig::new(config, clock, stores),
     )
-    .unwrap();
-    app.sessions.use_store(store as _);
-    app
+    .unwrap()
 }
 
 fn tiny(board_to: BoardTo, ticks: u64) -> Params {

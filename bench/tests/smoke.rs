@@ -31,7 +31,12 @@ async fn hostwire_relay() -> App {
             ..Default::default()
         },
     };
-    App::start(listener, config, Arc::new(SystemClock), store).unwrap()
+    let stores = hostwire::app::Stores::relay_only(store).unwrap();
+    App::start(
+        listener,
+        hostwire::app::AppConfig::new(config, Arc::new(SystemClock), stores),
+    )
+    .unwrap()
 }
 
 fn tiny() -> Classroom {

@@ -33,7 +33,8 @@ use axum::Router;
 use hostwire_core::Clock;
 use hostwire_store::ggui::GguiStore;
 use hostwire_store::playerthree::PlayerThreeStore;
-use hostwire_store::RelayStore;
+use hostwire_store::sessions::SessionStore;
+use hostwire_store::{RelayStore, SqliteStore};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -99,54 +100,86 @@ pub struct App {
     task: tokio::task::JoinHandle<()>,
 }
 
-impl App {
-    /// Starts serving on `listener` with the rooms `store` holds.
-    pub fn start(
-        listener: TcpListener,
-        config: RelayConfig,
-        clock: Arc<dyn Clock>,
-        store: Arc<dyn RelayStore>,
-    ) -> anyhow::Result<App> {
-        Self::start_with_ggui(listener, config, clock, store, GguiConfig::default(), None)
+/// Where each protocol keeps what must survive a restart.
+#[derive(Clone)]
+pub struct Stores {
+    pub relay: Arc<dyn RelayStore>,
+    /// None: ggui sessions live in memory only.
+    pub ggui: Option<Arc<dyn GguiStore>>,
+    pub playerthree: Arc<dyn PlayerThreeStore>,
+    pub sessions: Arc<dyn SessionStore>,
+}
+
+impl Stores {
+    /// Every protocol in the one SQLite store (what `serve` runs on).
+    pub fn sqlite(store: &Arc<SqliteStore>) -> Stores {
+        Stores {
+            relay: Arc::clone(store) as _,
+            ggui: Some(Arc::clone(store) as _),
+            playerthree: Arc::clone(store) as _,
+            sessions: Arc::clone(store) as _,
+        }
     }
 
-    /// [`App::start`] with the ggui live channel's settings and store
-    /// (without one, its sessions are not kept across a restart).
-    pub fn start_with_ggui(
-        listener: TcpListener,
-        config: RelayConfig,
-        clock: Arc<dyn Clock>,
-        store: Arc<dyn RelayStore>,
-        ggui_config: GguiConfig,
-        ggui_store: Option<Arc<dyn GguiStore>>,
-    ) -> anyhow::Result<App> {
-        let p3_config = PlayerThreeConfig::new(config.allowed_origins.clone());
-        let p3_store = Arc::new(hostwire_store::SqliteStore::in_memory()?);
-        Self::start_all(
-            listener,
-            config,
+    /// The relay's rooms in `relay`, every other protocol in memory.
+    pub fn relay_only(relay: Arc<dyn RelayStore>) -> anyhow::Result<Stores> {
+        let memory = Arc::new(SqliteStore::in_memory()?);
+        Ok(Stores {
+            relay,
+            ggui: None,
+            playerthree: Arc::clone(&memory) as _,
+            sessions: memory as _,
+        })
+    }
+}
+
+/// Everything the server runs with, given before its first connection is
+/// accepted: no request can reach a store or a setting that is swapped in
+/// later.
+pub struct AppConfig {
+    pub relay: RelayConfig,
+    pub ggui: GguiConfig,
+    pub playerthree: PlayerThreeConfig,
+    pub sessions: memizy::session::SessionsConfig,
+    pub clock: Arc<dyn Clock>,
+    pub stores: Stores,
+}
+
+impl AppConfig {
+    /// The relay's settings, and every other protocol's defaults with the
+    /// relay's origins, proxies and creation rate.
+    pub fn new(relay: RelayConfig, clock: Arc<dyn Clock>, stores: Stores) -> AppConfig {
+        let sessions = memizy::session::SessionsConfig {
+            allowed_origins: relay.allowed_origins.clone(),
+            sessions_per_ip_per_hour: relay.rooms_per_ip_per_hour,
+            trust_proxy: relay.trust_proxy,
+            trusted_proxy_hops: relay.limits.trusted_proxy_hops,
+            ..Default::default()
+        };
+        AppConfig {
+            ggui: GguiConfig::default(),
+            playerthree: PlayerThreeConfig::new(relay.allowed_origins.clone()),
+            sessions,
+            relay,
             clock,
-            store,
-            ggui_config,
-            ggui_store,
-            p3_config,
-            p3_store,
-        )
+            stores,
+        }
     }
+}
 
-    /// [`App::start_with_ggui`] with PlayerThree's settings and store
-    /// (matches are kept across a restart in the store given).
-    #[allow(clippy::too_many_arguments)]
-    pub fn start_all(
-        listener: TcpListener,
-        config: RelayConfig,
-        clock: Arc<dyn Clock>,
-        store: Arc<dyn RelayStore>,
-        ggui_config: GguiConfig,
-        ggui_store: Option<Arc<dyn GguiStore>>,
-        p3_config: PlayerThreeConfig,
-        p3_store: Arc<dyn PlayerThreeStore>,
-    ) -> anyhow::Result<App> {
+impl App {
+    /// Starts every protocol with `config`, restoring what its stores
+    /// hold, then serves on `listener`.
+    pub fn start(listener: TcpListener, config: AppConfig) -> anyhow::Result<App> {
+        let AppConfig {
+            relay: config,
+            ggui: ggui_config,
+            playerthree: p3_config,
+            sessions: sessions_config,
+            clock,
+            stores,
+        } = config;
+        let store = stores.relay;
         let gate = Arc::new(crate::http::Gate::new(
             &config.credentials,
             Arc::clone(&clock),
@@ -157,25 +190,19 @@ impl App {
         let playerthree = PlayerThree::start(
             p3_config,
             Arc::clone(&clock),
-            p3_store,
+            stores.playerthree,
             Arc::clone(&store_metrics),
         )?;
         let ggui = Ggui::start(
             ggui_config,
             Arc::clone(&clock),
-            ggui_store,
+            stores.ggui,
             Arc::clone(&store_metrics),
         )?;
         let sessions = memizy::session::Sessions::new(
-            memizy::session::SessionsConfig {
-                allowed_origins: config.allowed_origins.clone(),
-                sessions_per_ip_per_hour: config.rooms_per_ip_per_hour,
-                trust_proxy: config.trust_proxy,
-                trusted_proxy_hops: config.limits.trusted_proxy_hops,
-                ..Default::default()
-            },
+            sessions_config,
             Arc::clone(&clock),
-            Arc::new(hostwire_store::SqliteStore::in_memory()?),
+            stores.sessions,
             Arc::clone(&store_metrics),
         );
         sessions.start_expiry_sweep();

@@ -9,7 +9,7 @@ use anyhow::anyhow;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hostwire_core::SystemClock;
 use hostwire_memizy::RELAY_LIMITS;
-use hostwire_store::{RelayStore, SqliteStore};
+use hostwire_store::SqliteStore;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -493,7 +493,6 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let _dir_lock = hostwire_store::lock_data_dir(&dir)?;
         let db = dir.join(DB_FILE);
         let sqlite = Arc::new(open_store(&db)?);
-        let store: Arc<dyn RelayStore> = Arc::clone(&sqlite) as Arc<dyn RelayStore>;
         let files = app::raise_open_file_limit();
         tracing::info!(
             open_files = files,
@@ -529,34 +528,28 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         p3_config.tick_ms = args.playerthree_tick_ms.max(1);
         p3_config.finished_ttl_ms = args.playerthree_finished_ttl_ms;
         p3_config.unjoined_ttl_ms = args.playerthree_unjoined_ttl_ms;
-        let sessions_store = Arc::clone(&sqlite);
         let services = memizy_services(&args)?;
+        tracing::info!(services = ?services.iter().map(|s| &s.name).collect::<Vec<_>>(), "memizy services offered");
         // Read once, before anything is served: a wrong path stops the start.
         let plugin_sdk = args
             .plugin_sdk
             .as_deref()
             .map(crate::memizy::session::play::PluginSdk::load)
             .transpose()?;
-        let server = App::start_all(
-            listener,
+        let mut app_config = app::AppConfig::new(
             config,
             Arc::new(SystemClock),
-            store,
-            ggui,
-            Some(Arc::clone(&sqlite) as _),
-            p3_config,
-            sqlite,
-        )?;
-        server.sessions.use_store(sessions_store);
-        server.sessions.use_plugin_sdk(plugin_sdk);
-        tracing::info!(services = ?services.iter().map(|s| &s.name).collect::<Vec<_>>(), "memizy services offered");
-        server
-            .sessions
-            .use_services(services, args.memizy_service_timeout_ms.max(1));
-        server.sessions.use_expiry(
-            args.memizy_session_lobby_ttl_ms,
-            args.memizy_session_idle_ttl_ms,
+            app::Stores::sqlite(&sqlite),
         );
+        app_config.ggui = ggui;
+        app_config.playerthree = p3_config;
+        let sessions = &mut app_config.sessions;
+        sessions.services = services;
+        sessions.service_timeout_ms = args.memizy_service_timeout_ms.max(1);
+        sessions.lobby_ttl_ms = args.memizy_session_lobby_ttl_ms;
+        sessions.idle_ttl_ms = args.memizy_session_idle_ttl_ms;
+        sessions.plugin_sdk = plugin_sdk;
+        let server = App::start(listener, app_config)?;
         let stop = app::stop_signal();
         // A line for scripts and tests: where we listen.
         println!("hostwire listening on http://{}", server.addr);

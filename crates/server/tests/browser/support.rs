@@ -6,7 +6,7 @@
 
 use base64::Engine;
 use fantoccini::{Client, ClientBuilder, Locator};
-use hostwire::app::App;
+use hostwire::app::{App, AppConfig, Stores};
 use hostwire::http::AllowedOrigins;
 use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE};
 use hostwire_core::{Clock, SystemClock};
@@ -82,11 +82,12 @@ impl Server {
                 ..Default::default()
             },
         };
-        let app = App::start(listener, config, clock, Arc::clone(&store) as _).unwrap();
-        app.sessions.use_store(Arc::clone(&store) as _);
-        app.sessions.use_plugin_sdk(
-            sdk.map(|s| hostwire::memizy::session::play::PluginSdk::from_bytes(s.to_owned())),
-        );
+        let mut stores = Stores::relay_only(Arc::clone(&store) as _).unwrap();
+        stores.sessions = Arc::clone(&store) as _;
+        let mut config = AppConfig::new(config, clock, stores);
+        config.sessions.plugin_sdk =
+            sdk.map(|s| hostwire::memizy::session::play::PluginSdk::from_bytes(s.to_owned()));
+        let app = App::start(listener, config).unwrap();
         let http = format!("http://{}", app.addr);
         Server {
             app: Some(app),

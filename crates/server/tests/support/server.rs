@@ -2,9 +2,10 @@
 //! started here, on a listener at 127.0.0.1:0, a [`ManualClock`] and a
 //! SQLite store.
 
-use hostwire::app::App;
+use hostwire::app::{App, AppConfig, Stores};
 use hostwire::ggui::GguiConfig;
 use hostwire::http::{AllowedOrigins, CredentialSettings};
+use hostwire::memizy::session::play::PluginSdk;
 use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE};
 use hostwire::playerthree::PlayerThreeConfig;
 use hostwire_core::ManualClock;
@@ -60,6 +61,8 @@ pub struct Spawn {
     pub playerthree: Option<PlayerThreeConfig>,
     /// Hosted sessions kept in the store.
     pub sessions_durable: bool,
+    /// The plugin SDK the device page serves (`--plugin-sdk`).
+    pub plugin_sdk: Option<PluginSdk>,
 }
 
 impl Spawn {
@@ -70,34 +73,30 @@ impl Spawn {
             ggui_durable: false,
             playerthree: None,
             sessions_durable: false,
+            plugin_sdk: None,
         }
     }
 
     /// Starts the server on `store`.
     pub async fn start(self, store: Arc<SqliteStore>, clock: &ManualClock) -> App {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let (p3_config, p3_store) = match self.playerthree {
-            Some(c) => (c, Arc::clone(&store)),
-            None => (
-                PlayerThreeConfig::new(self.relay.allowed_origins.clone()),
-                Arc::new(SqliteStore::in_memory().unwrap()),
-            ),
-        };
-        let app = App::start_all(
-            listener,
-            self.relay,
-            Arc::new(clock.clone()),
-            Arc::clone(&store) as _,
-            self.ggui,
-            self.ggui_durable.then(|| Arc::clone(&store) as _),
-            p3_config,
-            p3_store,
-        )
-        .unwrap();
-        if self.sessions_durable {
-            app.sessions.use_store(store as _);
+        let mut stores = Stores::relay_only(Arc::clone(&store) as _).unwrap();
+        if self.ggui_durable {
+            stores.ggui = Some(Arc::clone(&store) as _);
         }
-        app
+        if self.playerthree.is_some() {
+            stores.playerthree = Arc::clone(&store) as _;
+        }
+        if self.sessions_durable {
+            stores.sessions = Arc::clone(&store) as _;
+        }
+        let mut config = AppConfig::new(self.relay, Arc::new(clock.clone()), stores);
+        config.ggui = self.ggui;
+        if let Some(p3) = self.playerthree {
+            config.playerthree = p3;
+        }
+        config.sessions.plugin_sdk = self.plugin_sdk;
+        App::start(listener, config).unwrap()
     }
 
     /// Starts the server on the SQLite file `db` (restoring what it holds).

@@ -5,6 +5,7 @@ use super::server::{Data, Spawn};
 pub use super::server::{GUARD, OPERATOR, T0};
 use hostwire::app::App;
 use hostwire::http::AllowedOrigins;
+use hostwire::memizy::session::play::PluginSdk;
 use hostwire::memizy::RelayConfig;
 use hostwire_core::ManualClock;
 use hostwire_store::SqliteStore;
@@ -126,6 +127,11 @@ pub fn ggui_config() -> hostwire::ggui::GguiConfig {
 
 impl TestHost {
     pub async fn start() -> TestHost {
+        Self::start_with_sdk(None).await
+    }
+
+    /// [`TestHost::start`] serving this plugin SDK (`--plugin-sdk`).
+    pub async fn start_with_sdk(plugin_sdk: Option<PluginSdk>) -> TestHost {
         let mut data = Data::new("session");
         let db = data.db.clone();
         let store = Arc::new(SqliteStore::open(&db).unwrap());
@@ -133,6 +139,7 @@ impl TestHost {
         let server = Spawn {
             ggui: ggui_config(),
             sessions_durable: true,
+            plugin_sdk,
             ..Spawn::new(relay_config())
         }
         .start(Arc::clone(&store), &clock)

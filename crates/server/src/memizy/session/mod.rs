@@ -93,6 +93,16 @@ pub struct SessionsConfig {
     /// The client IP behind trusted proxies, as the relay counts it.
     pub trust_proxy: bool,
     pub trusted_proxy_hops: usize,
+    /// The services offered to plugins (`MEMIZY_SERVICES`), and the
+    /// milliseconds a call may take.
+    pub services: Vec<ServiceCommand>,
+    pub service_timeout_ms: u64,
+    /// Milliseconds a session may stay in its lobby, and a stopped one
+    /// unused, before it is removed.
+    pub lobby_ttl_ms: u64,
+    pub idle_ttl_ms: u64,
+    /// The operator's copy of the plugin SDK (`--plugin-sdk`), if any.
+    pub plugin_sdk: Option<play::PluginSdk>,
 }
 
 impl Default for SessionsConfig {
@@ -103,6 +113,11 @@ impl Default for SessionsConfig {
             sessions_per_ip_per_hour: hostwire_memizy::limits::RELAY_LIMITS.rooms_per_ip_per_hour,
             trust_proxy: false,
             trusted_proxy_hops: 1,
+            services: Vec::new(),
+            service_timeout_ms: services::DEFAULT_SERVICE_TIMEOUT_MS,
+            lobby_ttl_ms: DEFAULT_LOBBY_TTL_MS,
+            idle_ttl_ms: DEFAULT_IDLE_TTL_MS,
+            plugin_sdk: None,
         }
     }
 }
@@ -201,7 +216,7 @@ impl crate::metrics::Render for SessionMetrics {
 pub struct Sessions {
     pub config: SessionsConfig,
     pub clock: Arc<dyn Clock>,
-    store: std::sync::RwLock<Arc<dyn SessionStore>>,
+    store: Arc<dyn SessionStore>,
     /// The writer of `store`, started at its first use (in the runtime).
     writer: Mutex<Option<StoreWriter<SessionWrite>>>,
     store_metrics: Arc<StoreMetrics>,
@@ -225,12 +240,15 @@ pub struct Sessions {
     /// first uses bring it back once.
     pub(crate) restoring: tokio::sync::Mutex<()>,
     /// The operator's plugin SDK (`--plugin-sdk`), if any.
-    plugin_sdk: std::sync::RwLock<Option<Arc<play::PluginSdk>>>,
+    plugin_sdk: Option<Arc<play::PluginSdk>>,
 }
 
 impl Sessions {
+    /// The sessions of `store`, with everything `config` says (its
+    /// services, times to live and plugin SDK) in force before the first
+    /// request.
     pub fn new(
-        config: SessionsConfig,
+        mut config: SessionsConfig,
         clock: Arc<dyn Clock>,
         store: Arc<dyn SessionStore>,
         store_metrics: Arc<StoreMetrics>,
@@ -240,23 +258,36 @@ impl Sessions {
             "sessions",
             "ROOMS_PER_IP_PER_HOUR",
         );
+        let metrics = Arc::new(SessionMetrics::default());
+        let commands = std::mem::take(&mut config.services);
+        let services = if commands.is_empty() {
+            ServiceHost::none()
+        } else {
+            ServiceHost::new(
+                commands,
+                config.service_timeout_ms.max(1),
+                Arc::clone(&clock),
+                Arc::clone(&metrics.services),
+            )
+        };
+        let plugin_sdk = config.plugin_sdk.take().map(Arc::new);
         Arc::new(Sessions {
-            config,
-            clock,
             creations,
             creating: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_SESSION_CREATIONS)),
-            store: std::sync::RwLock::new(store),
+            store,
             writer: Mutex::new(None),
             store_metrics,
-            services: std::sync::RwLock::new(Arc::new(ServiceHost::none())),
-            metrics: Arc::new(SessionMetrics::default()),
+            services: std::sync::RwLock::new(Arc::new(services)),
+            metrics,
             live: Mutex::new(HashMap::new()),
             next_instance: AtomicU64::new(1),
-            lobby_ttl_ms: AtomicU64::new(DEFAULT_LOBBY_TTL_MS),
-            idle_ttl_ms: AtomicU64::new(DEFAULT_IDLE_TTL_MS),
+            lobby_ttl_ms: AtomicU64::new(config.lobby_ttl_ms),
+            idle_ttl_ms: AtomicU64::new(config.idle_ttl_ms),
             stopped_since: Mutex::new(HashMap::new()),
             restoring: tokio::sync::Mutex::new(()),
-            plugin_sdk: std::sync::RwLock::new(None),
+            plugin_sdk,
+            config,
+            clock,
         })
     }
 
@@ -387,41 +418,14 @@ impl Sessions {
         Arc::clone(&self.creating).try_acquire_owned().ok()
     }
 
-    /// Serves this plugin SDK and points plugins' CDN imports of it there
-    /// (offline classrooms); `None`: nothing is served or rewritten.
-    pub fn use_plugin_sdk(&self, sdk: Option<play::PluginSdk>) {
-        let sdk = sdk.map(Arc::new);
-        match self.plugin_sdk.write() {
-            Ok(mut s) => *s = sdk,
-            Err(p) => *p.into_inner() = sdk,
-        }
-    }
-
     /// The plugin SDK served, if any.
     pub fn plugin_sdk(&self) -> Option<Arc<play::PluginSdk>> {
-        match self.plugin_sdk.read() {
-            Ok(s) => s.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        self.plugin_sdk.clone()
     }
 
     /// The store sessions are kept in.
     pub fn store(&self) -> Arc<dyn SessionStore> {
-        match self.store.read() {
-            Ok(s) => Arc::clone(&s),
-            Err(p) => Arc::clone(&p.into_inner()),
-        }
-    }
-
-    /// Keeps sessions in `store` from now on (the server's file store; an
-    /// app starts with one in memory).
-    pub fn use_store(&self, store: Arc<dyn SessionStore>) {
-        match self.store.write() {
-            Ok(mut s) => *s = store,
-            Err(p) => *p.into_inner() = store,
-        }
-        // The old writer writes what it holds and ends.
-        *self.writer.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        Arc::clone(&self.store)
     }
 
     /// The store writer of the sessions' store.

@@ -52,12 +52,7 @@ async fn get(url: &str) -> (u16, reqwest::header::HeaderMap, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_plugin_sdk_the_cdn_import_points_at_the_servers_copy() {
-    let h = TestHost::start().await;
-    h.server
-        .as_ref()
-        .unwrap()
-        .sessions
-        .use_plugin_sdk(Some(PluginSdk::from_bytes(SDK)));
+    let h = TestHost::start_with_sdk(Some(PluginSdk::from_bytes(SDK))).await;
     let (s, headers, doc) = plugin_document(&h).await;
     assert_eq!(s, 200, "{doc}");
     assert!(
