@@ -84,6 +84,12 @@ pub const MAX_HELD_FRAME_BYTES_PER_SESSION: usize = 4 * MAX_FRAME_BYTES;
 /// the budget is about 60 microseconds at worst: 2 KiB of action against a
 /// plain schema, 256 bytes against the worst fan-out admitted.
 pub const INLINE_VALIDATION_MAX_COST: u64 = 4 * 1024;
+/// Milliseconds between the server's pings, which keep idle sockets alive
+/// behind proxies.
+pub const PING_INTERVAL_MS: u64 = 30_000;
+/// Milliseconds a socket may send nothing but pings before it is closed
+/// (1001): a peer that vanished must not hold its subscriber slot.
+pub const IDLE_TIMEOUT_MS: u64 = 90_000;
 /// Close code for a policy violation (auth-free flood, strict version).
 pub const CLOSE_POLICY_VIOLATION: u16 = 1008;
 /// Close code after `UPGRADE_REQUIRED` under the strict policy.

@@ -30,6 +30,25 @@ pub fn token_shape_ok(text: &str) -> bool {
 }
 
 /// `MSG`: message type names on the game transport.
+/// Close codes of a PlayerThree socket. The protocol leaves them to the
+/// server: these are hostwire's, documented on its PlayerThree page.
+pub const CLOSE_MATCH_OVER: u16 = 1000;
+pub const CLOSE_NORMAL: u16 = 1000;
+pub const CLOSE_GOING_AWAY: u16 = 1001;
+pub const CLOSE_POLICY: u16 = 1008;
+pub const CLOSE_TOO_BIG: u16 = 1009;
+pub const CLOSE_TOO_SLOW: u16 = 1013;
+pub const CLOSE_BAD_TOKEN: u16 = 4001;
+pub const CLOSE_REVOKED: u16 = 4003;
+pub const CLOSE_JOIN_TIMEOUT: u16 = 4008;
+pub const CLOSE_RATE_LIMITED: u16 = 4029;
+/// Milliseconds a socket may send nothing but pings before it is closed
+/// 1001 (spectators and observers answer the server's pings, which
+/// counts): a peer that vanished must not hold its slot.
+pub const IDLE_TIMEOUT_MS: u64 = 90_000;
+/// Milliseconds a new socket has to present its token (then 4008).
+pub const JOIN_TIMEOUT_MS: u64 = 10_000;
+
 pub mod msg {
     pub const CALL: &str = "playerthree:call";
     pub const OBSERVER: &str = "playerthree:observer";

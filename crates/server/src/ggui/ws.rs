@@ -16,11 +16,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Server pings keep idle connections alive behind proxies.
+/// Server pings keep idle connections alive behind proxies (the socket
+/// driver's interval, which is the live channel's).
 pub const PING_INTERVAL: Duration = ws::PING_INTERVAL;
-/// A socket that sends nothing but pings for this long is closed (1001): a
-/// peer that vanished must not hold its slot.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+const _: () =
+    assert!(PING_INTERVAL.as_millis() == hostwire_ggui::channel::PING_INTERVAL_MS as u128);
+/// A socket that sends nothing but pings for this long is closed (1001).
+pub const IDLE_TIMEOUT: Duration = Duration::from_millis(hostwire_ggui::channel::IDLE_TIMEOUT_MS);
 /// The outbound queue's bound in bytes: a subscriber that does not read
 /// is closed (1013) before its envelopes pile up.
 pub const OUTBOUND_BYTES: usize = 16 * 1024 * 1024;

@@ -38,11 +38,10 @@ pub const MATCH_QUEUE: usize = 4096;
 /// skipped.
 pub const MAX_CATCH_UP_TICKS: u64 = 64;
 
-/// Close codes of `/playerthree/ws`.
-pub const CLOSE_MATCH_OVER: u16 = 1000;
-pub const CLOSE_GOING_AWAY: u16 = 1001;
-pub const CLOSE_REVOKED: u16 = 4003;
-pub const CLOSE_RATE_LIMITED: u16 = 4029;
+/// Close codes of `/playerthree/ws` (the protocol crate's).
+pub use hostwire_playerthree::protocol::{
+    CLOSE_GOING_AWAY, CLOSE_MATCH_OVER, CLOSE_RATE_LIMITED, CLOSE_REVOKED,
+};
 
 /// An MCP agent's seat, as its session is bound to it.
 #[derive(Debug, Clone)]

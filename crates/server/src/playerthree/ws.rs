@@ -26,11 +26,16 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// How long a new connection has to present its token.
-pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+pub const JOIN_TIMEOUT: Duration =
+    Duration::from_millis(hostwire_playerthree::protocol::JOIN_TIMEOUT_MS);
 /// A connection that sends nothing but pings for this long is closed
-/// (1001); spectators and observers answer the server's pings, which
-/// counts.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// (1001).
+pub const IDLE_TIMEOUT: Duration =
+    Duration::from_millis(hostwire_playerthree::protocol::IDLE_TIMEOUT_MS);
+// The protocol's codes are the socket driver's where they mean the same.
+const _: () = assert!(CLOSE_TOO_SLOW == ws::CLOSE_TOO_SLOW);
+const _: () = assert!(CLOSE_TOO_BIG == ws::CLOSE_MESSAGE_TOO_BIG);
+const _: () = assert!(CLOSE_NORMAL == ws::CLOSE_NORMAL);
 /// Messages above `MAX_MESSAGE_BYTES` up to this are read and answered
 /// `bad_message`; beyond it the connection is closed (1009).
 pub const MAX_WS_MESSAGE_BYTES: usize = 2 * MAX_MESSAGE_BYTES;
@@ -40,12 +45,9 @@ pub const OUTBOUND_BYTES: usize = 8 * 1024 * 1024;
 /// can be far larger than a message in.
 pub const MAX_UNSENT_BYTES: usize = 4 * 1024 * 1024 + 64 * 1024;
 
-pub const CLOSE_NORMAL: u16 = ws::CLOSE_NORMAL;
-pub const CLOSE_POLICY: u16 = 1008;
-pub const CLOSE_TOO_BIG: u16 = ws::CLOSE_MESSAGE_TOO_BIG;
-pub const CLOSE_TOO_SLOW: u16 = ws::CLOSE_TOO_SLOW;
-pub const CLOSE_BAD_TOKEN: u16 = 4001;
-pub const CLOSE_JOIN_TIMEOUT: u16 = 4008;
+pub use hostwire_playerthree::protocol::{
+    CLOSE_BAD_TOKEN, CLOSE_JOIN_TIMEOUT, CLOSE_NORMAL, CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_TOO_SLOW,
+};
 
 /// The socket settings of `/playerthree/ws` (its bound in frames from the
 /// configuration).
