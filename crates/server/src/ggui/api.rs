@@ -22,6 +22,8 @@ use hostwire_ggui::channel::{clamp_long_poll_ms, ApiError, CreateSession};
 use hostwire_ggui::decode::{MAX_FRAME_BYTES, MAX_FRAME_DEPTH};
 use hostwire_ggui::{codes, StreamChannelMode};
 use hostwire_playerthree::tokens::TokenHash;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -207,9 +209,9 @@ async fn body_budget(State(budget): State<Arc<Semaphore>>, req: Request, next: N
     next.run(req).await
 }
 
-/// The body as a JSON object (an empty body is `{}`), with the protocol's
-/// nesting bound checked before parsing.
-fn body_object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, Response> {
+/// The body as `T` (see [`decode`]); a body the server could not read is
+/// answered with its status.
+fn body_as<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, Response> {
     let body = body.map_err(|r| {
         let status = r.status();
         let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -219,28 +221,70 @@ fn body_object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>
         };
         error(status, code, format!("request body: {}", r.body_text()))
     })?;
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Map::new());
-    }
-    if hostwire_core::json::nesting_depth(&body, MAX_FRAME_DEPTH) > MAX_FRAME_DEPTH {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
+    decode(&body).map_err(|(code, message)| error(StatusCode::BAD_REQUEST, code, message))
+}
+
+/// `bytes` as `T` (an empty body is `{}`), with the protocol's nesting
+/// bound checked before parsing: text that is not JSON is `INVALID_JSON`,
+/// JSON of another shape `INVALID_MESSAGE` naming the field at fault.
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, (&'static str, String)> {
+    let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        bytes
+    };
+    if hostwire_core::json::nesting_depth(text, MAX_FRAME_DEPTH) > MAX_FRAME_DEPTH {
+        return Err((
             codes::INVALID_MESSAGE,
             format!("request body nests deeper than {MAX_FRAME_DEPTH} levels"),
         ));
     }
-    match serde_json::from_slice::<Value>(&body) {
-        Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(error(
-            StatusCode::BAD_REQUEST,
-            codes::INVALID_MESSAGE,
-            "request body must be a JSON object",
-        )),
-        Err(e) => Err(error(
-            StatusCode::BAD_REQUEST,
+    let not_json = |e: &dyn std::fmt::Display| {
+        (
             codes::INVALID_JSON,
             format!("request body is not JSON: {e}"),
-        )),
+        )
+    };
+    // A struct also reads from an array (by position): only an object is
+    // a body.
+    if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(match serde_json::from_slice::<Value>(text) {
+            Ok(_) => (
+                codes::INVALID_MESSAGE,
+                "request body must be a JSON object".into(),
+            ),
+            Err(e) => not_json(&e),
+        });
+    }
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let value = serde_path_to_error::deserialize::<_, T>(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let e = e.into_inner();
+        if e.classify() != serde_json::error::Category::Data {
+            return not_json(&e);
+        }
+        let at = if path == "." {
+            "request body".to_owned()
+        } else {
+            path
+        };
+        (codes::INVALID_MESSAGE, format!("{at}: {e}"))
+    })?;
+    de.end().map_err(|e| not_json(&e))?;
+    Ok(value)
+}
+
+/// Decodes `bytes` as the body of the agent API's `route` (`create`,
+/// `emit`, `props`, `drain` or `version`): `Err` is the refusal's code and
+/// message. For fuzzing; the handlers decode the same way.
+#[doc(hidden)]
+pub fn decode_body(route: &str, bytes: &[u8]) -> Result<(), (&'static str, String)> {
+    match route {
+        "create" => decode::<CreateBody>(bytes).map(drop),
+        "emit" => decode::<EmitBody>(bytes).map(drop),
+        "props" => decode::<PropsBody>(bytes).map(drop),
+        "drain" => decode::<DrainBody>(bytes).map(drop),
+        _ => decode::<VersionBody>(bytes).map(drop),
     }
 }
 
@@ -248,20 +292,59 @@ fn invalid(message: String) -> Response {
     error(StatusCode::BAD_REQUEST, codes::INVALID_MESSAGE, message)
 }
 
-fn opt_string(m: &Map<String, Value>, field: &str) -> Result<Option<String>, Response> {
-    match m.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(invalid(format!("{field} must be a string"))),
-    }
+/// `PUT /ggui/sessions/{id}`'s body.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateBody {
+    #[serde(default)]
+    app_id: Option<String>,
+    #[serde(default)]
+    version_override: Option<String>,
+    #[serde(default)]
+    action_spec: Option<Map<String, Value>>,
+    #[serde(default)]
+    stream_spec: Option<Map<String, Value>>,
 }
 
-fn opt_object(m: &mut Map<String, Value>, field: &str) -> Result<Option<Value>, Response> {
-    match m.remove(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v @ Value::Object(_)) => Ok(Some(v)),
-        Some(_) => Err(invalid(format!("{field} must be an object"))),
-    }
+/// `POST /ggui/sessions/{id}/emit`'s body.
+#[derive(Deserialize)]
+struct EmitBody {
+    channel: String,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    complete: Option<bool>,
+    payload: Value,
+}
+
+/// `POST /ggui/sessions/{id}/props`'s body.
+#[derive(Deserialize)]
+struct PropsBody {
+    props: Map<String, Value>,
+    #[serde(default)]
+    epoch: Option<u64>,
+}
+
+/// An `actionId`: the ledger `seq`, as a number or as its string.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ActionId {
+    Number(u64),
+    Text(String),
+}
+
+/// `POST /ggui/sessions/{id}/actions/drain`'s body.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DrainBody {
+    up_to: ActionId,
+}
+
+/// `PUT /ggui/sessions/{id}/version`'s body (`null` clears).
+#[derive(Deserialize)]
+struct VersionBody {
+    #[serde(default)]
+    version: Option<String>,
 }
 
 /// `PUT /ggui/sessions/{id}` `{appId?, actionSpec?, streamSpec?, versionOverride?}`:
@@ -273,8 +356,8 @@ async fn create_session(
     presented: Presented,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let mut m = match body_object(body) {
-        Ok(m) => m,
+    let body: CreateBody = match body_as(body) {
+        Ok(b) => b,
         Err(r) => return r,
     };
     // A new session counts toward the client IP's creations.
@@ -292,28 +375,22 @@ async fn create_session(
             }
         }
     }
-    let req = (|| {
-        // The agent creates for its own app: naming another is refused.
-        if let Some(named) = opt_string(&m, "appId")? {
-            if *named != *app {
-                return Err(error(
-                    StatusCode::FORBIDDEN,
-                    codes::APP_MISMATCH,
-                    format!("appId: this credential is app '{app}'s, not '{named}'"),
-                ));
-            }
+    // The agent creates for its own app: naming another is refused.
+    if let Some(named) = &body.app_id {
+        if **named != *app {
+            return error(
+                StatusCode::FORBIDDEN,
+                codes::APP_MISMATCH,
+                format!("appId: this credential is app '{app}'s, not '{named}'"),
+            );
         }
-        Ok::<_, Response>(CreateSession {
-            session_id: id.clone(),
-            app_id: Some(app.to_string()),
-            version_override: opt_string(&m, "versionOverride")?,
-            action_spec: opt_object(&mut m, "actionSpec")?,
-            stream_spec: opt_object(&mut m, "streamSpec")?,
-        })
-    })();
-    let req = match req {
-        Ok(r) => r,
-        Err(r) => return r,
+    }
+    let req = CreateSession {
+        session_id: id.clone(),
+        app_id: Some(app.to_string()),
+        version_override: body.version_override,
+        action_spec: body.action_spec.map(Value::Object),
+        stream_spec: body.stream_spec.map(Value::Object),
     };
     let answer = ggui
         .call(move |core| {
@@ -368,31 +445,23 @@ async fn emit(
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let mut m = match body_object(body) {
-        Ok(m) => m,
+    let body: EmitBody = match body_as(body) {
+        Ok(b) => b,
         Err(r) => return r,
     };
-    let channel = match opt_string(&m, "channel") {
-        Ok(Some(c)) => c,
-        Ok(None) => return invalid("channel is required".into()),
-        Err(r) => return r,
-    };
-    let mode = match opt_string(&m, "mode") {
-        Ok(None) => StreamChannelMode::Append,
-        Ok(Some(s)) => match StreamChannelMode::parse(&s) {
+    let mode = match body.mode.as_deref() {
+        None => StreamChannelMode::Append,
+        Some(s) => match StreamChannelMode::parse(s) {
             Some(mode) => mode,
             None => return invalid("mode must be 'append' or 'replace'".into()),
         },
-        Err(r) => return r,
     };
-    let complete = match m.get("complete") {
-        None | Some(Value::Null) => None,
-        Some(Value::Bool(b)) => Some(*b),
-        Some(_) => return invalid("complete must be a boolean".into()),
-    };
-    let Some(payload) = m.remove("payload") else {
-        return invalid("payload is required".into());
-    };
+    let EmitBody {
+        channel,
+        complete,
+        payload,
+        ..
+    } = body;
     let answer = ggui
         .call(move |core| {
             owned(core, &app, &id)?;
@@ -414,20 +483,9 @@ async fn push_props(
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let mut m = match body_object(body) {
-        Ok(m) => m,
+    let PropsBody { props, epoch } = match body_as(body) {
+        Ok(b) => b,
         Err(r) => return r,
-    };
-    let props = match m.remove("props") {
-        Some(Value::Object(p)) => p,
-        _ => return invalid("props must be an object".into()),
-    };
-    let epoch = match m.get("epoch") {
-        None | Some(Value::Null) => None,
-        Some(v) => match v.as_u64() {
-            Some(e) => Some(e),
-            None => return invalid("epoch must be a non-negative integer".into()),
-        },
     };
     // Answered once the props are durable; nothing changed if they
     // cannot be stored.
@@ -521,15 +579,14 @@ async fn drain_actions(
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let m = match body_object(body) {
-        Ok(m) => m,
+    let body: DrainBody = match body_as(body) {
+        Ok(b) => b,
         Err(r) => return r,
     };
     // `actionId`s are strings of the ledger `seq`: both forms are taken.
-    let up_to = match m.get("upTo") {
-        Some(Value::Number(n)) => n.as_u64(),
-        Some(Value::String(s)) => s.parse::<u64>().ok(),
-        _ => None,
+    let up_to = match body.up_to {
+        ActionId::Number(n) => Some(n),
+        ActionId::Text(s) => s.parse::<u64>().ok(),
     };
     let Some(up_to) = up_to else {
         return invalid("upTo must be an actionId (a non-negative integer)".into());
@@ -556,12 +613,8 @@ async fn set_version(
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let m = match body_object(body) {
-        Ok(m) => m,
-        Err(r) => return r,
-    };
-    let version = match opt_string(&m, "version") {
-        Ok(v) => v,
+    let VersionBody { version } = match body_as(body) {
+        Ok(b) => b,
         Err(r) => return r,
     };
     let answer = ggui

@@ -439,3 +439,85 @@ async fn a_configured_subscriber_cap_is_applied() {
         "4th"
     );
 }
+
+/// The agent API's bodies are decoded into their types: text that is not
+/// JSON is `INVALID_JSON`, JSON of another shape `INVALID_MESSAGE` with the
+/// field at fault named first.
+#[tokio::test]
+async fn api_bodies_of_the_wrong_shape_name_the_field() {
+    let s = Server::start().await;
+    s.create("shape", json!({})).await;
+    let post = |path: &'static str, body: &'static str| {
+        let url = format!("{}/ggui/sessions/shape/{path}", s.http);
+        async move {
+            let r = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(app_credential("conformance"))
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap())
+        }
+    };
+    for (path, body, code, field) in [
+        (
+            "emit",
+            r#"{"channel":"c","payload":1,"complete":"yes"}"#,
+            "INVALID_MESSAGE",
+            "complete",
+        ),
+        (
+            "emit",
+            r#"{"channel":7,"payload":1}"#,
+            "INVALID_MESSAGE",
+            "channel",
+        ),
+        (
+            "emit",
+            r#"{"payload":1}"#,
+            "INVALID_MESSAGE",
+            "request body: missing field `channel`",
+        ),
+        (
+            "props",
+            r#"{"props":{},"epoch":-1}"#,
+            "INVALID_MESSAGE",
+            "epoch",
+        ),
+        ("props", r#"{"props":[]}"#, "INVALID_MESSAGE", "props"),
+        ("props", r#"[1]"#, "INVALID_MESSAGE", "request body"),
+        (
+            "actions/drain",
+            r#"{"upTo":true}"#,
+            "INVALID_MESSAGE",
+            "upTo",
+        ),
+        (
+            "emit",
+            r#"{"channel":"c","payload":1"#,
+            "INVALID_JSON",
+            "request body is not JSON",
+        ),
+    ] {
+        let (status, v) = post(path, body).await;
+        assert_eq!(
+            (status, v["code"].as_str()),
+            (400, Some(code)),
+            "{body}: {v}"
+        );
+        let message = v["message"].as_str().unwrap();
+        assert!(message.starts_with(field), "{body}: {message}");
+    }
+    // A body of the right shape still works, and an empty one is `{}`.
+    let (status, v) = post(
+        "emit",
+        r#"{"channel":"c","payload":{"n":1},"complete":true}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = post("props", "").await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["message"].as_str().unwrap().contains("props"), "{v}");
+}
