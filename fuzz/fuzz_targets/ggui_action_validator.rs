@@ -4,7 +4,9 @@
 //! bounded; every violation names a field under the action.
 #![no_main]
 
-use hostwire_ggui::validate::{contract_violation, ActionSpec, EVENT_HINT, EVENT_TOOL, MAX_VIOLATIONS};
+use hostwire_ggui::validate::{
+    contract_violation, ActionSpec, EVENT_HINT, EVENT_TOOL, MAX_VIOLATIONS,
+};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
 use std::sync::OnceLock;
@@ -34,12 +36,19 @@ fn check(spec: &ActionSpec, payload: Option<&Value>) {
     if let Some(Value::Object(m)) = payload {
         if let Some(Value::String(a)) = m.get("action") {
             for v in &r.violations {
-                assert!(v.field == "action" || v.field.starts_with(&format!("{a}.data")), "{}", v.field);
+                assert!(
+                    v.field == "action" || v.field.starts_with(&format!("{a}.data")),
+                    "{}",
+                    v.field
+                );
             }
         }
     }
     let (_, details) = contract_violation(EVENT_TOOL, &r.violations, EVENT_HINT);
-    assert_eq!(details["violations"].as_array().unwrap().len(), r.violations.len());
+    assert_eq!(
+        details["violations"].as_array().unwrap().len(),
+        r.violations.len()
+    );
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -48,7 +57,9 @@ fuzz_target!(|data: &[u8]| {
         Some(i) => (Some(&data[..i]), &data[i + 1..]),
         None => (None, data),
     };
-    let Ok(payload) = hostwire_core::json::from_slice_bounded::<Value>(payload_part, limits) else { return };
+    let Ok(payload) = hostwire_core::json::from_slice_bounded::<Value>(payload_part, limits) else {
+        return;
+    };
     check(fixed(), Some(&payload));
     check(fixed(), Some(&json!({"action": "go", "data": payload})));
     if let Some(schema_bytes) = schema_part {

@@ -39,7 +39,13 @@ fuzz_target!(|data: &[u8]| {
         let k = i % 2;
         ch.frame_received(conns[k], line, i as u64 * 3);
         if i % 5 == 4 {
-            let _ = ch.emit("s", ["log", "st", "x"][i % 3], StreamChannelMode::Append, json!(i), None);
+            let _ = ch.emit(
+                "s",
+                ["log", "st", "x"][i % 3],
+                StreamChannelMode::Append,
+                json!(i),
+                None,
+            );
         }
         if i % 7 == 6 {
             let _ = ch.consume_actions("s", 3, i as u64);

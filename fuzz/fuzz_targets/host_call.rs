@@ -6,9 +6,18 @@ use hostwire_memizy::calls::{decode_host_call, decode_plugin_call, HOST_METHODS,
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&selector, rest)) = data.split_first() else { return };
-    let Ok(args) = std::str::from_utf8(rest) else { return };
-    let methods: Vec<&str> = HOST_METHODS.iter().chain(PLUGIN_METHODS).copied().chain(["exit", "x"]).collect();
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(args) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let methods: Vec<&str> = HOST_METHODS
+        .iter()
+        .chain(PLUGIN_METHODS)
+        .copied()
+        .chain(["exit", "x"])
+        .collect();
     let method = methods[usize::from(selector) % methods.len()];
     match decode_host_call(method, args) {
         Ok(call) => assert_eq!(call.method(), method),

@@ -7,7 +7,7 @@
 #![no_main]
 
 use axum::http::{header, HeaderMap, HeaderValue};
-use hostwire::http::{bearer, client_ip::limit_key, client_ip, same_secret};
+use hostwire::http::{bearer, client_ip, client_ip::limit_key, same_secret};
 use libfuzzer_sys::fuzz_target;
 use std::net::SocketAddr;
 
@@ -38,7 +38,10 @@ fuzz_target!(|data: &[u8]| {
     for hops in 1..=3 {
         let ip = client_ip(&h, peer, true, hops);
         let fwd = String::from_utf8_lossy(forwarded);
-        assert!(ip == "192.0.2.7" || fwd.contains(ip.trim()), "{ip:?} from {fwd:?}");
+        assert!(
+            ip == "192.0.2.7" || fwd.contains(ip.trim()),
+            "{ip:?} from {fwd:?}"
+        );
         let _ = limit_key(&ip);
     }
     assert!(hostwire::http::body_budget::charge_of(&h) <= hostwire::http::LARGEST_REQUEST_BODY);

@@ -39,10 +39,18 @@ impl Driver {
     fn pump(&mut self) {
         while let Some(o) = self.s.poll_output() {
             match o {
-                Output::Reply { instance, call, result } => {
+                Output::Reply {
+                    instance,
+                    call,
+                    result,
+                } => {
                     assert!(self.replies.insert((instance, call)), "answered twice");
                     if let Err(e) = result {
-                        assert!(e.message.starts_with(&format!("[{}]", e.code)), "{}", e.message);
+                        assert!(
+                            e.message.starts_with(&format!("[{}]", e.code)),
+                            "{}",
+                            e.message
+                        );
                     }
                 }
                 Output::Call { call, .. } => {
@@ -119,9 +127,18 @@ fn session() -> Driver {
     .expect("manifest");
     let set = DisplaySet {
         meta: json!({"title": "t"}),
-        items: vec![json!({"id": "q1", "type": "mcq-single", "options": [{"id": "a"}, {"id": "b"}], "correctId": "a"})],
+        items: vec![
+            json!({"id": "q1", "type": "mcq-single", "options": [{"id": "a"}, {"id": "b"}], "correctId": "a"}),
+        ],
     };
-    let mut cfg = SessionConfig::new("fz", Mode::Multiplayer, Some(HostAs::Presenter), PLUGIN, manifest.runtime, set);
+    let mut cfg = SessionConfig::new(
+        "fz",
+        Mode::Multiplayer,
+        Some(HostAs::Presenter),
+        PLUGIN,
+        manifest.runtime,
+        set,
+    );
     cfg.services = ServiceRegistry::new().offer("chess.puzzles", ServiceSpec { timeout_ms: 1_000 });
     cfg.assets.set.insert("a.png".into(), 10);
     let now = 1_000_000;
@@ -137,7 +154,8 @@ fn session() -> Driver {
         next_call: 1,
     };
     for i in 1..=8 {
-        d.s.add_player(PlayerSpec::new(format!("p{i}"), format!("P{i}")), now).expect("player");
+        d.s.add_player(PlayerSpec::new(format!("p{i}"), format!("P{i}")), now)
+            .expect("player");
     }
     d.s.start_game(now).expect("start");
     d.pump();
@@ -151,11 +169,15 @@ fn session() -> Driver {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     let mut d = session();
     for line in text.split('\n').take(2_000) {
         let mut chars = line.chars();
-        let (Some(op), Some(digit)) = (chars.next(), chars.next()) else { continue };
+        let (Some(op), Some(digit)) = (chars.next(), chars.next()) else {
+            continue;
+        };
         let digit = digit.to_digit(10).unwrap_or(1) as u8;
         let rest = chars.as_str();
         let inst = d.current.get(&digit).copied().unwrap_or(0);
@@ -178,7 +200,11 @@ fuzz_target!(|data: &[u8]| {
             'a' => d.advance(rest.trim().parse::<u64>().unwrap_or(100) % 20_000),
             'k' | 'f' => {
                 if let Some(id) = d.held.pop_front() {
-                    let outcome = if op == 'k' { Ok(()) } else { Err(rest.to_owned()) };
+                    let outcome = if op == 'k' {
+                        Ok(())
+                    } else {
+                        Err(rest.to_owned())
+                    };
                     d.s.record_durable(id, outcome, d.now);
                     d.pump();
                 }
@@ -203,7 +229,10 @@ fuzz_target!(|data: &[u8]| {
             }
             'n' => {
                 let id = format!("late{}", d.next_instance);
-                if d.s.add_player(PlayerSpec::new(id.clone(), "Late"), d.now).is_ok() {
+                if d.s
+                    .add_player(PlayerSpec::new(id.clone(), "Late"), d.now)
+                    .is_ok()
+                {
                     let i = d.next_instance;
                     d.next_instance += 1;
                     if d.s.attach(i, View::Controller, &id, d.now).is_ok() {
@@ -235,7 +264,10 @@ fuzz_target!(|data: &[u8]| {
     }
     for (inst, call) in std::mem::take(&mut d.issued) {
         if d.s.is_attached(inst) {
-            assert!(d.replies.contains(&(inst, call)), "call {call} of instance {inst} never answered");
+            assert!(
+                d.replies.contains(&(inst, call)),
+                "call {call} of instance {inst} never answered"
+            );
         }
     }
 });

@@ -25,9 +25,13 @@ fn sessions() -> &'static Arc<Sessions> {
 fuzz_target!(|data: &[u8]| {
     match prepare_creation(sessions(), "fuzz-session", data) {
         Ok(p) => {
-            let v: serde_json::Value = serde_json::from_slice(data).expect("an accepted body is JSON");
+            let v: serde_json::Value =
+                serde_json::from_slice(data).expect("an accepted body is JSON");
             for file in p.files.keys() {
-                assert!(v["assets"].get(file).is_some(), "decoded a file the body does not name: {file}");
+                assert!(
+                    v["assets"].get(file).is_some(),
+                    "decoded a file the body does not name: {file}"
+                );
             }
         }
         Err((status, message)) => {

@@ -28,7 +28,9 @@ fuzz_target!(|data: &[u8]| {
     if let Some(d) = &disclosure {
         match d {
             Err(e) => assert_eq!(e.code, ServerErrorCode::BadMessage),
-            Ok(d) => assert!(!d.text.trim().is_empty() && d.text.len() <= MAX_COMMENTARY_TEXT_BYTES),
+            Ok(d) => {
+                assert!(!d.text.trim().is_empty() && d.text.len() <= MAX_COMMENTARY_TEXT_BYTES)
+            }
         }
     }
     match decode_inbound(text) {
@@ -52,13 +54,30 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut m = Match::new("m", Ridge::new(), MatchConfig::default(), 0);
     let principals = [
-        Principal::Team { r#match: "m".into(), team: "red".into() },
-        Principal::Human { r#match: "m".into(), role: "blue-scout".into(), team: "blue".into() },
-        Principal::Seat { r#match: "m".into(), role: "red-scout".into(), team: "red".into() },
-        Principal::Spectator { r#match: "m".into(), team: None },
+        Principal::Team {
+            r#match: "m".into(),
+            team: "red".into(),
+        },
+        Principal::Human {
+            r#match: "m".into(),
+            role: "blue-scout".into(),
+            team: "blue".into(),
+        },
+        Principal::Seat {
+            r#match: "m".into(),
+            role: "red-scout".into(),
+            team: "red".into(),
+        },
+        Principal::Spectator {
+            r#match: "m".into(),
+            team: None,
+        },
         Principal::Observer {
             r#match: "m".into(),
-            grant: ObserverGrant::Omniscient { teams: vec!["red".into(), "blue".into()], delay_ms: 50 },
+            grant: ObserverGrant::Omniscient {
+                teams: vec!["red".into(), "blue".into()],
+                delay_ms: 50,
+            },
         },
     ];
     for (i, p) in principals.into_iter().enumerate() {

@@ -12,13 +12,17 @@ use serde::de::IgnoredAny;
 fuzz_target!(|data: &[u8]| {
     match parse_bundle(data) {
         Ok(bundle) => {
-            let v: serde_json::Value = serde_json::from_slice(data).expect("an accepted bundle is JSON");
+            let v: serde_json::Value =
+                serde_json::from_slice(data).expect("an accepted bundle is JSON");
             assert!(v["pluginHtml"].is_string() && v["set"].is_object(), "{v}");
             assert!(bundle.app_name.is_none_or(|n| !n.is_empty()));
         }
         Err(BundleError::InvalidJson) => {
             // `IgnoredAny` skips strings without checking their UTF-8.
-            assert!(std::str::from_utf8(data).is_err() || serde_json::from_slice::<IgnoredAny>(data).is_err());
+            assert!(
+                std::str::from_utf8(data).is_err()
+                    || serde_json::from_slice::<IgnoredAny>(data).is_err()
+            );
         }
         Err(BundleError::WrongShape) => {}
     }

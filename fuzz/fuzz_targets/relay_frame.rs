@@ -3,19 +3,28 @@
 //! text that was sent.
 #![no_main]
 
-use hostwire_memizy::relay::{decode_client_frame, ConnStep, ConnectionState, RelayClientMessage, RelayServerMessage, Room, RoomOutput};
+use hostwire_memizy::relay::{
+    decode_client_frame, ConnStep, ConnectionState, RelayClientMessage, RelayServerMessage, Room,
+    RoomOutput,
+};
 use hostwire_memizy::RELAY_LIMITS;
 use libfuzzer_sys::fuzz_target;
 
 fn assert_json(frame: &RelayServerMessage, source: &str) {
     let text = frame.encode(source);
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let v: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
     assert_eq!(v["t"], frame.kind().as_str());
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    if let Ok(RelayClientMessage::To { data: Some(r), .. } | RelayClientMessage::Up { data: Some(r) }) = decode_client_frame(text) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(
+        RelayClientMessage::To { data: Some(r), .. } | RelayClientMessage::Up { data: Some(r) },
+    ) = decode_client_frame(text)
+    {
         assert!(serde_json::from_str::<serde_json::Value>(&text[r]).is_ok());
     }
     let mut conn: ConnectionState<&str> = ConnectionState::new(0, RELAY_LIMITS);
@@ -29,13 +38,27 @@ fuzz_target!(|data: &[u8]| {
     for (i, line) in text.split('\n').enumerate() {
         let sender = if i % 2 == 0 { 1 } else { 2 };
         match conn.on_frame(line, i as u64) {
-            ConnStep::Reply { frame, .. } | ConnStep::RateLimited(frame) | ConnStep::Fatal { frame, .. } => {
+            ConnStep::Reply { frame, .. }
+            | ConnStep::RateLimited(frame)
+            | ConnStep::Fatal { frame, .. } => {
                 assert_json(&frame, "");
             }
-            ConnStep::Attach { msg, already_attached, .. } => {
+            ConnStep::Attach {
+                msg,
+                already_attached,
+                ..
+            } => {
                 let _ = match msg {
-                    RelayClientMessage::Host { host_token, .. } => room.attach_host(9, host_token.as_deref(), already_attached, &mut out),
-                    RelayClientMessage::Join { name, token, .. } => room.attach_player(9, name.as_deref(), token.as_deref(), already_attached, &mut out),
+                    RelayClientMessage::Host { host_token, .. } => {
+                        room.attach_host(9, host_token.as_deref(), already_attached, &mut out)
+                    }
+                    RelayClientMessage::Join { name, token, .. } => room.attach_player(
+                        9,
+                        name.as_deref(),
+                        token.as_deref(),
+                        already_attached,
+                        &mut out,
+                    ),
                     _ => unreachable!(),
                 };
             }

@@ -13,8 +13,14 @@ fuzz_target!(|data: &[u8]| {
             let text = frame.to_text();
             let again = parse_frame_bytes(text.as_bytes()).expect("a parsed frame re-parses");
             assert_eq!(again, frame);
-            if let Frame::Response { outcome: Outcome::Err(e), .. }
-            | Frame::StreamEnd { outcome: Outcome::Err(e), .. } = &frame
+            if let Frame::Response {
+                outcome: Outcome::Err(e),
+                ..
+            }
+            | Frame::StreamEnd {
+                outcome: Outcome::Err(e),
+                ..
+            } = &frame
             {
                 assert!(RpcError::from_envelope(e, 8).depth() <= 9);
             }
