@@ -232,7 +232,9 @@ pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: TokenHash) -
         started_at: now,
         joined: false,
     };
-    tokio::spawn(actor.run(rx));
+    // A root span: the match outlives the request that created it.
+    let span = tracing::info_span!(parent: None, "match", id = %handle.id);
+    tokio::spawn(tracing::Instrument::instrument(actor.run(rx), span));
     handle
 }
 
@@ -397,7 +399,7 @@ impl Actor {
                         let token = token.as_str().to_owned();
                         // Handed out only once durable, without holding
                         // the match up meanwhile.
-                        tokio::spawn(async move {
+                        tokio::spawn(tracing::Instrument::in_current_span(async move {
                             let r = match acked.wait().await {
                                 true => Ok(token),
                                 _ => Err(ProtocolError::new(
@@ -406,7 +408,7 @@ impl Actor {
                                 )),
                             };
                             let _ = reply.send(r);
-                        });
+                        }));
                     }
                     Err(e) => {
                         let _ = reply.send(Err(e));
@@ -425,7 +427,7 @@ impl Actor {
                     // Answered only once durable, without holding the
                     // match up meanwhile.
                     Ok(()) => {
-                        tokio::spawn(async move {
+                        tokio::spawn(tracing::Instrument::in_current_span(async move {
                             let r = match acked.wait().await {
                                 true => Ok(()),
                                 _ => Err(ProtocolError::new(
@@ -434,7 +436,7 @@ impl Actor {
                                 )),
                             };
                             let _ = reply.send(r);
-                        });
+                        }));
                     }
                     Err(e) => {
                         let _ = reply.send(Err(e));
@@ -631,7 +633,7 @@ impl Actor {
                 }],
             )
             .await;
-        tracing::info!(r#match = %self.m.id(), joined = self.joined, "match expired");
+        tracing::info!(joined = self.joined, "match expired");
     }
 
     /// Pushes the tells waiting for `role` to its subscribed sessions, as
@@ -667,17 +669,16 @@ impl Actor {
             s.pushing = true;
             let peer = s.peer.clone();
             let data = Arc::clone(&data);
-            let id = self.m.id().to_owned();
             let me = self.me.clone();
             let p3 = Arc::clone(&self.p3);
             p3.metrics.mcp_tell_pushes.fetch_add(1, Relaxed);
             // A push never holds the match up.
-            tokio::spawn(async move {
+            tokio::spawn(tracing::Instrument::in_current_span(async move {
                 for d in data.iter() {
                     let param = LoggingMessageNotificationParam::new(LoggingLevel::Info, d.clone())
                         .with_logger(super::mcp::TELL_LOGGER);
                     if let Err(e) = peer.notify_logging_message(param).await {
-                        tracing::warn!(r#match = %id, error = %e, "tell not pushed");
+                        tracing::warn!(error = %e, "tell not pushed");
                         break;
                     }
                 }
@@ -685,7 +686,7 @@ impl Actor {
                 if let Some(tx) = me.upgrade() {
                     let _ = tx.send(MatchCmd::McpPushed { conn }).await;
                 }
-            });
+            }));
         }
     }
 
@@ -697,13 +698,12 @@ impl Actor {
                 continue;
             }
             let peer = peer.clone();
-            let id = self.m.id().to_owned();
             // A notification never holds the match up.
-            tokio::spawn(async move {
+            tokio::spawn(tracing::Instrument::in_current_span(async move {
                 if let Err(e) = peer.notify_tool_list_changed().await {
-                    tracing::debug!(r#match = %id, error = %e, "tools/list_changed not sent");
+                    tracing::debug!(error = %e, "tools/list_changed not sent");
                 }
-            });
+            }));
         }
     }
 
@@ -726,11 +726,11 @@ impl Actor {
                 let peer = s.peer.clone();
                 let uri = uri.clone();
                 // A notification never holds the match up.
-                tokio::spawn(async move {
+                tokio::spawn(tracing::Instrument::in_current_span(async move {
                     let _ = peer
                         .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
                         .await;
-                });
+                }));
             }
         }
     }
@@ -864,7 +864,7 @@ impl Actor {
                 Output::Durable { .. } => {}
                 Output::GuardViolation(v) => {
                     self.p3.metrics.guard_violations.fetch_add(1, Relaxed);
-                    tracing::warn!(r#match = %self.m.id(), violation = %v, "guard withheld game data");
+                    tracing::warn!(violation = %v, "guard withheld game data");
                 }
             }
         }
