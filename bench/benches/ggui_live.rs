@@ -453,6 +453,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    // Server CPU comes from /proc: elsewhere there is nothing to measure.
+    if !cfg!(target_os = "linux") {
+        eprintln!("the ggui_live bench runs on Linux only (it reads /proc/self/task)");
+        return;
+    }
     let mut numbers = Vec::new();
     let mut json_out = None;
     let mut repeat = 3usize;

@@ -3,6 +3,7 @@
 //! the result again; apply(a, diff(a, b)) == b for any two values; and a
 //! delta made by `diff` applies to another value as its text does.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use hostwire_core::delta::{apply, diff, Json, JsonDelta};
 use hostwire_core::json::{from_slice_bounded, JsonLimits};

@@ -2,6 +2,7 @@
 //! permutations, public items are marked, and the text form a session
 //! keeps prepares the same sets.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use hostwire_memizy::{prepare_display_set, prepare_set_text, DisplaySet, SetText};
 use libfuzzer_sys::fuzz_target;

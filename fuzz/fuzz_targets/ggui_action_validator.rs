@@ -3,6 +3,7 @@
 //! payload (the rest): never a panic; the result is deterministic and
 //! bounded; every violation names a field under the action.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use hostwire_ggui::validate::{
     contract_violation, ActionSpec, EVENT_HINT, EVENT_TOOL, MAX_VIOLATIONS,

@@ -3,6 +3,7 @@
 //! object with a `type`; acked sequences are gap-free; a connection that
 //! was told to close gets nothing more.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use hostwire_ggui::channel::{Channel, ChannelConfig, ConnId, CreateSession, Output};
 use hostwire_ggui::frames::StreamChannelMode;

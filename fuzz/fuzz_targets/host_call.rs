@@ -1,6 +1,7 @@
 //! Any method name and argument text: decoding never panics, and every
 //! rejection carries a `[CODE] ` message.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use hostwire_memizy::calls::{decode_host_call, decode_plugin_call, HOST_METHODS, PLUGIN_METHODS};
 use libfuzzer_sys::fuzz_target;

@@ -5,6 +5,7 @@
 //! panic; a bearer token is a trimmed, non-empty part of the header; a
 //! client IP is the peer's or one of the forwarded entries.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use axum::http::{header, HeaderMap, HeaderValue};
 use hostwire::http::{bearer, client_ip, client_ip::limit_key, same_secret};

@@ -1,6 +1,7 @@
 //! Any bytes through the pre-parse scan: never a panic, and on text serde
 //! accepts as JSON the block scan agrees with the byte-by-byte one.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use hostwire_core::json::{scan_structure, scan_structure_bytewise};
 use libfuzzer_sys::fuzz_target;

@@ -3,6 +3,7 @@
 //! 8 MiB, and `-timeout`, so a slow input is a failure), and a manifest
 //! that validates must have a consistent runtime.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use hostwire_memizy::manifest::{find_data_island, read_plugin_manifest, MANIFEST_MAX_BYTES};
 use hostwire_memizy::policy::content_policy;

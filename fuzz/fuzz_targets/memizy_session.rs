@@ -11,6 +11,7 @@
 //! s service result (`rest`), x service timeout, p pause/resume, n late
 //! join, e close.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use hostwire_memizy::calls::decode_plugin_call;
 use hostwire_memizy::manifest::parse_plugin_manifest;

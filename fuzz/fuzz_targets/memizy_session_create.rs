@@ -4,6 +4,7 @@
 //! a panic; a refusal is a 4xx with a message; an accepted body is JSON and
 //! every file it decoded is named in it.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use hostwire::memizy::session::api::prepare_creation;
 use hostwire::memizy::session::{Sessions, SessionsConfig};

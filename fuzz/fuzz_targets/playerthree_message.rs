@@ -6,6 +6,7 @@
 //! `bad_message`, or accepted within its bounds and disclosed by each
 //! principal (only the agent's seat may).
 #![no_main]
+#![forbid(unsafe_code)]
 
 use hostwire_playerthree::decode::{
     decode_disclosure, decode_inbound, MAX_COMMENTARY_TEXT_BYTES, MAX_SAFE_INTEGER, MESSAGE_LIMITS,

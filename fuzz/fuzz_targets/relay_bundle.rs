@@ -4,6 +4,7 @@
 //! invalid UTF-8 inside a string is not JSON either); an `appName` is never
 //! empty.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use hostwire_memizy::relay::{parse_bundle, BundleError};
 use libfuzzer_sys::fuzz_target;

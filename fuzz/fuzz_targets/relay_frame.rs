@@ -2,6 +2,7 @@
 //! never a panic; every reply is a JSON frame; forwarded data is the exact
 //! text that was sent.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use hostwire_memizy::relay::{
     decode_client_frame, ConnStep, ConnectionState, RelayClientMessage, RelayServerMessage, Room,

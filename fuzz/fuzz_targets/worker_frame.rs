@@ -2,6 +2,7 @@
 //! round-trips; a refused frame's id is in range; rebuilt cause chains stay
 //! within their bound.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use hostwire_worker_rpc::error::RpcError;
 use hostwire_worker_rpc::frame::{parse_frame_bytes, Frame, Outcome, MAX_ID};

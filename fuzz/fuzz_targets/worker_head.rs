@@ -2,6 +2,7 @@
 //! refused worker RPC frame: never a panic, reads only its bounded head,
 //! ids in range, and never disagrees with the strict decoder.
 #![no_main]
+#![forbid(unsafe_code)]
 
 use hostwire_worker_rpc::frame::{parse_frame_bytes, read_head, MAX_HEAD_BYTES, MAX_ID};
 use libfuzzer_sys::fuzz_target;

@@ -24,620 +24,19 @@
 //! member names never need escaping: a member named `"+"` on an object is
 //! just a member.
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use hostwire_shared_json::{push_with, shared, shared_key, Patched};
+use serde::de::{Deserialize, Deserializer};
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
-use serde_json::Number;
 use smallvec::SmallVec;
 use smol_str::SmolStr;
 use std::fmt;
-use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-/// The new values of a container's changed members or elements, by
-/// position: inline for the few a game state's tick changes.
-type Patched = SmallVec<[(usize, Json); 4]>;
-
-/// Objects with more members than this also keep a hash index; smaller
-/// ones are searched in place (faster, and one allocation fewer to copy).
-pub const JSON_MAP_INDEX_FROM: usize = 16;
-
-type Index = std::collections::HashMap<SmolStr, usize, foldhash::fast::RandomState>;
-
-/// The members of a [`Json`] object, in insertion order. A repeated name
-/// keeps its first position and its last value. Large objects are indexed
-/// by a hash map (foldhash, randomly seeded per process).
-#[derive(Default)]
-pub struct JsonMap {
-    entries: Vec<(SmolStr, Json)>,
-    index: Option<Index>,
-}
-
-impl Clone for JsonMap {
-    fn clone(&self) -> Self {
-        let n = self.entries.len();
-        let mut entries: Vec<(SmolStr, Json)> = Vec::with_capacity(n);
-        for (k, v) in &self.entries {
-            add_key_owner(k);
-            add_owner(v);
-        }
-        // SAFETY: every entry's shared parts have just gained the owner its
-        // bitwise copy becomes (`add_owner`), so the copies are clones; the
-        // capacity is `n` and all `n` are written before the length is set.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.entries.as_ptr(), entries.as_mut_ptr(), n);
-            entries.set_len(n);
-        }
-        JsonMap {
-            entries,
-            index: self.index.clone(),
-        }
-    }
-}
-
-// A bitwise copy of a `Json` whose shared parts gained an owner is a clone
-// (see `add_owner`): that needs every other payload to be plain data.
-const _: () = assert!(!std::mem::needs_drop::<Number>());
-
-/// Adds one owner to what `v` shares (its `Arc`, a heap string's `Arc`),
-/// so that a bitwise copy of `v` is a clone. Copies made so (arrays and
-/// member lists copied whole) avoid the derived clone, which moves each
-/// value field by field through the stack: at the odd offsets of the
-/// inline-string and bool payloads that stalls on every element (store
-/// forwarding), about 30 ns an element of an array of objects.
-#[inline(always)]
-fn add_owner(v: &Json) {
-    match v {
-        Json::Object(m) => std::mem::forget(Arc::clone(m)),
-        Json::Array(a) => std::mem::forget(Arc::clone(a)),
-        Json::String(s) => add_key_owner(s),
-        Json::Null | Json::Bool(_) | Json::Number(_) => {}
-    }
-}
-
-/// [`add_owner`] for a string (an inline or static one owns nothing).
-#[inline(always)]
-fn add_key_owner(s: &SmolStr) {
-    if s.is_heap_allocated() {
-        std::mem::forget(s.clone());
-    }
-}
-
-/// Arrays at least this long, copied by [`apply`] with changes, share the
-/// unchanged elements with the array they came from instead of taking an
-/// owner of each (see [`JsonArray`]); shorter ones are copied outright.
-const CHAIN_FROM: usize = 16;
-
-/// How many arrays may be chained so, each keeping the one before alive:
-/// the next copy owns all its elements again, so a chain keeps at most
-/// this many earlier versions (and what only they hold) in memory.
-pub const MAX_ARRAY_CHAIN: u8 = 8;
-
-/// The elements of a [`Json`] array, read as a slice.
-///
-/// An array made by [`apply`] from a long one keeps that one alive and
-/// holds bitwise copies of its unchanged elements, owned by it (or by the
-/// arrays before it): copying them changes no reference count, and
-/// neither does dropping them. Taking an owner of every element is most
-/// of what an immutable apply of a few changes to a long array costs (an
-/// atomic increment each, and a decrement each when it is dropped).
-pub struct JsonArray {
-    items: Box<[ManuallyDrop<Json>]>,
-    /// Owns what the elements not owned here refer to; `None`: all are owned.
-    parent: Option<Arc<JsonArray>>,
-    /// With a parent: the (sorted) positions below `owned_from` owned here.
-    owned: Box<[u32]>,
-    /// With a parent: every position from here on is owned here.
-    owned_from: usize,
-    /// Arrays before this one in its chain.
-    generation: u8,
-}
-
-impl JsonArray {
-    fn from_vec(v: Vec<Json>) -> Self {
-        let items: Box<[Json]> = v.into_boxed_slice();
-        // SAFETY: `ManuallyDrop<Json>` has the layout of `Json`; every
-        // element is owned here (`parent` is `None`) and dropped by `drop`.
-        let items = unsafe { Box::from_raw(Box::into_raw(items) as *mut [ManuallyDrop<Json>]) };
-        JsonArray {
-            items,
-            parent: None,
-            owned: Box::default(),
-            owned_from: 0,
-            generation: 0,
-        }
-    }
-}
-
-impl std::ops::Deref for JsonArray {
-    type Target = [Json];
-    fn deref(&self) -> &[Json] {
-        // SAFETY: `ManuallyDrop<Json>` is `repr(transparent)` over `Json`.
-        unsafe { &*(&*self.items as *const [ManuallyDrop<Json>] as *const [Json]) }
-    }
-}
-
-impl Drop for JsonArray {
-    fn drop(&mut self) {
-        let items = &mut self.items;
-        // SAFETY: each element is dropped at most once, and only where
-        // this array owns it; the others belong to `parent`'s chain.
-        unsafe {
-            if self.parent.is_none() {
-                for v in items.iter_mut() {
-                    ManuallyDrop::drop(v);
-                }
-            } else {
-                for &i in self.owned.iter() {
-                    ManuallyDrop::drop(&mut items[i as usize]);
-                }
-                for v in items[self.owned_from..].iter_mut() {
-                    ManuallyDrop::drop(v);
-                }
-            }
-        }
-    }
-}
-
-/// A clone of `v` as a bitwise copy once its shared parts gained an owner.
-#[inline(always)]
-fn share(v: &Json) -> ManuallyDrop<Json> {
-    add_owner(v);
-    // SAFETY: `v` gained the owner this copy becomes.
-    ManuallyDrop::new(unsafe { std::ptr::read(v) })
-}
-
-/// [`share`] as a plain value: a clone read and written whole, never field
-/// by field (a value written in pieces and then moved whole stalls the
-/// load that moves it, store forwarding failing at the piece boundaries).
-#[inline(always)]
-fn shared(v: &Json) -> Json {
-    ManuallyDrop::into_inner(share(v))
-}
-
-/// [`shared`] for a member name.
-#[inline(always)]
-fn shared_key(k: &SmolStr) -> SmolStr {
-    add_key_owner(k);
-    // SAFETY: `k` gained the owner this copy becomes.
-    unsafe { std::ptr::read(k) }
-}
-
-/// `a[..truncate]` with the `patched` elements (sorted, distinct, each
-/// below `truncate`) replaced, then `append`: one copy of the elements.
-/// From a long array, the unchanged elements are shared with it (the new
-/// array keeps it alive); otherwise each gains an owner.
-fn build_array<'v>(
-    a: &Arc<JsonArray>,
-    truncate: usize,
-    patched: Patched,
-    append: impl ExactSizeIterator<Item = &'v Json>,
-) -> Arc<JsonArray> {
-    let n = truncate + append.len();
-    let chain = truncate >= CHAIN_FROM && a.generation < MAX_ARRAY_CHAIN;
-    let mut items: Vec<ManuallyDrop<Json>> = Vec::with_capacity(n);
-    if !chain {
-        let mut p = patched.iter().map(|(i, _)| *i).peekable();
-        for (i, v) in a[..truncate].iter().enumerate() {
-            if p.next_if_eq(&i).is_none() {
-                add_owner(v);
-            }
-        }
-    }
-    // SAFETY: the capacity is at least `truncate`. Each copy is either
-    // owned (it gained its owner above) or, in a chain, owned by `a`,
-    // which the new array keeps alive; copies at patched positions are
-    // overwritten below (a `ManuallyDrop` is never dropped on assignment).
-    unsafe {
-        std::ptr::copy_nonoverlapping(a.items.as_ptr(), items.as_mut_ptr(), truncate);
-        items.set_len(truncate);
-    }
-    let mut owned = Vec::with_capacity(if chain { patched.len() } else { 0 });
-    for (i, v) in patched {
-        items[i] = ManuallyDrop::new(v);
-        if chain {
-            // Positions are below `truncate`, itself a length in memory.
-            owned.push(i as u32);
-        }
-    }
-    items.extend(append.map(share));
-    let items = items.into_boxed_slice();
-    Arc::new(if chain {
-        JsonArray {
-            items,
-            parent: Some(Arc::clone(a)),
-            owned: owned.into_boxed_slice(),
-            owned_from: truncate,
-            generation: a.generation + 1,
-        }
-    } else {
-        JsonArray {
-            items,
-            parent: None,
-            owned: Box::default(),
-            owned_from: 0,
-            generation: 0,
-        }
-    })
-}
-
-impl JsonMap {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    fn position(&self, key: &str) -> Option<usize> {
-        match &self.index {
-            Some(ix) => ix.get(key).copied(),
-            None => self.entries.iter().position(|(k, _)| str_eq_str(k, key)),
-        }
-    }
-
-    pub fn get(&self, key: &str) -> Option<&Json> {
-        self.position(key).map(|i| &self.entries[i].1)
-    }
-
-    pub fn get_mut(&mut self, key: &str) -> Option<&mut Json> {
-        self.position(key).map(|i| &mut self.entries[i].1)
-    }
-
-    pub fn contains_key(&self, key: &str) -> bool {
-        self.position(key).is_some()
-    }
-
-    /// The member at position `i`.
-    pub fn get_index(&self, i: usize) -> Option<(&SmolStr, &Json)> {
-        self.entries.get(i).map(|(k, v)| (k, v))
-    }
-
-    /// Sets a member; an existing one keeps its position. Returns the old value.
-    pub fn insert(&mut self, key: SmolStr, value: Json) -> Option<Json> {
-        if let Some(i) = self.position(&key) {
-            return Some(std::mem::replace(&mut self.entries[i].1, value));
-        }
-        if let Some(ix) = &mut self.index {
-            ix.insert(key.clone(), self.entries.len());
-        }
-        self.entries.push((key, value));
-        if self.index.is_none() && self.entries.len() > JSON_MAP_INDEX_FROM {
-            self.reindex();
-        }
-        None
-    }
-
-    /// Appends a member the caller knows is not there yet (a delta's
-    /// members, built from distinct names): no search.
-    fn push_new(&mut self, key: SmolStr, value: Json) {
-        if let Some(ix) = &mut self.index {
-            ix.insert(key.clone(), self.entries.len());
-        }
-        self.entries.push((key, value));
-        if self.index.is_none() && self.entries.len() > JSON_MAP_INDEX_FROM {
-            self.reindex();
-        }
-    }
-
-    /// Removes a member, keeping the order of the others.
-    pub fn shift_remove(&mut self, key: &str) -> Option<Json> {
-        let i = self.position(key)?;
-        let (_, v) = self.entries.remove(i);
-        if self.index.is_some() {
-            self.reindex();
-        }
-        Some(v)
-    }
-
-    fn reindex(&mut self) {
-        let mut ix = Index::with_capacity_and_hasher(self.entries.len(), Default::default());
-        for (i, (k, _)) in self.entries.iter().enumerate() {
-            ix.insert(k.clone(), i);
-        }
-        self.index = Some(ix);
-    }
-
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&SmolStr, &Json)> {
-        self.entries.iter().map(|(k, v)| (k, v))
-    }
-
-    pub fn keys(&self) -> impl ExactSizeIterator<Item = &SmolStr> {
-        self.entries.iter().map(|(k, _)| k)
-    }
-
-    pub fn values(&self) -> impl ExactSizeIterator<Item = &Json> {
-        self.entries.iter().map(|(_, v)| v)
-    }
-}
-
-impl<K: Into<SmolStr>> FromIterator<(K, Json)> for JsonMap {
-    fn from_iter<I: IntoIterator<Item = (K, Json)>>(iter: I) -> Self {
-        let mut m = JsonMap::new();
-        for (k, v) in iter {
-            m.insert(k.into(), v);
-        }
-        m
-    }
-}
-
-/// An empty [`JsonMap`].
-pub fn json_map() -> JsonMap {
-    JsonMap::new()
-}
-
-/// An immutable JSON value whose strings, arrays and objects are shared.
-///
-/// Strings and member names of up to 23 bytes are held inline (no
-/// allocation, no reference count); longer ones behind an `Arc`.
-///
-/// Equality is JSON equality (object member order does not matter; numbers
-/// compare as `serde_json::Number` does). Values nest only as deep as the
-/// text they were decoded from: decode untrusted text with
-/// [`crate::json::from_str_bounded`] so that depth is bounded first.
-#[derive(Clone, Default)]
-pub enum Json {
-    #[default]
-    Null,
-    Bool(bool),
-    Number(Number),
-    String(SmolStr),
-    Array(Arc<JsonArray>),
-    Object(Arc<JsonMap>),
-}
-
-impl Json {
-    /// True when both are the same allocation (or equal scalars): the test
-    /// of structural sharing.
-    #[inline]
-    pub fn ptr_eq(&self, other: &Json) -> bool {
-        match (self, other) {
-            (Json::Null, Json::Null) => true,
-            (Json::Bool(a), Json::Bool(b)) => a == b,
-            (Json::Number(a), Json::Number(b)) => a == b,
-            (Json::String(a), Json::String(b)) => str_shared(a, b),
-            (Json::Array(a), Json::Array(b)) => Arc::ptr_eq(a, b),
-            (Json::Object(a), Json::Object(b)) => Arc::ptr_eq(a, b),
-            _ => false,
-        }
-    }
-
-    pub fn string(s: &str) -> Json {
-        Json::String(SmolStr::new(s))
-    }
-
-    pub fn array(items: Vec<Json>) -> Json {
-        Json::Array(Arc::new(JsonArray::from_vec(items)))
-    }
-
-    pub fn object(map: JsonMap) -> Json {
-        Json::Object(Arc::new(map))
-    }
-
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Json::String(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    pub fn as_array(&self) -> Option<&[Json]> {
-        match self {
-            Json::Array(a) => Some(a),
-            _ => None,
-        }
-    }
-
-    pub fn as_object(&self) -> Option<&JsonMap> {
-        match self {
-            Json::Object(m) => Some(m),
-            _ => None,
-        }
-    }
-
-    /// The member `key` of an object.
-    pub fn get(&self, key: &str) -> Option<&Json> {
-        self.as_object().and_then(|m| m.get(key))
-    }
-
-    /// The compact JSON text.
-    pub fn to_json_string(&self) -> String {
-        // Serializing a tree of strings, numbers and maps with string keys
-        // cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
-    }
-
-    /// The byte size of the compact JSON text.
-    pub fn json_len(&self) -> usize {
-        let mut c = Count(0);
-        let _ = serde_json::to_writer(&mut c, self);
-        c.0
-    }
-
-    /// Converts to a `serde_json::Value` (a deep copy).
-    pub fn to_value(&self) -> serde_json::Value {
-        use serde_json::Value;
-        match self {
-            Json::Null => Value::Null,
-            Json::Bool(b) => Value::Bool(*b),
-            Json::Number(n) => Value::Number(n.clone()),
-            Json::String(s) => Value::String(s.to_string()),
-            Json::Array(a) => Value::Array(a.iter().map(Json::to_value).collect()),
-            Json::Object(m) => Value::Object(
-                m.iter()
-                    .map(|(k, v)| (k.to_string(), v.to_value()))
-                    .collect(),
-            ),
-        }
-    }
-}
-
-impl From<&serde_json::Value> for Json {
-    fn from(v: &serde_json::Value) -> Self {
-        use serde_json::Value;
-        match v {
-            Value::Null => Json::Null,
-            Value::Bool(b) => Json::Bool(*b),
-            Value::Number(n) => Json::Number(n.clone()),
-            Value::String(s) => Json::string(s),
-            Value::Array(a) => Json::array(a.iter().map(Json::from).collect()),
-            Value::Object(m) => Json::object(
-                m.iter()
-                    .map(|(k, v)| (SmolStr::new(k), Json::from(v)))
-                    .collect(),
-            ),
-        }
-    }
-}
-
-impl From<serde_json::Value> for Json {
-    fn from(v: serde_json::Value) -> Self {
-        Json::from(&v)
-    }
-}
-
-impl PartialEq for Json {
-    fn eq(&self, other: &Json) -> bool {
-        match (self, other) {
-            (Json::Null, Json::Null) => true,
-            (Json::Bool(a), Json::Bool(b)) => a == b,
-            (Json::Number(a), Json::Number(b)) => a == b,
-            (Json::String(a), Json::String(b)) => a == b,
-            (Json::Array(a), Json::Array(b)) => Arc::ptr_eq(a, b) || a[..] == b[..],
-            (Json::Object(a), Json::Object(b)) => Arc::ptr_eq(a, b) || maps_equal(a, b),
-            _ => false,
-        }
-    }
-}
-
-fn maps_equal(a: &JsonMap, b: &JsonMap) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    // Same member order is the common case: walk both in step and look a
-    // member up by name only where the orders differ.
-    a.iter().enumerate().all(|(i, (k, va))| {
-        let vb = match b.get_index(i) {
-            Some((kb, vb)) if key_eq(k, kb) => Some(vb),
-            _ => b.get(k),
-        };
-        vb.is_some_and(|vb| va == vb)
-    })
-}
-
-fn key_eq(a: &SmolStr, b: &SmolStr) -> bool {
-    a == b
-}
-
-/// The same heap allocation, or equal inline strings (which have none).
-fn str_shared(a: &SmolStr, b: &SmolStr) -> bool {
-    if a.is_heap_allocated() || b.is_heap_allocated() {
-        std::ptr::eq(a.as_str(), b.as_str())
-    } else {
-        a == b
-    }
-}
-
-impl fmt::Debug for Json {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_json_string())
-    }
-}
-
-impl fmt::Display for Json {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_json_string())
-    }
-}
-
-impl Serialize for Json {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Json::Null => s.serialize_unit(),
-            Json::Bool(b) => s.serialize_bool(*b),
-            Json::Number(n) => n.serialize(s),
-            Json::String(v) => s.serialize_str(v),
-            Json::Array(a) => {
-                let mut seq = s.serialize_seq(Some(a.len()))?;
-                for v in a.iter() {
-                    seq.serialize_element(v)?;
-                }
-                seq.end()
-            }
-            Json::Object(m) => {
-                let mut map = s.serialize_map(Some(m.len()))?;
-                for (k, v) in m.iter() {
-                    map.serialize_entry(k.as_str(), v)?;
-                }
-                map.end()
-            }
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Json {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Json, D::Error> {
-        d.deserialize_any(JsonVisitor)
-    }
-}
-
-struct JsonVisitor;
-
-impl<'de> Visitor<'de> for JsonVisitor {
-    type Value = Json;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_unit<E>(self) -> Result<Json, E> {
-        Ok(Json::Null)
-    }
-    fn visit_none<E>(self) -> Result<Json, E> {
-        Ok(Json::Null)
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Json, E> {
-        Ok(Json::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Json, E> {
-        Ok(Json::Number(v.into()))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Json, E> {
-        Ok(Json::Number(v.into()))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Json, E> {
-        Number::from_f64(v)
-            .map(Json::Number)
-            .ok_or_else(|| E::custom("a number that is not finite"))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Json, E> {
-        Ok(Json::string(v))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Json, E> {
-        Ok(Json::String(SmolStr::from(v)))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
-        // The size hint comes from the input: never trust it for capacity.
-        let mut items = Vec::new();
-        while let Some(v) = seq.next_element()? {
-            items.push(v);
-        }
-        Ok(Json::array(items))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
-        let mut members = json_map();
-        while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            let v: Json = map.next_value()?;
-            // A repeated name keeps its first position and its last value,
-            // as serde_json's own map does.
-            members.insert(SmolStr::new(&*k), v);
-        }
-        Ok(Json::object(members))
-    }
-}
+// The value type and its hand-counted copies live in their own crate, with
+// all of the unsafe code the delta needs, where Miri checks it on its own.
+pub use hostwire_shared_json::{
+    json_map, Json, JsonArray, JsonMap, JSON_MAP_INDEX_FROM, MAX_ARRAY_CHAIN,
+};
 
 /// A structural delta (see the module documentation for its format).
 ///
@@ -950,21 +349,6 @@ fn replace(v: &Json) -> Json {
     Json::array(vec![v.clone()])
 }
 
-/// Appends the node `make` builds, built in its place: a node assembled
-/// first and then moved stalls on the loads that move it (store
-/// forwarding fails where the pieces it was written in meet), and a plain
-/// `push` builds it before its capacity check.
-#[inline(always)]
-fn push_node(out: &mut Vec<Node>, make: impl FnOnce() -> Node) {
-    out.reserve(1);
-    let len = out.len();
-    // SAFETY: there is room for one more (reserved above).
-    unsafe {
-        out.as_mut_ptr().add(len).write(make());
-        out.set_len(len + 1);
-    }
-}
-
 /// Appends the delta of `a` to `b` under `key` to `out`; false (nothing
 /// appended) when they are equal. Scalars are settled here, inlined into
 /// the loops that walk containers: most members of a game state are
@@ -976,7 +360,7 @@ fn diff_into(a: &Json, b: &Json, key: impl FnOnce() -> Key, out: &mut Vec<Node>)
         (Json::Array(x), Json::Array(y)) => !Arc::ptr_eq(x, y) && diff_array(x, y, b, key(), out),
         _ if scalar_eq(a, b) => false,
         _ => {
-            push_node(out, || Node {
+            push_with(out, || Node {
                 key: key(),
                 op: Op::Replace(shared(b)),
             });
@@ -1021,12 +405,6 @@ fn str_eq(a: &SmolStr, b: &SmolStr) -> bool {
     }
 }
 
-/// [`str_eq`] against a plain `&str`.
-#[inline(always)]
-fn str_eq_str(a: &SmolStr, b: &str) -> bool {
-    a.len() == b.len() && a.as_bytes() == b.as_bytes()
-}
-
 /// Equality as a plain walk (no delta built on the way): the test run
 /// first on every member, since most members of consecutive states are
 /// unchanged. Same member order is walked in step; a name is looked up
@@ -1036,16 +414,13 @@ fn same(a: &Json, b: &Json) -> bool {
         (Json::Object(x), Json::Object(y)) => {
             Arc::ptr_eq(x, y)
                 || (x.len() == y.len()
-                    && x.entries
-                        .iter()
-                        .zip(y.entries.iter())
-                        .all(|((ka, va), (kb, vb))| {
-                            if str_eq(ka, kb) {
-                                same_member(va, vb)
-                            } else {
-                                y.get(ka).is_some_and(|vb| same(va, vb))
-                            }
-                        }))
+                    && x.iter().zip(y.iter()).all(|((ka, va), (kb, vb))| {
+                        if str_eq(ka, kb) {
+                            same_member(va, vb)
+                        } else {
+                            y.get(ka).is_some_and(|vb| same(va, vb))
+                        }
+                    }))
         }
         (Json::Array(x), Json::Array(y)) => {
             Arc::ptr_eq(x, y)
@@ -1089,13 +464,8 @@ fn shares_a_child(a: &Json, b: &Json) -> bool {
     };
     match (a, b) {
         (Json::Object(x), Json::Object(y)) => {
-            shared(
-                x.entries.last().map(|e| &e.1),
-                y.entries.last().map(|e| &e.1),
-            ) || shared(
-                x.entries.first().map(|e| &e.1),
-                y.entries.first().map(|e| &e.1),
-            )
+            shared(x.last().map(|e| e.1), y.last().map(|e| e.1))
+                || shared(x.first().map(|e| e.1), y.first().map(|e| e.1))
         }
         (Json::Array(x), Json::Array(y)) => {
             shared(x.first(), y.first()) || shared(x.last(), y.last())
@@ -1107,7 +477,7 @@ fn shares_a_child(a: &Json, b: &Json) -> bool {
 #[inline(never)]
 fn diff_object(x: &JsonMap, y: &JsonMap, key: Key, out: &mut Vec<Node>) -> bool {
     let at_node = out.len();
-    push_node(out, || Node {
+    push_with(out, || Node {
         key,
         op: Op::Members {
             children: 0,
@@ -1116,8 +486,8 @@ fn diff_object(x: &JsonMap, y: &JsonMap, key: Key, out: &mut Vec<Node>) -> bool 
     });
     let mut n = 0u32;
     let mut kept = 0usize;
-    for (i, (k, va)) in x.entries.iter().enumerate() {
-        let vb = match y.entries.get(i) {
+    for (i, (k, va)) in x.iter().enumerate() {
+        let vb = match y.get_index(i) {
             Some((kb, vb)) if str_eq(kb, k) => Some(vb),
             _ => y.get(k),
         };
@@ -1127,7 +497,7 @@ fn diff_object(x: &JsonMap, y: &JsonMap, key: Key, out: &mut Vec<Node>) -> bool 
         };
         match vb {
             None => {
-                push_node(out, || Node {
+                push_with(out, || Node {
                     key: member(),
                     op: Op::Remove,
                 });
@@ -1145,7 +515,7 @@ fn diff_object(x: &JsonMap, y: &JsonMap, key: Key, out: &mut Vec<Node>) -> bool 
     if kept < y.len() {
         for (k, vb) in y.iter() {
             if !x.contains_key(k) {
-                push_node(out, || Node {
+                push_with(out, || Node {
                     key: Key::Member {
                         name: shared_key(k),
                         at: ADDED,
@@ -1170,7 +540,7 @@ fn diff_object(x: &JsonMap, y: &JsonMap, key: Key, out: &mut Vec<Node>) -> bool 
 #[inline(never)]
 fn diff_array(x: &[Json], y: &[Json], whole: &Json, key: Key, out: &mut Vec<Node>) -> bool {
     let at_node = out.len();
-    push_node(out, || Node {
+    push_with(out, || Node {
         key,
         op: Op::Elements {
             patched: 0,
@@ -1193,7 +563,7 @@ fn diff_array(x: &[Json], y: &[Json], whole: &Json, key: Key, out: &mut Vec<Node
     if patched > 1 && patched * 2 > y.len() {
         let key = std::mem::replace(&mut out[at_node].key, Key::Root);
         out.truncate(at_node);
-        push_node(out, || Node {
+        push_with(out, || Node {
             key,
             op: Op::Replace(shared(whole)),
         });
@@ -1201,7 +571,7 @@ fn diff_array(x: &[Json], y: &[Json], whole: &Json, key: Key, out: &mut Vec<Node
     }
     let truncate = (y.len() < x.len()).then_some(y.len());
     for v in &y[common..] {
-        push_node(out, || Node {
+        push_with(out, || Node {
             key: Key::Append,
             op: Op::Replace(shared(v)),
         });
@@ -1307,15 +677,18 @@ fn apply_members(o: &JsonMap, nodes: &[Node], p: usize, n: u32) -> Result<Json, 
             continue;
         };
         let hinted = o
-            .entries
-            .get(*at as usize)
+            .get_index(*at as usize)
             .filter(|(k, _)| str_eq(k, name))
-            .map(|_| *at as usize);
-        match (hinted.or_else(|| o.position(name)), &nodes[c].op) {
+            .map(|(_, v)| (*at as usize, v));
+        let found = hinted.or_else(|| {
+            let i = o.get_index_of(name)?;
+            o.get_index(i).map(|(_, v)| (i, v))
+        });
+        match (found, &nodes[c].op) {
             // A removal shifts the members after it: the general path.
             (_, Op::Remove) => return apply_object(o, members_as_wire(nodes, p, n)),
-            (Some(i), _) => {
-                let v = apply_node(&o.entries[i].1, nodes, c).map_err(under(name))?;
+            (Some((i, base)), _) => {
+                let v = apply_node(base, nodes, c).map_err(under(name))?;
                 patched.push((i, v));
             }
             (None, Op::Replace(v)) => added.push((name, v)),
@@ -1327,10 +700,7 @@ fn apply_members(o: &JsonMap, nodes: &[Node], p: usize, n: u32) -> Result<Json, 
         // One member named twice: not made by `diff`; read as text.
         return apply_object(o, members_as_wire(nodes, p, n));
     }
-    let mut out = Arc::new(JsonMap {
-        entries: copy_entries(&o.entries, patched, added.len()),
-        index: o.index.clone(),
-    });
+    let mut out = Arc::new(o.patched(patched, added.len()));
     if !added.is_empty() {
         // A fresh `Arc` is unique: `get_mut` always gives it.
         if let Some(m) = Arc::get_mut(&mut out) {
@@ -1390,39 +760,9 @@ fn apply_elements(
         patched.push((i, v));
     }
     let values = appended(nodes, next, append);
-    Ok(Json::Array(build_array(a, truncate, patched, values)))
-}
-
-/// `entries` with the `patched` values (sorted, distinct positions) in
-/// place, room for `extra` more: one allocation, every other entry copied
-/// whole after gaining an owner.
-#[inline(always)]
-fn copy_entries(
-    entries: &[(SmolStr, Json)],
-    patched: Patched,
-    extra: usize,
-) -> Vec<(SmolStr, Json)> {
-    let n = entries.len();
-    let mut out: Vec<(SmolStr, Json)> = Vec::with_capacity(n + extra);
-    let mut p = patched.iter().map(|(i, _)| *i).peekable();
-    for (i, (k, v)) in entries.iter().enumerate() {
-        add_key_owner(k);
-        if p.next_if_eq(&i).is_none() {
-            add_owner(v);
-        }
-    }
-    // SAFETY: the capacity is at least `n`; every key, and every value
-    // not at a patched position, gained the owner its bitwise copy
-    // becomes. The copies of patched values gained none: they are
-    // overwritten below without being dropped.
-    unsafe {
-        std::ptr::copy_nonoverlapping(entries.as_ptr(), out.as_mut_ptr(), n);
-        for (i, v) in patched {
-            std::ptr::write(&mut (*out.as_mut_ptr().add(i)).1, v);
-        }
-        out.set_len(n);
-    }
-    out
+    Ok(Json::Array(JsonArray::patched(
+        a, truncate, patched, values,
+    )))
 }
 
 fn apply_value(base: &Json, d: &Json) -> Result<Json, DeltaError> {
@@ -1526,7 +866,7 @@ fn apply_array(a: &Arc<JsonArray>, p: &JsonMap) -> Result<Json, DeltaError> {
     // in any order.
     patched.sort_unstable_by_key(|(i, _)| *i);
     // Untouched elements are the base's own, each a reference-count bump.
-    Ok(Json::Array(build_array(
+    Ok(Json::Array(JsonArray::patched(
         a,
         truncate,
         patched,
@@ -1537,6 +877,7 @@ fn apply_array(a: &Arc<JsonArray>, p: &JsonMap) -> Result<Json, DeltaError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hostwire_shared_json::CHAIN_FROM;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -1641,9 +982,9 @@ mod tests {
         assert!(std::mem::size_of::<Json>() <= 32);
     }
 
-    /// The chain of shared arrays past its bound, dropped out of order:
-    /// small and deterministic, so Miri (in `.ci/run`) checks the unsafe
-    /// ownership of chained elements on every run.
+    /// The chain of shared arrays past its bound, made by `apply` and
+    /// dropped out of order (hostwire-shared-json's own tests, run under
+    /// Miri, drive the chain directly).
     #[test]
     fn a_chain_past_its_bound_drops_soundly_in_any_order() {
         use serde_json::{json, Value};
@@ -1661,7 +1002,7 @@ mod tests {
             let prev = &versions.last().unwrap().0;
             let out = apply(prev, &diff(prev, &j(model.clone()))).unwrap();
             if let Json::Array(a) = &out {
-                generations.push(a.generation);
+                generations.push(a.generation());
             }
             versions.push((out, model.clone()));
         }
@@ -1948,8 +1289,8 @@ mod tests {
                 let out = apply(prev, &d).unwrap();
                 prop_assert_eq!(&out, &next_json);
                 if let Json::Array(a) = &out {
-                    prop_assert!(a.generation <= MAX_ARRAY_CHAIN);
-                    chained |= a.parent.is_some();
+                    prop_assert!(a.generation() <= MAX_ARRAY_CHAIN);
+                    chained |= a.is_chained();
                 }
                 versions.push((out, model.clone()));
             }

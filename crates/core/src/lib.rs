@@ -2,6 +2,11 @@
 //!
 //! Nothing here does I/O or reads the wall clock directly: time comes in
 //! through [`clock::Clock`], so every rule is testable with [`clock::ManualClock`].
+//!
+//! No unsafe code outside the JSON scan's SIMD: the delta's hand-counted
+//! copies live in hostwire-shared-json, where Miri checks them.
+
+#![deny(unsafe_code)]
 
 pub mod clock;
 pub mod delta;

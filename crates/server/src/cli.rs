@@ -553,7 +553,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let stop = app::stop_signal();
         // A line for scripts and tests: where we listen.
         println!("hostwire listening on http://{}", server.addr);
-        tracing::info!(db = %db.display(), origins = %args.allowed_origins, "serving");
+        tracing::info!(addr = %server.addr, db = %db.display(), origins = %args.allowed_origins, "hostwire listening");
         stop.await;
         tracing::info!("shutting down");
         server.shutdown().await;

@@ -44,6 +44,9 @@ pub struct Structure {
     pub big_numbers: bool,
 }
 
+// SIMD intrinsics (checked CPU features, loads within a block): the only
+// unsafe code this crate keeps.
+#[allow(unsafe_code)]
 mod scan;
 pub use scan::{scan_structure, scan_structure_bytewise};
 

@@ -174,7 +174,7 @@ impl Validations {
     fn start(&self, job: ValidationJob) {
         let permits = Arc::clone(&self.permits);
         let done = self.done.clone();
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             // The semaphore is never closed.
             let Ok(_permit) = permits.acquire_owned().await else {
                 return;
@@ -183,7 +183,7 @@ impl Validations {
             if let Ok(v) = tokio::task::spawn_blocking(move || job.run()).await {
                 let _ = done.send(v);
             }
-        });
+        }));
     }
 }
 
@@ -320,7 +320,8 @@ impl Actor {
                 let expired = core.expire_idle(self.idle_ttl_ms);
                 for id in &expired {
                     self.persistence.remove_session(id).await;
-                    tracing::info!(session = %id, "idle ggui session expired");
+                    super::session_span(id)
+                        .in_scope(|| tracing::info!("idle ggui session expired"));
                 }
                 let _ = answer.send(expired.len());
             }

@@ -344,9 +344,8 @@ impl Ggui {
                     .and_then(|r| channel.restore_session(r).map_err(|e| e.to_string()))
                 {
                     Ok(()) => {}
-                    Err(e) => {
-                        tracing::warn!(session = %id, error = %e, "ggui session not restored")
-                    }
+                    Err(e) => session_span(&id)
+                        .in_scope(|| tracing::warn!(error = %e, "ggui session not restored")),
                 }
             }
             tracing::info!(sessions = channel.session_count(), "ggui sessions restored");
@@ -371,14 +370,19 @@ impl Ggui {
             stored_answer: None,
             last_used: HashMap::new(),
         };
-        tokio::spawn(run_actor(
-            core,
-            rx,
-            Validations::new(config.validation_workers),
-            config.idle_ttl_ms,
-            clock,
-            writer.clone(),
-            Arc::clone(&metrics),
+        // One task serves every ggui session: its lines about one session
+        // are in that session's span too (`session_span`).
+        tokio::spawn(tracing::Instrument::instrument(
+            run_actor(
+                core,
+                rx,
+                Validations::new(config.validation_workers),
+                config.idle_ttl_ms,
+                clock,
+                writer.clone(),
+                Arc::clone(&metrics),
+            ),
+            tracing::info_span!(parent: None, "ggui"),
         ));
         Ok(Arc::new(Ggui {
             config,
@@ -461,4 +465,9 @@ impl Ggui {
             w.flush().await;
         }
     }
+}
+
+/// The span of a line about one ggui session: its id names it.
+pub(crate) fn session_span(id: &str) -> tracing::Span {
+    tracing::info_span!("ggui_session", id = %id)
 }

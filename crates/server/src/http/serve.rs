@@ -277,29 +277,35 @@ pub async fn serve(
             .with_upgrades();
         let alive = alive.clone();
         let mut stop_rx = stop_rx.clone();
-        tokio::spawn(async move {
-            let _alive = alive;
-            tokio::pin!(conn);
-            let silent = tokio::time::sleep(header_timeout);
-            tokio::pin!(silent);
-            let mut watch_silence = true;
-            loop {
-                tokio::select! {
-                    _ = conn.as_mut() => return,
-                    _ = stop_rx.wait_for(|s| *s) => break,
-                    () = &mut silent, if watch_silence => {
-                        if !spoke.load(std::sync::atomic::Ordering::Relaxed) {
-                            // Not a byte in the header read timeout.
-                            return;
+        // Every line of the connection's requests, and of its socket once
+        // upgraded (`ws::Upgrade`), names its peer.
+        let span = tracing::info_span!("conn", peer = %peer);
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let _alive = alive;
+                tokio::pin!(conn);
+                let silent = tokio::time::sleep(header_timeout);
+                tokio::pin!(silent);
+                let mut watch_silence = true;
+                loop {
+                    tokio::select! {
+                        _ = conn.as_mut() => return,
+                        _ = stop_rx.wait_for(|s| *s) => break,
+                        () = &mut silent, if watch_silence => {
+                            if !spoke.load(std::sync::atomic::Ordering::Relaxed) {
+                                // Not a byte in the header read timeout.
+                                return;
+                            }
+                            watch_silence = false;
                         }
-                        watch_silence = false;
                     }
                 }
-            }
-            // Ends after the request in flight, or at once when idle.
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        });
+                // Ends after the request in flight, or at once when idle.
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            },
+            span,
+        ));
     }
     drop(listener);
     let _ = stopping.send(true);

@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
+use tracing::Instrument;
 
 /// Frames waiting for one slow reader before it is closed (1013).
 pub const OUTBOUND_QUEUE: usize = 1024;
@@ -171,7 +172,8 @@ impl Relay {
         self.players.fetch_add(room.player_count() as u64, Relaxed);
         self.metrics.rooms.fetch_add(1, Relaxed);
         let relay = Arc::clone(self);
-        tokio::spawn(async move { room::run(relay, room, rx, itself).await });
+        let span = room_span(room.pin());
+        tokio::spawn(async move { room::run(relay, room, rx, itself).await }.instrument(span));
     }
 
     fn room(&self, pin: &str) -> Option<RoomHandle> {
@@ -244,7 +246,7 @@ impl Relay {
         }
         self.run_room(room, rx, itself);
         self.metrics.rooms_created.fetch_add(1, Relaxed);
-        tracing::info!(pin = %pin, "room created");
+        room_span(&pin).in_scope(|| tracing::info!("room created"));
         Ok((pin, token))
     }
 
@@ -318,4 +320,10 @@ impl Relay {
             "players": self.players.load(Relaxed),
         })
     }
+}
+
+/// The span of every line of a room's life: its PIN names it. A root span,
+/// not the creating request's: the room outlives that connection.
+fn room_span(pin: &str) -> tracing::Span {
+    tracing::info_span!(parent: None, "room", pin = %pin)
 }

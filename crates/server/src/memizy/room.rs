@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
 
 pub(super) enum RoomCmd {
     Attach {
@@ -291,18 +292,21 @@ pub(super) async fn run(
                 // the room, which goes on forwarding meanwhile.
                 let durable = relay.writer.queue_acked(&pin, vec![change]).await;
                 let itself = itself.clone();
-                tokio::spawn(async move {
-                    let durable = durable.wait().await;
-                    let cmd = RoomCmd::BundleWritten {
-                        meta,
-                        durable,
-                        reply,
-                    };
-                    // A room gone meanwhile drops the reply: 404.
-                    if let Some(tx) = itself.upgrade() {
-                        let _ = tx.send(cmd).await;
+                tokio::spawn(
+                    async move {
+                        let durable = durable.wait().await;
+                        let cmd = RoomCmd::BundleWritten {
+                            meta,
+                            durable,
+                            reply,
+                        };
+                        // A room gone meanwhile drops the reply: 404.
+                        if let Some(tx) = itself.upgrade() {
+                            let _ = tx.send(cmd).await;
+                        }
                     }
-                });
+                    .in_current_span(),
+                );
                 continue;
             }
             RoomCmd::BundleWritten {
@@ -384,12 +388,12 @@ pub(super) async fn run(
             if !durable {
                 match before {
                     Some(b) => room = b,
-                    None => tracing::error!(pin = %pin, "a change failed that cannot be undone"),
+                    None => tracing::error!("a change failed that cannot be undone"),
                 }
                 out.clear();
                 if sweep {
                     // Tried again at the next sweep.
-                    tracing::warn!(pin = %pin, "expired room not deleted: the store failed");
+                    tracing::warn!("expired room not deleted: the store failed");
                     sweep = false;
                 }
                 if let Some((conn, msg)) = &asked {
@@ -417,7 +421,7 @@ pub(super) async fn run(
         }
         if sweep {
             metrics.rooms_expired.fetch_add(1, Relaxed);
-            tracing::info!(pin = %pin, "room expired");
+            tracing::info!("room expired");
         }
         for o in out.drain(..) {
             match o {
@@ -474,5 +478,5 @@ pub(super) async fn run(
     relay.bundles.forget(&pin);
     relay.players.fetch_sub(room.player_count() as u64, Relaxed);
     metrics.rooms.fetch_sub(1, Relaxed);
-    tracing::info!(pin = %pin, "room closed");
+    tracing::info!("room closed");
 }

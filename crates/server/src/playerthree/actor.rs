@@ -231,7 +231,9 @@ pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: TokenHash) -
         started_at: now,
         joined: false,
     };
-    tokio::spawn(actor.run(rx));
+    // A root span: the match outlives the request that created it.
+    let span = tracing::info_span!(parent: None, "match", id = %handle.id);
+    tokio::spawn(tracing::Instrument::instrument(actor.run(rx), span));
     handle
 }
 
@@ -396,7 +398,7 @@ impl Actor {
                         let token = token.as_str().to_owned();
                         // Handed out only once durable, without holding
                         // the match up meanwhile.
-                        tokio::spawn(async move {
+                        tokio::spawn(tracing::Instrument::in_current_span(async move {
                             let r = match acked.wait().await {
                                 true => Ok(token),
                                 _ => Err(ProtocolError::new(
@@ -405,7 +407,7 @@ impl Actor {
                                 )),
                             };
                             let _ = reply.send(r);
-                        });
+                        }));
                     }
                     Err(e) => {
                         let _ = reply.send(Err(e));
@@ -424,7 +426,7 @@ impl Actor {
                     // Answered only once durable, without holding the
                     // match up meanwhile.
                     Ok(()) => {
-                        tokio::spawn(async move {
+                        tokio::spawn(tracing::Instrument::in_current_span(async move {
                             let r = match acked.wait().await {
                                 true => Ok(()),
                                 _ => Err(ProtocolError::new(
@@ -433,7 +435,7 @@ impl Actor {
                                 )),
                             };
                             let _ = reply.send(r);
-                        });
+                        }));
                     }
                     Err(e) => {
                         let _ = reply.send(Err(e));
@@ -630,7 +632,7 @@ impl Actor {
                 }],
             )
             .await;
-        tracing::info!(r#match = %self.m.id(), joined = self.joined, "match expired");
+        tracing::info!(joined = self.joined, "match expired");
     }
 
     /// Pushes the tells waiting for `role` to its subscribed sessions, as
@@ -666,17 +668,16 @@ impl Actor {
             s.pushing = true;
             let peer = s.peer.clone();
             let data = Arc::clone(&data);
-            let id = self.m.id().to_owned();
             let me = self.me.clone();
             let p3 = Arc::clone(&self.p3);
             p3.metrics.mcp_tell_pushes.fetch_add(1, Relaxed);
             // A push never holds the match up.
-            tokio::spawn(async move {
+            tokio::spawn(tracing::Instrument::in_current_span(async move {
                 for d in data.iter() {
                     let param = LoggingMessageNotificationParam::new(LoggingLevel::Info, d.clone())
                         .with_logger(super::mcp::TELL_LOGGER);
                     if let Err(e) = peer.notify_logging_message(param).await {
-                        tracing::warn!(r#match = %id, error = %e, "tell not pushed");
+                        tracing::warn!(error = %e, "tell not pushed");
                         break;
                     }
                 }
@@ -684,7 +685,7 @@ impl Actor {
                 if let Some(tx) = me.upgrade() {
                     let _ = tx.send(MatchCmd::McpPushed { conn }).await;
                 }
-            });
+            }));
         }
     }
 
@@ -696,13 +697,12 @@ impl Actor {
                 continue;
             }
             let peer = peer.clone();
-            let id = self.m.id().to_owned();
             // A notification never holds the match up.
-            tokio::spawn(async move {
+            tokio::spawn(tracing::Instrument::in_current_span(async move {
                 if let Err(e) = peer.notify_tool_list_changed().await {
-                    tracing::debug!(r#match = %id, error = %e, "tools/list_changed not sent");
+                    tracing::debug!(error = %e, "tools/list_changed not sent");
                 }
-            });
+            }));
         }
     }
 
@@ -725,11 +725,11 @@ impl Actor {
                 let peer = s.peer.clone();
                 let uri = uri.clone();
                 // A notification never holds the match up.
-                tokio::spawn(async move {
+                tokio::spawn(tracing::Instrument::in_current_span(async move {
                     let _ = peer
                         .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
                         .await;
-                });
+                }));
             }
         }
     }
@@ -863,7 +863,7 @@ impl Actor {
                 Output::Durable { .. } => {}
                 Output::GuardViolation(v) => {
                     self.p3.metrics.guard_violations.fetch_add(1, Relaxed);
-                    tracing::warn!(r#match = %self.m.id(), violation = %v, "guard withheld game data");
+                    tracing::warn!(violation = %v, "guard withheld game data");
                 }
             }
         }

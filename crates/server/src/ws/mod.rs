@@ -243,7 +243,13 @@ impl Upgrade {
             .write_buffer_size(c.write_buffer)
             .max_write_buffer_size(c.max_unsent_bytes.max(c.write_buffer + 1));
         let sockets = self.sockets;
-        ws.on_upgrade(move |socket| run(Connection::start(socket, config, sockets)))
+        // The upgraded socket runs in a task of its own: it keeps the span
+        // of the request that upgraded it (its connection's).
+        let span = tracing::Span::current();
+        ws.on_upgrade(move |socket| {
+            let c = span.in_scope(|| Connection::start(socket, config, sockets));
+            tracing::Instrument::instrument(run(c), span)
+        })
     }
 }
 
@@ -353,7 +359,7 @@ impl Connection {
             },
         );
         let out = Outbound(out);
-        let writer = tokio::spawn(write_loop(drain));
+        let writer = tokio::spawn(tracing::Instrument::in_current_span(write_loop(drain)));
         let registered = sockets.map(|s| {
             let id = s.register(&out);
             (s, id)

@@ -201,11 +201,12 @@ pub fn spawn(
     if !sessions.insert(id.clone(), handle.clone()) {
         return None;
     }
+    // A root span: the session outlives the request that created it.
+    let span = tracing::info_span!(parent: None, "session", id = %id);
     let (store_tx, store_rx) = mpsc::channel(STORE_QUEUE);
-    tokio::spawn(store_answers(
-        Arc::clone(&sessions.metrics),
-        store_rx,
-        tx.clone(),
+    tokio::spawn(tracing::Instrument::instrument(
+        store_answers(Arc::clone(&sessions.metrics), store_rx, tx.clone()),
+        span.clone(),
     ));
     sessions.metrics.sessions.fetch_add(1, Relaxed);
     let actor = Actor {
@@ -228,7 +229,7 @@ pub fn spawn(
         removed: false,
         rec,
     };
-    tokio::spawn(actor.run(rx));
+    tokio::spawn(tracing::Instrument::instrument(actor.run(rx), span));
     Some(handle)
 }
 
@@ -735,13 +736,13 @@ impl Actor {
             )));
             return;
         };
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             let _ = reply.send(if kept.wait().await {
                 Ok(body)
             } else {
                 Err((503, "the change could not be stored; try again".into()))
             });
-        });
+        }));
     }
 
     fn status(&self) -> Value {
@@ -795,7 +796,7 @@ impl Actor {
                         // updateSettings is answered once its settings are kept.
                         Some(d) if held => {
                             let (out, kept) = (d.out.clone(), self.keep());
-                            tokio::spawn(async move {
+                            tokio::spawn(tracing::Instrument::in_current_span(async move {
                                 let kept = match kept {
                                     Some(k) => k.wait().await,
                                     None => false,
@@ -810,7 +811,7 @@ impl Actor {
                                     response_text(call, Err(envelope(&e)))
                                 };
                                 let _ = out.send(Utf8Bytes::from(text));
-                            });
+                            }));
                         }
                         _ => self.push(instance, text),
                     }
@@ -895,7 +896,7 @@ impl Actor {
                             // The call runs beside the session: the engine
                             // goes on with other calls, and its deadline
                             // (CancelService) stops this one.
-                            tokio::spawn(async move {
+                            tokio::spawn(tracing::Instrument::in_current_span(async move {
                                 tokio::select! {
                                     r = call => {
                                         let outcome = host.outcome(&req.name, &ticket, r);
@@ -909,7 +910,7 @@ impl Actor {
                                         }
                                     }
                                 }
-                            });
+                            }));
                         }
                         Err(e) => {
                             let now = self.now();
@@ -954,7 +955,7 @@ impl Actor {
         };
         let store = self.sessions.store();
         let sid = self.s.id().to_owned();
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             let Ok(_permit) = ASSET_LOADS.acquire().await else {
                 return;
             };
@@ -984,7 +985,7 @@ impl Actor {
             let text = response_text(call, result.map_err(|e| envelope(&e)));
             // A full queue closes the device (1013); its reader detaches it.
             let _ = out.send(Utf8Bytes::from(text));
-        });
+        }));
     }
 
     fn push(&mut self, instance: InstanceId, text: String) {
