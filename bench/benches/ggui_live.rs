@@ -36,7 +36,7 @@ use futures_util::{SinkExt, StreamExt};
 use hostwire::app::{App, AppConfig, Stores};
 use hostwire::ggui::GguiConfig;
 use hostwire::http::AllowedOrigins;
-use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE};
+use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE, SERVER_LIMITS};
 use hostwire_core::SystemClock;
 use hostwire_memizy::RELAY_LIMITS;
 use hostwire_store::SqliteStore;
@@ -502,6 +502,7 @@ fn main() {
             trust_proxy: false,
             rooms_per_ip_per_hour: RELAY_LIMITS.rooms_per_ip_per_hour,
             limits: RELAY_LIMITS,
+            server_limits: SERVER_LIMITS,
             outbound_queue: OUTBOUND_QUEUE,
             credentials: hostwire::http::CredentialSettings {
                 ggui_sessions_per_ip_per_hour: u32::MAX,

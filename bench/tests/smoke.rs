@@ -4,7 +4,7 @@
 
 use hostwire::app::App;
 use hostwire::http::AllowedOrigins;
-use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE};
+use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE, SERVER_LIMITS};
 
 use hostwire_bench::floor;
 use hostwire_bench::load::{self, Classroom, Target};
@@ -25,6 +25,7 @@ async fn hostwire_relay() -> App {
         trust_proxy: false,
         rooms_per_ip_per_hour: 10_000,
         limits: RELAY_LIMITS,
+        server_limits: SERVER_LIMITS,
         outbound_queue: OUTBOUND_QUEUE,
         credentials: hostwire::http::CredentialSettings {
             operator_token: Some(OPERATOR.to_owned()),

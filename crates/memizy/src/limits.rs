@@ -111,7 +111,10 @@ pub const CALL_ENVELOPE_BYTES: usize = 64 * 1024;
 pub const MAX_JSON_DEPTH: usize = 64;
 pub const CALL_ENVELOPE_DEPTH: usize = 4;
 
-/// The limits of the relay protocol 1.
+/// The limits of the relay protocol 1: the rules a client of the protocol
+/// meets, as the reference relay documents them. How a server protects
+/// itself (timeouts, per-IP tables, caches, room cap) is the server's
+/// setting, not the protocol's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RelayLimits {
     /// One WebSocket frame; 3 MB so that a 2 MB asset fits as base64.
@@ -129,47 +132,6 @@ pub struct RelayLimits {
     pub room_max_age_ms: u64,
     pub sweep_interval_ms: u64,
     pub idle_timeout_ms: u64,
-    /// Live rooms on one server; a creation beyond it is refused (503).
-    pub max_rooms: usize,
-    /// Bytes queued for one connection before it is closed as too slow
-    /// (1013). One frame is always taken into an empty queue.
-    pub outbound_queue_bytes: usize,
-    /// Bytes the WebSocket layer may hold unsent for one connection (its
-    /// replies to pings included); beyond it the connection is closed.
-    pub ws_write_buffer_bytes: usize,
-    /// Time for a client to send a request's header, and for an idle
-    /// keep-alive connection to start its next one.
-    pub header_read_timeout_ms: u64,
-    /// Time for a client to send a whole request body.
-    pub body_read_timeout_ms: u64,
-    /// Open connections from one client IP.
-    pub connections_per_ip: usize,
-    /// How long a stopping server waits for its connections to end.
-    pub shutdown_grace_ms: u64,
-    /// Bundle uploads read and checked at the same time.
-    pub concurrent_uploads: usize,
-    /// CPU time one bundle's check may take before it is refused.
-    pub bundle_check_timeout_ms: u64,
-    /// Reverse proxies in front of the server that append to
-    /// `X-Forwarded-For` (when the proxy is trusted): the client IP is the
-    /// entry this many in from the right.
-    pub trusted_proxy_hops: usize,
-    /// `GET /api/rooms/:pin` per client IP: a token bucket of this rate and
-    /// burst (PIN guessing); beyond it 429.
-    pub lookups_per_ip_per_second: u32,
-    pub lookup_burst_per_ip: u32,
-    /// `join` and `host` frames per client IP, over all its connections: a
-    /// token bucket of this rate and burst (join floods, PIN guessing over
-    /// the socket); beyond it `RATE_LIMITED` and close 1013.
-    pub joins_per_ip_per_second: u32,
-    pub join_burst_per_ip: u32,
-    /// Client IPs each of those buckets is kept for at most; idle buckets
-    /// are dropped first (see the server's per-IP table).
-    pub rate_limited_ips: usize,
-    /// Bundle bytes the server holds in memory at once, cached or being
-    /// sent (at least `bundle_bytes`); bundles are otherwise read from the
-    /// store when asked for.
-    pub bundle_cache_bytes: usize,
 }
 
 pub const RELAY_LIMITS: RelayLimits = RelayLimits {
@@ -186,22 +148,6 @@ pub const RELAY_LIMITS: RelayLimits = RelayLimits {
     room_max_age_ms: 6 * 60 * 60 * 1000,
     sweep_interval_ms: 30_000,
     idle_timeout_ms: 60_000,
-    max_rooms: 100_000,
-    outbound_queue_bytes: 8 * 1024 * 1024,
-    ws_write_buffer_bytes: 2 * 3 * 1024 * 1024 + 64 * 1024,
-    header_read_timeout_ms: 10_000,
-    body_read_timeout_ms: 30_000,
-    connections_per_ip: 1_000,
-    shutdown_grace_ms: 10_000,
-    concurrent_uploads: 4,
-    bundle_check_timeout_ms: 5_000,
-    trusted_proxy_hops: 1,
-    lookups_per_ip_per_second: 10,
-    lookup_burst_per_ip: 200,
-    joins_per_ip_per_second: 10,
-    join_burst_per_ip: 200,
-    rate_limited_ips: 65_536,
-    bundle_cache_bytes: 64 * 1024 * 1024,
 };
 
 #[cfg(test)]

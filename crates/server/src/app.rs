@@ -153,7 +153,7 @@ impl AppConfig {
             allowed_origins: relay.allowed_origins.clone(),
             sessions_per_ip_per_hour: relay.rooms_per_ip_per_hour,
             trust_proxy: relay.trust_proxy,
-            trusted_proxy_hops: relay.limits.trusted_proxy_hops,
+            trusted_proxy_hops: relay.server_limits.trusted_proxy_hops,
             ..Default::default()
         };
         AppConfig {
@@ -184,7 +184,7 @@ impl App {
             &config.credentials,
             Arc::clone(&clock),
             config.trust_proxy,
-            config.limits.trusted_proxy_hops,
+            config.server_limits.trusted_proxy_hops,
         ));
         let store_metrics = Arc::new(StoreMetrics::default());
         let playerthree = PlayerThree::start(
@@ -214,7 +214,7 @@ impl App {
             StoreProtocol::Relay,
             Arc::clone(&store_metrics),
         );
-        let serve_limits = crate::http::serve::ServeLimits::of(&config.limits);
+        let serve_limits = config.server_limits.serve();
         let relay = Relay::start(
             config,
             clock,

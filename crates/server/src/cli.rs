@@ -4,7 +4,7 @@
 use crate::app::{self, App};
 use crate::check;
 use crate::http::AllowedOrigins;
-use crate::memizy::{RelayConfig, OUTBOUND_QUEUE};
+use crate::memizy::{RelayConfig, ServerLimits, OUTBOUND_QUEUE, SERVER_LIMITS};
 use anyhow::anyhow;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hostwire_core::SystemClock;
@@ -68,7 +68,7 @@ pub struct ServeArgs {
     /// With TRUST_PROXY: how many reverse proxies in front of the server
     /// append to X-Forwarded-For. The client IP is the entry this many in
     /// from the right; entries further left were written by the client.
-    #[arg(long, env = "TRUSTED_PROXY_HOPS", default_value_t = RELAY_LIMITS.trusted_proxy_hops, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, env = "TRUSTED_PROXY_HOPS", default_value_t = SERVER_LIMITS.trusted_proxy_hops, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub trusted_proxy_hops: usize,
     /// Directory of the embedded database (created if missing).
     #[arg(long, env = "HOSTWIRE_DATA_DIR", default_value = "data")]
@@ -79,19 +79,19 @@ pub struct ServeArgs {
     pub rooms_per_ip_per_hour: u32,
     /// Room lookups (GET /api/rooms/:pin) one client IP may make per
     /// second, after its burst; beyond it 429 with Retry-After. 0: no limit.
-    #[arg(long, env = "LOOKUPS_PER_IP_PER_SECOND", default_value_t = RELAY_LIMITS.lookups_per_ip_per_second)]
+    #[arg(long, env = "LOOKUPS_PER_IP_PER_SECOND", default_value_t = SERVER_LIMITS.lookups_per_ip_per_second)]
     pub lookups_per_ip_per_second: u32,
     /// Room lookups one client IP may make at once.
-    #[arg(long, env = "LOOKUP_BURST_PER_IP", default_value_t = RELAY_LIMITS.lookup_burst_per_ip)]
+    #[arg(long, env = "LOOKUP_BURST_PER_IP", default_value_t = SERVER_LIMITS.lookup_burst_per_ip)]
     pub lookup_burst_per_ip: u32,
     /// `join` and `host` frames one client IP may send per second over all
     /// its connections, after its burst; beyond it RATE_LIMITED and close
     /// 1013. 0: no limit.
-    #[arg(long, env = "JOINS_PER_IP_PER_SECOND", default_value_t = RELAY_LIMITS.joins_per_ip_per_second)]
+    #[arg(long, env = "JOINS_PER_IP_PER_SECOND", default_value_t = SERVER_LIMITS.joins_per_ip_per_second)]
     pub joins_per_ip_per_second: u32,
     /// `join` and `host` frames one client IP may send at once (a class
     /// joining together).
-    #[arg(long, env = "JOIN_BURST_PER_IP", default_value_t = RELAY_LIMITS.join_burst_per_ip)]
+    #[arg(long, env = "JOIN_BURST_PER_IP", default_value_t = SERVER_LIMITS.join_burst_per_ip)]
     pub join_burst_per_ip: u32,
     /// The operator credential: creating a PlayerThree match
     /// (`POST /playerthree/matches`) or a hosted Memizy session
@@ -120,29 +120,29 @@ pub struct ServeArgs {
     #[arg(long, env = "REQUEST_BODY_BUDGET_BYTES", default_value_t = crate::http::REQUEST_BODY_BUDGET_BYTES)]
     pub request_body_budget_bytes: usize,
     /// Live rooms on this server; beyond it room creation answers 503.
-    #[arg(long, env = "MAX_ROOMS", default_value_t = RELAY_LIMITS.max_rooms)]
+    #[arg(long, env = "MAX_ROOMS", default_value_t = SERVER_LIMITS.max_rooms)]
     pub max_rooms: usize,
     /// Open connections from one client IP (a school shares one IP).
-    #[arg(long, env = "CONNECTIONS_PER_IP", default_value_t = RELAY_LIMITS.connections_per_ip)]
+    #[arg(long, env = "CONNECTIONS_PER_IP", default_value_t = SERVER_LIMITS.connections_per_ip)]
     pub connections_per_ip: usize,
     /// Milliseconds a client has to send a request header.
-    #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = RELAY_LIMITS.header_read_timeout_ms)]
+    #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = SERVER_LIMITS.header_read_timeout_ms)]
     pub header_read_timeout_ms: u64,
     /// Milliseconds a client has to send a whole request body.
-    #[arg(long, env = "BODY_READ_TIMEOUT_MS", default_value_t = RELAY_LIMITS.body_read_timeout_ms)]
+    #[arg(long, env = "BODY_READ_TIMEOUT_MS", default_value_t = SERVER_LIMITS.body_read_timeout_ms)]
     pub body_read_timeout_ms: u64,
     /// Milliseconds a stopping server waits for open connections.
-    #[arg(long, env = "SHUTDOWN_GRACE_MS", default_value_t = RELAY_LIMITS.shutdown_grace_ms)]
+    #[arg(long, env = "SHUTDOWN_GRACE_MS", default_value_t = SERVER_LIMITS.shutdown_grace_ms)]
     pub shutdown_grace_ms: u64,
     /// Bytes queued for one WebSocket before it is closed as too slow (1013).
-    #[arg(long, env = "OUTBOUND_QUEUE_BYTES", default_value_t = RELAY_LIMITS.outbound_queue_bytes)]
+    #[arg(long, env = "OUTBOUND_QUEUE_BYTES", default_value_t = SERVER_LIMITS.outbound_queue_bytes)]
     pub outbound_queue_bytes: usize,
     /// Bundle uploads read and checked at once; beyond it 503.
-    #[arg(long, env = "CONCURRENT_UPLOADS", default_value_t = RELAY_LIMITS.concurrent_uploads)]
+    #[arg(long, env = "CONCURRENT_UPLOADS", default_value_t = SERVER_LIMITS.concurrent_uploads)]
     pub concurrent_uploads: usize,
     /// Bundle bytes held in memory at once, cached or being sent (at least
     /// the 8 MiB of one bundle); beyond it a download waits, then 503.
-    #[arg(long, env = "BUNDLE_CACHE_BYTES", default_value_t = RELAY_LIMITS.bundle_cache_bytes)]
+    #[arg(long, env = "BUNDLE_CACHE_BYTES", default_value_t = SERVER_LIMITS.bundle_cache_bytes)]
     pub bundle_cache_bytes: usize,
     /// Log format. Text has colours only on a terminal (and without
     /// NO_COLOR).
@@ -345,7 +345,8 @@ pub fn relay_config(args: &ServeArgs) -> RelayConfig {
         allowed_origins: AllowedOrigins::parse(&args.allowed_origins),
         trust_proxy: args.trust_proxy,
         rooms_per_ip_per_hour: args.rooms_per_ip_per_hour,
-        limits: hostwire_memizy::limits::RelayLimits {
+        limits: RELAY_LIMITS,
+        server_limits: ServerLimits {
             max_rooms: args.max_rooms,
             connections_per_ip: args.connections_per_ip.max(1),
             header_read_timeout_ms: args.header_read_timeout_ms,
@@ -359,7 +360,7 @@ pub fn relay_config(args: &ServeArgs) -> RelayConfig {
             joins_per_ip_per_second: args.joins_per_ip_per_second,
             join_burst_per_ip: args.join_burst_per_ip,
             bundle_cache_bytes: args.bundle_cache_bytes,
-            ..RELAY_LIMITS
+            ..SERVER_LIMITS
         },
         outbound_queue: OUTBOUND_QUEUE,
         credentials: crate::http::CredentialSettings {

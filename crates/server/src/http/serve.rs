@@ -38,18 +38,6 @@ pub struct ServeLimits {
     pub shutdown_grace: Duration,
 }
 
-impl ServeLimits {
-    /// The relay's settings of these limits.
-    pub fn of(l: &hostwire_memizy::limits::RelayLimits) -> ServeLimits {
-        ServeLimits {
-            header_read_timeout: Duration::from_millis(l.header_read_timeout_ms),
-            body_read_timeout: Duration::from_millis(l.body_read_timeout_ms),
-            connections_per_ip: l.connections_per_ip,
-            shutdown_grace: Duration::from_millis(l.shutdown_grace_ms),
-        }
-    }
-}
-
 /// A request body that took longer than its deadline.
 #[derive(Debug)]
 pub struct BodyTimeout;

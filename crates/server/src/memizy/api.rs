@@ -249,8 +249,8 @@ async fn put_bundle(
         Ok(false) => return NOT_THE_HOST.into_response(),
         Ok(true) => {}
     }
-    let limits = relay.config.limits;
-    let limit = limits.bundle_bytes;
+    let limit = relay.config.limits.bundle_bytes;
+    let check_timeout = Duration::from_millis(relay.config.server_limits.bundle_check_timeout_ms);
     // Held from reading the body until it is stored (or until its check
     // ends, in the blocking pool, where a check that timed out may still
     // run): what uploads hold in memory is bounded by this count.
@@ -273,16 +273,13 @@ async fn put_bundle(
     // workers, and bounded in time.
     let checked = body.clone();
     let check = tokio::task::spawn_blocking(move || (parse_bundle(&checked), permit));
-    let (app_name, _permit) =
-        match tokio::time::timeout(Duration::from_millis(limits.bundle_check_timeout_ms), check)
-            .await
-        {
-            Ok(Ok((Ok(b), permit))) => (b.app_name, permit),
-            Ok(Ok((Err(e), _))) => {
-                return ApiError::new(StatusCode::BAD_REQUEST, e.message()).into_response()
-            }
-            Ok(Err(_)) | Err(_) => return CHECK_TIMEOUT.into_response(),
-        };
+    let (app_name, _permit) = match tokio::time::timeout(check_timeout, check).await {
+        Ok(Ok((Ok(b), permit))) => (b.app_name, permit),
+        Ok(Ok((Err(e), _))) => {
+            return ApiError::new(StatusCode::BAD_REQUEST, e.message()).into_response()
+        }
+        Ok(Err(_)) | Err(_) => return CHECK_TIMEOUT.into_response(),
+    };
     let (tx, rx) = oneshot::channel();
     let _ = room
         .tx

@@ -38,10 +38,10 @@ pub(super) fn socket_config(config: &super::RelayConfig) -> ws::Config {
         // Small buffers: an idle connection should cost little memory;
         // big frames are read in more, smaller reads.
         read_buffer: READ_BUFFER,
-        max_unsent_bytes: limits.ws_write_buffer_bytes,
+        max_unsent_bytes: config.server_limits.ws_write_buffer_bytes,
         idle_timeout: Duration::from_millis(limits.idle_timeout_ms),
         outbound_frames: config.outbound_queue,
-        outbound_bytes: limits.outbound_queue_bytes,
+        outbound_bytes: config.server_limits.outbound_queue_bytes,
         too_slow: TOO_SLOW,
         oversized: (CLOSE_TOO_BIG, "frame too large"),
         // A room writes to its own players' sockets: a frame for an idle

@@ -13,6 +13,7 @@
 pub mod api;
 pub mod bundles;
 pub mod conn;
+pub mod limits;
 pub mod metrics;
 pub mod room;
 pub mod session;
@@ -25,6 +26,7 @@ use hostwire_core::Clock;
 use hostwire_memizy::limits::RelayLimits;
 use hostwire_memizy::relay::{choose_pin, ConnId, Room, RoomChange};
 use hostwire_store::{RelayStore, StoredRoom};
+pub use limits::{ServerLimits, SERVER_LIMITS};
 pub use metrics::RelayMetrics;
 use room::{RoomCmd, RoomHandle};
 use serde_json::{json, Value};
@@ -45,7 +47,10 @@ pub struct RelayConfig {
     pub allowed_origins: AllowedOrigins,
     pub trust_proxy: bool,
     pub rooms_per_ip_per_hour: u32,
+    /// The relay protocol's limits.
     pub limits: RelayLimits,
+    /// How this server protects itself while serving the relay.
+    pub server_limits: ServerLimits,
     /// Frames queued for one connection before it counts as too slow.
     pub outbound_queue: usize,
     /// The server's credentials and the limits on wrong ones (every
@@ -105,13 +110,10 @@ impl Relay {
         store: Arc<dyn RelayStore>,
         stored: Vec<StoredRoom>,
     ) -> Arc<Relay> {
-        let uploads = config.limits.concurrent_uploads.max(1);
-        let bundles = bundles::Bundles::new(
-            store,
-            config.limits.bundle_cache_bytes,
-            config.limits.bundle_bytes,
-        );
-        let l = config.limits;
+        let l = config.server_limits;
+        let uploads = l.concurrent_uploads.max(1);
+        let bundles =
+            bundles::Bundles::new(store, l.bundle_cache_bytes, config.limits.bundle_bytes);
         let relay = Arc::new(Relay {
             bundles,
             lookups: PerIpRate::new(
@@ -222,7 +224,7 @@ impl Relay {
             let mut rooms = self.rooms.lock().map_err(|_| CreateError::NotStored)?;
             // Capped well below the PIN space, so that the bounded PIN
             // search below (under this lock) almost never misses.
-            if rooms.len() >= self.config.limits.max_rooms {
+            if rooms.len() >= self.config.server_limits.max_rooms {
                 return Err(CreateError::Full);
             }
             let pin = choose_pin(
@@ -257,7 +259,7 @@ impl Relay {
             headers,
             peer,
             self.config.trust_proxy,
-            self.config.limits.trusted_proxy_hops,
+            self.config.server_limits.trusted_proxy_hops,
         ))
     }
 

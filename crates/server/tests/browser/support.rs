@@ -8,7 +8,7 @@ use base64::Engine;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hostwire::app::{App, AppConfig, Stores};
 use hostwire::http::AllowedOrigins;
-use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE};
+use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE, SERVER_LIMITS};
 use hostwire_core::{Clock, SystemClock};
 use hostwire_memizy::RELAY_LIMITS;
 use hostwire_store::SqliteStore;
@@ -76,6 +76,7 @@ impl Server {
             trust_proxy: false,
             rooms_per_ip_per_hour: RELAY_LIMITS.rooms_per_ip_per_hour,
             limits: RELAY_LIMITS,
+            server_limits: SERVER_LIMITS,
             outbound_queue: OUTBOUND_QUEUE,
             credentials: hostwire::http::CredentialSettings {
                 operator_token: Some(OPERATOR.to_owned()),

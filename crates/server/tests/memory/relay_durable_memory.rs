@@ -76,9 +76,9 @@ fn bundles_cost_a_bounded_multiple_of_their_size() {
         // A memory test, not a timing one: the 5 s check bound of a
         // debug build on a loaded machine must not decide it.
         let mut t = TestRelay::start(RelayConfig {
-            limits: hostwire_memizy::limits::RelayLimits {
+            server_limits: hostwire::memizy::ServerLimits {
                 bundle_check_timeout_ms: 120_000,
-                ..RELAY_LIMITS
+                ..hostwire::memizy::SERVER_LIMITS
             },
             ..config()
         })
@@ -129,9 +129,9 @@ fn bundles_cost_a_bounded_multiple_of_their_size() {
         let budget = 12 * 1024 * 1024;
         let small = TestRelay::start_at(
             RelayConfig {
-                limits: hostwire_memizy::limits::RelayLimits {
+                server_limits: hostwire::memizy::ServerLimits {
                     bundle_cache_bytes: budget,
-                    ..RELAY_LIMITS
+                    ..hostwire::memizy::SERVER_LIMITS
                 },
                 ..config()
             },

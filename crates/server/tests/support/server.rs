@@ -6,7 +6,7 @@ use hostwire::app::{App, AppConfig, Stores};
 use hostwire::ggui::GguiConfig;
 use hostwire::http::{AllowedOrigins, CredentialSettings};
 use hostwire::memizy::session::play::PluginSdk;
-use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE};
+use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE, SERVER_LIMITS};
 use hostwire::playerthree::PlayerThreeConfig;
 use hostwire_core::ManualClock;
 use hostwire_memizy::RELAY_LIMITS;
@@ -32,6 +32,7 @@ pub fn relay_config(allowed_origins: AllowedOrigins) -> RelayConfig {
         trust_proxy: false,
         rooms_per_ip_per_hour: RELAY_LIMITS.rooms_per_ip_per_hour,
         limits: RELAY_LIMITS,
+        server_limits: SERVER_LIMITS,
         outbound_queue: OUTBOUND_QUEUE,
         credentials: CredentialSettings {
             operator_token: Some(OPERATOR.to_owned()),

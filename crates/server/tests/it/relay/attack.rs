@@ -3,16 +3,18 @@
 
 use crate::support::relay::*;
 use futures_util::SinkExt;
-use hostwire::memizy::RelayConfig;
-use hostwire_memizy::limits::RelayLimits;
+use hostwire::memizy::{RelayConfig, ServerLimits, SERVER_LIMITS};
 use hostwire_memizy::RELAY_LIMITS;
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
 
-fn with_limits(limits: RelayLimits) -> RelayConfig {
-    RelayConfig { limits, ..config() }
+fn with_limits(server_limits: ServerLimits) -> RelayConfig {
+    RelayConfig {
+        server_limits,
+        ..config()
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -39,9 +41,9 @@ async fn a_client_that_pings_and_never_reads_is_closed_at_the_idle_timeout() {
 
 #[tokio::test]
 async fn a_slow_reader_is_closed_with_1013_once_its_queue_holds_too_many_bytes() {
-    let t = TestRelay::start(with_limits(RelayLimits {
+    let t = TestRelay::start(with_limits(ServerLimits {
         outbound_queue_bytes: 1024 * 1024,
-        ..RELAY_LIMITS
+        ..SERVER_LIMITS
     }))
     .await;
     let (mut host, pin, _) = t.host().await;
@@ -76,9 +78,9 @@ async fn a_slow_reader_is_closed_with_1013_once_its_queue_holds_too_many_bytes()
 
 #[tokio::test]
 async fn room_creation_beyond_the_room_cap_is_a_clear_503() {
-    let t = TestRelay::start(with_limits(RelayLimits {
+    let t = TestRelay::start(with_limits(ServerLimits {
         max_rooms: 2,
-        ..RELAY_LIMITS
+        ..SERVER_LIMITS
     }))
     .await;
     t.create_room().await;
@@ -132,7 +134,7 @@ async fn a_header_trickled_byte_by_byte_is_cut_off() {
     let mut tcp = tokio::net::TcpStream::connect(addr(&t)).await.unwrap();
     let header =
         b"GET /api/health HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
-    let step = Duration::from_millis(RELAY_LIMITS.header_read_timeout_ms / 8);
+    let step = Duration::from_millis(SERVER_LIMITS.header_read_timeout_ms / 8);
     let mut cut = false;
     for b in header {
         if tcp.write_all(&[*b]).await.is_err() {
@@ -156,7 +158,7 @@ async fn a_body_that_does_not_arrive_in_time_is_answered_408() {
     tcp.write_all(head.as_bytes()).await.unwrap();
     let mut answer = Vec::new();
     let r = tokio::time::timeout(
-        Duration::from_millis(RELAY_LIMITS.body_read_timeout_ms * 2),
+        Duration::from_millis(SERVER_LIMITS.body_read_timeout_ms * 2),
         tcp.read_to_end(&mut answer),
     )
     .await;
@@ -167,9 +169,9 @@ async fn a_body_that_does_not_arrive_in_time_is_answered_408() {
 
 #[tokio::test]
 async fn connections_per_ip_are_capped_and_a_closed_one_frees_its_place() {
-    let t = TestRelay::start(with_limits(RelayLimits {
+    let t = TestRelay::start(with_limits(ServerLimits {
         connections_per_ip: 3,
-        ..RELAY_LIMITS
+        ..SERVER_LIMITS
     }))
     .await;
     let a = t.client().await;
@@ -196,10 +198,10 @@ async fn connections_per_ip_are_capped_and_a_closed_one_frees_its_place() {
 #[tokio::test]
 async fn shutdown_ends_within_its_grace_while_a_body_is_half_sent() {
     use tokio::io::AsyncWriteExt;
-    let mut t = TestRelay::start(with_limits(RelayLimits {
+    let mut t = TestRelay::start(with_limits(ServerLimits {
         shutdown_grace_ms: 1_000,
         body_read_timeout_ms: 3_600_000,
-        ..RELAY_LIMITS
+        ..SERVER_LIMITS
     }))
     .await;
     let (pin, token) = t.create_room().await;
@@ -225,9 +227,9 @@ async fn shutdown_ends_within_its_grace_while_a_body_is_half_sent() {
 #[tokio::test]
 async fn bundle_uploads_beyond_the_concurrent_bound_are_refused_503() {
     use tokio::io::AsyncWriteExt;
-    let t = TestRelay::start(with_limits(RelayLimits {
+    let t = TestRelay::start(with_limits(ServerLimits {
         concurrent_uploads: 1,
-        ..RELAY_LIMITS
+        ..SERVER_LIMITS
     }))
     .await;
     let (pin, token) = t.create_room().await;

@@ -361,9 +361,9 @@ async fn bundle_bytes_being_sent_count_against_the_bundle_memory_bound() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     // The smallest budget: one bundle.
     let t = TestRelay::start(hostwire::memizy::RelayConfig {
-        limits: hostwire_memizy::limits::RelayLimits {
+        server_limits: hostwire::memizy::ServerLimits {
             bundle_cache_bytes: 0,
-            ..hostwire_memizy::RELAY_LIMITS
+            ..hostwire::memizy::SERVER_LIMITS
         },
         ..config()
     })

@@ -6,9 +6,7 @@
 use crate::support::relay::*;
 use futures_util::{SinkExt, StreamExt};
 use hostwire::http::AllowedOrigins;
-use hostwire::memizy::RelayConfig;
-use hostwire_memizy::limits::RelayLimits;
-use hostwire_memizy::RELAY_LIMITS;
+use hostwire::memizy::{RelayConfig, ServerLimits, SERVER_LIMITS};
 use serde_json::{json, Value};
 use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -17,8 +15,11 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
-fn with_limits(limits: RelayLimits) -> RelayConfig {
-    RelayConfig { limits, ..config() }
+fn with_limits(server_limits: ServerLimits) -> RelayConfig {
+    RelayConfig {
+        server_limits,
+        ..config()
+    }
 }
 
 fn addr(t: &TestRelay) -> String {
@@ -123,10 +124,10 @@ async fn lookup(t: &TestRelay, pin: &str, xff: Option<&str>) -> reqwest::Respons
 async fn room_lookups_are_limited_per_ip_with_a_clear_429_and_retry_after() {
     let t = TestRelay::start(RelayConfig {
         trust_proxy: true,
-        ..with_limits(RelayLimits {
+        ..with_limits(ServerLimits {
             lookups_per_ip_per_second: 2,
             lookup_burst_per_ip: 5,
-            ..RELAY_LIMITS
+            ..SERVER_LIMITS
         })
     })
     .await;
@@ -192,11 +193,11 @@ async fn room_lookups_are_limited_per_ip_with_a_clear_429_and_retry_after() {
 async fn the_per_ip_tables_stay_bounded_under_many_addresses_and_forget_idle_ones() {
     let t = TestRelay::start(RelayConfig {
         trust_proxy: true,
-        ..with_limits(RelayLimits {
+        ..with_limits(ServerLimits {
             lookups_per_ip_per_second: 1,
             lookup_burst_per_ip: 3,
             rate_limited_ips: 50,
-            ..RELAY_LIMITS
+            ..SERVER_LIMITS
         })
     })
     .await;
@@ -222,10 +223,10 @@ fn join(pin: &str, name: &str) -> Value {
 
 #[tokio::test]
 async fn a_join_flood_from_one_ip_is_limited_and_the_host_shuts_it_out() {
-    let t = TestRelay::start(with_limits(RelayLimits {
+    let t = TestRelay::start(with_limits(ServerLimits {
         joins_per_ip_per_second: 1,
         join_burst_per_ip: 6,
-        ..RELAY_LIMITS
+        ..SERVER_LIMITS
     }))
     .await;
     // The host's own attach counts: 5 tokens are left for joins.
