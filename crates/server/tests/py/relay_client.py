@@ -901,18 +901,25 @@ async def a_binary_frame_is_read_as_utf8_text():
 
 
 async def flood(conn, count):
-    """Sends `count` pings at once; returns (pongs, RATE_LIMITED errors)."""
+    """Sends `count` pings at once; returns (pongs, RATE_LIMITED errors).
+    The answers are read while the pings go out: a client that stops
+    reading is one the server closes as too slow (1013), rightly."""
+
+    async def answers():
+        pongs = limited = 0
+        while pongs + limited < count:
+            v = await conn.recv()
+            if v.get("t") == "pong":
+                pongs += 1
+            elif v.get("t") == "error" and v.get("code") == "RATE_LIMITED" and v.get("fatal") is False:
+                limited += 1
+            else:
+                raise Failed(f"unexpected frame in a flood: {v}")
+        return pongs, limited
+
+    reading = asyncio.create_task(answers())
     await asyncio.gather(*(conn.send({"t": "ping"}) for _ in range(count)))
-    pongs = limited = 0
-    while pongs + limited < count:
-        v = await conn.recv()
-        if v.get("t") == "pong":
-            pongs += 1
-        elif v.get("t") == "error" and v.get("code") == "RATE_LIMITED" and v.get("fatal") is False:
-            limited += 1
-        else:
-            raise Failed(f"unexpected frame in a flood: {v}")
-    return pongs, limited
+    return await reading
 
 
 @case("forbidden")

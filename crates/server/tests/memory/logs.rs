@@ -32,6 +32,7 @@ impl Captured {
 // buffer once the frame arrives.
 #[tokio::test(flavor = "current_thread")]
 async fn a_rooms_lines_carry_its_pin_from_creation_to_close() {
+    let _alone = crate::counting::alone();
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
