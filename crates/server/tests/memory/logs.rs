@@ -30,6 +30,10 @@ impl Captured {
 // One thread: the subscriber set for this test's thread sees every task
 // of the server, and a line written before a frame is sent is in the
 // buffer once the frame arrives.
+// The guard serialises this binary's tests; it is held across awaits on
+// purpose (the other tests wait for it on their own threads, never on this
+// runtime's).
+#[allow(clippy::await_holding_lock)]
 #[tokio::test(flavor = "current_thread")]
 async fn a_rooms_lines_carry_its_pin_from_creation_to_close() {
     let _alone = crate::counting::alone();
