@@ -228,12 +228,23 @@ fn body_as<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T
 /// bound checked before parsing: text that is not JSON is `INVALID_JSON`,
 /// JSON of another shape `INVALID_MESSAGE` naming the field at fault.
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, (&'static str, String)> {
-    let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
+    // JSON text is UTF-8; checked whole, since fields a body type skips
+    // would otherwise be skipped unchecked.
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        (
+            codes::INVALID_JSON,
+            format!(
+                "request body is not JSON: not UTF-8 at byte {}",
+                e.valid_up_to()
+            ),
+        )
+    })?;
+    let text = if text.trim_ascii().is_empty() {
+        "{}"
     } else {
-        bytes
+        text
     };
-    if hostwire_core::json::nesting_depth(text, MAX_FRAME_DEPTH) > MAX_FRAME_DEPTH {
+    if hostwire_core::json::nesting_depth(text.as_bytes(), MAX_FRAME_DEPTH) > MAX_FRAME_DEPTH {
         return Err((
             codes::INVALID_MESSAGE,
             format!("request body nests deeper than {MAX_FRAME_DEPTH} levels"),
@@ -247,8 +258,8 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, (&'static str, String)
     };
     // A struct also reads from an array (by position): only an object is
     // a body.
-    if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(match serde_json::from_slice::<Value>(text) {
+    if !text.trim_ascii_start().starts_with('{') {
+        return Err(match serde_json::from_str::<Value>(text) {
             Ok(_) => (
                 codes::INVALID_MESSAGE,
                 "request body must be a JSON object".into(),
@@ -256,7 +267,7 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, (&'static str, String)
             Err(e) => not_json(&e),
         });
     }
-    let mut de = serde_json::Deserializer::from_slice(text);
+    let mut de = serde_json::Deserializer::from_str(text);
     let value = serde_path_to_error::deserialize::<_, T>(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let e = e.into_inner();

@@ -510,6 +510,17 @@ async fn api_bodies_of_the_wrong_shape_name_the_field() {
         let message = v["message"].as_str().unwrap();
         assert!(message.starts_with(field), "{body}: {message}");
     }
+    // Invalid UTF-8, even in a field the route skips, is not JSON.
+    let r = reqwest::Client::new()
+        .post(format!("{}/ggui/sessions/shape/emit", s.http))
+        .bearer_auth(app_credential("conformance"))
+        .body(b"{\"x\":\"\xff\",\"channel\":\"c\",\"payload\":1}".to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["code"], "INVALID_JSON", "{v}");
     // A body of the right shape still works, and an empty one is `{}`.
     let (status, v) = post(
         "emit",
