@@ -23,8 +23,10 @@ fuzz_target!(|data: &[u8]| {
                     "{code}"
                 );
                 assert!(!message.is_empty());
+                let blank = data.iter().all(u8::is_ascii_whitespace);
                 if code == "INVALID_MESSAGE"
-                    && serde_json::from_slice::<serde::de::IgnoredAny>(data).is_err()
+                    && !blank
+                    && serde_json::from_slice::<serde_json::Value>(data).is_err()
                 {
                     // Refused as a shape only when it nests too deep or is
                     // JSON of another shape.

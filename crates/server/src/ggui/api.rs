@@ -274,6 +274,12 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, (&'static str, String)
         if e.classify() != serde_json::error::Category::Data {
             return not_json(&e);
         }
+        // A shape error found before the end of text that is not JSON at
+        // all (`{}}`): the text is what is wrong. Only refused bodies pay
+        // for this second pass.
+        if let Err(syntax) = serde_json::from_str::<serde::de::IgnoredAny>(text) {
+            return not_json(&syntax);
+        }
         let at = if path == "." {
             "request body".to_owned()
         } else {

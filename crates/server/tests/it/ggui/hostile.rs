@@ -500,6 +500,12 @@ async fn api_bodies_of_the_wrong_shape_name_the_field() {
             "INVALID_JSON",
             "request body is not JSON",
         ),
+        (
+            "emit",
+            r#"{}}"upTo":"12"}"#,
+            "INVALID_JSON",
+            "request body is not JSON",
+        ),
     ] {
         let (status, v) = post(path, body).await;
         assert_eq!(
