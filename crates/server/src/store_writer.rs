@@ -37,6 +37,69 @@ const MAX_BATCH: usize = 4096;
 /// the other protocols' writers get their turn.
 const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 
+/// A batch of at most this many units ([`INLINE_BATCH_BYTES`] bytes) is
+/// committed on the writer's own task when the store's connection is free:
+/// a small WAL commit without fsync costs tens of microseconds, and the
+/// hop to a blocking thread and back costs more (two thread wakes, which
+/// made a lone ggui action cost twice what it costs in a burst). The
+/// store refuses the inline path while another writer holds its
+/// connection or a checkpoint is due, so the task never waits on a lock
+/// or an fsync.
+///
+/// Only small: the commit runs on an async worker thread, and under a flood
+/// batches grow past these bounds and go the blocking way again (where one
+/// hop is shared by the whole batch). With 64 KiB, a flood of 64 KiB
+/// PlayerThree mandates committed on the workers slowed relay room
+/// creation twice as much (`store_fairness`).
+pub const INLINE_BATCH_UNITS: usize = 4;
+/// See [`INLINE_BATCH_UNITS`] (16 KiB of records).
+pub const INLINE_BATCH_BYTES: usize = 16 * 1024;
+
+type Written<W> = (
+    Vec<Queued<W>>,
+    hostwire_store::UnitResults,
+    std::time::Duration,
+);
+
+/// The batch committed on this task, if it is small and the store can
+/// start at once.
+fn write_inline<W: StoreWrite>(
+    store: &dyn UnitStore<W>,
+    units: &[Queued<W>],
+    bytes: usize,
+) -> Option<(hostwire_store::UnitResults, std::time::Duration)> {
+    if units.len() > INLINE_BATCH_UNITS || bytes > INLINE_BATCH_BYTES {
+        return None;
+    }
+    let t = Instant::now();
+    let results = store.try_apply_units_now(&refs(units))?;
+    Some((results, t.elapsed()))
+}
+
+/// The batch committed in the blocking pool (where a test's paused clock
+/// does not jump while a write runs).
+async fn write_blocking<W: StoreWrite + Sync>(
+    store: Arc<dyn UnitStore<W>>,
+    units: Vec<Queued<W>>,
+) -> Result<Written<W>, tokio::task::JoinError> {
+    tokio::task::spawn_blocking(move || {
+        let t = Instant::now();
+        let results = store.apply_units(&refs(&units));
+        (units, results, t.elapsed())
+    })
+    .await
+}
+
+fn refs<W>(units: &[Queued<W>]) -> Vec<Unit<'_, W>> {
+    units
+        .iter()
+        .map(|u| Unit {
+            key: &u.key,
+            writes: &u.writes,
+        })
+        .collect()
+}
+
 struct Queued<W> {
     key: String,
     writes: Vec<W>,
@@ -124,24 +187,10 @@ impl<W: StoreWrite + Sync> StoreWriter<W> {
                 }
                 if !units.is_empty() {
                     batch_len.store(units.len(), Relaxed);
-                    let store = Arc::clone(&store);
-                    // SQLite blocks: one batch at a time in the blocking
-                    // pool (where a test's paused clock does not jump
-                    // while a write runs).
-                    let written = tokio::task::spawn_blocking(move || {
-                        let t = Instant::now();
-                        let refs: Vec<Unit<'_, W>> = units
-                            .iter()
-                            .map(|u| Unit {
-                                key: &u.key,
-                                writes: &u.writes,
-                            })
-                            .collect();
-                        let results = store.apply_units(&refs);
-                        drop(refs);
-                        (units, results, t.elapsed())
-                    })
-                    .await;
+                    let written = match write_inline(&*store, &units, bytes) {
+                        Some((results, took)) => Ok((units, results, took)),
+                        None => write_blocking(Arc::clone(&store), units).await,
+                    };
                     match written {
                         Ok((units, results, took)) => {
                             metrics.write(took.as_micros() as u64);
@@ -377,6 +426,71 @@ mod tests {
         *store.open.lock().unwrap() = true;
         store.opened.notify_all();
         writer.flush().await;
+    }
+
+    /// Records which way each write went and on which thread; refuses the
+    /// inline way while `busy` (a connection another writer holds).
+    #[derive(Default)]
+    struct Recording {
+        busy: std::sync::atomic::AtomicBool,
+        ways: Mutex<Vec<(&'static str, std::thread::ThreadId, String)>>,
+    }
+
+    impl Recording {
+        fn record(&self, way: &'static str, units: &[Unit<'_, W>]) -> UnitResults {
+            let mut ways = self.ways.lock().unwrap();
+            for u in units {
+                ways.push((way, std::thread::current().id(), u.key.to_owned()));
+            }
+            units.iter().map(|_| Ok(())).collect()
+        }
+    }
+
+    impl UnitStore<W> for Recording {
+        fn apply_units(&self, units: &[Unit<'_, W>]) -> UnitResults {
+            self.record("blocking", units)
+        }
+
+        fn try_apply_units_now(&self, units: &[Unit<'_, W>]) -> Option<UnitResults> {
+            if self.busy.load(Relaxed) {
+                return None;
+            }
+            Some(self.record("inline", units))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_small_batch_commits_on_the_writers_task_and_a_large_or_blocked_one_off_it() {
+        let store = Arc::new(Recording::default());
+        let writer = StoreWriter::start(
+            Arc::clone(&store) as Arc<dyn UnitStore<W>>,
+            StoreProtocol::Ggui,
+            Arc::new(StoreMetrics::default()),
+        );
+        let here = std::thread::current().id();
+        assert!(
+            writer
+                .write_durable("small", vec![W("s".into(), 100)])
+                .await
+        );
+        let big = vec![W("b".into(), INLINE_BATCH_BYTES + 1)];
+        assert!(writer.write_durable("big", big).await);
+        store.busy.store(true, Relaxed);
+        assert!(writer.write_durable("busy", vec![W("x".into(), 100)]).await);
+        let ways = store.ways.lock().unwrap().clone();
+        assert_eq!(ways.len(), 3, "{ways:?}");
+        // The test's runtime has one thread: the writer's task runs on it.
+        assert_eq!(
+            (ways[0].0, ways[0].1, ways[0].2.as_str()),
+            ("inline", here, "small")
+        );
+        assert_eq!((ways[1].0, ways[1].2.as_str()), ("blocking", "big"));
+        assert_ne!(
+            ways[1].1, here,
+            "a large batch is written off the async threads"
+        );
+        assert_eq!((ways[2].0, ways[2].2.as_str()), ("blocking", "busy"));
+        assert_ne!(ways[2].1, here);
     }
 
     #[tokio::test]

@@ -203,6 +203,10 @@ impl UnitStore<GguiChange> for SqliteStore {
     fn apply_units(&self, units: &[Unit<'_, GguiChange>]) -> UnitResults {
         self.apply_units_with(units, apply_ggui)
     }
+
+    fn try_apply_units_now(&self, units: &[Unit<'_, GguiChange>]) -> Option<UnitResults> {
+        self.try_apply_units_with(units, apply_ggui)
+    }
 }
 
 fn apply_ggui(tx: &Connection, c: &GguiChange) -> Result<(), StoreError> {

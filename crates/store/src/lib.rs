@@ -108,6 +108,15 @@ pub trait StoreWrite: Send + 'static {
 /// order. `Ok` means durable.
 pub trait UnitStore<W>: Send + Sync + 'static {
     fn apply_units(&self, units: &[Unit<'_, W>]) -> UnitResults;
+
+    /// [`apply_units`](Self::apply_units) at once if the store can start
+    /// without waiting (its connection free); `None` if it would wait, or
+    /// cannot tell. The writer calls this on its own task for a small
+    /// batch: a commit without a thread hop there and back, where the hop
+    /// costs more than the commit.
+    fn try_apply_units_now(&self, _units: &[Unit<'_, W>]) -> Option<UnitResults> {
+        None
+    }
 }
 
 /// [`UnitStore::apply_units`] for a store that can only apply one batch
@@ -180,6 +189,70 @@ pub struct SqliteStore {
     /// writer), so that serving 8 MiB does not hold up writes. `None` for
     /// an in-memory database, which one connection alone can see.
     reader: Option<FairConn>,
+    checkpoints: Checkpoints,
+}
+
+/// How long a blocking write waits for another process's lock on the
+/// database file before it fails.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// About how many bytes of WAL make a checkpoint due: SQLite's own
+/// automatic checkpoint comes at 1,000 pages (4 MiB).
+pub const CHECKPOINT_AFTER_BYTES: usize = 4 * 1024 * 1024;
+/// What one unit adds to the WAL besides its records' bytes: the pages a
+/// commit rewrites (a table's and an index's leaf, at least).
+const WAL_BYTES_PER_UNIT: usize = 8 * 1024;
+
+/// WAL checkpoints only where blocking is expected. SQLite's automatic
+/// checkpoint (writes back to the database file, two fsyncs) runs inside
+/// whichever commit crosses its threshold; a commit made on an async task
+/// ([`UnitStore::try_apply_units_now`]) must not be that one. So the
+/// automatic checkpoint is off, the WAL's growth is counted here, and once
+/// a checkpoint is due the next write goes the blocking way and runs it
+/// after its commit. The WAL stays bounded: every write path counts.
+struct Checkpoints {
+    /// Estimated WAL bytes since the last checkpoint.
+    pending: std::sync::atomic::AtomicUsize,
+    /// `false` for an in-memory database (no WAL).
+    wal: bool,
+}
+
+impl Checkpoints {
+    fn new(wal: bool) -> Self {
+        Self {
+            pending: std::sync::atomic::AtomicUsize::new(0),
+            wal,
+        }
+    }
+
+    fn due(&self) -> bool {
+        self.wal
+            && self.pending.load(std::sync::atomic::Ordering::Relaxed) >= CHECKPOINT_AFTER_BYTES
+    }
+
+    fn count<W: StoreWrite>(&self, units: &[Unit<'_, W>]) {
+        let bytes: usize = units
+            .iter()
+            .map(|u| WAL_BYTES_PER_UNIT + u.writes.iter().map(StoreWrite::bytes).sum::<usize>())
+            .sum();
+        self.pending
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts a commit and, on a blocking path with the write connection
+    /// held, checkpoints if one is due. PASSIVE: it never waits for a
+    /// reader; what it cannot copy yet, the next one does.
+    fn after_commit<W: StoreWrite>(&self, conn: &Connection, units: &[Unit<'_, W>]) {
+        self.count(units);
+        if self.due() {
+            match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                Ok(()) => self.pending.store(0, std::sync::atomic::Ordering::Relaxed),
+                // Nothing is lost (the WAL holds every commit); the next
+                // write tries again.
+                Err(e) => tracing::warn!(error = %e, "WAL checkpoint failed"),
+            }
+        }
+    }
 }
 
 const SCHEMA: &str = "
@@ -216,8 +289,10 @@ impl SqliteStore {
         // also survive power loss at the cost of an fsync per commit.
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
+        // Checkpoints are run by [`Checkpoints`], never inside a commit.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.execute_batch(SCHEMA)?;
         playerthree::create_tables(&conn)?;
         ggui::create_tables(&conn)?;
@@ -226,10 +301,11 @@ impl SqliteStore {
             path,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
-        reader.busy_timeout(std::time::Duration::from_secs(5))?;
+        reader.busy_timeout(BUSY_TIMEOUT)?;
         Ok(Self {
             conn: FairConn::new(conn),
             reader: Some(FairConn::new(reader)),
+            checkpoints: Checkpoints::new(true),
         })
     }
 
@@ -244,6 +320,7 @@ impl SqliteStore {
         Ok(Self {
             conn: FairConn::new(conn),
             reader: None,
+            checkpoints: Checkpoints::new(false),
         })
     }
 }
@@ -345,11 +422,15 @@ impl UnitStore<RoomChange> for SqliteStore {
     fn apply_units(&self, units: &[Unit<'_, RoomChange>]) -> UnitResults {
         self.apply_units_with(units, |tx, c| Ok(apply_change(tx, c)?))
     }
+
+    fn try_apply_units_now(&self, units: &[Unit<'_, RoomChange>]) -> Option<UnitResults> {
+        self.try_apply_units_with(units, |tx, c| Ok(apply_change(tx, c)?))
+    }
 }
 
 impl SqliteStore {
     /// Applies writes in order in one transaction, all or nothing.
-    pub(crate) fn apply_all<W>(
+    pub(crate) fn apply_all<W: StoreWrite>(
         &self,
         writes: &[W],
         apply: impl Fn(&Connection, &W) -> Result<(), StoreError>,
@@ -360,13 +441,15 @@ impl SqliteStore {
             apply(&tx, w)?;
         }
         tx.commit()?;
+        self.checkpoints
+            .after_commit(&conn, &[Unit { key: "", writes }]);
         Ok(())
     }
 
     /// One transaction (one commit for the whole batch), a savepoint per
     /// unit: a unit that fails is rolled back to its savepoint alone, and
     /// the later units with its key are not tried.
-    pub(crate) fn apply_units_with<W>(
+    pub(crate) fn apply_units_with<W: StoreWrite>(
         &self,
         units: &[Unit<'_, W>],
         apply: impl Fn(&Connection, &W) -> Result<(), StoreError>,
@@ -375,40 +458,90 @@ impl SqliteStore {
             Ok(c) => c,
             Err(_) => return units.iter().map(|_| Err(StoreError::Poisoned)).collect(),
         };
-        let all_failed = |e: &rusqlite::Error, n: usize| -> UnitResults {
-            (0..n).map(|_| Err(clone_error(e))).collect()
-        };
-        let mut tx = match conn.transaction() {
-            Ok(t) => t,
-            Err(e) => return all_failed(&e, units.len()),
-        };
-        let mut failed = std::collections::HashSet::new();
-        let mut results = Vec::with_capacity(units.len());
-        for unit in units {
-            if failed.contains(unit.key) {
-                results.push(Err(StoreError::EarlierFailed(unit.key.to_owned())));
-                continue;
-            }
-            let r = (|| -> Result<(), StoreError> {
-                let sp = tx.savepoint()?;
-                for w in unit.writes {
-                    apply(&sp, w)?;
-                }
-                sp.commit()?;
-                Ok(())
-            })();
-            if r.is_err() {
-                // The savepoint rolled back on drop; later units with the
-                // same key must not land without this one.
-                failed.insert(unit.key);
-            }
-            results.push(r);
-        }
-        if let Err(e) = tx.commit() {
-            return all_failed(&e, units.len());
-        }
+        let results = apply_units_on(&mut conn, units, apply);
+        self.checkpoints.after_commit(&conn, units);
         results
     }
+
+    /// [`apply_units_with`](Self::apply_units_with) if the write connection
+    /// is free now; `None` if another writer holds it.
+    pub(crate) fn try_apply_units_with<W: StoreWrite>(
+        &self,
+        units: &[Unit<'_, W>],
+        apply: impl Fn(&Connection, &W) -> Result<(), StoreError>,
+    ) -> Option<UnitResults> {
+        if self.checkpoints.due() {
+            // The checkpoint's writes and fsyncs belong on a blocking
+            // thread: let the caller take that path.
+            return None;
+        }
+        let mut conn = self.conn.0.try_lock()?;
+        // Never wait here: another process holding the database's write
+        // lock sends the batch the blocking way, where waiting is fine.
+        conn.busy_timeout(std::time::Duration::ZERO).ok()?;
+        if let Ok(tx) = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
+            // The write lock is held from here: no later statement waits.
+            let _ = tx.busy_timeout(BUSY_TIMEOUT);
+            let results = apply_units_in(tx, units, apply);
+            self.checkpoints.count(units);
+            return Some(results);
+        }
+        let _ = conn.busy_timeout(BUSY_TIMEOUT);
+        None
+    }
+}
+
+/// One transaction (one commit for the whole batch), a savepoint per unit.
+fn apply_units_on<W>(
+    conn: &mut Connection,
+    units: &[Unit<'_, W>],
+    apply: impl Fn(&Connection, &W) -> Result<(), StoreError>,
+) -> UnitResults {
+    let all_failed = |e: &rusqlite::Error, n: usize| -> UnitResults {
+        (0..n).map(|_| Err(clone_error(e))).collect()
+    };
+    let tx = match conn.transaction() {
+        Ok(t) => t,
+        Err(e) => return all_failed(&e, units.len()),
+    };
+    apply_units_in(tx, units, apply)
+}
+
+/// The units in `tx`, a savepoint each, then the commit.
+fn apply_units_in<W>(
+    mut tx: rusqlite::Transaction<'_>,
+    units: &[Unit<'_, W>],
+    apply: impl Fn(&Connection, &W) -> Result<(), StoreError>,
+) -> UnitResults {
+    let all_failed = |e: &rusqlite::Error, n: usize| -> UnitResults {
+        (0..n).map(|_| Err(clone_error(e))).collect()
+    };
+    let mut failed = std::collections::HashSet::new();
+    let mut results = Vec::with_capacity(units.len());
+    for unit in units {
+        if failed.contains(unit.key) {
+            results.push(Err(StoreError::EarlierFailed(unit.key.to_owned())));
+            continue;
+        }
+        let r = (|| -> Result<(), StoreError> {
+            let sp = tx.savepoint()?;
+            for w in unit.writes {
+                apply(&sp, w)?;
+            }
+            sp.commit()?;
+            Ok(())
+        })();
+        if r.is_err() {
+            // The savepoint rolled back on drop; later units with the
+            // same key must not land without this one.
+            failed.insert(unit.key);
+        }
+        results.push(r);
+    }
+    if let Err(e) = tx.commit() {
+        return all_failed(&e, units.len());
+    }
+    results
 }
 
 /// SQLite's error for each unit of a batch whose commit failed (the error
@@ -530,6 +663,97 @@ mod tests {
             name: name.into(),
             token: format!("{id:_<32}"),
         }
+    }
+
+    #[test]
+    fn commits_on_the_async_path_leave_checkpoints_to_the_blocking_one_and_the_wal_stays_bounded() {
+        let dir = tempfile::Builder::new()
+            .prefix("hostwire-store-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join("wal.db");
+        let s = SqliteStore::open(&path).unwrap();
+        s.apply(&[RoomChange::Created(room("111111"))]).unwrap();
+        let (mut inline, mut blocking) = (0, 0);
+        // 40 MiB of bundles, ten times the checkpoint threshold.
+        for i in 0..400u64 {
+            let change = [RoomChange::Bundle {
+                pin: "111111".into(),
+                meta: BundleMeta {
+                    version: i + 1,
+                    app_name: None,
+                },
+                text: Bytes::from(vec![b'x'; 100 * 1024]),
+            }];
+            let unit = [Unit {
+                key: "111111",
+                writes: &change,
+            }];
+            let results = match s.try_apply_units_now(&unit) {
+                Some(r) => {
+                    inline += 1;
+                    r
+                }
+                None => {
+                    blocking += 1;
+                    s.apply_units(&unit)
+                }
+            };
+            assert!(results.iter().all(Result::is_ok));
+        }
+        // A due checkpoint sends about one write in 40 the blocking way.
+        assert!(
+            inline > 300 && blocking >= 9,
+            "{inline} inline, {blocking} blocking"
+        );
+        let wal = std::fs::metadata(dir.path().join("wal.db-wal"))
+            .unwrap()
+            .len();
+        assert!(
+            wal < 3 * CHECKPOINT_AFTER_BYTES as u64,
+            "the WAL grew to {wal} bytes"
+        );
+        assert_eq!(s.load_bundle("111111").unwrap().unwrap().version, 400);
+    }
+
+    #[test]
+    fn the_async_path_never_waits_for_the_write_connection() {
+        let s = SqliteStore::in_memory().unwrap();
+        let change = [RoomChange::Created(room("111111"))];
+        let unit = [Unit {
+            key: "111111",
+            writes: &change,
+        }];
+        let held = s.conn.lock().unwrap();
+        assert!(
+            s.try_apply_units_now(&unit).is_none(),
+            "waited or wrote under another writer's lock"
+        );
+        drop(held);
+        assert!(s.try_apply_units_now(&unit).unwrap()[0].is_ok());
+        assert_eq!(s.load_rooms().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn the_async_path_never_waits_for_another_processs_lock_on_the_file() {
+        let dir = tempfile::Builder::new()
+            .prefix("hostwire-store-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join("locked.db");
+        let s = SqliteStore::open(&path).unwrap();
+        let change = [RoomChange::Created(room("111111"))];
+        let unit = [Unit {
+            key: "111111",
+            writes: &change,
+        }];
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE;").unwrap();
+        // Without a zero busy timeout this waits 5 s and answers an error.
+        assert!(s.try_apply_units_now(&unit).is_none());
+        other.execute_batch("ROLLBACK;").unwrap();
+        assert!(s.try_apply_units_now(&unit).unwrap()[0].is_ok());
+        assert_eq!(s.load_rooms().unwrap().len(), 1);
     }
 
     #[test]

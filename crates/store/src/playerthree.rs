@@ -170,6 +170,10 @@ impl UnitStore<PlayerThreeWrite> for SqliteStore {
     fn apply_units(&self, units: &[Unit<'_, PlayerThreeWrite>]) -> UnitResults {
         self.apply_units_with(units, apply_playerthree)
     }
+
+    fn try_apply_units_now(&self, units: &[Unit<'_, PlayerThreeWrite>]) -> Option<UnitResults> {
+        self.try_apply_units_with(units, apply_playerthree)
+    }
 }
 
 fn apply_playerthree(tx: &Connection, w: &PlayerThreeWrite) -> Result<(), StoreError> {

@@ -249,6 +249,10 @@ impl UnitStore<SessionWrite> for SqliteStore {
     fn apply_units(&self, units: &[Unit<'_, SessionWrite>]) -> UnitResults {
         self.apply_units_with(units, apply_session)
     }
+
+    fn try_apply_units_now(&self, units: &[Unit<'_, SessionWrite>]) -> Option<UnitResults> {
+        self.try_apply_units_with(units, apply_session)
+    }
 }
 
 fn apply_session(tx: &Connection, w: &SessionWrite) -> Result<(), StoreError> {
