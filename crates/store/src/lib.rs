@@ -87,11 +87,24 @@ impl StoreError {
             // useful part; the client's wrapper ("db error") is not.
             StoreError::Postgres(e) => match e.as_db_error() {
                 Some(db) => format!("{}: {}", db.severity(), db.message()),
-                None => e.to_string(),
+                None => with_causes(e),
             },
             other => other.to_string(),
         }
     }
+}
+
+/// An error and its causes in one line ("error connecting to server:
+/// Connection refused"): the client's own message leaves the cause out.
+pub fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        line.push_str(": ");
+        line.push_str(&c.to_string());
+        cause = c.source();
+    }
+    line
 }
 
 /// A room as loaded at start-up: its record, without its bundle's bytes

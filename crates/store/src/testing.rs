@@ -197,10 +197,12 @@ pub fn fresh_database(test: &str) -> Option<String> {
     let created = std::thread::scope(|s| {
         s.spawn(|| -> Result<String, String> {
             let mut config: postgres::Config = base.parse().map_err(|e| format!("{e}"))?;
-            let mut admin = config.connect(postgres::NoTls).map_err(|e| e.to_string())?;
+            let mut admin = config
+                .connect(postgres::NoTls)
+                .map_err(|e| crate::with_causes(&e))?;
             admin
                 .batch_execute(&format!("CREATE DATABASE {name}"))
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| crate::with_causes(&e))?;
             config.dbname(&name);
             Ok(url_of(&config))
         })
