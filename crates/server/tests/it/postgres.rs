@@ -115,3 +115,20 @@ async fn an_unusable_postgres_url_stops_the_start_naming_the_option_not_the_pass
         assert!(!stderr.contains(secret), "{stderr}");
     }
 }
+
+#[tokio::test]
+async fn serve_help_names_the_postgres_url_and_hides_its_value() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hostwire"))
+        .args(["serve", "--help"])
+        .env(
+            "HOSTWIRE_POSTGRES_URL",
+            "postgres://node:s3cret@db/hostwire",
+        )
+        .output()
+        .await
+        .unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help.contains("--postgres-url"), "{help}");
+    assert!(help.contains("[env: HOSTWIRE_POSTGRES_URL]"), "{help}");
+    assert!(!help.contains("s3cret"), "{help}");
+}
