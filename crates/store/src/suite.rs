@@ -172,6 +172,7 @@ macro_rules! suite {
 
 suite!(
     every_change_survives_reopening,
+    a_room_created_again_under_its_pin_starts_anew,
     a_failed_batch_changes_nothing,
     one_rooms_failed_unit_leaves_the_others_of_the_batch_durable,
     a_failed_unit_of_each_protocol_changes_nothing,
@@ -294,6 +295,35 @@ fn every_change_survives_reopening<B: Backend>(b: B) {
         })
     );
     assert_eq!(s.load_bundle("222222").unwrap(), None);
+}
+
+fn a_room_created_again_under_its_pin_starts_anew<B: Backend>(b: B) {
+    let s = b.open();
+    s.apply(&[
+        RoomChange::Created(room("666666")),
+        RoomChange::Player {
+            pin: "666666".into(),
+            player: player("p-a", "Ann"),
+        },
+        RoomChange::Bundle {
+            pin: "666666".into(),
+            meta: BundleMeta {
+                version: 1,
+                app_name: None,
+            },
+            text: Bytes::from_static(b"{}"),
+        },
+    ])
+    .unwrap();
+    let mut again = room("666666");
+    again.host_token = "g".repeat(32);
+    s.apply(&[RoomChange::Created(again)]).unwrap();
+    let rooms = s.load_rooms().unwrap();
+    assert_eq!(rooms.len(), 1);
+    let r = &rooms[0].record;
+    assert_eq!(r.host_token, "g".repeat(32));
+    assert!(r.players.is_empty() && r.bundle.is_none(), "{r:?}");
+    assert_eq!(s.load_bundle("666666").unwrap(), None);
 }
 
 fn a_failed_batch_changes_nothing<B: Backend>(b: B) {

@@ -1,15 +1,14 @@
 //! The ggui live channel on PostgreSQL (see [`crate::ggui`]).
 
-use super::PgStore;
+use super::{PgStore, Tx};
 use crate::ggui::{GguiChange, GguiStore, GguiStoredSession};
 use crate::{StoreError, Unit, UnitResults, UnitStore};
-use ::postgres::Transaction;
 
 fn seq(s: u64) -> i64 {
     s as i64
 }
 
-fn ensure_row(tx: &mut Transaction<'_>, session_id: &str) -> Result<(), StoreError> {
+fn ensure_row(tx: &mut Tx<'_, '_>, session_id: &str) -> Result<(), StoreError> {
     tx.execute(
         "INSERT INTO ggui_sessions (session_id) VALUES ($1) ON CONFLICT (session_id) DO NOTHING",
         &[&session_id],
@@ -68,7 +67,7 @@ impl UnitStore<GguiChange> for PgStore {
     }
 }
 
-fn apply_ggui(tx: &mut Transaction<'_>, c: &GguiChange) -> Result<(), StoreError> {
+fn apply_ggui(tx: &mut Tx<'_, '_>, c: &GguiChange) -> Result<(), StoreError> {
     match c {
         GguiChange::PutSession { session_id, record } => {
             // The row carries its host context: a separate one is older.

@@ -32,8 +32,10 @@ mod playerthree;
 mod sessions;
 
 use crate::{StoreError, StoredBundle, StoredRoom, Unit, UnitResults, UnitStore};
-use ::postgres::{Client, Config, NoTls, Transaction};
+use ::postgres::types::ToSql;
+use ::postgres::{Client, Config, NoTls, Statement, Transaction};
 use hostwire_relay_records::{BundleMeta, PlayerRecord, RoomChange, RoomRecord};
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -194,12 +196,58 @@ fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// A connection and the statements prepared on it: the writes run the same
+/// few statements over and over, and a prepared one is a round trip
+/// instead of two.
+struct Session {
+    client: Client,
+    statements: HashMap<&'static str, Statement>,
+}
+
+impl Session {
+    /// `sql`, prepared once per connection.
+    fn prepared(&mut self, sql: &'static str) -> Result<Statement, StoreError> {
+        if let Some(s) = self.statements.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.client.prepare(sql)?;
+        self.statements.insert(sql, s.clone());
+        Ok(s)
+    }
+}
+
+/// A transaction (or a unit's savepoint in it) and the session's prepared
+/// statements: what each protocol's writes run on.
+pub(crate) struct Tx<'a, 'b> {
+    tx: &'a mut Transaction<'b>,
+    statements: &'a mut HashMap<&'static str, Statement>,
+}
+
+impl Tx<'_, '_> {
+    /// Runs `sql`, prepared once per connection.
+    pub(crate) fn execute(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        let statement = match self.statements.get(sql) {
+            Some(s) => s.clone(),
+            None => {
+                let s = self.tx.prepare(sql)?;
+                self.statements.insert(sql, s.clone());
+                s
+            }
+        };
+        Ok(self.tx.execute(&statement, params)?)
+    }
+}
+
 /// One connection, reconnected on first use after it broke (a database
 /// restart fails the calls in flight, not every later one). Behind a fair
 /// lock for the reason [`SqliteStore`](crate::SqliteStore)'s is.
 struct PgConn {
     config: Config,
-    client: parking_lot::FairMutex<Option<Client>>,
+    session: parking_lot::FairMutex<Option<Session>>,
 }
 
 impl PgConn {
@@ -207,7 +255,10 @@ impl PgConn {
         let client = off_runtime(|| config.connect(NoTls))?;
         Ok(PgConn {
             config: config.clone(),
-            client: parking_lot::FairMutex::new(Some(client)),
+            session: parking_lot::FairMutex::new(Some(Session {
+                client,
+                statements: HashMap::new(),
+            })),
         })
     }
 
@@ -215,13 +266,43 @@ impl PgConn {
         &self,
         f: impl FnOnce(&mut Client) -> Result<T, StoreError> + Send,
     ) -> Result<T, StoreError> {
+        self.run(|s| f(&mut s.client)).0
+    }
+
+    /// Runs `f` on the session, and says whether a failure was the server
+    /// ending the session (a restart, an operator's
+    /// `pg_terminate_backend`): the connection is then dropped, and made
+    /// again by the next call.
+    fn run<T: Send>(
+        &self,
+        f: impl FnOnce(&mut Session) -> Result<T, StoreError> + Send,
+    ) -> (Result<T, StoreError>, bool) {
         off_runtime(|| {
-            let mut client = self.client.lock();
-            if client.as_ref().is_none_or(Client::is_closed) {
-                *client = None;
-                *client = Some(self.config.connect(NoTls)?);
+            let mut session = self.session.lock();
+            if session.as_ref().is_none_or(|s| s.client.is_closed()) {
+                *session = None;
+                match self.config.connect(NoTls) {
+                    Ok(client) => {
+                        *session = Some(Session {
+                            client,
+                            statements: HashMap::new(),
+                        })
+                    }
+                    Err(e) => return (Err(e.into()), false),
+                }
             }
-            f(client.as_mut().expect("connected above"))
+            let r = f(session.as_mut().expect("connected above"));
+            let mut ended = false;
+            if let Err(StoreError::Postgres(e)) = &r {
+                ended = e
+                    .as_db_error()
+                    .is_some_and(|db| matches!(db.severity(), "FATAL" | "PANIC"))
+                    || session.as_ref().is_some_and(|s| s.client.is_closed());
+                if ended {
+                    *session = None;
+                }
+            }
+            (r, ended)
         })
     }
 }
@@ -229,8 +310,8 @@ impl PgConn {
 impl Drop for PgConn {
     fn drop(&mut self) {
         // Closing runs the client's runtime: not on a runtime's thread.
-        if let Some(client) = self.client.get_mut().take() {
-            off_runtime(move || drop(client));
+        if let Some(session) = self.session.get_mut().take() {
+            off_runtime(move || drop(session));
         }
     }
 }
@@ -292,16 +373,24 @@ impl PgStore {
     pub(crate) fn apply_all<W: Sync>(
         &self,
         writes: &[W],
-        apply: impl Fn(&mut Transaction<'_>, &W) -> Result<(), StoreError> + Sync,
+        apply: impl Fn(&mut Tx<'_, '_>, &W) -> Result<(), StoreError> + Sync,
     ) -> Result<(), StoreError> {
-        self.writer.with(|c| {
-            let mut tx = c.transaction()?;
-            for w in writes {
-                apply(&mut tx, w)?;
-            }
-            tx.commit()?;
-            Ok(())
-        })
+        self.writer
+            .run(|s| {
+                let mut tx = s.client.transaction()?;
+                for w in writes {
+                    apply(
+                        &mut Tx {
+                            tx: &mut tx,
+                            statements: &mut s.statements,
+                        },
+                        w,
+                    )?;
+                }
+                tx.commit()?;
+                Ok(())
+            })
+            .0
     }
 
     /// One transaction (one commit for the batch), a savepoint per unit:
@@ -311,10 +400,11 @@ impl PgStore {
     pub(crate) fn apply_units_with<W: Sync>(
         &self,
         units: &[Unit<'_, W>],
-        apply: impl Fn(&mut Transaction<'_>, &W) -> Result<(), StoreError> + Sync,
+        apply: impl Fn(&mut Tx<'_, '_>, &W) -> Result<(), StoreError> + Sync,
     ) -> UnitResults {
-        let done = self.writer.with(|c| {
-            let mut tx = c.transaction()?;
+        let (done, _) = self.writer.run(|s| {
+            let Session { client, statements } = s;
+            let mut tx = client.transaction()?;
             let mut failed = std::collections::HashSet::new();
             let mut results = Vec::with_capacity(units.len());
             for unit in units {
@@ -326,7 +416,13 @@ impl PgStore {
                     // Dropped uncommitted, it rolls back to its savepoint.
                     let mut sp = tx.transaction()?;
                     for w in unit.writes {
-                        apply(&mut sp, w)?;
+                        apply(
+                            &mut Tx {
+                                tx: &mut sp,
+                                statements,
+                            },
+                            w,
+                        )?;
                     }
                     sp.commit()?;
                     Ok(())
@@ -352,21 +448,51 @@ impl PgStore {
         }
     }
 
-    /// A read in one read-only snapshot on the read connection.
+    /// The rows of one statement on the read connection (one statement
+    /// sees one snapshot: no transaction needed), tried again as
+    /// [`PgStore::read`] is.
+    pub(crate) fn query(
+        &self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<::postgres::Row>, StoreError> {
+        let attempt = || {
+            self.reader.run(|s| {
+                let statement = s.prepared(sql)?;
+                Ok(s.client.query(&statement, params)?)
+            })
+        };
+        match attempt() {
+            (_, true) => attempt().0,
+            (r, false) => r,
+        }
+    }
+
+    /// A read in one read-only snapshot on the read connection; tried a
+    /// second time, on a new connection, when the server had ended the
+    /// session (a read changes nothing: trying it again is safe, where a
+    /// write whose commit was cut off is answered as not stored).
     pub(crate) fn read<T: Send>(
         &self,
-        f: impl FnOnce(&mut Transaction<'_>) -> Result<T, StoreError> + Send,
+        f: impl Fn(&mut Transaction<'_>) -> Result<T, StoreError> + Sync,
     ) -> Result<T, StoreError> {
-        self.reader.with(|c| {
-            let mut tx = c
-                .build_transaction()
-                .isolation_level(::postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()?;
-            let t = f(&mut tx)?;
-            tx.commit()?;
-            Ok(t)
-        })
+        let attempt = || {
+            self.reader.run(|s| {
+                let mut tx = s
+                    .client
+                    .build_transaction()
+                    .isolation_level(::postgres::IsolationLevel::RepeatableRead)
+                    .read_only(true)
+                    .start()?;
+                let t = f(&mut tx)?;
+                tx.commit()?;
+                Ok(t)
+            })
+        };
+        match attempt() {
+            (_, true) => attempt().0,
+            (r, false) => r,
+        }
     }
 }
 
@@ -461,20 +587,18 @@ impl crate::RelayStore for PgStore {
     }
 
     fn load_bundle(&self, pin: &str) -> Result<Option<StoredBundle>, StoreError> {
-        self.read(|tx| {
-            let row = tx.query_opt(
-                "SELECT bundle_version, bundle_text FROM relay_rooms WHERE pin = $1",
-                &[&pin],
-            )?;
-            Ok(row.and_then(|r| {
-                let version: Option<i64> = r.get(0);
-                let text: Option<Vec<u8>> = r.get(1);
-                Some(StoredBundle {
-                    version: version? as u64,
-                    text: text?,
-                })
-            }))
-        })
+        let rows = self.query(
+            "SELECT bundle_version, bundle_text FROM relay_rooms WHERE pin = $1",
+            &[&pin],
+        )?;
+        Ok(rows.into_iter().next().and_then(|r| {
+            let version: Option<i64> = r.get(0);
+            let text: Option<Vec<u8>> = r.get(1);
+            Some(StoredBundle {
+                version: version? as u64,
+                text: text?,
+            })
+        }))
     }
 }
 
@@ -484,7 +608,7 @@ impl UnitStore<RoomChange> for PgStore {
     }
 }
 
-fn apply_change(tx: &mut Transaction<'_>, change: &RoomChange) -> Result<(), StoreError> {
+fn apply_change(tx: &mut Tx<'_, '_>, change: &RoomChange) -> Result<(), StoreError> {
     match change {
         RoomChange::Created(r) => {
             // A new room replaces whatever had its PIN, players and all.
@@ -547,4 +671,110 @@ fn apply_change(tx: &mut Transaction<'_>, change: &RoomChange) -> Result<(), Sto
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RelayStore;
+
+    fn room(pin: &str) -> RoomChange {
+        RoomChange::Created(RoomRecord {
+            pin: pin.into(),
+            host_token: "h".repeat(32),
+            created_at_ms: 1_000,
+            host_away_since_ms: None,
+            open: true,
+            players: vec![],
+            kicked_tokens: vec![],
+            bundle: None,
+        })
+    }
+
+    fn admin(url: &str) -> Client {
+        Client::connect(url, NoTls).unwrap()
+    }
+
+    #[test]
+    fn nodes_starting_together_migrate_once() {
+        let Some(url) = crate::testing::fresh_database("migrate_once") else {
+            return;
+        };
+        let stores: Vec<Result<PgStore, StoreError>> = std::thread::scope(|s| {
+            let started: Vec<_> = (0..4).map(|_| s.spawn(|| PgStore::connect(&url))).collect();
+            started.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        for s in &stores {
+            assert_eq!(
+                s.as_ref().unwrap().schema_version().unwrap(),
+                PG_SCHEMA_VERSION
+            );
+        }
+        let versions: Vec<i64> = admin(&url)
+            .query("SELECT version FROM hostwire_schema ORDER BY version", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(versions, (1..=PG_SCHEMA_VERSION).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_broken_connection_fails_the_write_in_flight_and_the_next_one_reconnects() {
+        let Some(url) = crate::testing::fresh_database("reconnect") else {
+            return;
+        };
+        let store = PgStore::connect(&url).unwrap();
+        store.apply(&[room("111111")]).unwrap();
+        // What a PostgreSQL restart does to every connection of the node.
+        admin(&url)
+            .execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE application_name = 'hostwire' AND datname = current_database()",
+                &[],
+            )
+            .unwrap();
+        let first = store.apply(&[room("222222")]);
+        let stored = match first {
+            // The client had not yet seen its connection go: refused.
+            Err(_) => {
+                store.apply(&[room("333333")]).unwrap();
+                vec!["111111", "333333"]
+            }
+            Ok(()) => vec!["111111", "222222"],
+        };
+        let pins: Vec<String> = store
+            .load_rooms()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.record.pin)
+            .collect();
+        assert_eq!(pins, stored);
+    }
+
+    /// The synchronous client never runs (or is dropped) on a runtime's
+    /// thread: there it would panic.
+    #[test]
+    fn the_store_works_and_drops_inside_a_runtime() {
+        let Some(url) = crate::testing::fresh_database("inside_a_runtime") else {
+            return;
+        };
+        for rt in [
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap(),
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .build()
+                .unwrap(),
+        ] {
+            let url = url.clone();
+            rt.block_on(async move {
+                let store = PgStore::connect(&url).unwrap();
+                store.apply(&[room("444444")]).unwrap();
+                assert_eq!(store.load_rooms().unwrap().len(), 1);
+                drop(store);
+            });
+        }
+    }
 }

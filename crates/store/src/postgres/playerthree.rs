@@ -1,9 +1,8 @@
 //! PlayerThree matches on PostgreSQL (see [`crate::playerthree`]).
 
-use super::{ms, PgStore};
+use super::{ms, PgStore, Tx};
 use crate::playerthree::{PlayerThreeStore, PlayerThreeWrite, StoredMatch, LOG_KINDS};
 use crate::{StoreError, Unit, UnitResults, UnitStore};
-use ::postgres::Transaction;
 
 impl PlayerThreeStore for PgStore {
     fn load_matches(&self) -> Result<Vec<StoredMatch>, StoreError> {
@@ -48,7 +47,7 @@ impl UnitStore<PlayerThreeWrite> for PgStore {
     }
 }
 
-fn apply_playerthree(tx: &mut Transaction<'_>, w: &PlayerThreeWrite) -> Result<(), StoreError> {
+fn apply_playerthree(tx: &mut Tx<'_, '_>, w: &PlayerThreeWrite) -> Result<(), StoreError> {
     match w {
         PlayerThreeWrite::Match {
             id,

@@ -1,9 +1,8 @@
 //! Hosted Memizy sessions on PostgreSQL (see [`crate::sessions`]).
 
-use super::{ms, PgStore};
+use super::{ms, PgStore, Tx};
 use crate::sessions::{SessionStore, SessionWrite, StoredPluginData, StoredSession};
 use crate::{StoreError, Unit, UnitResults, UnitStore};
-use ::postgres::Transaction;
 
 impl UnitStore<SessionWrite> for PgStore {
     fn apply_units(&self, units: &[Unit<'_, SessionWrite>]) -> UnitResults {
@@ -11,7 +10,7 @@ impl UnitStore<SessionWrite> for PgStore {
     }
 }
 
-fn apply_session(tx: &mut Transaction<'_>, w: &SessionWrite) -> Result<(), StoreError> {
+fn apply_session(tx: &mut Tx<'_, '_>, w: &SessionWrite) -> Result<(), StoreError> {
     match w {
         SessionWrite::Session(s) => {
             tx.execute(
@@ -133,20 +132,17 @@ fn apply_session(tx: &mut Transaction<'_>, w: &SessionWrite) -> Result<(), Store
         }
         SessionWrite::Removed { session_id } => {
             tx.execute("DELETE FROM memizy_sessions WHERE id = $1", &[session_id])?;
-            for table in [
-                "memizy_snapshots",
-                "memizy_answers",
-                "memizy_results",
-                "memizy_recordings",
-                "memizy_saved_games",
-                "memizy_player_tokens",
-                "memizy_assets",
-                "memizy_session_state",
+            for sql in [
+                "DELETE FROM memizy_snapshots WHERE session_id = $1",
+                "DELETE FROM memizy_answers WHERE session_id = $1",
+                "DELETE FROM memizy_results WHERE session_id = $1",
+                "DELETE FROM memizy_recordings WHERE session_id = $1",
+                "DELETE FROM memizy_saved_games WHERE session_id = $1",
+                "DELETE FROM memizy_player_tokens WHERE session_id = $1",
+                "DELETE FROM memizy_assets WHERE session_id = $1",
+                "DELETE FROM memizy_session_state WHERE session_id = $1",
             ] {
-                tx.execute(
-                    &format!("DELETE FROM {table} WHERE session_id = $1"),
-                    &[session_id],
-                )?;
+                tx.execute(sql, &[session_id])?;
             }
         }
     }
@@ -155,7 +151,7 @@ fn apply_session(tx: &mut Transaction<'_>, w: &SessionWrite) -> Result<(), Store
 
 impl PgStore {
     fn one_text(&self, sql: &'static str, key: &str) -> Result<Option<String>, StoreError> {
-        self.read(|tx| Ok(tx.query_opt(sql, &[&key])?.map(|r| r.get(0))))
+        Ok(self.query(sql, &[&key])?.first().map(|r| r.get(0)))
     }
 }
 
@@ -165,29 +161,26 @@ impl SessionStore for PgStore {
     }
 
     fn list_session_ids(&self) -> Result<Vec<String>, StoreError> {
-        self.read(|tx| {
-            Ok(tx
-                .query("SELECT id FROM memizy_sessions ORDER BY ord", &[])?
-                .iter()
-                .map(|r| r.get(0))
-                .collect())
-        })
+        Ok(self
+            .query("SELECT id FROM memizy_sessions ORDER BY ord", &[])?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
     }
 
     fn load_session(&self, id: &str) -> Result<Option<StoredSession>, StoreError> {
-        self.read(|tx| {
-            Ok(tx
-                .query_opt(
-                    "SELECT id, host_token, created_at_ms, spec FROM memizy_sessions WHERE id = $1",
-                    &[&id],
-                )?
-                .map(|r| StoredSession {
-                    id: r.get(0),
-                    host_token: r.get(1),
-                    created_at_ms: r.get::<_, i64>(2) as u64,
-                    spec: r.get(3),
-                }))
-        })
+        Ok(self
+            .query(
+                "SELECT id, host_token, created_at_ms, spec FROM memizy_sessions WHERE id = $1",
+                &[&id],
+            )?
+            .first()
+            .map(|r| StoredSession {
+                id: r.get(0),
+                host_token: r.get(1),
+                created_at_ms: r.get::<_, i64>(2) as u64,
+                spec: r.get(3),
+            }))
     }
 
     fn load_snapshot(&self, session_id: &str) -> Result<Option<String>, StoreError> {
@@ -201,19 +194,18 @@ impl SessionStore for PgStore {
         &self,
         session_id: &str,
     ) -> Result<Option<(String, Option<u64>)>, StoreError> {
-        self.read(|tx| {
-            Ok(tx
-                .query_opt(
-                    "SELECT snapshot, game_time_ms FROM memizy_snapshots WHERE session_id = $1",
-                    &[&session_id],
-                )?
-                .map(|r| {
-                    (
-                        r.get(0),
-                        r.get::<_, Option<i64>>(1).map(|t| t.max(0) as u64),
-                    )
-                }))
-        })
+        Ok(self
+            .query(
+                "SELECT snapshot, game_time_ms FROM memizy_snapshots WHERE session_id = $1",
+                &[&session_id],
+            )?
+            .first()
+            .map(|r| {
+                (
+                    r.get(0),
+                    r.get::<_, Option<i64>>(1).map(|t| t.max(0) as u64),
+                )
+            }))
     }
 
     fn load_state(&self, session_id: &str) -> Result<Option<String>, StoreError> {
@@ -268,64 +260,53 @@ impl SessionStore for PgStore {
     }
 
     fn load_progress(&self, user: &str, set_id: &str) -> Result<Vec<(String, String)>, StoreError> {
-        self.read(|tx| {
-            Ok(tx
-                .query(
-                    "SELECT item_id, record FROM memizy_progress WHERE user_id = $1 AND set_id = $2 ORDER BY item_id",
-                    &[&user, &set_id],
-                )?
-                .iter()
-                .map(|r| (r.get(0), r.get(1)))
-                .collect())
-        })
+        Ok(self
+            .query(
+                "SELECT item_id, record FROM memizy_progress WHERE user_id = $1 AND set_id = $2 ORDER BY item_id",
+                &[&user, &set_id],
+            )?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect())
     }
 
     fn count_answers(&self, session_id: &str) -> Result<u64, StoreError> {
-        self.read(|tx| {
-            let n: i64 = tx
-                .query_one(
-                    "SELECT COUNT(*) FROM memizy_answers WHERE session_id = $1",
-                    &[&session_id],
-                )?
-                .get(0);
-            Ok(n as u64)
-        })
+        let rows = self.query(
+            "SELECT COUNT(*) FROM memizy_answers WHERE session_id = $1",
+            &[&session_id],
+        )?;
+        Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0)) as u64)
     }
 
     fn load_player_tokens(&self, session_id: &str) -> Result<Vec<(String, String)>, StoreError> {
-        self.read(|tx| {
-            Ok(tx
-                .query(
-                    "SELECT player_id, token FROM memizy_player_tokens WHERE session_id = $1 ORDER BY player_id",
-                    &[&session_id],
-                )?
-                .iter()
-                .map(|r| (r.get(0), r.get(1)))
-                .collect())
-        })
+        Ok(self
+            .query(
+                "SELECT player_id, token FROM memizy_player_tokens WHERE session_id = $1 ORDER BY player_id",
+                &[&session_id],
+            )?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect())
     }
 
     fn list_assets(&self, session_id: &str) -> Result<Vec<(String, usize)>, StoreError> {
-        self.read(|tx| {
-            Ok(tx
-                .query(
-                    "SELECT file, octet_length(bytes)::BIGINT FROM memizy_assets WHERE session_id = $1 ORDER BY file",
-                    &[&session_id],
-                )?
-                .iter()
-                .map(|r| (r.get(0), r.get::<_, i64>(1).max(0) as usize))
-                .collect())
-        })
+        Ok(self
+            .query(
+                "SELECT file, octet_length(bytes)::BIGINT FROM memizy_assets WHERE session_id = $1 ORDER BY file",
+                &[&session_id],
+            )?
+            .iter()
+            .map(|r| (r.get(0), r.get::<_, i64>(1).max(0) as usize))
+            .collect())
     }
 
     fn load_asset(&self, session_id: &str, file: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.read(|tx| {
-            Ok(tx
-                .query_opt(
-                    "SELECT bytes FROM memizy_assets WHERE session_id = $1 AND file = $2",
-                    &[&session_id, &file],
-                )?
-                .map(|r| r.get(0)))
-        })
+        Ok(self
+            .query(
+                "SELECT bytes FROM memizy_assets WHERE session_id = $1 AND file = $2",
+                &[&session_id, &file],
+            )?
+            .first()
+            .map(|r| r.get(0)))
     }
 }
