@@ -76,7 +76,8 @@ pub struct ServeArgs {
     pub data_dir: PathBuf,
     /// Keep what must survive a restart in this PostgreSQL database
     /// (postgres://USER:PASSWORD@HOST:PORT/DATABASE) instead of the
-    /// embedded SQLite file; its schema is migrated at start-up.
+    /// embedded SQLite file; its schema is migrated at start-up. Empty:
+    /// SQLite.
     #[arg(long, env = "HOSTWIRE_POSTGRES_URL", hide_env_values = true)]
     pub postgres_url: Option<String>,
     /// Rooms one client IP may create per hour (a school shares one IP);
@@ -499,7 +500,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let dir = data_dir(&args.data_dir)?;
         let _dir_lock = hostwire_store::lock_data_dir(&dir)?;
         let db = dir.join(DB_FILE);
-        let (stores, database) = match &args.postgres_url {
+        // An empty value (`HOSTWIRE_POSTGRES_URL=`) is no value: SQLite.
+        let (stores, database) = match args.postgres_url.as_deref().filter(|u| !u.is_empty()) {
             Some(url) => app::Stores::connect_postgres(url)?,
             None => (app::Stores::sqlite(&Arc::new(open_store(&db)?)), db.display().to_string()),
         };

@@ -132,3 +132,13 @@ async fn serve_help_names_the_postgres_url_and_hides_its_value() {
     assert!(help.contains("[env: HOSTWIRE_POSTGRES_URL]"), "{help}");
     assert!(!help.contains("s3cret"), "{help}");
 }
+
+#[tokio::test]
+async fn an_empty_postgres_url_is_sqlite_in_the_data_directory() {
+    let dir = temp_dir("pg-empty");
+    let p = Process::serve(dir.path(), &[], &[("HOSTWIRE_POSTGRES_URL", "")]);
+    let (status, _) =
+        crate::support::http::call("POST", &format!("{}/api/rooms", p.http()), None, None).await;
+    assert_eq!(status, 201);
+    assert!(dir.path().join("hostwire.db").exists());
+}
