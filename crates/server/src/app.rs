@@ -33,6 +33,7 @@ use axum::Router;
 use hostwire_core::Clock;
 use hostwire_store::ggui::GguiStore;
 use hostwire_store::playerthree::PlayerThreeStore;
+use hostwire_store::postgres::PgStore;
 use hostwire_store::sessions::SessionStore;
 use hostwire_store::{RelayStore, SqliteStore};
 use std::net::SocketAddr;
@@ -111,14 +112,47 @@ pub struct Stores {
 }
 
 impl Stores {
-    /// Every protocol in the one SQLite store (what `serve` runs on).
+    /// Every protocol in the one SQLite store (what `serve` runs on by
+    /// default).
     pub fn sqlite(store: &Arc<SqliteStore>) -> Stores {
+        Stores::all_in(store)
+    }
+
+    /// Every protocol in the one PostgreSQL store (`serve --postgres-url`).
+    pub fn postgres(store: &Arc<PgStore>) -> Stores {
+        Stores::all_in(store)
+    }
+
+    fn all_in<S>(store: &Arc<S>) -> Stores
+    where
+        S: RelayStore + GguiStore + PlayerThreeStore + SessionStore,
+    {
         Stores {
             relay: Arc::clone(store) as _,
             ggui: Some(Arc::clone(store) as _),
             playerthree: Arc::clone(store) as _,
             sessions: Arc::clone(store) as _,
         }
+    }
+
+    /// Every protocol in the PostgreSQL database at `url`, its schema
+    /// migrated; with where it is (never its password) for the logs. A
+    /// URL that cannot be read, a database that cannot be reached or that a
+    /// newer hostwire migrated stops the start-up with one line naming the
+    /// option.
+    pub fn connect_postgres(url: &str) -> anyhow::Result<(Stores, String)> {
+        let shown = hostwire_store::postgres::describe_url(url);
+        let store = PgStore::connect(url).map_err(|e| {
+            let reason = e.reason();
+            let hint = match e {
+                hostwire_store::StoreError::SchemaTooNew { .. } => {
+                    format!("point {POSTGRES_URL_OPTION} at another database, or run a newer hostwire")
+                }
+                _ => format!("check {POSTGRES_URL_OPTION} (postgres://USER:PASSWORD@HOST:PORT/DATABASE) and that PostgreSQL accepts this node"),
+            };
+            anyhow::anyhow!("cannot use the PostgreSQL database {shown}: {reason}. Hint: {hint}")
+        })?;
+        Ok((Stores::postgres(&Arc::new(store)), shown))
     }
 
     /// The relay's rooms in `relay`, every other protocol in memory.
@@ -132,6 +166,10 @@ impl Stores {
         })
     }
 }
+
+/// The option (and its environment variable) that puts every store in
+/// PostgreSQL.
+pub const POSTGRES_URL_OPTION: &str = "--postgres-url / HOSTWIRE_POSTGRES_URL";
 
 /// Everything the server runs with, given before its first connection is
 /// accepted: no request can reach a store or a setting that is swapped in

@@ -34,7 +34,8 @@ struct Cli {
 enum Command {
     /// Run the server: every protocol (the Memizy relay and hosted
     /// sessions, ggui, PlayerThree) on HTTP + WebSocket, with what must
-    /// survive a restart in an embedded SQLite database.
+    /// survive a restart in an embedded SQLite database (or PostgreSQL,
+    /// --postgres-url).
     ///
     /// Every option can also be set by the environment variable shown.
     // Boxed: the options are hundreds of bytes, parsed once.
@@ -73,6 +74,12 @@ pub struct ServeArgs {
     /// Directory of the embedded database (created if missing).
     #[arg(long, env = "HOSTWIRE_DATA_DIR", default_value = "data")]
     pub data_dir: PathBuf,
+    /// Keep what must survive a restart in this PostgreSQL database
+    /// (postgres://USER:PASSWORD@HOST:PORT/DATABASE) instead of the
+    /// embedded SQLite file; its schema is migrated at start-up. Empty:
+    /// SQLite.
+    #[arg(long, env = "HOSTWIRE_POSTGRES_URL", hide_env_values = true)]
+    pub postgres_url: Option<String>,
     /// Rooms one client IP may create per hour (a school shares one IP);
     /// hosted Memizy sessions are limited by the same number, counted apart.
     #[arg(long, env = "ROOMS_PER_IP_PER_HOUR", default_value_t = RELAY_LIMITS.rooms_per_ip_per_hour)]
@@ -493,7 +500,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let dir = data_dir(&args.data_dir)?;
         let _dir_lock = hostwire_store::lock_data_dir(&dir)?;
         let db = dir.join(DB_FILE);
-        let sqlite = Arc::new(open_store(&db)?);
+        // An empty value (`HOSTWIRE_POSTGRES_URL=`) is no value: SQLite.
+        let (stores, database) = match args.postgres_url.as_deref().filter(|u| !u.is_empty()) {
+            Some(url) => app::Stores::connect_postgres(url)?,
+            None => (app::Stores::sqlite(&Arc::new(open_store(&db)?)), db.display().to_string()),
+        };
         let files = app::raise_open_file_limit();
         tracing::info!(
             open_files = files,
@@ -540,7 +551,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let mut app_config = app::AppConfig::new(
             config,
             Arc::new(SystemClock),
-            app::Stores::sqlite(&sqlite),
+            stores,
         );
         app_config.ggui = ggui;
         app_config.playerthree = p3_config;
@@ -554,7 +565,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let stop = app::stop_signal();
         // A line for scripts and tests: where we listen.
         println!("hostwire listening on http://{}", server.addr);
-        tracing::info!(addr = %server.addr, db = %db.display(), origins = %args.allowed_origins, "hostwire listening");
+        tracing::info!(addr = %server.addr, db = %database, origins = %args.allowed_origins, "hostwire listening");
         stop.await;
         tracing::info!("shutting down");
         server.shutdown().await;

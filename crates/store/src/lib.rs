@@ -1,8 +1,12 @@
 //! hostwire-store: what must survive a restart.
 //!
-//! [`RelayStore`] is the small interface the relay needs; [`SqliteStore`]
-//! is the embedded default (one file, WAL). A networked database can
-//! implement the same trait to serve several nodes.
+//! [`RelayStore`] is the small interface the relay needs (and
+//! [`SessionStore`](sessions::SessionStore), [`GguiStore`](ggui::GguiStore),
+//! [`PlayerThreeStore`](playerthree::PlayerThreeStore) the other
+//! protocols'); [`SqliteStore`] is the embedded default (one file, WAL),
+//! [`PgStore`](postgres::PgStore) the PostgreSQL database several nodes
+//! can share. Both keep a schema version and refuse a database whose
+//! schema is newer than they know.
 
 // No unsafe code here: what needs it lives in hostwire-core, where Miri
 // checks it.
@@ -10,7 +14,12 @@
 
 pub mod ggui;
 pub mod playerthree;
+pub mod postgres;
 pub mod sessions;
+#[cfg(test)]
+mod suite;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 /// The lock file a server holds in its data directory while it runs.
 pub const LOCK_FILE: &str = "hostwire.lock";
@@ -56,6 +65,16 @@ pub enum StoreError {
     EarlierFailed(String),
     #[error("the batch was not committed: {0}")]
     Commit(String),
+    #[error("PostgreSQL: {0}")]
+    Postgres(#[from] ::postgres::Error),
+    /// A database migrated by a newer hostwire: this one could misread
+    /// what it does not know, so it refuses to start on it.
+    #[error("the {database} database's schema is version {found}, newer than this hostwire knows (version {known}): a newer hostwire migrated it. Run that hostwire (or a newer one) on it, or give this one another database")]
+    SchemaTooNew {
+        database: &'static str,
+        found: i64,
+        known: i64,
+    },
 }
 
 impl StoreError {
@@ -64,9 +83,28 @@ impl StoreError {
     pub fn reason(&self) -> String {
         match self {
             StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) => f.to_string(),
+            // The server's own message ("relation … does not exist") is the
+            // useful part; the client's wrapper ("db error") is not.
+            StoreError::Postgres(e) => match e.as_db_error() {
+                Some(db) => format!("{}: {}", db.severity(), db.message()),
+                None => with_causes(e),
+            },
             other => other.to_string(),
         }
     }
+}
+
+/// An error and its causes in one line ("error connecting to server:
+/// Connection refused"): the client's own message leaves the cause out.
+pub fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        line.push_str(": ");
+        line.push_str(&c.to_string());
+        cause = c.source();
+    }
+    line
 }
 
 /// A room as loaded at start-up: its record, without its bundle's bytes
@@ -281,6 +319,34 @@ CREATE TABLE IF NOT EXISTS relay_kicked (
 );
 ";
 
+/// The SQLite schema this hostwire writes, kept in the file's
+/// `user_version` (0: a file from before versions were kept, whose tables
+/// `open` brings up to date as it always did). Raise it with every change
+/// of the tables; a hostwire that finds a higher one refuses the file.
+pub const SQLITE_SCHEMA_VERSION: i64 = 1;
+
+/// Creates or brings up to date every table, in one transaction that
+/// holds the file's write lock (a second process opening the file waits),
+/// after refusing a file whose schema is newer than this hostwire's.
+fn migrate_sqlite(conn: &mut Connection) -> Result<(), StoreError> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let found: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if found > SQLITE_SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            database: "SQLite",
+            found,
+            known: SQLITE_SCHEMA_VERSION,
+        });
+    }
+    tx.execute_batch(SCHEMA)?;
+    playerthree::create_tables(&tx)?;
+    ggui::create_tables(&tx)?;
+    sessions::create_tables(&tx)?;
+    tx.pragma_update(None, "user_version", SQLITE_SCHEMA_VERSION)?;
+    tx.commit()?;
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (or creates) the database file.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
@@ -293,10 +359,8 @@ impl SqliteStore {
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
-        conn.execute_batch(SCHEMA)?;
-        playerthree::create_tables(&conn)?;
-        ggui::create_tables(&conn)?;
-        sessions::create_tables(&conn)?;
+        let mut conn = conn;
+        migrate_sqlite(&mut conn)?;
         let reader = Connection::open_with_flags(
             path,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -311,12 +375,9 @@ impl SqliteStore {
 
     /// An in-memory database, for tests of code that needs a store.
     pub fn in_memory() -> Result<Self, StoreError> {
-        let conn = Connection::open_in_memory()?;
+        let mut conn = Connection::open_in_memory()?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.execute_batch(SCHEMA)?;
-        playerthree::create_tables(&conn)?;
-        ggui::create_tables(&conn)?;
-        sessions::create_tables(&conn)?;
+        migrate_sqlite(&mut conn)?;
         Ok(Self {
             conn: FairConn::new(conn),
             reader: None,
@@ -657,14 +718,6 @@ mod tests {
         }
     }
 
-    fn player(id: &str, name: &str) -> PlayerRecord {
-        PlayerRecord {
-            id: id.into(),
-            name: name.into(),
-            token: format!("{id:_<32}"),
-        }
-    }
-
     #[test]
     fn commits_on_the_async_path_leave_checkpoints_to_the_blocking_one_and_the_wal_stays_bounded() {
         let dir = tempfile::Builder::new()
@@ -754,198 +807,5 @@ mod tests {
         other.execute_batch("ROLLBACK;").unwrap();
         assert!(s.try_apply_units_now(&unit).unwrap()[0].is_ok());
         assert_eq!(s.load_rooms().unwrap().len(), 1);
-    }
-
-    #[test]
-    fn every_change_survives_reopening_the_file() {
-        let dir = tempfile::Builder::new()
-            .prefix("hostwire-store-")
-            .tempdir()
-            .unwrap();
-        let path = dir.path().join("relay.db");
-        {
-            let s = SqliteStore::open(&path).unwrap();
-            s.apply(&[
-                RoomChange::Created(room("111111")),
-                RoomChange::Created(room("222222")),
-            ])
-            .unwrap();
-            s.apply(&[
-                RoomChange::Player {
-                    pin: "111111".into(),
-                    player: player("p-a", "Ann"),
-                },
-                RoomChange::Player {
-                    pin: "111111".into(),
-                    player: player("p-b", "Bob"),
-                },
-                RoomChange::Player {
-                    pin: "111111".into(),
-                    player: player("p-c", "Cyd"),
-                },
-                RoomChange::Player {
-                    pin: "111111".into(),
-                    player: player("p-a", "Anna"),
-                },
-                RoomChange::Kicked {
-                    pin: "111111".into(),
-                    player_id: "p-b".into(),
-                    token: player("p-b", "").token,
-                },
-                RoomChange::Open {
-                    pin: "111111".into(),
-                    open: false,
-                },
-                RoomChange::HostAway {
-                    pin: "111111".into(),
-                    since_ms: None,
-                },
-                RoomChange::Bundle {
-                    pin: "111111".into(),
-                    meta: BundleMeta {
-                        version: 2,
-                        app_name: Some("Quiz".into()),
-                    },
-                    text: Bytes::from_static(b"{\"pluginHtml\":\"x\",\"set\":{}}"),
-                },
-                RoomChange::Deleted {
-                    pin: "222222".into(),
-                },
-            ])
-            .unwrap();
-        }
-        let s = SqliteStore::open(&path).unwrap();
-        let rooms = s.load_rooms().unwrap();
-        assert_eq!(rooms.len(), 1);
-        let r = &rooms[0].record;
-        assert_eq!(r.pin, "111111");
-        assert!(!r.open);
-        assert_eq!(r.host_away_since_ms, None);
-        let names: Vec<&str> = r.players.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(
-            names,
-            vec!["Anna", "Cyd"],
-            "join order kept, renames applied, kicked removed"
-        );
-        assert_eq!(r.kicked_tokens, vec![player("p-b", "").token]);
-        assert_eq!(
-            r.bundle,
-            Some(BundleMeta {
-                version: 2,
-                app_name: Some("Quiz".into())
-            })
-        );
-        assert_eq!(
-            s.load_bundle("111111").unwrap(),
-            Some(StoredBundle {
-                version: 2,
-                text: b"{\"pluginHtml\":\"x\",\"set\":{}}".to_vec()
-            })
-        );
-        assert_eq!(s.load_bundle("222222").unwrap(), None);
-    }
-
-    #[test]
-    fn a_failed_batch_changes_nothing() {
-        let s = SqliteStore::in_memory().unwrap();
-        s.apply(&[RoomChange::Created(room("333333"))]).unwrap();
-        // A player of a room that does not exist violates the foreign key.
-        let bad = s.apply(&[
-            RoomChange::Open {
-                pin: "333333".into(),
-                open: false,
-            },
-            RoomChange::Player {
-                pin: "999999".into(),
-                player: player("p-x", "X"),
-            },
-        ]);
-        assert!(bad.is_err());
-        assert!(
-            s.load_rooms().unwrap()[0].record.open,
-            "the batch was rolled back"
-        );
-        assert_eq!(s.room_count().unwrap(), 1);
-    }
-
-    /// Makes every write of the room `pin` fail inside SQLite, as a full
-    /// disk would, through a second connection to the same file.
-    fn fail_writes_of(path: &Path, pin: &str) {
-        let c = Connection::open(path).unwrap();
-        for (name, event, table) in [
-            ("u", "UPDATE", "relay_rooms"),
-            ("d", "DELETE", "relay_rooms"),
-            ("p", "INSERT", "relay_players"),
-            ("k", "INSERT", "relay_kicked"),
-        ] {
-            c.execute_batch(&format!(
-                "CREATE TRIGGER fail_{name}_{pin} BEFORE {event} ON {table}
-                 WHEN {row}.pin = '{pin}' BEGIN SELECT RAISE(ABORT, 'injected'); END;",
-                row = if event == "DELETE" { "OLD" } else { "NEW" },
-            ))
-            .unwrap();
-        }
-    }
-
-    #[test]
-    fn one_rooms_failed_unit_leaves_the_others_of_the_batch_durable() {
-        let dir = tempfile::Builder::new()
-            .prefix("hostwire-store-")
-            .tempdir()
-            .unwrap();
-        let path = dir.path().join("relay.db");
-        let s = SqliteStore::open(&path).unwrap();
-        s.apply(&[
-            RoomChange::Created(room("111111")),
-            RoomChange::Created(room("222222")),
-        ])
-        .unwrap();
-        fail_writes_of(&path, "222222");
-        let open = |pin: &str, open| RoomChange::Open {
-            pin: pin.into(),
-            open,
-        };
-        let kick = RoomChange::Kicked {
-            pin: "111111".into(),
-            player_id: "p-a".into(),
-            token: "t".repeat(32),
-        };
-        let units: Vec<Vec<RoomChange>> = vec![
-            vec![open("111111", false)],
-            vec![open("222222", false)],
-            // After the failed one of its room: not tried.
-            vec![RoomChange::HostAway {
-                pin: "222222".into(),
-                since_ms: None,
-            }],
-            vec![kick],
-        ];
-        let refs: Vec<Unit<'_, RoomChange>> = units
-            .iter()
-            .map(|u| Unit {
-                key: u[0].pin(),
-                writes: u,
-            })
-            .collect();
-        let r = s.apply_units(&refs);
-        assert!(r[0].is_ok() && r[3].is_ok(), "{r:?}");
-        assert!(matches!(r[1], Err(StoreError::Sqlite(_))), "{r:?}");
-        assert!(
-            matches!(&r[2], Err(StoreError::EarlierFailed(p)) if p == "222222"),
-            "{r:?}"
-        );
-        let rooms = SqliteStore::open(&path).unwrap().load_rooms().unwrap();
-        let by_pin = |p: &str| {
-            rooms
-                .iter()
-                .find(|r| r.record.pin == p)
-                .unwrap()
-                .record
-                .clone()
-        };
-        assert!(!by_pin("111111").open);
-        assert_eq!(by_pin("111111").kicked_tokens, vec!["t".repeat(32)]);
-        assert!(by_pin("222222").open, "the failed unit was rolled back");
-        assert_eq!(by_pin("222222").host_away_since_ms, Some(1_000));
     }
 }

@@ -11,6 +11,7 @@ mod front_door;
 mod ggui;
 mod limits;
 mod playerthree;
+mod postgres;
 mod relay;
 mod serve_cli;
 mod session;
