@@ -515,3 +515,344 @@ fn take_changes(outputs: &mut Vec<RoomOutput>) -> Vec<RoomChange> {
     }
     changes
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::sim::World;
+    use super::*;
+    use serde_json::json;
+
+    /// The error the server sends when the store refused `what`.
+    fn expect_not_stored(w: &mut World, conn: ConnId, what: &str) {
+        let e = w.expect_error(conn, RelayErrorCode::InternalError, false);
+        let m = e["message"].as_str().unwrap();
+        assert!(m.contains(what), "{m}");
+    }
+
+    /// A host and two players (Ann, Bob), the host told of both.
+    fn room_of_two(w: &mut World) -> (String, ConnId, [(ConnId, String, String); 2]) {
+        let (h, pin, _) = w.host();
+        let a = w.player(&pin, "Ann");
+        let b = w.player(&pin, "Bob");
+        w.drain(h);
+        (pin, h, [a, b])
+    }
+
+    #[test]
+    fn a_room_the_store_refuses_is_not_created() {
+        let mut w = World::new();
+        w.fail_all_writes();
+        assert_eq!(w.try_create_room(), None);
+        assert!(w.rooms.is_empty() && w.persisted.is_empty());
+    }
+
+    #[test]
+    fn a_join_the_store_refuses_is_told_closed_1011_and_changes_nothing() {
+        let mut w = World::new();
+        let (pin, h, [(a, a_id, _), _]) = room_of_two(&mut w);
+        let stored = w.persisted.len();
+        w.fail_writes(&pin);
+        let n = w.connect();
+        w.send(
+            n,
+            json!({"t": "join", "protocol": 1, "pin": pin, "name": "New"}),
+        );
+        expect_not_stored(&mut w, n, "join");
+        // Not a fatal error: the client reconnects and joins again.
+        assert_eq!(
+            w.closed(n),
+            Some((CLOSE_INTERNAL_ERROR, "store unavailable"))
+        );
+        assert!(!w.is_attached(n));
+        assert_eq!(
+            w.answers.last(),
+            Some(&Answer::Attach(n, AttachOutcome::Refused { fatal: true }))
+        );
+        assert!(w.drain(h).is_empty(), "no presence for a join not stored");
+        assert_eq!(w.rooms[&pin].room().player_count(), 2);
+        assert_eq!(w.persisted.len(), stored);
+        // The room is as it was: the host still reaches Ann.
+        w.send(h, json!({"t": "to", "to": a_id, "data": 1}));
+        assert_eq!(w.recv(a)["data"], 1);
+        w.heal(&pin);
+        w.player(&pin, "New");
+        assert_eq!(w.rooms[&pin].room().player_count(), 3);
+    }
+
+    #[test]
+    fn a_kick_the_store_refuses_leaves_the_player_in_and_only_a_stored_kick_counts() {
+        let mut w = World::new();
+        let (pin, h, [(a, a_id, a_token), (b, b_id, _)]) = room_of_two(&mut w);
+        w.fail_writes(&pin);
+        w.send(h, json!({"t": "kick", "playerId": a_id}));
+        expect_not_stored(&mut w, h, "kick");
+        assert!(w.drain(h).is_empty(), "no leave");
+        assert!(w.drain(a).is_empty() && w.closed(a).is_none(), "not kicked");
+        w.send(h, json!({"t": "to", "to": a_id, "data": "still here"}));
+        assert_eq!(w.recv(a)["data"], "still here");
+        assert!(!w
+            .persisted
+            .iter()
+            .any(|c| matches!(c, RoomChange::Kicked { .. })));
+
+        w.heal(&pin);
+        w.send(h, json!({"t": "kick", "playerId": b_id}));
+        assert_eq!(w.recv(b), json!({"t": "closed", "reason": "kicked"}));
+        assert_eq!(w.recv(h)["event"], "leave");
+        // Ann's token still joins.
+        let again = w.connect();
+        w.disconnect(a);
+        w.send(
+            again,
+            json!({"t": "join", "protocol": 1, "pin": pin, "token": a_token}),
+        );
+        assert_eq!(w.recv(again)["playerId"], json!(a_id));
+    }
+
+    #[test]
+    fn open_false_close_and_a_rename_the_store_refuses_change_nothing() {
+        let mut w = World::new();
+        let (pin, h, [(a, _, _), _]) = room_of_two(&mut w);
+        w.fail_writes(&pin);
+        w.send(h, json!({"t": "open", "open": false}));
+        expect_not_stored(&mut w, h, "\"open\"");
+        assert!(w.rooms[&pin].room().info().open);
+        w.send(h, json!({"t": "close"}));
+        expect_not_stored(&mut w, h, "closed");
+        assert!(w.rooms.contains_key(&pin), "still open");
+        assert!(w.drain(a).is_empty(), "nobody was told it closed");
+        assert_eq!(w.closed(a), None);
+        w.send(a, json!({"t": "rename", "name": "Anna"}));
+        expect_not_stored(&mut w, a, "name");
+        assert!(w.drain(h).is_empty(), "no rename told");
+        assert_eq!(w.rooms[&pin].room().record().players[0].name, "Ann");
+
+        w.heal(&pin);
+        w.send(h, json!({"t": "close"}));
+        assert_eq!(w.recv(h), json!({"t": "closed", "reason": "host"}));
+        assert!(!w.rooms.contains_key(&pin));
+        assert_eq!(w.persisted.last(), Some(&RoomChange::Deleted { pin }));
+    }
+
+    #[test]
+    fn a_bundle_the_store_refuses_is_not_served_and_its_version_is_never_reused() {
+        let mut w = World::new();
+        let (pin, token) = w.create_room();
+        w.put_bundle(&pin, &token, "One");
+        assert_eq!(w.answers.pop(), Some(Answer::Put(PutOutcome::Stored(1))));
+        w.put_bundle(&pin, "not-the-token", "Other");
+        assert_eq!(w.answers.pop(), Some(Answer::Put(PutOutcome::NotTheHost)));
+        w.fail_writes(&pin);
+        w.put_bundle(&pin, &token, "Two");
+        assert_eq!(w.answers.pop(), Some(Answer::Put(PutOutcome::NotStored)));
+        let served = w.rooms[&pin].room().bundle().cloned().unwrap();
+        assert_eq!(
+            (served.version, served.app_name.as_deref()),
+            (1, Some("One"))
+        );
+        w.heal(&pin);
+        w.put_bundle(&pin, &token, "Three");
+        assert_eq!(w.answers.pop(), Some(Answer::Put(PutOutcome::Stored(3))));
+        w.command(&pin, RoomCommand::GetBundle);
+        assert_eq!(
+            w.answers.pop(),
+            Some(Answer::Bundle(Some((super::super::sim::T0, 3))))
+        );
+    }
+
+    #[test]
+    fn an_expiry_the_store_refuses_keeps_the_room_until_a_sweep_stores_it() {
+        let mut w = World::new();
+        let (h, pin, _) = w.host();
+        let (p, _, _) = w.player(&pin, "Ann");
+        w.disconnect(h);
+        w.drain(p);
+        w.clock
+            .advance_ms(crate::limits::RELAY_LIMITS.host_away_ms + 1);
+        w.fail_writes(&pin);
+        assert!(w.sweep().is_empty());
+        assert!(w.drain(p).is_empty() && w.closed(p).is_none());
+        w.heal(&pin);
+        assert_eq!(w.sweep(), vec![pin]);
+        assert_eq!(w.recv(p), json!({"t": "closed", "reason": "expired"}));
+    }
+
+    #[test]
+    fn a_host_away_time_the_store_refused_is_written_again_at_the_next_sweep() {
+        let mut w = World::new();
+        let (h, pin, _) = w.host();
+        let (p, _, _) = w.player(&pin, "Ann");
+        w.fail_writes(&pin);
+        w.disconnect(h);
+        // Written behind: the players are told at once.
+        assert_eq!(w.recv(p)["t"], "host-presence");
+        let away = RoomChange::HostAway {
+            pin: pin.clone(),
+            since_ms: Some(super::super::sim::T0),
+        };
+        assert_ne!(w.persisted.last(), Some(&away));
+        w.heal(&pin);
+        assert!(w.sweep().is_empty());
+        assert_eq!(w.persisted.last(), Some(&away));
+        // Once stored, not again.
+        let n = w.persisted.len();
+        w.sweep();
+        assert_eq!(w.persisted.len(), n);
+    }
+
+    #[test]
+    fn a_change_is_told_only_once_durable() {
+        let mut w = World::new();
+        let (pin, h, [(a, a_id, _), _]) = room_of_two(&mut w);
+        w.hold_writes();
+        w.send(h, json!({"t": "kick", "playerId": a_id}));
+        assert_eq!(w.unanswered(), 1);
+        assert!(w.drain(h).is_empty() && w.drain(a).is_empty());
+        assert_eq!(w.closed(a), None);
+        assert_eq!(
+            w.rooms[&pin].acknowledged().player_count(),
+            2,
+            "the store holds two players yet"
+        );
+        w.answer_writes();
+        assert_eq!(w.recv(a), json!({"t": "closed", "reason": "kicked"}));
+        assert_eq!(w.recv(h)["event"], "leave");
+        assert_eq!(w.rooms[&pin].acknowledged().player_count(), 1);
+    }
+
+    #[test]
+    fn a_joiner_is_answered_only_once_its_join_is_durable() {
+        let mut w = World::new();
+        let (h, pin, _) = w.host();
+        w.hold_writes();
+        let n = w.connect();
+        w.send(
+            n,
+            json!({"t": "join", "protocol": 1, "pin": pin, "name": "New"}),
+        );
+        assert!(w.drain(n).is_empty() && w.drain(h).is_empty());
+        assert!(!w.is_attached(n));
+        w.answer_writes();
+        assert_eq!(w.recv(n)["t"], "joined");
+        assert_eq!(w.recv(h)["event"], "join");
+        assert!(w.is_attached(n));
+    }
+
+    #[test]
+    fn others_forwarding_goes_ahead_of_a_pending_change_and_the_rest_waits_in_order() {
+        let mut w = World::new();
+        let (pin, h, [(a, a_id, _), (b, b_id, _)]) = room_of_two(&mut w);
+        w.hold_writes();
+        w.send(h, json!({"t": "kick", "playerId": a_id}));
+        // Players' frames go ahead, on the state from before the kick: as
+        // if sent just before it (Ann is still in the room there).
+        w.send(b, json!({"t": "up", "data": "from Bob"}));
+        w.send(a, json!({"t": "up", "data": "from Ann"}));
+        w.send(a, json!({"t": "ping"}));
+        assert_eq!(w.recv(h)["data"], "from Bob");
+        assert_eq!(w.recv(h)["data"], "from Ann");
+        assert_eq!(w.recv(a)["t"], "pong");
+        assert!(w.rooms[&pin].accepts());
+        // The host's own next frame waits for its kick; Bob's rename is a
+        // change of its own and waits too, and so does all after it, Bob's
+        // forwarding included (a sender's frames keep their order).
+        w.send(h, json!({"t": "to", "to": b_id, "data": "after the kick"}));
+        assert!(!w.rooms[&pin].accepts(), "the driver stops reading");
+        w.send(b, json!({"t": "rename", "name": "Robert"}));
+        w.send(b, json!({"t": "up", "data": "as Robert"}));
+        w.command(&pin, RoomCommand::Info);
+        assert!(w.drain(b).is_empty() && w.drain(h).is_empty());
+        assert_eq!(w.unanswered(), 1, "one change in flight at a time");
+        w.answer_writes();
+        assert_eq!(w.recv(a)["reason"], "kicked");
+        assert_eq!(w.recv(b)["data"], "after the kick");
+        let told: Vec<_> = w.drain(h);
+        assert_eq!(
+            told.iter()
+                .map(|v| v["event"].as_str().or(v["data"].as_str()).unwrap())
+                .collect::<Vec<_>>(),
+            ["leave", "rename", "as Robert"]
+        );
+        assert_eq!(told[1]["player"]["name"], "Robert");
+        assert_eq!(
+            w.answers.last(),
+            Some(&Answer::Info(RoomInfo {
+                pin,
+                open: true,
+                app_name: None,
+                players: 1
+            }))
+        );
+    }
+
+    #[test]
+    fn a_refused_change_lets_the_commands_behind_it_run_on_the_state_from_before() {
+        let mut w = World::new();
+        let (pin, h, [(a, a_id, _), _]) = room_of_two(&mut w);
+        w.hold_writes();
+        w.fail_writes(&pin);
+        w.send(h, json!({"t": "kick", "playerId": a_id}));
+        w.send(h, json!({"t": "to", "to": a_id, "data": "still here"}));
+        w.answer_writes();
+        expect_not_stored(&mut w, h, "kick");
+        assert_eq!(w.recv(a)["data"], "still here");
+    }
+
+    #[test]
+    fn what_changes_nothing_durable_does_not_wait_for_the_store() {
+        let mut w = World::new();
+        let (pin, h, [(a, a_id, _), (b, _, _)]) = room_of_two(&mut w);
+        w.hold_writes();
+        w.send(h, json!({"t": "to", "to": a_id, "data": 1}));
+        assert_eq!(w.recv(a)["data"], 1);
+        w.send(b, json!({"t": "up", "data": 2}));
+        assert_eq!(w.recv(h)["data"], 2);
+        // Open unchanged: nothing to store.
+        w.send(h, json!({"t": "open", "open": true}));
+        w.disconnect(a);
+        assert_eq!(w.recv(h)["event"], "disconnect");
+        // The host going away is written behind: told at once.
+        w.disconnect(h);
+        assert_eq!(w.recv(b)["t"], "host-presence");
+        assert_eq!(w.unanswered(), 1, "the host-away time only");
+        assert!(w.rooms[&pin].accepts());
+    }
+
+    #[test]
+    fn two_rooms_one_failing_the_other_durable() {
+        let mut w = World::new();
+        let (p1, h1, [(a1, a1_id, _), _]) = room_of_two(&mut w);
+        let (p2, h2, [(a2, a2_id, _), _]) = room_of_two(&mut w);
+        w.fail_writes(&p1);
+        w.hold_writes();
+        w.send(h1, json!({"t": "kick", "playerId": a1_id}));
+        w.send(h2, json!({"t": "kick", "playerId": a2_id}));
+        assert_eq!(w.unanswered(), 2);
+        w.answer_writes();
+        expect_not_stored(&mut w, h1, "kick");
+        assert!(w.drain(a1).is_empty());
+        assert_eq!(w.recv(h2)["event"], "leave");
+        assert_eq!(w.recv(a2)["reason"], "kicked");
+        assert_eq!(
+            (
+                w.rooms[&p1].room().player_count(),
+                w.rooms[&p2].room().player_count()
+            ),
+            (2, 1)
+        );
+    }
+
+    #[test]
+    fn shutdown_closes_every_connection_going_away_and_keeps_the_room() {
+        let mut w = World::new();
+        let (pin, h, [(a, _, _), (b, _, _)]) = room_of_two(&mut w);
+        w.command(&pin, RoomCommand::Shutdown);
+        for c in [h, a, b] {
+            assert_eq!(
+                w.closed(c),
+                Some((CLOSE_GOING_AWAY, "server shutting down"))
+            );
+        }
+        assert!(w.rooms.contains_key(&pin));
+    }
+}

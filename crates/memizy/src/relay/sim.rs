@@ -32,8 +32,11 @@ pub struct World {
     /// Writes wait here, unanswered, while `holding`.
     holding: bool,
     unanswered: VecDeque<(String, PendingWrite)>,
-    /// The answers to bundle uploads, in order.
-    pub put_outcomes: Vec<PutOutcome>,
+    /// Rooms whose outputs are being carried out: a command that comes
+    /// meanwhile (a closed connection's detach) queues behind them.
+    pumping: HashSet<String>,
+    /// Every answer the rooms gave (attaches, queries, uploads), in order.
+    pub answers: Vec<Answer>,
     next_conn: ConnId,
     next_random: u32,
 }
@@ -55,7 +58,8 @@ impl World {
             all_failing: false,
             holding: false,
             unanswered: VecDeque::new(),
-            put_outcomes: Vec::new(),
+            answers: Vec::new(),
+            pumping: HashSet::new(),
             next_conn: 1,
             next_random: 0,
         }
@@ -204,7 +208,7 @@ impl World {
     }
 
     /// A bundle upload, as `PUT /api/rooms/:pin/bundle` hands it on; its
-    /// answer lands in `put_outcomes` once the store has answered.
+    /// answer lands in `answers` once the store has answered.
     pub fn put_bundle(&mut self, pin: &str, token: &str, app_name: &str) {
         let cmd = RoomCommand::PutBundle {
             token: token.to_owned(),
@@ -275,6 +279,14 @@ impl World {
 
     /// Carries out what room `pin` has for the store and for connections.
     fn pump(&mut self, pin: &str) {
+        if !self.pumping.insert(pin.to_owned()) {
+            return;
+        }
+        self.pump_now(pin);
+        self.pumping.remove(pin);
+    }
+
+    fn pump_now(&mut self, pin: &str) {
         loop {
             let Some(room) = self.rooms.get_mut(pin) else {
                 return;
@@ -297,14 +309,13 @@ impl World {
     fn carry_out(&mut self, pin: &str, done: Done<Source>) {
         let now = self.now();
         self.apply(pin, done.outputs, &done.tag);
-        match done.answer {
-            Answer::Attach(conn, AttachOutcome::Attached { host }) => {
-                if let Some(state) = self.conns.get_mut(&conn) {
-                    state.on_attached(pin.to_owned(), host, now);
-                }
+        if let Answer::Attach(conn, AttachOutcome::Attached { host }) = done.answer {
+            if let Some(state) = self.conns.get_mut(&conn) {
+                state.on_attached(pin.to_owned(), host, now);
             }
-            Answer::Put(outcome) => self.put_outcomes.push(outcome),
-            _ => {}
+        }
+        if done.answer != Answer::None {
+            self.answers.push(done.answer);
         }
     }
 
