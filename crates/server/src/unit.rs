@@ -120,12 +120,19 @@ pub async fn drive<U, D, C>(
                 return;
             }
         }
+        // A time that passed while commands kept the unit busy (or on a
+        // clock that moved without the timer) is handled before more come.
+        let now = clock.now_ms();
+        if unit.poll_timeout().is_some_and(|at| at <= now) {
+            unit.handle_timeout(now);
+            continue;
+        }
         if !open && acks.is_empty() {
             return;
         }
         let timer = unit
             .poll_timeout()
-            .map(|at| Duration::from_millis(at.saturating_sub(clock.now_ms())));
+            .map(|at| Duration::from_millis(at.saturating_sub(now)));
         tokio::select! {
             biased;
             durable = async { acks.front_mut().expect("not empty").1.as_mut().await },
@@ -150,5 +157,128 @@ async fn sleep(d: Option<Duration>) {
     match d {
         Some(d) => tokio::time::sleep(d).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{StoreMetrics, StoreProtocol};
+    use hostwire_core::ManualClock;
+    use hostwire_store::{StoreError, UnitResults, UnitStore};
+    use std::sync::Arc;
+
+    #[derive(Debug)]
+    struct Rec(u32);
+
+    impl StoreWrite for Rec {
+        fn bytes(&self) -> usize {
+            4
+        }
+    }
+
+    /// Refuses the record 4.
+    struct Refuses4;
+
+    impl UnitStore<Rec> for Refuses4 {
+        fn apply_units(&self, units: &[hostwire_store::Unit<'_, Rec>]) -> UnitResults {
+            hostwire_store::apply_each(units, |ws| match ws.iter().any(|r| r.0 == 4) {
+                true => Err(StoreError::Commit("refused".into())),
+                false => Ok(()),
+            })
+        }
+    }
+
+    /// A toy unit: an even command is stored and told (with whether it
+    /// was durable) once answered, and holds every command behind it; an
+    /// odd one is told at once; 9 asks for its timer.
+    #[derive(Default)]
+    struct Toy {
+        out: VecDeque<(u32, bool)>,
+        writes: VecDeque<Write<Rec>>,
+        pending: Option<u32>,
+        timer: Option<u64>,
+    }
+
+    impl Unit for Toy {
+        type Command = u32;
+        type Output = (u32, bool);
+        type Record = Rec;
+        fn handle(&mut self, n: u32, now: u64) {
+            match n {
+                9 => self.timer = Some(now),
+                n if n % 2 == 0 => {
+                    self.pending = Some(n);
+                    self.writes.push_back(Write {
+                        id: n.into(),
+                        records: vec![Rec(n)],
+                    });
+                }
+                n => self.out.push_back((n, true)),
+            }
+        }
+        fn poll_output(&mut self) -> Option<(u32, bool)> {
+            self.out.pop_front()
+        }
+        fn poll_timeout(&self) -> Option<u64> {
+            self.timer
+        }
+        fn handle_timeout(&mut self, _now: u64) {
+            self.timer = None;
+            self.out.push_back((99, true));
+        }
+        fn poll_write(&mut self) -> Option<Write<Rec>> {
+            self.writes.pop_front()
+        }
+        fn ack(&mut self, id: u64, durable: bool, _now: u64) {
+            assert_eq!(self.pending.take().map(u64::from), Some(id));
+            self.out.push_back((id as u32, durable));
+        }
+        fn accepts(&self) -> bool {
+            self.pending.is_none()
+        }
+    }
+
+    #[derive(Default)]
+    struct Told(Vec<(u32, bool)>);
+
+    impl Deliver<Toy> for Told {
+        fn deliver(&mut self, _: &Toy, out: (u32, bool)) -> ControlFlow<()> {
+            self.0.push(out);
+            ControlFlow::Continue(())
+        }
+    }
+
+    #[tokio::test]
+    async fn outputs_wait_for_their_acknowledgement_and_commands_behind_them_wait_in_the_queue() {
+        let writer = StoreWriter::start(
+            Arc::new(Refuses4) as Arc<dyn UnitStore<Rec>>,
+            StoreProtocol::Relay,
+            Arc::new(StoreMetrics::default()),
+        );
+        let clock = ManualClock::new(1_000);
+        let (tx, mut rx) = mpsc::channel::<u32>(8);
+        for n in [1, 2, 3, 4, 5, 9] {
+            tx.send(n).await.unwrap();
+        }
+        drop(tx);
+        let (mut toy, mut told) = (Toy::default(), Told::default());
+        let store = Store {
+            writer: &writer,
+            key: "toy",
+            clock: &clock,
+        };
+        drive(&mut toy, &mut told, &mut rx, store).await;
+        assert_eq!(
+            told.0,
+            [
+                (1, true),
+                (2, true),
+                (3, true),
+                (4, false),
+                (5, true),
+                (99, true)
+            ]
+        );
     }
 }
