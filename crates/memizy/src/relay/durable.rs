@@ -385,6 +385,18 @@ impl<T> DurableRoom<T> {
         self.ready.push_back(done);
     }
 
+    /// The host's upload: written beside the room's commands, answered
+    /// once written (the room goes on meanwhile).
+    fn put_bundle(&mut self, text: Bytes, app_name: Option<String>, tag: T) {
+        self.bundle_versions += 1;
+        let meta = BundleMeta {
+            version: self.bundle_versions,
+            app_name,
+        };
+        let change = self.room.bundle_change(meta.clone(), text);
+        self.write(vec![change], Flight::Bundle(meta, tag));
+    }
+
     /// Handles a command on the room as it is (nothing pending).
     fn run(&mut self, cmd: RoomCommand, tag: T, now: u64) {
         let before = may_change_durably(&cmd, &self.room, now).then(|| self.room.clone());
@@ -400,22 +412,7 @@ impl<T> DurableRoom<T> {
                 msg,
                 already_attached,
             } => {
-                let outcome = match &msg {
-                    RelayClientMessage::Host { host_token, .. } => room.attach_host(
-                        conn,
-                        host_token.as_deref(),
-                        already_attached,
-                        &mut outputs,
-                    ),
-                    RelayClientMessage::Join { name, token, .. } => room.attach_player(
-                        conn,
-                        name.as_deref(),
-                        token.as_deref(),
-                        already_attached,
-                        &mut outputs,
-                    ),
-                    _ => AttachOutcome::Refused { fatal: false },
-                };
+                let outcome = attach(room, conn, &msg, already_attached, &mut outputs);
                 answer = Answer::Attach(conn, outcome);
                 asked = Some((conn, not_stored(&msg)));
                 attaching = true;
@@ -447,19 +444,10 @@ impl<T> DurableRoom<T> {
                 token,
                 text,
                 app_name,
-            } => {
-                if room.host_token().matches(&token) {
-                    self.bundle_versions += 1;
-                    let meta = BundleMeta {
-                        version: self.bundle_versions,
-                        app_name,
-                    };
-                    let change = room.bundle_change(meta.clone(), text);
-                    // Answered once written; the room goes on meanwhile.
-                    return self.write(vec![change], Flight::Bundle(meta, tag));
-                }
-                answer = Answer::Put(PutOutcome::NotTheHost);
-            }
+            } => match room.host_token().matches(&token) {
+                true => return self.put_bundle(text, app_name, tag),
+                false => answer = Answer::Put(PutOutcome::NotTheHost),
+            },
             RoomCommand::Shutdown => {
                 for conn in room.conns() {
                     outputs.push(RoomOutput::Close {
@@ -499,6 +487,29 @@ impl<T> DurableRoom<T> {
                 self.ready.push_back(done);
             }
         }
+    }
+}
+
+/// `host` or `join` with the room's PIN.
+fn attach(
+    room: &mut Room,
+    conn: ConnId,
+    msg: &RelayClientMessage,
+    already_attached: bool,
+    out: &mut Vec<RoomOutput>,
+) -> AttachOutcome {
+    match msg {
+        RelayClientMessage::Host { host_token, .. } => {
+            room.attach_host(conn, host_token.as_deref(), already_attached, out)
+        }
+        RelayClientMessage::Join { name, token, .. } => room.attach_player(
+            conn,
+            name.as_deref(),
+            token.as_deref(),
+            already_attached,
+            out,
+        ),
+        _ => AttachOutcome::Refused { fatal: false },
     }
 }
 
