@@ -78,6 +78,8 @@ pub enum Answer {
     None,
     /// How `conn`'s attach ended (once its frames are out).
     Attach(ConnId, AttachOutcome),
+    /// `conn` has left the room: nothing more goes to it from here.
+    Detached(ConnId),
     Info(RoomInfo),
     IsHost(bool),
     /// The room's creation time and the version of the bundle it serves.
@@ -421,7 +423,10 @@ impl<T> DurableRoom<T> {
                 room.frame(conn, &msg, now, &mut outputs);
                 asked = Some((conn, not_stored(&msg)));
             }
-            RoomCommand::Detach { conn } => room.detach(conn, now, &mut outputs),
+            RoomCommand::Detach { conn } => {
+                room.detach(conn, now, &mut outputs);
+                answer = Answer::Detached(conn);
+            }
             RoomCommand::Sweep => {
                 if room.sweep(now, &mut outputs) {
                     expiry = Expiry::Expired;
@@ -785,15 +790,13 @@ mod tests {
             ["leave", "rename", "as Robert"]
         );
         assert_eq!(told[1]["player"]["name"], "Robert");
-        assert_eq!(
-            w.answers.last(),
-            Some(&Answer::Info(RoomInfo {
-                pin,
-                open: true,
-                app_name: None,
-                players: 1
-            }))
-        );
+        let info = RoomInfo {
+            pin,
+            open: true,
+            app_name: None,
+            players: 1,
+        };
+        assert!(w.answers.contains(&Answer::Info(info)), "{:?}", w.answers);
     }
 
     #[test]
@@ -822,6 +825,7 @@ mod tests {
         w.send(h, json!({"t": "open", "open": true}));
         w.disconnect(a);
         assert_eq!(w.recv(h)["event"], "disconnect");
+        assert_eq!(w.answers.last(), Some(&Answer::Detached(a)));
         // The host going away is written behind: told at once.
         w.disconnect(h);
         assert_eq!(w.recv(b)["t"], "host-presence");

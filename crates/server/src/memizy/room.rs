@@ -238,6 +238,9 @@ impl Conns<'_> {
                 }
                 let _ = reply.send(outcome);
             }
+            (Answer::Detached(conn), _) => {
+                self.conns.remove(&conn);
+            }
             (Answer::Info(info), Tag::Info(reply)) => {
                 let _ = reply.send(info);
             }
