@@ -20,4 +20,5 @@ pub mod metrics;
 mod outbound;
 pub mod playerthree;
 pub mod store_writer;
+pub mod unit;
 pub mod ws;

@@ -4,6 +4,7 @@
 pub mod bundle;
 pub mod connection;
 pub mod create;
+pub mod durable;
 pub mod protocol;
 pub mod room;
 #[cfg(test)]
@@ -12,6 +13,9 @@ mod sim;
 pub use bundle::{parse_bundle, BundleError, BundleUpload};
 pub use connection::{CloseWith, ConnId, ConnStep, ConnectionState};
 pub use create::{choose_pin, RoomCreationLimit};
+pub use durable::{
+    Answer, Done, DurableRoom, Expiry, PendingWrite, PutOutcome, RoomCommand, WriteId,
+};
 pub use protocol::*;
 pub use room::{
     AttachOutcome, BundleMeta, PlayerRecord, Room, RoomChange, RoomInfo, RoomOutput, RoomRecord,

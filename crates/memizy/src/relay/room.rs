@@ -281,6 +281,11 @@ impl Room {
         self.players.iter().map(Player::public).collect()
     }
 
+    /// The connections attached to this room.
+    pub fn conns(&self) -> Vec<ConnId> {
+        self.conns.keys().copied().collect()
+    }
+
     /// Whether `conn` is attached to this room.
     pub fn is_attached(&self, conn: ConnId) -> bool {
         self.conns.contains_key(&conn)
@@ -769,7 +774,7 @@ mod tests {
             Some((CLOSE_POLICY, "replaced by a new connection"))
         );
         assert_eq!(w.recv(h)["event"], "connect");
-        assert_eq!(w.rooms[&pin].player_count(), 1);
+        assert_eq!(w.rooms[&pin].room().player_count(), 1);
     }
 
     #[test]
@@ -833,7 +838,7 @@ mod tests {
         let c = w.connect();
         w.send(c, json!({"t": "join", "protocol": 1, "pin": pin}));
         w.expect_error(c, RelayErrorCode::RoomFull, true);
-        assert_eq!(w.rooms[&pin].player_count(), 2);
+        assert_eq!(w.rooms[&pin].room().player_count(), 2);
     }
 
     #[test]
@@ -900,7 +905,7 @@ mod tests {
             "a player's close closed nothing"
         );
         assert_eq!(
-            w.rooms[&pin].player_count(),
+            w.rooms[&pin].room().player_count(),
             1,
             "a player's kick kicked nobody"
         );
@@ -940,7 +945,7 @@ mod tests {
             json!({"t": "join", "protocol": 1, "pin": pin, "token": a_token}),
         );
         w.expect_error(again, RelayErrorCode::Kicked, true);
-        assert_eq!(w.rooms[&pin].player_count(), 2);
+        assert_eq!(w.rooms[&pin].room().player_count(), 2);
     }
 
     #[test]
@@ -961,7 +966,7 @@ mod tests {
                 since_ms: Some(T0 + 5_000)
             })
         );
-        assert_eq!(w.rooms[&pin].host_away_since_ms(), Some(T0 + 5_000));
+        assert_eq!(w.rooms[&pin].room().host_away_since_ms(), Some(T0 + 5_000));
     }
 
     #[test]
@@ -1074,7 +1079,7 @@ mod tests {
                 open: false
             }]
         );
-        assert!(!w.rooms[&pin].info().open);
+        assert!(!w.rooms[&pin].room().info().open);
     }
 
     #[test]
@@ -1084,7 +1089,7 @@ mod tests {
         let (a, _, _) = w.player(&pin, "A");
         let (b, _, _) = w.player(&pin, "B");
         let mut out = Vec::new();
-        let room = w.rooms.get_mut(&pin).unwrap();
+        let mut room = w.rooms[&pin].room().clone();
         room.detach(h, T0, &mut out);
         let broadcasts: Vec<_> = out
             .iter()

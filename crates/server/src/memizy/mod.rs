@@ -3,7 +3,7 @@
 //!
 //! - [`api`]: the HTTP API (`/api/…`), as an axum `Router`;
 //! - [`room`]: one task per room owns its state and handles its commands in
-//!   order;
+//!   order, driven by the server's one unit driver ([`crate::unit`]);
 //! - [`conn`]: each WebSocket connection's reader and writer, with a bounded
 //!   outbound queue.
 //!
@@ -157,25 +157,19 @@ impl Relay {
 
     fn spawn_room(self: &Arc<Self>, room: Room) {
         let (tx, rx) = mpsc::channel(ROOM_QUEUE);
-        let itself = tx.downgrade();
         if let Ok(mut rooms) = self.rooms.lock() {
             rooms.insert(room.pin().to_owned(), RoomHandle { tx });
         }
-        self.run_room(room, rx, itself);
+        self.run_room(room, rx);
     }
 
     /// Starts the task of a room whose handle is in `rooms` already.
-    fn run_room(
-        self: &Arc<Self>,
-        room: Room,
-        rx: mpsc::Receiver<RoomCmd>,
-        itself: mpsc::WeakSender<RoomCmd>,
-    ) {
+    fn run_room(self: &Arc<Self>, room: Room, rx: mpsc::Receiver<RoomCmd>) {
         self.players.fetch_add(room.player_count() as u64, Relaxed);
         self.metrics.rooms.fetch_add(1, Relaxed);
         let relay = Arc::clone(self);
         let span = room_span(room.pin());
-        tokio::spawn(async move { room::run(relay, room, rx, itself).await }.instrument(span));
+        tokio::spawn(async move { room::run(relay, room, rx).await }.instrument(span));
     }
 
     fn room(&self, pin: &str) -> Option<RoomHandle> {
@@ -219,7 +213,6 @@ impl Relay {
     async fn create_room(self: &Arc<Self>) -> Result<(String, String), CreateError> {
         let now = self.clock.now_ms();
         let (tx, rx) = mpsc::channel(ROOM_QUEUE);
-        let itself = tx.downgrade();
         let pin = {
             let mut rooms = self.rooms.lock().map_err(|_| CreateError::NotStored)?;
             // Capped well below the PIN space, so that the bounded PIN
@@ -246,7 +239,7 @@ impl Relay {
             }
             return Err(CreateError::NotStored);
         }
-        self.run_room(room, rx, itself);
+        self.run_room(room, rx);
         self.metrics.rooms_created.fetch_add(1, Relaxed);
         room_span(&pin).in_scope(|| tracing::info!("room created"));
         Ok((pin, token))

@@ -1,32 +1,25 @@
-//! One task per room: it owns the room's state (`hostwire_memizy::relay::Room`)
-//! and handles its commands in order, so "in order, at most once" holds by
-//! construction with no lock on the forwarding path. The room's outputs are
-//! typed frames; each is encoded once here, however many connections it
-//! goes to, and counted by its type.
-//!
-//! A change the store keeps (a join, a kick, `open`, a rename, the room's
-//! close or expiry) is acknowledged only once it is durable: the room waits
-//! for the store before it sends the change's frames or takes its next
-//! command, and if the store fails it goes back to the state from before the
-//! command and tells whoever asked (`INTERNAL_ERROR`). Forwarding never
-//! waits for the store: while a change is being stored, other connections'
-//! `to`, `up` and `ping` are handled on the state from before it. The
-//! host-away time is written behind (it only moves expiry after a restart)
-//! and written again at the next sweep if it failed. Bundles are written
-//! beside the room's commands, and served once stored.
+//! One task per room, driven by THE unit driver ([`crate::unit::drive`]):
+//! it owns the room's state and handles its commands in order, so "in
+//! order, at most once" holds by construction with no lock on the
+//! forwarding path. The durability rules (which change waits for the
+//! store, what goes ahead of it, going back when the store refuses) are
+//! the protocol crate's ([`DurableRoom`]); here its outputs are carried
+//! out: typed frames, each encoded once however many connections it goes
+//! to, and counted by its type; closes; answers to the requests waiting.
 
 use super::conn::Outbound;
 use super::metrics::RelayMetrics;
 use super::Relay;
-use crate::store_writer::Durable;
+use crate::unit::{self, Deliver, Store, Unit, Write};
 use axum::extract::ws::Utf8Bytes;
 use bytes::Bytes;
+pub(super) use hostwire_memizy::relay::PutOutcome;
 use hostwire_memizy::relay::*;
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
-use tracing::Instrument;
 
 pub(super) enum RoomCmd {
     Attach {
@@ -61,23 +54,7 @@ pub(super) enum RoomCmd {
         app_name: Option<String>,
         reply: oneshot::Sender<PutOutcome>,
     },
-    /// A bundle write has ended (sent by the task that waited for it).
-    BundleWritten {
-        meta: BundleMeta,
-        durable: bool,
-        reply: oneshot::Sender<PutOutcome>,
-    },
     Shutdown(oneshot::Sender<()>),
-}
-
-/// How a bundle upload ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum PutOutcome {
-    /// Durable, and served from now on as this version.
-    Stored(u64),
-    NotTheHost,
-    /// The store failed: the room serves the bundle it served before.
-    NotStored,
 }
 
 #[derive(Clone)]
@@ -99,384 +76,264 @@ fn encode(
     text
 }
 
-/// The connection being attached, until the room has answered it.
-type Attaching = Option<(ConnId, Outbound, oneshot::Sender<AttachOutcome>)>;
-
-/// Where a frame for `conn` goes: a connection of the room, or the one
-/// being attached (a refused connection is not the room's, but its answer
-/// goes to it).
-fn target<'a>(
-    conns: &'a HashMap<ConnId, Outbound>,
-    attaching: &'a Attaching,
-    conn: ConnId,
-) -> Option<&'a Outbound> {
-    conns.get(&conn).or_else(|| {
-        attaching
-            .as_ref()
-            .filter(|(c, ..)| *c == conn)
-            .map(|(_, o, _)| o)
-    })
+/// What a command carries to its outputs: the client frame their `data`
+/// ranges point into, or where its answer goes.
+pub(super) enum Tag {
+    None,
+    Source(Utf8Bytes),
+    /// The connection being attached (its frames go to it before it is
+    /// the room's) and its reader, waiting for the outcome.
+    Attach(Outbound, oneshot::Sender<AttachOutcome>),
+    Info(oneshot::Sender<RoomInfo>),
+    IsHost(oneshot::Sender<bool>),
+    Bundle(oneshot::Sender<Option<(u64, u64)>>),
+    Put(oneshot::Sender<PutOutcome>),
+    Shutdown(oneshot::Sender<()>),
 }
 
-/// Whether a command may make a change that is acknowledged only once
-/// durable (so the state from before it is kept, to go back to).
-fn may_change_durably(cmd: &RoomCmd, room: &Room, now: u64) -> bool {
-    match cmd {
-        RoomCmd::Attach { msg, .. } => matches!(msg, RelayClientMessage::Join { .. }),
-        RoomCmd::Frame { msg, .. } => matches!(
-            msg,
-            RelayClientMessage::Open { .. }
-                | RelayClientMessage::Kick { .. }
-                | RelayClientMessage::Close
-                | RelayClientMessage::Rename { .. }
-        ),
-        RoomCmd::Sweep => now > room.expires_at_ms(),
-        _ => false,
-    }
-}
-
-/// Whether a frame may be handled while another connection's change is
-/// being stored: forwarding and `ping` only, which change nothing stored
-/// and are not changed by it.
-fn goes_ahead(conn: ConnId, msg: &RelayClientMessage, by: Option<ConnId>) -> bool {
-    by != Some(conn)
-        && matches!(
-            msg,
-            RelayClientMessage::To { .. }
-                | RelayClientMessage::Up { .. }
-                | RelayClientMessage::Ping
-        )
-}
-
-/// What the client that asked for a change is told when the store failed.
-fn not_stored(msg: &RelayClientMessage) -> &'static str {
-    match msg {
-        RelayClientMessage::Join { .. } => {
-            "The server could not store this join; nothing changed. Try again."
-        }
-        RelayClientMessage::Kick { .. } => {
-            "The kick could not be stored; the player is still in the room. Try again."
-        }
-        RelayClientMessage::Open { .. } => {
-            "\"open\" could not be stored; the room is as it was. Try again."
-        }
-        RelayClientMessage::Close => {
-            "The room could not be closed: the store failed; it is still open. Try again."
-        }
-        RelayClientMessage::Rename { .. } => {
-            "The new name could not be stored; the name is as it was. Try again."
-        }
-        _ => "The change could not be stored; nothing changed. Try again.",
-    }
-}
-
-/// The room's task: handles commands until the room closes.
-pub(super) async fn run(
-    relay: Arc<Relay>,
-    mut room: Room,
-    mut rx: mpsc::Receiver<RoomCmd>,
-    itself: mpsc::WeakSender<RoomCmd>,
-) {
-    let pin = room.pin().to_owned();
-    let metrics = &relay.metrics;
-    let mut conns: HashMap<ConnId, Outbound> = HashMap::new();
-    let mut out: Vec<RoomOutput> = Vec::new();
-    let mut closed = false;
-    let mut players_before = room.player_count();
-    // The last host-away write, and whether one failed since the last
-    // sweep (the sweep writes the current value again).
-    let mut host_away: Option<Durable> = None;
-    let mut host_away_unsaved = false;
-    // Every bundle version tried, stored or not: a failed upload's number
-    // is never given to other content.
-    let mut bundle_versions = room.bundle().map_or(0, |b| b.version);
-    // A command that came while a change was being stored and could not
-    // go ahead of it: the next one handled.
-    let mut held: Option<RoomCmd> = None;
-    loop {
-        let cmd = match held.take() {
-            Some(c) => c,
-            None => match rx.recv().await {
-                Some(c) => c,
-                None => break,
-            },
-        };
-        let now = relay.clock.now_ms();
-        if let Some(ok) = host_away.as_mut().and_then(Durable::poll_now) {
-            host_away_unsaved |= !ok;
-            host_away = None;
-        }
-        let mut before = may_change_durably(&cmd, &room, now).then(|| room.clone());
-        let mut attaching: Attaching = None;
-        let mut outcome = AttachOutcome::Refused { fatal: false };
-        // Who asked for the change, and what they asked.
-        let mut asked: Option<(ConnId, RelayClientMessage)> = None;
-        let mut sweep = false;
-        // The client frame that `data` ranges of this command's outputs
-        // point into.
-        let mut source = Utf8Bytes::from_static("");
+impl From<RoomCmd> for (RoomCommand, Tag) {
+    fn from(cmd: RoomCmd) -> Self {
         match cmd {
             RoomCmd::Attach {
                 conn,
-                out: o,
+                out,
                 msg,
                 already_attached,
                 reply,
-            } => {
-                outcome = match &msg {
-                    RelayClientMessage::Host { host_token, .. } => {
-                        room.attach_host(conn, host_token.as_deref(), already_attached, &mut out)
-                    }
-                    RelayClientMessage::Join { name, token, .. } => room.attach_player(
-                        conn,
-                        name.as_deref(),
-                        token.as_deref(),
-                        already_attached,
-                        &mut out,
-                    ),
-                    _ => AttachOutcome::Refused { fatal: false },
-                };
-                if matches!(outcome, AttachOutcome::Attached { .. }) {
-                    conns.insert(conn, o.clone());
-                }
-                attaching = Some((conn, o, reply));
-                asked = Some((conn, msg));
-            }
+            } => (
+                RoomCommand::Attach {
+                    conn,
+                    msg,
+                    already_attached,
+                },
+                Tag::Attach(out, reply),
+            ),
             RoomCmd::Frame { conn, msg, text } => {
-                room.frame(conn, &msg, now, &mut out);
-                source = text;
-                if before.is_some() {
-                    asked = Some((conn, msg));
-                }
+                (RoomCommand::Frame { conn, msg }, Tag::Source(text))
             }
-            RoomCmd::Detach { conn } => {
-                room.detach(conn, now, &mut out);
-                conns.remove(&conn);
-            }
-            RoomCmd::Sweep => {
-                sweep = room.sweep(now, &mut out);
-                if !sweep && host_away_unsaved {
-                    host_away_unsaved = false;
-                    out.push(RoomOutput::Persist(RoomChange::HostAway {
-                        pin: pin.clone(),
-                        since_ms: room.host_away_since_ms(),
-                    }));
-                }
-            }
-            RoomCmd::Info(reply) => {
-                let _ = reply.send(room.info());
-            }
-            RoomCmd::IsHost { token, reply } => {
-                let _ = reply.send(room.host_token().matches(&token));
-            }
-            RoomCmd::GetBundle(reply) => {
-                let _ = reply.send(room.bundle().map(|m| (room.created_at_ms(), m.version)));
-            }
+            RoomCmd::Detach { conn } => (RoomCommand::Detach { conn }, Tag::None),
+            RoomCmd::Sweep => (RoomCommand::Sweep, Tag::None),
+            RoomCmd::Info(reply) => (RoomCommand::Info, Tag::Info(reply)),
+            RoomCmd::IsHost { token, reply } => (RoomCommand::IsHost { token }, Tag::IsHost(reply)),
+            RoomCmd::GetBundle(reply) => (RoomCommand::GetBundle, Tag::Bundle(reply)),
             RoomCmd::PutBundle {
                 token,
                 text,
                 app_name,
                 reply,
-            } => {
-                if !room.host_token().matches(&token) {
-                    let _ = reply.send(PutOutcome::NotTheHost);
-                    continue;
-                }
-                bundle_versions += 1;
-                let meta = BundleMeta {
-                    version: bundle_versions,
+            } => (
+                RoomCommand::PutBundle {
+                    token,
+                    text,
                     app_name,
-                };
-                let change = room.bundle_change(meta.clone(), text);
-                // Queued in the room's order; its answer is awaited beside
-                // the room, which goes on forwarding meanwhile.
-                let durable = relay.writer.queue_acked(&pin, vec![change]).await;
-                let itself = itself.clone();
-                tokio::spawn(
-                    async move {
-                        let durable = durable.wait().await;
-                        let cmd = RoomCmd::BundleWritten {
-                            meta,
-                            durable,
-                            reply,
-                        };
-                        // A room gone meanwhile drops the reply: 404.
-                        if let Some(tx) = itself.upgrade() {
-                            let _ = tx.send(cmd).await;
-                        }
-                    }
-                    .in_current_span(),
-                );
-                continue;
-            }
-            RoomCmd::BundleWritten {
-                meta,
-                durable,
-                reply,
-            } => {
-                let answer = if durable {
-                    let version = meta.version;
-                    room.bundle_stored(meta);
-                    relay.bundles.forget(&pin);
-                    PutOutcome::Stored(version)
-                } else {
-                    PutOutcome::NotStored
-                };
-                let _ = reply.send(answer);
-                continue;
-            }
-            RoomCmd::Shutdown(done) => {
-                for o in conns.values() {
-                    o.close(CLOSE_GOING_AWAY, "server shutting down");
-                }
-                conns.clear();
-                let _ = done.send(());
-                continue;
-            }
+                },
+                Tag::Put(reply),
+            ),
+            RoomCmd::Shutdown(done) => (RoomCommand::Shutdown, Tag::Shutdown(done)),
         }
-        // The durable changes first: nothing of this command is sent
-        // before they are stored.
-        let mut changes = Vec::new();
-        if out.iter().any(|o| matches!(o, RoomOutput::Persist(_))) {
-            for o in std::mem::take(&mut out) {
-                match o {
-                    RoomOutput::Persist(c) => changes.push(c),
-                    o => out.push(o),
-                }
-            }
-        }
-        let acked = changes
-            .iter()
-            .any(|c| !matches!(c, RoomChange::HostAway { .. }));
-        if acked {
-            // A full store queue holds this room here: its commands wait
-            // in its own bounded queue, its senders behind that.
-            let stored = relay.writer.queue_acked(&pin, changes).await.wait();
-            tokio::pin!(stored);
-            // Meanwhile other connections' `to`, `up` and `ping` go ahead,
-            // on the state from before the change, as if they had come just
-            // before it: they change nothing, and the change is not theirs.
-            // Anything else waits, and so does everything after it.
-            let by = asked.as_ref().map(|(c, _)| *c);
-            let durable = loop {
-                tokio::select! {
-                    biased;
-                    ok = &mut stored => break ok,
-                    cmd = rx.recv(), if held.is_none() => match cmd {
-                        Some(RoomCmd::Frame { conn, msg, text })
-                            if before.is_some() && goes_ahead(conn, &msg, by) =>
-                        {
-                            let mut ahead = Vec::new();
-                            if let Some(b) = before.as_mut() {
-                                b.frame(conn, &msg, relay.clock.now_ms(), &mut ahead);
-                            }
-                            for o in ahead {
-                                if let RoomOutput::Send { conn, frame } = o {
-                                    if let Some(t) = conns.get(&conn) {
-                                        t.frame(encode(metrics, &frame, &text, 1), metrics);
-                                    }
-                                }
-                            }
-                        }
-                        Some(cmd) => held = Some(cmd),
-                        // Closing: the senders are gone; the answer still
-                        // comes.
-                        None => break (&mut stored).await,
-                    },
-                }
-            };
-            if !durable {
-                match before {
-                    Some(b) => room = b,
-                    None => tracing::error!("a change failed that cannot be undone"),
-                }
-                out.clear();
-                if sweep {
-                    // Tried again at the next sweep.
-                    tracing::warn!("expired room not deleted: the store failed");
-                    sweep = false;
-                }
-                if let Some((conn, msg)) = &asked {
-                    let frame = RelayServerMessage::error(
-                        RelayErrorCode::InternalError,
-                        not_stored(msg),
-                        false,
-                    );
-                    out.push(RoomOutput::Send { conn: *conn, frame });
-                    if attaching.is_some() {
-                        // Not joined: the client reconnects and joins
-                        // again, as after any dropped connection.
-                        conns.remove(conn);
-                        outcome = AttachOutcome::Refused { fatal: true };
-                        out.push(RoomOutput::Close {
-                            conn: *conn,
-                            code: CLOSE_INTERNAL_ERROR,
-                            reason: "store unavailable",
-                        });
-                    }
-                }
-            }
-        } else if !changes.is_empty() {
-            host_away = Some(relay.writer.queue_acked(&pin, changes).await);
-        }
-        if sweep {
-            metrics.rooms_expired.fetch_add(1, Relaxed);
-            tracing::info!("room expired");
-        }
-        for o in out.drain(..) {
+    }
+}
+
+impl Unit for DurableRoom<Tag> {
+    type Command = (RoomCommand, Tag);
+    type Output = Done<Tag>;
+    type Record = RoomChange;
+
+    fn handle(&mut self, (cmd, tag): Self::Command, now: u64) {
+        DurableRoom::handle(self, cmd, tag, now)
+    }
+    fn poll_output(&mut self) -> Option<Done<Tag>> {
+        DurableRoom::poll_output(self)
+    }
+    fn poll_timeout(&self) -> Option<u64> {
+        DurableRoom::poll_timeout(self)
+    }
+    // No timer: the relay's sweep timer sends `Sweep`.
+    fn handle_timeout(&mut self, _now: u64) {}
+    fn poll_write(&mut self) -> Option<Write<RoomChange>> {
+        DurableRoom::poll_write(self).map(|w| Write {
+            id: w.id,
+            records: w.changes,
+        })
+    }
+    fn ack(&mut self, id: u64, durable: bool, now: u64) {
+        DurableRoom::ack(self, id, durable, now)
+    }
+    fn accepts(&self) -> bool {
+        DurableRoom::accepts(self)
+    }
+}
+
+/// The server side of one room: its connections' outbound queues.
+struct Conns<'a> {
+    relay: &'a Relay,
+    pin: &'a str,
+    conns: HashMap<ConnId, Outbound>,
+    /// The room's players as counted in the relay's total.
+    players: usize,
+}
+
+impl Conns<'_> {
+    /// Where a frame for `conn` goes: a connection of the room, or the one
+    /// being attached (a refused connection is not the room's, but its
+    /// answer goes to it).
+    fn target<'a>(
+        &'a self,
+        attaching: Option<(ConnId, &'a Outbound)>,
+        conn: ConnId,
+    ) -> Option<&'a Outbound> {
+        self.conns
+            .get(&conn)
+            .or_else(|| attaching.filter(|(c, _)| *c == conn).map(|(_, o)| o))
+    }
+
+    /// Sends the frames and closes; true once the room has closed.
+    fn carry_out(
+        &mut self,
+        outputs: Vec<RoomOutput>,
+        source: &str,
+        attaching: Option<(ConnId, &Outbound)>,
+    ) -> bool {
+        let metrics = &*self.relay.metrics;
+        let mut closed = false;
+        for o in outputs {
             match o {
                 RoomOutput::Send { conn, frame } => {
-                    if let Some(t) = target(&conns, &attaching, conn) {
-                        t.frame(encode(metrics, &frame, &source, 1), metrics);
+                    if let Some(t) = self.target(attaching, conn) {
+                        t.frame(encode(metrics, &frame, source, 1), metrics);
                     }
                 }
                 RoomOutput::Broadcast { conns: to, frame } => {
-                    let targets: Vec<&Outbound> = to.iter().filter_map(|c| conns.get(c)).collect();
+                    let targets: Vec<&Outbound> =
+                        to.iter().filter_map(|c| self.conns.get(c)).collect();
                     if !targets.is_empty() {
-                        let text = encode(metrics, &frame, &source, targets.len());
+                        let text = encode(metrics, &frame, source, targets.len());
                         for t in targets {
                             t.frame(text.clone(), metrics);
                         }
                     }
                 }
                 RoomOutput::Close { conn, code, reason } => {
-                    if let Some(t) = conns.remove(&conn) {
+                    if let Some(t) = self.conns.remove(&conn) {
                         t.close(code, reason);
-                    } else if let Some(t) = target(&conns, &attaching, conn) {
+                    } else if let Some(t) = self.target(attaching, conn) {
                         t.close(code, reason);
                     }
                 }
+                // The room hands its records out as writes, never here.
                 RoomOutput::Persist(_) => {}
                 RoomOutput::RoomClosed => closed = true,
             }
         }
-        // Answered once its frames are queued: the reader's next frames
-        // come after them.
-        if let Some((_, _, reply)) = attaching.take() {
-            let _ = reply.send(outcome);
-        }
-        let players_now = room.player_count();
-        if players_now != players_before {
-            if players_now > players_before {
-                relay
-                    .players
-                    .fetch_add((players_now - players_before) as u64, Relaxed);
-            } else {
-                relay
-                    .players
-                    .fetch_sub((players_before - players_now) as u64, Relaxed);
+        closed
+    }
+
+    /// Answers the request that waits for `answer`, once its frames are
+    /// queued (the reader's next frames come after them).
+    fn answer(&mut self, answer: Answer, tag: Tag) {
+        match (answer, tag) {
+            (Answer::Attach(conn, outcome), Tag::Attach(out, reply)) => {
+                if matches!(outcome, AttachOutcome::Attached { .. }) {
+                    self.conns.insert(conn, out);
+                }
+                let _ = reply.send(outcome);
             }
-            players_before = players_now;
-        }
-        if closed {
-            break;
+            (Answer::Detached(conn), _) => {
+                self.conns.remove(&conn);
+            }
+            (Answer::Info(info), Tag::Info(reply)) => {
+                let _ = reply.send(info);
+            }
+            (Answer::IsHost(is), Tag::IsHost(reply)) => {
+                let _ = reply.send(is);
+            }
+            (Answer::Bundle(b), Tag::Bundle(reply)) => {
+                let _ = reply.send(b);
+            }
+            (Answer::Put(outcome), Tag::Put(reply)) => {
+                if let PutOutcome::Stored(_) = outcome {
+                    self.relay.bundles.forget(self.pin);
+                }
+                let _ = reply.send(outcome);
+            }
+            (_, Tag::Shutdown(done)) => {
+                self.conns.clear();
+                let _ = done.send(());
+            }
+            _ => {}
         }
     }
+
+    /// Moves the relay's player count by this room's change.
+    fn count_players(&mut self, now: usize) {
+        let players = &self.relay.players;
+        if now > self.players {
+            players.fetch_add((now - self.players) as u64, Relaxed);
+        } else if now < self.players {
+            players.fetch_sub((self.players - now) as u64, Relaxed);
+        }
+        self.players = now;
+    }
+}
+
+impl Deliver<DurableRoom<Tag>> for Conns<'_> {
+    fn deliver(&mut self, room: &DurableRoom<Tag>, done: Done<Tag>) -> ControlFlow<()> {
+        let Done {
+            tag,
+            outputs,
+            answer,
+            expiry,
+        } = done;
+        match expiry {
+            Expiry::Expired => {
+                self.relay.metrics.rooms_expired.fetch_add(1, Relaxed);
+                tracing::info!("room expired");
+            }
+            // Tried again at the next sweep.
+            Expiry::NotStored => tracing::warn!("expired room not deleted: the store failed"),
+            Expiry::None => {}
+        }
+        let (source, tag) = match tag {
+            Tag::Source(text) => (text, Tag::None),
+            tag => (Utf8Bytes::from_static(""), tag),
+        };
+        let attaching = match (&answer, &tag) {
+            (Answer::Attach(conn, _), Tag::Attach(out, _)) => Some((*conn, out)),
+            _ => None,
+        };
+        let closed = self.carry_out(outputs, &source, attaching);
+        self.answer(answer, tag);
+        self.count_players(room.acknowledged().player_count());
+        if closed {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+}
+
+/// The room's task: handles commands until the room closes.
+pub(super) async fn run(relay: Arc<Relay>, room: Room, mut rx: mpsc::Receiver<RoomCmd>) {
+    let pin = room.pin().to_owned();
+    let mut conns = Conns {
+        relay: &relay,
+        pin: &pin,
+        conns: HashMap::new(),
+        players: room.player_count(),
+    };
+    let mut room = DurableRoom::new(room);
+    let store = Store {
+        writer: &relay.writer,
+        key: &pin,
+        clock: &*relay.clock,
+    };
+    unit::drive(&mut room, &mut conns, &mut rx, store).await;
+    let players = conns.players;
     if let Ok(mut rooms) = relay.rooms.lock() {
         rooms.remove(&pin);
     }
     relay.bundles.forget(&pin);
-    relay.players.fetch_sub(room.player_count() as u64, Relaxed);
-    metrics.rooms.fetch_sub(1, Relaxed);
+    relay.players.fetch_sub(players as u64, Relaxed);
+    relay.metrics.rooms.fetch_sub(1, Relaxed);
     tracing::info!("room closed");
 }
