@@ -1,7 +1,7 @@
 //! What a match's task is asked ([`MatchCmd`]) and the handle it is asked
 //! through ([`MatchHandle`]), with the seat an MCP session is bound to.
 
-use super::super::ws::ConnOut;
+use crate::playerthree::ws::ConnOut;
 use axum::extract::ws::Utf8Bytes;
 use hostwire_playerthree::host::{ProposalStatus, Told};
 use hostwire_playerthree::protocol::{Disclosure, ProtocolError};
@@ -120,5 +120,5 @@ pub struct MatchHandle {
     pub operator_token: TokenHash,
     pub tx: mpsc::Sender<MatchCmd>,
     /// What its connections may send, in bytes ([`super::pace`]).
-    pub inbound: Arc<super::super::pace::InboundPace>,
+    pub inbound: Arc<crate::playerthree::pace::InboundPace>,
 }

@@ -23,13 +23,13 @@ impl Actor {
             .values()
             .filter_map(|p| p.idle_since)
             .min()
-            .map(|t| t.saturating_add(super::super::mcp::MCP_LIVE_GRACE_MS))
+            .map(|t| t.saturating_add(crate::playerthree::mcp::MCP_LIVE_GRACE_MS))
     }
 
     /// Disconnects the MCP presences idle for the grace: their seats are
     /// no longer live.
     pub(super) fn end_idle_presences(&mut self, now: u64) {
-        let grace = super::super::mcp::MCP_LIVE_GRACE_MS;
+        let grace = crate::playerthree::mcp::MCP_LIVE_GRACE_MS;
         let ended: Vec<TokenHash> = self
             .mcp_presence
             .iter()
@@ -130,7 +130,10 @@ impl Actor {
         if told.is_empty() {
             return;
         }
-        let data: Arc<[Value]> = told.iter().map(super::super::mcp::told_json).collect();
+        let data: Arc<[Value]> = told
+            .iter()
+            .map(crate::playerthree::mcp::told_json)
+            .collect();
         for conn in subs {
             let Some(s) = self.inbox_subscribers.get_mut(&conn) else {
                 continue;
@@ -145,7 +148,7 @@ impl Actor {
             tokio::spawn(tracing::Instrument::in_current_span(async move {
                 for d in data.iter() {
                     let param = LoggingMessageNotificationParam::new(LoggingLevel::Info, d.clone())
-                        .with_logger(super::super::mcp::TELL_LOGGER);
+                        .with_logger(crate::playerthree::mcp::TELL_LOGGER);
                     if let Err(e) = peer.notify_logging_message(param).await {
                         tracing::warn!(error = %e, "tell not pushed");
                         break;
@@ -190,7 +193,7 @@ impl Actor {
                 continue;
             }
             self.notified.insert(team.clone(), v.clone());
-            let uri = super::super::mcp::view_uri(self.m.id(), &team);
+            let uri = crate::playerthree::mcp::view_uri(self.m.id(), &team);
             for s in self.subscribers.values().filter(|s| s.team == team) {
                 let peer = s.peer.clone();
                 let uri = uri.clone();

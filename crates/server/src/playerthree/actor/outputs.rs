@@ -134,7 +134,7 @@ impl Actor {
                     if let Record::Token { token_hash, .. } = &r {
                         self.p3.note_token(*token_hash, self.m.id());
                     }
-                    writes.push(super::super::writer::write_of(self.m.id(), &r));
+                    writes.push(crate::playerthree::writer::write_of(self.m.id(), &r));
                 }
                 Output::Told(t) => told.push(t.role),
                 // `perform` splits the outputs at each of these.
