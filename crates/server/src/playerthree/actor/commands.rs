@@ -119,6 +119,6 @@ pub struct MatchHandle {
     /// The operator token's hash (the text is never kept).
     pub operator_token: TokenHash,
     pub tx: mpsc::Sender<MatchCmd>,
-    /// What its connections may send, in bytes ([`super::pace`]).
+    /// What its connections may send, in bytes ([`crate::playerthree::pace`]).
     pub inbound: Arc<crate::playerthree::pace::InboundPace>,
 }
