@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 pub(super) fn close(core: &Core, conn: ConnId, code: u16) {
     if let Some(out) = core.conns.get(&conn) {
-        out.close(code, ws::close_reason(code));
+        out.close(code, hostwire_ggui::channel::close_reason(code));
     }
 }
 

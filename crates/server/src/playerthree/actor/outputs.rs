@@ -2,9 +2,9 @@
 //! by all its readers), closes with the protocol's codes, records to the
 //! writer, a durable reply held until its records are committed.
 
-use super::{Actor, CLOSE_RATE_LIMITED, CLOSE_REVOKED};
+use super::Actor;
 use axum::extract::ws::Utf8Bytes;
-use hostwire_playerthree::host::{CloseReason, Output};
+use hostwire_playerthree::host::Output;
 use hostwire_playerthree::tokens::TokenHash;
 use hostwire_playerthree::{ConnId, Record};
 use hostwire_store::playerthree::PlayerThreeWrite;
@@ -95,12 +95,8 @@ impl Actor {
                 }
                 Output::Close { conn, reason } => {
                     if let Some(out) = self.conns.remove(&conn) {
-                        match reason {
-                            CloseReason::Revoked => out.close(CLOSE_REVOKED, "token revoked"),
-                            CloseReason::RateLimited => {
-                                out.close(CLOSE_RATE_LIMITED, "rate limited")
-                            }
-                        }
+                        let (code, text) = reason.close();
+                        out.close(code, text);
                     }
                     self.forget_session(conn);
                     // An MCP presence closed (revoked, rate limited): its
