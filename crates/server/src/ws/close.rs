@@ -1,54 +1,11 @@
-//! How a connection ends: the WebSocket layer's refusals mapped to close
-//! codes (RFC 6455 violations), and the clean close handshake.
+//! How a connection ends cleanly: the server's Close frame after what is
+//! queued, then the peer's Close awaited, so that both reach the other
+//! side instead of a TCP reset.
 
-use super::config::{CLOSE_INVALID_DATA, CLOSE_NORMAL, CLOSE_PROTOCOL_ERROR};
+use super::config::CLOSE_NORMAL;
 use super::reader::{End, Reader};
-use crate::outbound::Close;
 use axum::extract::ws::Message;
 use futures_util::StreamExt;
-
-/// How the WebSocket layer's refusal of what the client sent ends the
-/// connection.
-pub(super) enum ReadError {
-    Oversized,
-    /// Not WebSocket as RFC 6455 has it: closed with this code and reason.
-    Violation(Close),
-    /// The socket failed or ended: nothing can be sent.
-    Gone,
-}
-
-pub(super) fn read_error(e: axum::Error) -> ReadError {
-    use tungstenite::error::ProtocolError as P;
-    let e = e.into_inner();
-    let Some(e) = e.downcast_ref::<tungstenite::Error>() else {
-        return ReadError::Gone;
-    };
-    match e {
-        tungstenite::Error::Capacity(_) => ReadError::Oversized,
-        tungstenite::Error::Utf8(_) => {
-            ReadError::Violation((CLOSE_INVALID_DATA, "invalid UTF-8 in a text frame"))
-        }
-        tungstenite::Error::Protocol(p) => ReadError::Violation((
-            CLOSE_PROTOCOL_ERROR,
-            match p {
-                P::UnmaskedFrameFromClient => "unmasked client frame",
-                P::NonZeroReservedBits => "reserved bits set",
-                P::UnknownDataFrameType(_) | P::UnknownControlFrameType(_) => "unknown opcode",
-                P::FragmentedControlFrame => "fragmented control frame",
-                P::ControlFrameTooBig => "control frame over 125 bytes",
-                P::UnexpectedContinueFrame | P::ExpectedFragment(_) => "continuation out of order",
-                P::InvalidCloseSequence => "invalid close frame",
-                // The socket ended or the handshake is over: nothing to
-                // answer.
-                P::ResetWithoutClosingHandshake | P::ReceivedAfterClosing | P::SendAfterClosing => {
-                    return ReadError::Gone
-                }
-                _ => "protocol error",
-            },
-        )),
-        _ => ReadError::Gone,
-    }
-}
 
 impl Reader {
     /// Ends the connection cleanly: closes it (after what is queued) unless

@@ -1,10 +1,11 @@
 //! The reading side of a connection: events in, the idle timeout and the
-//! server's pings on one timer.
+//! server's pings on one timer, the WebSocket layer's refusals of what the
+//! peer sent mapped to close codes (RFC 6455 violations: 1007, 1002).
 
-use super::close::{read_error, ReadError};
-use super::config::{Config, IDLE};
+use super::config::{Config, CLOSE_INVALID_DATA, CLOSE_PROTOCOL_ERROR, IDLE};
 use super::sockets::Sockets;
 use super::writer::Outbound;
+use crate::outbound::Close;
 use axum::extract::ws::{Message, Utf8Bytes, WebSocket};
 use bytes::Bytes;
 use futures_util::stream::SplitStream;
@@ -57,6 +58,49 @@ pub struct Reader {
     pub(super) end: End,
     pub(super) registered: Option<(Sockets, u64)>,
     pub(super) config: Arc<Config>,
+}
+
+/// How the WebSocket layer's refusal of what the client sent ends the
+/// connection.
+enum ReadError {
+    Oversized,
+    /// Not WebSocket as RFC 6455 has it: closed with this code and reason.
+    Violation(Close),
+    /// The socket failed or ended: nothing can be sent.
+    Gone,
+}
+
+fn read_error(e: axum::Error) -> ReadError {
+    use tungstenite::error::ProtocolError as P;
+    let e = e.into_inner();
+    let Some(e) = e.downcast_ref::<tungstenite::Error>() else {
+        return ReadError::Gone;
+    };
+    match e {
+        tungstenite::Error::Capacity(_) => ReadError::Oversized,
+        tungstenite::Error::Utf8(_) => {
+            ReadError::Violation((CLOSE_INVALID_DATA, "invalid UTF-8 in a text frame"))
+        }
+        tungstenite::Error::Protocol(p) => ReadError::Violation((
+            CLOSE_PROTOCOL_ERROR,
+            match p {
+                P::UnmaskedFrameFromClient => "unmasked client frame",
+                P::NonZeroReservedBits => "reserved bits set",
+                P::UnknownDataFrameType(_) | P::UnknownControlFrameType(_) => "unknown opcode",
+                P::FragmentedControlFrame => "fragmented control frame",
+                P::ControlFrameTooBig => "control frame over 125 bytes",
+                P::UnexpectedContinueFrame | P::ExpectedFragment(_) => "continuation out of order",
+                P::InvalidCloseSequence => "invalid close frame",
+                // The socket ended or the handshake is over: nothing to
+                // answer.
+                P::ResetWithoutClosingHandshake | P::ReceivedAfterClosing | P::SendAfterClosing => {
+                    return ReadError::Gone
+                }
+                _ => "protocol error",
+            },
+        )),
+        _ => ReadError::Gone,
+    }
 }
 
 impl Reader {
