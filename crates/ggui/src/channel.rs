@@ -94,6 +94,25 @@ pub const IDLE_TIMEOUT_MS: u64 = 90_000;
 pub const CLOSE_POLICY_VIOLATION: u16 = 1008;
 /// Close code after `UPGRADE_REQUIRED` under the strict policy.
 pub const CLOSE_UPGRADE_REQUIRED: u16 = 1000;
+/// Close code of a socket idle for [`IDLE_TIMEOUT_MS`], or when the server
+/// goes away.
+pub const CLOSE_GOING_AWAY: u16 = 1001;
+/// Close code for a connection that was told of changes the store then
+/// refused (1011, the server's own error): it subscribes again and is
+/// replayed what was stored.
+pub const CLOSE_STORE_FAILED: u16 = 1011;
+
+/// The reason sent with a close the channel asks for ([`Output::Close`]):
+/// a fixed text per code, whatever the message that came with it.
+pub fn close_reason(code: u16) -> &'static str {
+    match code {
+        crate::decode::CLOSE_MESSAGE_TOO_BIG => "frame too large",
+        CLOSE_POLICY_VIOLATION => "rate limit exceeded",
+        CLOSE_UPGRADE_REQUIRED => "upgrade required",
+        CLOSE_GOING_AWAY => "going away",
+        _ => "closed",
+    }
+}
 
 /// A long poll's wait: the requested time, at most [`LONG_POLL_MAX_MS`].
 pub fn clamp_long_poll_ms(requested_ms: Option<u64>) -> u64 {

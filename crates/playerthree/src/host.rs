@@ -93,6 +93,16 @@ pub enum CloseReason {
     RateLimited,
 }
 
+impl CloseReason {
+    /// The close code and reason the connection is closed with.
+    pub const fn close(self) -> (u16, &'static str) {
+        match self {
+            CloseReason::Revoked => (crate::protocol::CLOSE_REVOKED, "token revoked"),
+            CloseReason::RateLimited => (crate::protocol::CLOSE_RATE_LIMITED, "rate limited"),
+        }
+    }
+}
+
 /// Who wrote a chat line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -116,6 +116,16 @@ pub enum ServerErrorCode {
 }
 
 impl ServerErrorCode {
+    /// The close code of a socket whose join was refused with this error:
+    /// a bad token 4001, a full server 1013, anything else 1008.
+    pub const fn join_refused_close(self) -> u16 {
+        match self {
+            Self::BadToken => CLOSE_BAD_TOKEN,
+            Self::Busy => CLOSE_TOO_SLOW,
+            _ => CLOSE_POLICY,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::BadMessage => "bad_message",
@@ -658,6 +668,16 @@ impl ServerMsg {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn each_close_has_its_code() {
+        use crate::host::CloseReason;
+        assert_eq!(CloseReason::Revoked.close(), (4003, "token revoked"));
+        assert_eq!(CloseReason::RateLimited.close(), (4029, "rate limited"));
+        assert_eq!(ServerErrorCode::BadToken.join_refused_close(), 4001);
+        assert_eq!(ServerErrorCode::Busy.join_refused_close(), 1013);
+        assert_eq!(ServerErrorCode::Forbidden.join_refused_close(), 1008);
+    }
 
     #[test]
     fn every_msg_name_is_the_op_with_the_prefix() {

@@ -1285,3 +1285,15 @@ fn a_burst_of_actions_within_the_rate_limit_is_held_and_each_acked() {
     }
     assert_eq!(acks, burst);
 }
+
+#[test]
+fn each_close_the_channel_asks_for_has_its_reason() {
+    assert_eq!(close_reason(CLOSE_POLICY_VIOLATION), "rate limit exceeded");
+    assert_eq!(close_reason(CLOSE_UPGRADE_REQUIRED), "upgrade required");
+    assert_eq!(close_reason(CLOSE_GOING_AWAY), "going away");
+    assert_eq!(
+        close_reason(hostwire_ggui::decode::CLOSE_MESSAGE_TOO_BIG),
+        "frame too large"
+    );
+    assert_eq!(close_reason(CLOSE_STORE_FAILED), "closed");
+}

@@ -36,7 +36,9 @@ use actor::{run_actor, Validations};
 use records::restored;
 pub mod ws;
 
-pub use actor::{CLOSE_STORE_FAILED, MAX_BATCH_COMMANDS, MAX_BATCH_FRAME_BYTES};
+pub use actor::{MAX_BATCH_COMMANDS, MAX_BATCH_FRAME_BYTES};
+/// The live channel's close after a refused store (the protocol crate's).
+pub use hostwire_ggui::channel::CLOSE_STORE_FAILED;
 
 use crate::http::AllowedOrigins;
 use crate::metrics::{write_counter, write_gauge, Render};

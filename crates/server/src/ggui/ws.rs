@@ -8,7 +8,6 @@ use axum::extract::ws::Utf8Bytes;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use hostwire_ggui::channel::{CLOSE_POLICY_VIOLATION, CLOSE_UPGRADE_REQUIRED};
 use hostwire_ggui::decode::{CLOSE_MESSAGE_TOO_BIG, MAX_FRAME_BYTES};
 use hostwire_ggui::{codes, encode_error, make_error_payload, ConnId};
 use std::collections::HashMap;
@@ -29,6 +28,8 @@ pub const OUTBOUND_BYTES: usize = 16 * 1024 * 1024;
 
 pub const CLOSE_NORMAL: u16 = ws::CLOSE_NORMAL;
 pub const CLOSE_GOING_AWAY: u16 = ws::CLOSE_GOING_AWAY;
+// The channel's going-away code is the socket driver's.
+const _: () = assert!(CLOSE_GOING_AWAY == hostwire_ggui::channel::CLOSE_GOING_AWAY);
 pub const CLOSE_TOO_SLOW: u16 = ws::CLOSE_TOO_SLOW;
 
 /// The live channel's socket settings (its frame bound in frames from the
@@ -43,17 +44,6 @@ fn socket_config(outbound_frames: usize) -> ws::Config {
         outbound_bytes: OUTBOUND_BYTES,
         oversized: (CLOSE_MESSAGE_TOO_BIG, "frame too large"),
         ..ws::Config::new(MAX_FRAME_BYTES)
-    }
-}
-
-/// The reason sent with a close the core asked for.
-pub(crate) fn close_reason(code: u16) -> &'static str {
-    match code {
-        CLOSE_MESSAGE_TOO_BIG => "frame too large",
-        CLOSE_POLICY_VIOLATION => "rate limit exceeded",
-        CLOSE_UPGRADE_REQUIRED => "upgrade required",
-        CLOSE_GOING_AWAY => "going away",
-        _ => "closed",
     }
 }
 

@@ -232,12 +232,7 @@ async fn join(
     match answer.await {
         Ok(Ok(())) => Some((handle, hash)),
         Ok(Err(e)) => {
-            let close = match e.code {
-                ServerErrorCode::BadToken => CLOSE_BAD_TOKEN,
-                ServerErrorCode::Busy => CLOSE_TOO_SLOW,
-                _ => CLOSE_POLICY,
-            };
-            refuse(e.code, &e.message, close);
+            refuse(e.code, &e.message, e.code.join_refused_close());
             None
         }
         Err(_) => None,

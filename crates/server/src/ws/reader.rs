@@ -1,0 +1,189 @@
+//! The reading side of a connection: events in, the idle timeout and the
+//! server's pings on one timer, the WebSocket layer's refusals of what the
+//! peer sent mapped to close codes (RFC 6455 violations: 1007, 1002).
+
+use super::config::{Config, CLOSE_INVALID_DATA, CLOSE_PROTOCOL_ERROR, IDLE};
+use super::sockets::Sockets;
+use super::writer::Outbound;
+use crate::outbound::Close;
+use axum::extract::ws::{Message, Utf8Bytes, WebSocket};
+use bytes::Bytes;
+use futures_util::stream::SplitStream;
+use futures_util::StreamExt;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::task::JoinHandle;
+
+/// What the reader got.
+#[derive(Debug)]
+pub enum Event {
+    Text(Utf8Bytes),
+    /// A binary message: each protocol says what it makes of one.
+    Binary(Bytes),
+    /// A message over [`Config::max_message_bytes`]: the protocol queues its
+    /// answer; the connection then closes with [`Config::oversized`].
+    Oversized,
+    /// The connection is over: the peer closed or went, the connection was
+    /// closed (idle, a violation of RFC 6455, its queue overflowed), or the
+    /// socket failed. Nothing more is read; call [`Reader::finish`].
+    End,
+}
+
+/// How the reading side ended, for [`Reader::finish`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum End {
+    Open,
+    /// The server closed it (idle, a violation): what still comes is read
+    /// and discarded while the close goes out.
+    Closed,
+    /// Nothing more can be read (the peer's Close came, or the stream
+    /// ended or failed).
+    Read,
+    /// After an oversized message: close with the protocol's code.
+    Oversized,
+}
+
+/// The reading side of one connection. Between events it holds one timer
+/// for both the idle timeout and the pings, moved only when it fires: a
+/// frame just notes its time (a timer per frame cost more than the frame).
+pub struct Reader {
+    pub(super) stream: SplitStream<WebSocket>,
+    pub(super) out: Outbound,
+    pub(super) writer: JoinHandle<()>,
+    pub(super) timer: Pin<Box<tokio::time::Sleep>>,
+    pub(super) last_frame: tokio::time::Instant,
+    pub(super) next_ping: tokio::time::Instant,
+    pub(super) end: End,
+    pub(super) registered: Option<(Sockets, u64)>,
+    pub(super) config: Arc<Config>,
+}
+
+/// How the WebSocket layer's refusal of what the client sent ends the
+/// connection.
+enum ReadError {
+    Oversized,
+    /// Not WebSocket as RFC 6455 has it: closed with this code and reason.
+    Violation(Close),
+    /// The socket failed or ended: nothing can be sent.
+    Gone,
+}
+
+fn read_error(e: axum::Error) -> ReadError {
+    use tungstenite::error::ProtocolError as P;
+    let e = e.into_inner();
+    let Some(e) = e.downcast_ref::<tungstenite::Error>() else {
+        return ReadError::Gone;
+    };
+    match e {
+        tungstenite::Error::Capacity(_) => ReadError::Oversized,
+        tungstenite::Error::Utf8(_) => {
+            ReadError::Violation((CLOSE_INVALID_DATA, "invalid UTF-8 in a text frame"))
+        }
+        tungstenite::Error::Protocol(p) => ReadError::Violation((
+            CLOSE_PROTOCOL_ERROR,
+            match p {
+                P::UnmaskedFrameFromClient => "unmasked client frame",
+                P::NonZeroReservedBits => "reserved bits set",
+                P::UnknownDataFrameType(_) | P::UnknownControlFrameType(_) => "unknown opcode",
+                P::FragmentedControlFrame => "fragmented control frame",
+                P::ControlFrameTooBig => "control frame over 125 bytes",
+                P::UnexpectedContinueFrame | P::ExpectedFragment(_) => "continuation out of order",
+                P::InvalidCloseSequence => "invalid close frame",
+                // The socket ended or the handshake is over: nothing to
+                // answer.
+                P::ResetWithoutClosingHandshake | P::ReceivedAfterClosing | P::SendAfterClosing => {
+                    return ReadError::Gone
+                }
+                _ => "protocol error",
+            },
+        )),
+        _ => ReadError::Gone,
+    }
+}
+
+impl Reader {
+    /// The next event (see [`Reader::poll_event`]).
+    pub async fn next(&mut self) -> Event {
+        poll_fn(|cx| self.poll_event(cx)).await
+    }
+
+    /// The next text or binary message, or why there is none. Pings and
+    /// pongs are answered by the WebSocket layer; a pong (an answer to the
+    /// server's ping) counts as activity, a ping does not: a client that
+    /// pings and never reads would otherwise be kept for ever.
+    pub fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Event> {
+        if self.end != End::Open || self.out.poll_killed(cx).is_ready() {
+            return Poll::Ready(Event::End);
+        }
+        loop {
+            if self.timer.as_mut().poll(cx).is_ready() {
+                let now = tokio::time::Instant::now();
+                let idle_at = self.last_frame + self.config.idle_timeout;
+                if now >= idle_at {
+                    self.out.close(IDLE);
+                    self.end = End::Closed;
+                    return Poll::Ready(Event::End);
+                }
+                if now >= self.next_ping {
+                    self.out.0.ping();
+                    self.next_ping = now + self.config.ping_interval;
+                }
+                self.timer.as_mut().reset(self.next_ping.min(idle_at));
+                continue;
+            }
+            let Poll::Ready(next) = self.stream.poll_next_unpin(cx) else {
+                return Poll::Pending;
+            };
+            let msg = match next {
+                Some(Ok(m)) => m,
+                None => {
+                    self.end = End::Read;
+                    return Poll::Ready(Event::End);
+                }
+                Some(Err(e)) => {
+                    return Poll::Ready(match read_error(e) {
+                        ReadError::Oversized => {
+                            self.end = End::Oversized;
+                            Event::Oversized
+                        }
+                        ReadError::Violation(close) => {
+                            self.end = End::Closed;
+                            self.out.close(close);
+                            Event::End
+                        }
+                        ReadError::Gone => {
+                            self.end = End::Read;
+                            Event::End
+                        }
+                    });
+                }
+            };
+            match msg {
+                Message::Ping(_) => continue,
+                Message::Pong(_) => {
+                    self.last_frame = tokio::time::Instant::now();
+                    continue;
+                }
+                Message::Text(t) => {
+                    self.last_frame = tokio::time::Instant::now();
+                    return Poll::Ready(Event::Text(t));
+                }
+                Message::Binary(b) => {
+                    self.last_frame = tokio::time::Instant::now();
+                    return Poll::Ready(Event::Binary(b));
+                }
+                Message::Close(_) => {
+                    self.end = End::Read;
+                    return Poll::Ready(Event::End);
+                }
+            }
+        }
+    }
+
+    /// The connection's sending side.
+    pub fn out(&self) -> &Outbound {
+        &self.out
+    }
+}
