@@ -256,7 +256,7 @@ impl Shared {
                     starts.push(Start {
                         id,
                         method,
-                        params,
+                        params: params.unwrap_or_else(Payload::null),
                         handler,
                         stream: rx,
                         cancel,

@@ -135,7 +135,8 @@ pub enum Event {
     Request {
         id: Id,
         method: String,
-        params: Payload,
+        /// `None` when the frame had no `params`.
+        params: Option<Payload>,
         stream: bool,
     },
     /// The peer cancelled a call or stream served here (or it ended here
@@ -1046,7 +1047,7 @@ impl PeerState {
         self.events.push_back(Event::Request {
             id,
             method,
-            params: params.unwrap_or_else(Payload::null),
+            params,
             stream,
         });
     }
