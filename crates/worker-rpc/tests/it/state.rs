@@ -2,8 +2,8 @@
 //! memory, frames moved by hand, time a number the test chooses (no tokio,
 //! no sleeps).
 
-use hostwire_worker_rpc::codes;
 use hostwire_worker_rpc::frame::{parse_frame, Frame, Outcome, Payload};
+use hostwire_worker_rpc::{codes, RpcError};
 use hostwire_worker_rpc::{Event, PeerConfig, PeerState, Side};
 use serde_json::json;
 
@@ -390,4 +390,114 @@ fn a_request_of_another_major_is_answered_and_a_malformed_one_names_its_field() 
         "{codes_and_messages:?}"
     );
     assert!(worker.closed().is_none());
+}
+
+mod every_call_ends {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// The host calls, with a deadline `after` ms from now (or none).
+        Call(Option<u64>),
+        /// The host cancels its n-th call.
+        Cancel(usize),
+        /// The worker answers its n-th request.
+        Answer(usize),
+        /// Frames in flight are delivered.
+        Deliver,
+        /// Time passes.
+        Wait(u64),
+        /// A side says goodbye.
+        Goodbye(bool),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => proptest::option::of(1u64..5_000).prop_map(Op::Call),
+            1 => (0usize..8).prop_map(Op::Cancel),
+            2 => (0usize..8).prop_map(Op::Answer),
+            3 => Just(Op::Deliver),
+            2 => (0u64..3_000).prop_map(Op::Wait),
+            1 => any::<bool>().prop_map(Op::Goodbye),
+        ]
+    }
+
+    /// Responses each of the host's calls got.
+    fn ended(host: &mut PeerState, ends: &mut HashMap<u64, usize>) {
+        for e in events(host) {
+            if let Event::Response { id, .. } = e {
+                *ends.entry(id).or_default() += 1;
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn every_call_ends_exactly_once_on_a_manual_clock(ops in proptest::collection::vec(op(), 0..60)) {
+            let (mut host, mut worker) = pair(PeerConfig::default());
+            let (mut now, mut calls, mut served) = (0u64, Vec::new(), Vec::new());
+            let mut ends: HashMap<u64, usize> = HashMap::new();
+            for op in ops {
+                match op {
+                    Op::Call(after) => {
+                        if let Ok(id) = host.call("m", p(json!(null)), false, after.map(|a| now + a)) {
+                            calls.push(id);
+                        }
+                    }
+                    Op::Cancel(n) => {
+                        if let Some(id) = calls.get(n) {
+                            host.cancel(*id, "test");
+                        }
+                    }
+                    Op::Answer(n) => {
+                        if let Some(id) = served.get(n) {
+                            worker.respond(*id, Ok(p(json!(n))));
+                        }
+                    }
+                    Op::Deliver => {
+                        pump(&mut host, &mut worker, now);
+                        pump(&mut worker, &mut host, now);
+                    }
+                    Op::Wait(ms) => {
+                        now += ms;
+                        if host.poll_timeout().is_some_and(|t| t <= now) {
+                            host.handle_timeout(now);
+                        }
+                    }
+                    Op::Goodbye(host_side) => {
+                        if host_side { host.goodbye("bye") } else { worker.goodbye("bye") }
+                    }
+                }
+                for e in events(&mut worker) {
+                    if let Event::Request { id, .. } = e {
+                        served.push(id);
+                    }
+                }
+                ended(&mut host, &mut ends);
+                // No deadline is left in the past.
+                prop_assert!(host.poll_timeout().is_none_or(|t| t > now));
+            }
+            // The end: the worker answers all, frames flow, time passes
+            // every deadline; whatever is left ends with the connection.
+            for id in served.clone() {
+                worker.respond(id, Ok(p(json!("late"))));
+            }
+            pump(&mut worker, &mut host, now);
+            pump(&mut host, &mut worker, now);
+            pump(&mut worker, &mut host, now);
+            ended(&mut host, &mut ends);
+            if let Some(t) = host.poll_timeout() {
+                host.handle_timeout(t);
+            }
+            host.close(RpcError::new(codes::TRANSPORT_CLOSED, "end of test"));
+            ended(&mut host, &mut ends);
+            for id in &calls {
+                prop_assert_eq!(ends.get(id).copied(), Some(1), "call {} of {:?}", id, ends);
+            }
+            prop_assert_eq!(ends.len(), calls.len());
+            prop_assert_eq!(host.pending(), 0);
+        }
+    }
 }
