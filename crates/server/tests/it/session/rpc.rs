@@ -1,8 +1,8 @@
 //! Worker RPC on the device socket, as the library's `PeerState` has it:
 //! a Plugin API call the device never answers ends at its deadline (on the
 //! manual clock) with a `cancel`, and not before; a `stream-open` (the Host
-//! API has no streams) and a `request` reusing an id in flight are
-//! answered or dropped as the rules say, and the device plays on.
+//! API has no streams) is answered and the device plays on; a `hello` of
+//! another MAJOR ends the connection with a `goodbye` that says why.
 
 use crate::support::session::*;
 use futures_util::{SinkExt, StreamExt};
@@ -143,4 +143,34 @@ async fn a_stream_open_is_answered_unknown_method_and_the_device_plays_on() {
     .await;
     let r = until_response(&mut ws, 8).await;
     assert_eq!(r.last().unwrap()["ok"], true, "{r:?}");
+}
+
+#[tokio::test]
+async fn a_hello_of_another_major_ends_the_connection_with_a_goodbye_that_says_why() {
+    let h = TestHost::start().await;
+    let (mut ws, _, _) = board(&h).await;
+    send(
+        &mut ws,
+        json!({"v": "2.0.0", "kind": "hello", "features": []}),
+    )
+    .await;
+    let bye = loop {
+        let f = next_text(&mut ws).await;
+        if f["kind"] == "goodbye" {
+            break f;
+        }
+    };
+    assert_eq!(bye["error"]["code"], "VERSION_MISMATCH", "{bye}");
+    assert!(
+        bye["error"]["message"].as_str().unwrap().contains("2.0.0"),
+        "{bye}"
+    );
+    let close = loop {
+        match tokio::time::timeout(GUARD, ws.next()).await.unwrap() {
+            Some(Ok(Message::Close(c))) => break c,
+            Some(Ok(_)) => continue,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(close.map(|c| u16::from(c.code)), Some(1002));
 }
