@@ -8,4 +8,5 @@ mod hostile;
 mod interleavings;
 mod js_peer;
 mod peer;
+mod state;
 mod transports;

@@ -4,14 +4,12 @@
 //! player's token for a player's instance; `Authorization: Bearer` works
 //! too). Frames are worker RPC 1.0.0 text frames: the device's
 //! `request`s are Host API calls (answered by `response`s), the server's
-//! `request`s are Plugin API calls (the device's `response`s to them are
-//! read and dropped). The server says worker RPC `hello` first; a
-//! device's `cancel` stops its pending `service` call (answered
-//! `CANCELLED`); a frame of another MAJOR is answered `VERSION_MISMATCH`.
+//! `request`s are Plugin API calls. This reader only parses them and hands
+//! them to the session's task, which keeps the device's worker RPC state
+//! (`rpc.rs`): the server's `hello` first, `cancel`, `VERSION_MISMATCH`,
+//! errors naming the field.
 
-use super::actor::{
-    response_text, AttachRefused, Cmd, DeviceOut, CLOSE_TOO_SLOW, CLOSE_UNAUTHORIZED,
-};
+use super::actor::{AttachRefused, Cmd, DeviceOut, CLOSE_TOO_SLOW, CLOSE_UNAUTHORIZED};
 use super::{Sessions, DEVICE_OUTBOUND_BYTES, DEVICE_OUTBOUND_QUEUE, MAX_DEVICE_FRAME_BYTES};
 use crate::http::error::json_response;
 use crate::ws;
@@ -21,7 +19,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use hostwire_memizy::View;
 use hostwire_worker_rpc::codes;
-use hostwire_worker_rpc::frame::{parse_frame_bytes, ErrorEnvelope, Frame, Kind, PROTOCOL_VERSION};
+use hostwire_worker_rpc::frame::{parse_frame_bytes, ErrorEnvelope, Frame, PROTOCOL_VERSION};
 use serde::Deserialize;
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
@@ -179,65 +177,15 @@ async fn read_loop(
             ws::Event::Text(t) => Bytes::from(t),
             ws::Event::Binary(b) => b,
         };
-        match parse_frame_bytes(&bytes) {
-            // Worker RPC: a frame of another MAJOR is not executed; a
-            // request is answered VERSION_MISMATCH under its id.
-            Ok(frame) if !frame.is_compatible() => {
-                sessions.metrics.malformed_frames.fetch_add(1, Relaxed);
-                if let (Kind::Request | Kind::StreamOpen, Some(id)) = (frame.kind_of(), frame.id())
-                {
-                    let text = response_text(
-                        id,
-                        Err(ErrorEnvelope::new(
-                            codes::VERSION_MISMATCH,
-                            format!(
-                                "v: the device speaks {}; this server speaks {PROTOCOL_VERSION}",
-                                frame.version()
-                            ),
-                        )),
-                    );
-                    if out.send(text.into()).is_err() {
-                        return;
-                    }
-                }
-            }
-            Ok(Frame::Cancel { id, .. }) => {
-                if tx.send(Cmd::Cancel { instance, call: id }).await.is_err() {
-                    return;
-                }
-            }
-            Ok(Frame::Request {
-                id, method, params, ..
-            }) => {
-                let params = params.map_or_else(|| "[]".to_owned(), |p| p.get().to_owned());
-                let cmd = Cmd::Call {
-                    instance,
-                    call: id,
-                    method,
-                    params,
-                };
-                // A full session queue holds this reader (and only it) back.
-                if tx.send(cmd).await.is_err() {
-                    return;
-                }
-            }
-            Ok(Frame::Goodbye { .. }) => return,
-            // Answers to Plugin API calls, hello and the rest: nothing to do.
-            Ok(_) => {}
-            Err(e) => {
-                sessions.metrics.malformed_frames.fetch_add(1, Relaxed);
-                // A request whose id could be read is answered; anything
-                // else cannot be and is only counted.
-                if let (Some(Kind::Request), Some(id)) = (e.kind, e.id) {
-                    let text = response_text(
-                        id,
-                        Err(ErrorEnvelope::new(codes::PROTOCOL_ERROR, e.to_string())),
-                    );
-                    if out.send(text.into()).is_err() {
-                        return;
-                    }
-                }
-            }
+        let frame = parse_frame_bytes(&bytes);
+        if frame.as_ref().map_or(true, |f| !f.is_compatible()) {
+            sessions.metrics.malformed_frames.fetch_add(1, Relaxed);
+        }
+        // Nothing is read after the device's goodbye.
+        let bye = matches!(frame, Ok(Frame::Goodbye { .. }));
+        // A full session queue holds this reader (and only it) back.
+        if tx.send(Cmd::Frame { instance, frame }).await.is_err() || bye {
+            return;
         }
     }
 }

@@ -1,11 +1,14 @@
 //! A headless device: one simulated plugin instance over
-//! `/memizy/session/ws`, for tests and benchmarks. It sends Host API calls
-//! as worker RPC `request`s and awaits their `response`s; the Plugin API
-//! calls the server sends are answered at once (`null`) and kept in an
-//! inbox, each with the instant it arrived.
+//! `/memizy/session/ws`, for tests and benchmarks. Its worker RPC end is a
+//! [`PeerState`] (call ids, one response each, the server's `cancel`s):
+//! it sends Host API calls as `request`s and awaits their `response`s; the
+//! Plugin API calls the server sends are answered at once (`null`) and
+//! kept in an inbox, each with the instant it arrived. Hostile cases send
+//! raw frames beside it and read their answers by id.
 
 use futures_util::{SinkExt, StreamExt};
-use hostwire_worker_rpc::frame::{parse_frame, Frame, Outcome, Payload, PROTOCOL_VERSION};
+use hostwire_worker_rpc::frame::{parse_frame, Frame, Outcome, Payload};
+use hostwire_worker_rpc::{Event, PeerConfig, PeerState, RpcError, Side};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -42,15 +45,67 @@ pub struct PluginCall {
     pub at: Instant,
 }
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, RemoteError>>>>>;
+type Waiter = oneshot::Sender<Result<Value, RemoteError>>;
+
+/// The device's worker RPC state and who waits on it.
+struct Rpc {
+    state: PeerState,
+    /// Host API calls sent through the state, by id.
+    calls: HashMap<u64, Waiter>,
+    /// Answers expected to raw frames, by id (the state never saw them).
+    raw: HashMap<u64, Waiter>,
+}
+
+type Shared = Arc<Mutex<Rpc>>;
+
+fn remote(e: RpcError) -> RemoteError {
+    RemoteError {
+        code: e.code,
+        message: e.message,
+    }
+}
+
+impl Rpc {
+    /// Hands what the state queued to the socket writer.
+    fn flush(&mut self, out: &mpsc::UnboundedSender<Message>) {
+        while let Some(t) = self.state.poll_transmit() {
+            let _ = out.send(Message::text(t.text));
+        }
+    }
+
+    /// Resolves calls and answers Plugin API calls as the state reports.
+    fn events(&mut self, at: Instant, inbox: &mpsc::Sender<PluginCall>, dropped: &AtomicU64) {
+        while let Some(e) = self.state.poll_event() {
+            match e {
+                Event::Response { id, result } => {
+                    if let Some(w) = self.calls.remove(&id) {
+                        let r = result.map(|p| p.to_value().unwrap_or(Value::Null));
+                        let _ = w.send(r.map_err(remote));
+                    }
+                }
+                Event::Request {
+                    id, method, params, ..
+                } => {
+                    self.state.respond(id, Ok(Payload::null()));
+                    let args = params
+                        .and_then(|p| p.to_value().ok())
+                        .unwrap_or(Value::Array(Vec::new()));
+                    if inbox.try_send(PluginCall { method, args, at }).is_err() {
+                        dropped.fetch_add(1, Relaxed);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
 
 pub struct Device {
     /// A test and bench client: its owner decides how much it sends, and
     /// the socket writer drains this as fast as the server reads.
     out: mpsc::UnboundedSender<Message>,
-    pending: Pending,
+    rpc: Shared,
     inbox: mpsc::Receiver<PluginCall>,
-    next_id: AtomicU64,
     /// The `goodbye` reason and the close code, once the server said them.
     pub ended: Arc<Mutex<(Option<String>, Option<u16>)>>,
     pub dropped: Arc<AtomicU64>,
@@ -86,12 +141,26 @@ impl Device {
             }
             let _ = sink.close().await;
         });
-        let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
+        let config = PeerConfig {
+            // The server's hello comes first; calls need not wait for it.
+            await_peer_hello: false,
+            max_outbound_calls: usize::MAX,
+            ..PeerConfig::default()
+        };
+        let rpc: Shared = Arc::new(Mutex::new(Rpc {
+            state: PeerState::new(Side::Worker, config),
+            calls: HashMap::new(),
+            raw: HashMap::new(),
+        }));
+        // Its own hello is not sent: the server reads none from devices.
+        if let Ok(mut r) = rpc.lock() {
+            let _ = r.state.poll_transmit();
+        }
         let (inbox_tx, inbox) = mpsc::channel(DEVICE_INBOX);
         let ended = Arc::new(Mutex::new((None, None)));
         let dropped = Arc::new(AtomicU64::new(0));
-        let (p, e, d, o) = (
-            Arc::clone(&pending),
+        let (r, e, d, o) = (
+            Arc::clone(&rpc),
             Arc::clone(&ended),
             Arc::clone(&dropped),
             out.clone(),
@@ -109,8 +178,9 @@ impl Device {
                     _ => continue,
                 };
                 let at = Instant::now();
+                let Ok(mut rpc) = r.lock() else { break };
                 match parse_frame(&text) {
-                    Ok(Frame::Response { id, outcome, .. }) => {
+                    Ok(Frame::Response { id, outcome, .. }) if rpc.raw.contains_key(&id) => {
                         let r = match outcome {
                             Outcome::Ok(p) => Ok(p.to_value().unwrap_or(Value::Null)),
                             Outcome::Err(e) => Err(RemoteError {
@@ -118,49 +188,37 @@ impl Device {
                                 message: e.message,
                             }),
                         };
-                        if let Some(w) = p.lock().ok().and_then(|mut p| p.remove(&id)) {
+                        if let Some(w) = rpc.raw.remove(&id) {
                             let _ = w.send(r);
                         }
                     }
-                    Ok(Frame::Request {
-                        id, method, params, ..
-                    }) => {
-                        let answer = Frame::Response {
-                            v: PROTOCOL_VERSION.to_owned(),
-                            id,
-                            outcome: Outcome::Ok(Payload::null()),
-                        };
-                        let _ = o.send(Message::text(answer.to_text()));
-                        let args = params
-                            .and_then(|p| p.to_value().ok())
-                            .unwrap_or(Value::Array(Vec::new()));
-                        if inbox_tx.try_send(PluginCall { method, args, at }).is_err() {
-                            d.fetch_add(1, Relaxed);
-                        }
-                    }
+                    // The server's goodbye is kept; the calls end when the
+                    // socket does (TRANSPORT_CLOSED).
                     Ok(Frame::Goodbye { reason, error, .. }) => {
                         if let Ok(mut e) = e.lock() {
                             e.0 = reason.or(error.map(|e| e.code));
                         }
                     }
-                    _ => {}
+                    Ok(frame) => rpc.state.handle_frame(frame, 0),
+                    Err(err) => rpc.state.handle_malformed(err, 0),
                 }
+                rpc.events(at, &inbox_tx, &d);
+                rpc.flush(&o);
             }
             // Calls still waiting end with an error, never a hang.
-            if let Ok(mut p) = p.lock() {
-                for (_, w) in p.drain() {
-                    let _ = w.send(Err(RemoteError {
-                        code: "TRANSPORT_CLOSED".into(),
-                        message: "the connection closed".into(),
-                    }));
+            if let Ok(mut rpc) = r.lock() {
+                let closed = RpcError::new("TRANSPORT_CLOSED", "the connection closed");
+                rpc.state.handle_transport_closed(closed.clone());
+                rpc.events(Instant::now(), &inbox_tx, &d);
+                for (_, w) in rpc.raw.drain() {
+                    let _ = w.send(Err(remote(closed.clone())));
                 }
             }
         });
         Ok(Device {
             out,
-            pending,
+            rpc,
             inbox,
-            next_id: AtomicU64::new(1),
             ended,
             dropped,
         })
@@ -173,19 +231,21 @@ impl Device {
         method: &str,
         args: &Value,
     ) -> (u64, oneshot::Receiver<Result<Value, RemoteError>>) {
-        let id = self.next_id.fetch_add(1, Relaxed);
         let (tx, rx) = oneshot::channel();
-        if let Ok(mut p) = self.pending.lock() {
-            p.insert(id, tx);
-        }
-        let frame = Frame::Request {
-            v: PROTOCOL_VERSION.to_owned(),
-            id,
-            method: method.to_owned(),
-            params: Some(Payload::from(args)),
+        let Ok(mut rpc) = self.rpc.lock() else {
+            return (0, rx);
         };
-        let _ = self.out.send(Message::text(frame.to_text()));
-        (id, rx)
+        match rpc.state.call(method, Payload::from(args), false, None) {
+            Ok(id) => {
+                rpc.calls.insert(id, tx);
+                rpc.flush(&self.out);
+                (id, rx)
+            }
+            Err(e) => {
+                let _ = tx.send(Err(remote(e)));
+                (0, rx)
+            }
+        }
     }
 
     /// Awaits the answer of a call sent with [`Device::send_call`].
@@ -219,8 +279,8 @@ impl Device {
         text: String,
     ) -> oneshot::Receiver<Result<Value, RemoteError>> {
         let (tx, rx) = oneshot::channel();
-        if let Ok(mut p) = self.pending.lock() {
-            p.insert(id, tx);
+        if let Ok(mut rpc) = self.rpc.lock() {
+            rpc.raw.insert(id, tx);
         }
         let _ = self.out.send(Message::text(text));
         rx

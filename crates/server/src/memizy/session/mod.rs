@@ -7,7 +7,10 @@
 //!   API calls arrive as worker RPC `request` frames, the Plugin API calls go
 //!   out the same way, through the bounded outbound queue;
 //! - [`actor`]: one task per session owns the engine, feeds it commands in
-//!   order and arms its timer at `poll_timeout`;
+//!   order and arms its timer at `poll_timeout` (`admin.rs`: the HTTP API's
+//!   operations; `outputs.rs`: what it does with the engine's outputs);
+//! - [`rpc`]: the device side of worker RPC, one
+//!   `hostwire_worker_rpc::PeerState` per attached instance;
 //! - [`services`]: the services offered (SPEC 5.3), each a worker process
 //!   spoken to with worker RPC;
 //! - [`restore`]: what a restart brings a session back as, and bringing
@@ -19,12 +22,15 @@
 //!   benchmarks).
 
 pub mod actor;
+mod admin;
 pub mod api;
 pub mod conn;
 pub mod device;
+mod outputs;
 pub mod play;
 pub mod recording;
 pub mod restore;
+pub mod rpc;
 pub mod services;
 
 use crate::http::AllowedOrigins;
