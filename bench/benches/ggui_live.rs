@@ -36,7 +36,7 @@ use futures_util::{SinkExt, StreamExt};
 use hostwire::app::{App, AppConfig, Stores};
 use hostwire::ggui::GguiConfig;
 use hostwire::http::AllowedOrigins;
-use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE, SERVER_LIMITS};
+use hostwire::relay::{RelayConfig, OUTBOUND_QUEUE, SERVER_LIMITS};
 use hostwire_core::SystemClock;
 use hostwire_memizy::RELAY_LIMITS;
 use hostwire_store::SqliteStore;

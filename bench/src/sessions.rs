@@ -11,7 +11,7 @@ use crate::procstat::{self, CpuUse, ProcSample};
 use anyhow::{anyhow, bail, Context as _, Result};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use hdrhistogram::Histogram;
-use hostwire::memizy::session::device::{Device, PluginCall, RemoteError};
+use hostwire::sessions::device::{Device, PluginCall, RemoteError};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

@@ -6,7 +6,7 @@
 
 use hostwire::app::App;
 use hostwire::http::AllowedOrigins;
-use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE, SERVER_LIMITS};
+use hostwire::relay::{RelayConfig, OUTBOUND_QUEUE, SERVER_LIMITS};
 use hostwire_bench::sessions::{self, BoardTo, Params};
 use hostwire_core::ManualClock;
 use hostwire_memizy::RELAY_LIMITS;

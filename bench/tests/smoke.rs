@@ -4,7 +4,7 @@
 
 use hostwire::app::App;
 use hostwire::http::AllowedOrigins;
-use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE, SERVER_LIMITS};
+use hostwire::relay::{RelayConfig, OUTBOUND_QUEUE, SERVER_LIMITS};
 
 use hostwire_bench::floor;
 use hostwire_bench::load::{self, Classroom, Target};

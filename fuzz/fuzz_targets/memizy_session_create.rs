@@ -6,8 +6,8 @@
 #![no_main]
 #![forbid(unsafe_code)]
 
-use hostwire::memizy::session::api::prepare_creation;
-use hostwire::memizy::session::{Sessions, SessionsConfig};
+use hostwire::sessions::api::prepare_creation;
+use hostwire::sessions::{Sessions, SessionsConfig};
 use libfuzzer_sys::fuzz_target;
 use std::sync::{Arc, OnceLock};
 

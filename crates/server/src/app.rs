@@ -3,7 +3,7 @@
 //!
 //! # How a protocol mounts
 //!
-//! A protocol lives in its own module (`memizy/`, and later `ggui/`,
+//! A protocol lives in its own module (`relay/`, `sessions/`, `ggui/`,
 //! `playerthree/`) and exposes one function that returns its axum
 //! [`Router`], with its state already applied:
 //!
@@ -21,9 +21,10 @@
 //! the store is flushed.
 
 use crate::ggui::{self, Ggui, GguiConfig};
-use crate::memizy::{self, Relay, RelayConfig, RelayMetrics};
 use crate::metrics::{Render, StoreMetrics, StoreProtocol};
 use crate::playerthree::{self, PlayerThree, PlayerThreeConfig};
+use crate::relay::{self, Relay, RelayConfig, RelayMetrics};
+use crate::sessions;
 use crate::store_writer::StoreWriter;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -48,7 +49,7 @@ type Exposition = Arc<[Arc<dyn Render>]>;
 pub fn router(relay: Arc<Relay>, metrics: Exposition) -> Router {
     Router::new()
         .route("/", get(front_door).with_state(Arc::clone(&relay)))
-        .merge(memizy::router(relay))
+        .merge(relay::router(relay))
         .merge(crate::docs::router())
         .route("/metrics", get(metrics_handler).with_state(metrics))
         .fallback(|| async { (StatusCode::NOT_FOUND, "hostwire") })
@@ -94,7 +95,7 @@ pub struct App {
     pub relay: Arc<Relay>,
     pub ggui: Arc<Ggui>,
     pub playerthree: Arc<PlayerThree>,
-    pub sessions: Arc<memizy::session::Sessions>,
+    pub sessions: Arc<sessions::Sessions>,
     /// The credential layer (the operator credential in force).
     pub gate: Arc<crate::http::Gate>,
     stop: watch::Sender<bool>,
@@ -178,7 +179,7 @@ pub struct AppConfig {
     pub relay: RelayConfig,
     pub ggui: GguiConfig,
     pub playerthree: PlayerThreeConfig,
-    pub sessions: memizy::session::SessionsConfig,
+    pub sessions: sessions::SessionsConfig,
     pub clock: Arc<dyn Clock>,
     pub stores: Stores,
 }
@@ -187,7 +188,7 @@ impl AppConfig {
     /// The relay's settings, and every other protocol's defaults with the
     /// relay's origins, proxies and creation rate.
     pub fn new(relay: RelayConfig, clock: Arc<dyn Clock>, stores: Stores) -> AppConfig {
-        let sessions = memizy::session::SessionsConfig {
+        let sessions = sessions::SessionsConfig {
             allowed_origins: relay.allowed_origins.clone(),
             sessions_per_ip_per_hour: relay.rooms_per_ip_per_hour,
             trust_proxy: relay.trust_proxy,
@@ -237,7 +238,7 @@ impl App {
             stores.ggui,
             Arc::clone(&store_metrics),
         )?;
-        let sessions = memizy::session::Sessions::new(
+        let sessions = sessions::Sessions::new(
             sessions_config,
             Arc::clone(&clock),
             stores.sessions,
@@ -274,7 +275,7 @@ impl App {
         let app = router(Arc::clone(&relay), metrics)
             .merge(ggui::router(Arc::clone(&ggui)))
             .merge(playerthree::router(Arc::clone(&playerthree)))
-            .merge(memizy::session::router(Arc::clone(&sessions)))
+            .merge(sessions::router(Arc::clone(&sessions)))
             // One budget of request-body bytes over every protocol's API.
             .layer(axum::middleware::from_fn(crate::http::body_budget))
             // Every protocol's handlers check credentials through it.

@@ -4,7 +4,7 @@
 use crate::app::{self, App};
 use crate::check;
 use crate::http::AllowedOrigins;
-use crate::memizy::{RelayConfig, ServerLimits, OUTBOUND_QUEUE, SERVER_LIMITS};
+use crate::relay::{RelayConfig, ServerLimits, OUTBOUND_QUEUE, SERVER_LIMITS};
 use anyhow::anyhow;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hostwire_core::SystemClock;
@@ -205,16 +205,16 @@ pub struct ServeArgs {
     pub plugin_sdk: Option<PathBuf>,
     /// Memizy sessions: milliseconds a service call may take before it
     /// fails with INTERNAL_ERROR.
-    #[arg(long, env = "MEMIZY_SERVICE_TIMEOUT_MS", default_value_t = crate::memizy::session::services::DEFAULT_SERVICE_TIMEOUT_MS)]
+    #[arg(long, env = "MEMIZY_SERVICE_TIMEOUT_MS", default_value_t = crate::sessions::services::DEFAULT_SERVICE_TIMEOUT_MS)]
     pub memizy_service_timeout_ms: u64,
     /// Memizy sessions: milliseconds a hosted session may stay in its
     /// lobby (never started) after it was created or continued; then its
     /// devices are closed and its rows removed.
-    #[arg(long, env = "MEMIZY_SESSION_LOBBY_TTL_MS", default_value_t = crate::memizy::session::DEFAULT_LOBBY_TTL_MS)]
+    #[arg(long, env = "MEMIZY_SESSION_LOBBY_TTL_MS", default_value_t = crate::sessions::DEFAULT_LOBBY_TTL_MS)]
     pub memizy_session_lobby_ttl_ms: u64,
     /// Memizy sessions: milliseconds a hosted session with no device
     /// attached and no API call stays; then its rows are removed.
-    #[arg(long, env = "MEMIZY_SESSION_IDLE_TTL_MS", default_value_t = crate::memizy::session::DEFAULT_IDLE_TTL_MS)]
+    #[arg(long, env = "MEMIZY_SESSION_IDLE_TTL_MS", default_value_t = crate::sessions::DEFAULT_IDLE_TTL_MS)]
     pub memizy_session_idle_ttl_ms: u64,
     /// PlayerThree: milliseconds a finished match stays (its report and
     /// tokens readable) before it and its records are removed.
@@ -245,10 +245,10 @@ pub struct ServeArgs {
 /// The services `serve` offers: each NAME=COMMAND whose program exists.
 pub fn memizy_services(
     args: &ServeArgs,
-) -> anyhow::Result<Vec<crate::memizy::session::services::ServiceCommand>> {
+) -> anyhow::Result<Vec<crate::sessions::services::ServiceCommand>> {
     let mut out = Vec::new();
     for spec in args.memizy_services.iter().filter(|s| !s.trim().is_empty()) {
-        let cmd = crate::memizy::session::services::ServiceCommand::parse(spec)
+        let cmd = crate::sessions::services::ServiceCommand::parse(spec)
             .map_err(|e| anyhow!("--memizy-service / MEMIZY_SERVICES: {e}"))?;
         if cmd.program_exists() {
             out.push(cmd);
@@ -546,7 +546,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let plugin_sdk = args
             .plugin_sdk
             .as_deref()
-            .map(crate::memizy::session::play::PluginSdk::load)
+            .map(crate::sessions::play::PluginSdk::load)
             .transpose()?;
         let mut app_config = app::AppConfig::new(
             config,

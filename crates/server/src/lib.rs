@@ -1,6 +1,8 @@
 //! The hostwire server: HTTP + WebSocket around the sans-IO protocol crates.
 //!
-//! One module per protocol mounts its routes ([`memizy`]); shared
+//! One module per protocol mounts its routes ([`relay`] for the Memizy
+//! relay, [`sessions`] for hosted Memizy sessions, [`ggui`],
+//! [`playerthree`]); shared
 //! infrastructure sits beside them and knows no protocol ([`http`],
 //! [`metrics`], the outbound queue, [`store_writer`]); [`app`] puts them
 //! together and [`cli`] is the command line.
@@ -15,10 +17,11 @@ pub mod cli;
 pub mod docs;
 pub mod ggui;
 pub mod http;
-pub mod memizy;
 pub mod metrics;
 mod outbound;
 pub mod playerthree;
+pub mod relay;
+pub mod sessions;
 pub mod store_writer;
 pub mod unit;
 pub mod ws;

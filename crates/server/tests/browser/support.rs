@@ -8,7 +8,7 @@ use base64::Engine;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hostwire::app::{App, AppConfig, Stores};
 use hostwire::http::AllowedOrigins;
-use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE, SERVER_LIMITS};
+use hostwire::relay::{RelayConfig, OUTBOUND_QUEUE, SERVER_LIMITS};
 use hostwire_core::{Clock, SystemClock};
 use hostwire_memizy::RELAY_LIMITS;
 use hostwire_store::SqliteStore;
@@ -87,7 +87,7 @@ impl Server {
         stores.sessions = Arc::clone(&store) as _;
         let mut config = AppConfig::new(config, clock, stores);
         config.sessions.plugin_sdk =
-            sdk.map(|s| hostwire::memizy::session::play::PluginSdk::from_bytes(s.to_owned()));
+            sdk.map(|s| hostwire::sessions::play::PluginSdk::from_bytes(s.to_owned()));
         let app = App::start(listener, config).unwrap();
         let http = format!("http://{}", app.addr);
         Server {

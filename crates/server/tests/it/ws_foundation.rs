@@ -228,7 +228,7 @@ async fn shutdown_closes_every_socket_with_1001_and_answers_long_polls_within_th
         "the long poll was not answered: {answered:?}"
     );
     tokio::time::timeout(GUARD, stop).await.unwrap().unwrap();
-    let grace = Duration::from_millis(hostwire::memizy::SERVER_LIMITS.shutdown_grace_ms);
+    let grace = Duration::from_millis(hostwire::relay::SERVER_LIMITS.shutdown_grace_ms);
     assert!(started.elapsed() < grace, "{:?}", started.elapsed());
 }
 

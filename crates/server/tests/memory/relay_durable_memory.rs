@@ -8,7 +8,7 @@
 
 use crate::counting::{IN_USE, PEAK};
 use crate::support::relay::*;
-use hostwire::memizy::RelayConfig;
+use hostwire::relay::RelayConfig;
 use hostwire_core::ManualClock;
 use hostwire_memizy::RELAY_LIMITS;
 use serde_json::Value;
@@ -76,9 +76,9 @@ fn bundles_cost_a_bounded_multiple_of_their_size() {
         // A memory test, not a timing one: the 5 s check bound of a
         // debug build on a loaded machine must not decide it.
         let mut t = TestRelay::start(RelayConfig {
-            server_limits: hostwire::memizy::ServerLimits {
+            server_limits: hostwire::relay::ServerLimits {
                 bundle_check_timeout_ms: 120_000,
-                ..hostwire::memizy::SERVER_LIMITS
+                ..hostwire::relay::SERVER_LIMITS
             },
             ..config()
         })
@@ -129,9 +129,9 @@ fn bundles_cost_a_bounded_multiple_of_their_size() {
         let budget = 12 * 1024 * 1024;
         let small = TestRelay::start_at(
             RelayConfig {
-                server_limits: hostwire::memizy::ServerLimits {
+                server_limits: hostwire::relay::ServerLimits {
                     bundle_cache_bytes: budget,
-                    ..hostwire::memizy::SERVER_LIMITS
+                    ..hostwire::relay::SERVER_LIMITS
                 },
                 ..config()
             },

@@ -6,7 +6,7 @@ pub use super::server::{temp_dir, GUARD, OPERATOR, ORIGIN, T0};
 pub use super::ws::{Client, Ended};
 use hostwire::app::App;
 use hostwire::http::AllowedOrigins;
-use hostwire::memizy::RelayConfig;
+use hostwire::relay::RelayConfig;
 use hostwire_core::ManualClock;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -49,7 +49,7 @@ impl TestRelay {
         }
     }
 
-    pub fn relay(&self) -> &hostwire::memizy::Relay {
+    pub fn relay(&self) -> &hostwire::relay::Relay {
         &self.server.as_ref().unwrap().relay
     }
 

@@ -5,9 +5,9 @@
 use hostwire::app::{App, AppConfig, Stores};
 use hostwire::ggui::GguiConfig;
 use hostwire::http::{AllowedOrigins, CredentialSettings};
-use hostwire::memizy::session::play::PluginSdk;
-use hostwire::memizy::{RelayConfig, OUTBOUND_QUEUE, SERVER_LIMITS};
 use hostwire::playerthree::PlayerThreeConfig;
+use hostwire::relay::{RelayConfig, OUTBOUND_QUEUE, SERVER_LIMITS};
+use hostwire::sessions::play::PluginSdk;
 use hostwire_core::ManualClock;
 use hostwire_memizy::RELAY_LIMITS;
 use hostwire_store::SqliteStore;

@@ -5,8 +5,8 @@ use super::server::{Data, Spawn};
 pub use super::server::{GUARD, OPERATOR, T0};
 use hostwire::app::App;
 use hostwire::http::AllowedOrigins;
-use hostwire::memizy::session::play::PluginSdk;
-use hostwire::memizy::RelayConfig;
+use hostwire::relay::RelayConfig;
+use hostwire::sessions::play::PluginSdk;
 use hostwire_core::ManualClock;
 use hostwire_store::SqliteStore;
 use serde_json::{json, Value};
@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 
 /// The agent credential of the ggui app `conformance` on a test server.
 pub const GGUI_AGENT: &str = "conformance-agent-credential-0123456789";
-pub use hostwire::memizy::session::device::Device;
-pub use hostwire::memizy::session::services::ServiceCommand;
+pub use hostwire::sessions::device::Device;
+pub use hostwire::sessions::services::ServiceCommand;
 
 pub const PLUGIN_ID: &str = "https://example.com/plugins/quiz-race";
 

@@ -139,7 +139,7 @@ pub async fn hello(ws: &mut Ws) {
         id: 1,
         method: "hello".into(),
         params: Some(hostwire_worker_rpc::frame::Payload::from(
-            &hostwire::memizy::session::device::hello_args(super::session::PLUGIN_ID),
+            &hostwire::sessions::device::hello_args(super::session::PLUGIN_ID),
         )),
     };
     ws.send(Message::text(hello.to_text())).await.unwrap();

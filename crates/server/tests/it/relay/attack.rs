@@ -3,7 +3,7 @@
 
 use crate::support::relay::*;
 use futures_util::SinkExt;
-use hostwire::memizy::{RelayConfig, ServerLimits, SERVER_LIMITS};
+use hostwire::relay::{RelayConfig, ServerLimits, SERVER_LIMITS};
 use hostwire_memizy::RELAY_LIMITS;
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;

@@ -360,10 +360,10 @@ fn big_bundle(n: usize) -> String {
 async fn bundle_bytes_being_sent_count_against_the_bundle_memory_bound() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     // The smallest budget: one bundle.
-    let t = TestRelay::start(hostwire::memizy::RelayConfig {
-        server_limits: hostwire::memizy::ServerLimits {
+    let t = TestRelay::start(hostwire::relay::RelayConfig {
+        server_limits: hostwire::relay::ServerLimits {
             bundle_cache_bytes: 0,
-            ..hostwire::memizy::SERVER_LIMITS
+            ..hostwire::relay::SERVER_LIMITS
         },
         ..config()
     })

@@ -6,7 +6,7 @@
 use crate::support::relay::*;
 use futures_util::{SinkExt, StreamExt};
 use hostwire::http::AllowedOrigins;
-use hostwire::memizy::{RelayConfig, ServerLimits, SERVER_LIMITS};
+use hostwire::relay::{RelayConfig, ServerLimits, SERVER_LIMITS};
 use serde_json::{json, Value};
 use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};

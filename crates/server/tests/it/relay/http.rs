@@ -308,7 +308,7 @@ async fn cors_and_origin_rules() {
 
 #[tokio::test]
 async fn any_origin_in_development() {
-    let t = TestRelay::start(hostwire::memizy::RelayConfig {
+    let t = TestRelay::start(hostwire::relay::RelayConfig {
         allowed_origins: hostwire::http::AllowedOrigins::parse("*"),
         ..config()
     })
@@ -321,7 +321,7 @@ async fn any_origin_in_development() {
 
 #[tokio::test]
 async fn room_creation_is_limited_per_ip_per_hour() {
-    let t = TestRelay::start(hostwire::memizy::RelayConfig {
+    let t = TestRelay::start(hostwire::relay::RelayConfig {
         rooms_per_ip_per_hour: 3,
         ..config()
     })
@@ -361,7 +361,7 @@ async fn room_creation_is_limited_per_ip_per_hour() {
 
 #[tokio::test]
 async fn forwarded_for_counts_only_behind_a_trusted_proxy() {
-    let t = TestRelay::start(hostwire::memizy::RelayConfig {
+    let t = TestRelay::start(hostwire::relay::RelayConfig {
         rooms_per_ip_per_hour: 1,
         trust_proxy: true,
         ..config()
@@ -387,7 +387,7 @@ async fn forwarded_for_counts_only_behind_a_trusted_proxy() {
         StatusCode::CREATED
     );
 
-    let untrusted = TestRelay::start(hostwire::memizy::RelayConfig {
+    let untrusted = TestRelay::start(hostwire::relay::RelayConfig {
         rooms_per_ip_per_hour: 1,
         ..config()
     })

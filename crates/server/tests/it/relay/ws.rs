@@ -1,7 +1,7 @@
 //! Relay protocol 1 over real WebSockets: every rule of the reference.
 
 use crate::support::relay::*;
-use hostwire::memizy::RelayConfig;
+use hostwire::relay::RelayConfig;
 use hostwire_memizy::RELAY_LIMITS;
 use serde_json::{json, Value};
 

@@ -227,9 +227,8 @@ async fn get_asset_answers_the_bundled_bytes_within_the_size_and_rate_limits() {
         (&json!("q1"), &json!("image/svg+xml"))
     );
     assert_eq!(bytes(&a), diagram);
-    let err = |r: Result<Value, hostwire::memizy::session::device::RemoteError>| {
-        r.expect_err("an error").code
-    };
+    let err =
+        |r: Result<Value, hostwire::sessions::device::RemoteError>| r.expect_err("an error").code;
     // Not a set asset; over 2 MB; a URL the plugin loads itself.
     assert_eq!(
         err(p1.call("getAsset", json!(["diagram"])).await),

@@ -23,7 +23,7 @@ async fn game(api: &Api, n: usize) -> (String, String, Device, Vec<Device>) {
     (sid, token, board, ctrls)
 }
 
-fn code(r: Result<Value, hostwire::memizy::session::device::RemoteError>) -> String {
+fn code(r: Result<Value, hostwire::sessions::device::RemoteError>) -> String {
     r.expect_err("an error").code
 }
 
@@ -138,7 +138,7 @@ async fn a_frame_over_the_connection_limit_closes_with_1009_and_the_others_play_
     let h = TestHost::start().await;
     let api = Api::of(&h);
     let (_sid, _token, mut board, ctrls) = game(&api, 2).await;
-    let huge = "x".repeat(hostwire::memizy::session::MAX_DEVICE_FRAME_BYTES + 1);
+    let huge = "x".repeat(hostwire::sessions::MAX_DEVICE_FRAME_BYTES + 1);
     ctrls[0].send_raw(huge);
     let r = ctrls[0].call("ready", json!([])).await;
     assert_eq!(code(r), "TRANSPORT_CLOSED");
@@ -162,7 +162,7 @@ async fn a_frame_over_the_connection_limit_closes_with_1009_and_the_others_play_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_that_never_reads_is_closed_at_its_byte_bound_and_the_game_goes_on() {
     use futures_util::SinkExt;
-    use hostwire::memizy::session::{DEVICE_OUTBOUND_BYTES, DEVICE_OUTBOUND_QUEUE};
+    use hostwire::sessions::{DEVICE_OUTBOUND_BYTES, DEVICE_OUTBOUND_QUEUE};
     use tokio_tungstenite::tungstenite::Message;
     let h = TestHost::start().await;
     let api = Api::of(&h);
@@ -182,7 +182,7 @@ async fn a_device_that_never_reads_is_closed_at_its_byte_bound_and_the_game_goes
     let stream = sock.connect(h.server.as_ref().unwrap().addr).await.unwrap();
     let (mut raw, _) = tokio_tungstenite::client_async(url, stream).await.unwrap();
     let hello = json!({"v": "1.0.0", "kind": "request", "id": 1, "method": "hello",
-        "params": hostwire::memizy::session::device::hello_args(PLUGIN_ID)});
+        "params": hostwire::sessions::device::hello_args(PLUGIN_ID)});
     raw.send(Message::text(hello.to_string())).await.unwrap();
     raw.send(Message::text(
         r#"{"v":"1.0.0","kind":"request","id":2,"method":"ready","params":[]}"#,
@@ -451,7 +451,7 @@ async fn the_server_says_hello_first_and_answers_another_major_without_running_i
     // The Memizy hello of MAJOR 2 is refused unread; the same call in 1.0.0
     // is then the instance's first hello, which it could not be had the
     // other been run.
-    let hello = hostwire::memizy::session::device::hello_args(PLUGIN_ID);
+    let hello = hostwire::sessions::device::hello_args(PLUGIN_ID);
     let call = |v: &str, id: u64| {
         json!({"v": v, "kind": "request", "id": id, "method": "hello", "params": hello}).to_string()
     };

@@ -3,7 +3,7 @@
 //! the headers a module import from a `null` origin needs.
 
 use crate::support::session::*;
-use hostwire::memizy::session::play::{PluginSdk, MAX_PLUGIN_SDK_BYTES, PLUGIN_SDK_PATH};
+use hostwire::sessions::play::{PluginSdk, MAX_PLUGIN_SDK_BYTES, PLUGIN_SDK_PATH};
 use serde_json::Value;
 
 const CDN_IMPORT: &str = "https://cdn.jsdelivr.net/npm/@memizy/plugin-sdk@1/+esm";

@@ -6,7 +6,7 @@
 
 use crate::support::session::*;
 use futures_util::{SinkExt, StreamExt};
-use hostwire::memizy::session::rpc::PLUGIN_CALL_TIMEOUT_MS;
+use hostwire::sessions::rpc::PLUGIN_CALL_TIMEOUT_MS;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -52,7 +52,7 @@ async fn board(h: &TestHost) -> (Ws, String, String) {
     let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
     let first = next_text(&mut ws).await;
     assert_eq!(first["kind"], "hello", "{first}");
-    let hello = hostwire::memizy::session::device::hello_args(PLUGIN_ID);
+    let hello = hostwire::sessions::device::hello_args(PLUGIN_ID);
     send(
         &mut ws,
         json!({"v": "1.0.0", "kind": "request", "id": 1, "method": "hello", "params": hello}),

@@ -55,7 +55,7 @@ done"#,
     )
 }
 
-fn code(r: Result<Value, hostwire::memizy::session::device::RemoteError>) -> (String, String) {
+fn code(r: Result<Value, hostwire::sessions::device::RemoteError>) -> (String, String) {
     let e = r.expect_err("an error");
     (e.code, e.message)
 }

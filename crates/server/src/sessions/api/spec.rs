@@ -5,7 +5,7 @@
 #![allow(clippy::result_large_err)]
 
 use super::error;
-use crate::memizy::session::Sessions;
+use crate::sessions::Sessions;
 use axum::http::StatusCode;
 use axum::response::Response;
 use base64::Engine;
@@ -71,7 +71,7 @@ pub struct TimingIn {
 
 /// The session's configuration from its creation request; `files` are the
 /// bundle's files and their sizes.
-pub(in crate::memizy::session) fn config(
+pub(in crate::sessions) fn config(
     sessions: &Sessions,
     id: &str,
     spec: &CreateSession,
@@ -182,7 +182,7 @@ pub(super) fn check_locale(locale: &str) -> Result<(), String> {
 }
 
 /// A saved game as the store holds it (the JSON `SavedGame` writes).
-pub(in crate::memizy::session) fn saved_game(text: &str) -> Option<SavedGame> {
+pub(in crate::sessions) fn saved_game(text: &str) -> Option<SavedGame> {
     let v: Value = serde_json::from_str(text).ok()?;
     let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
     let players = v

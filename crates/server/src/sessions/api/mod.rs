@@ -35,7 +35,7 @@ use players::{add_player, kick, rename};
 
 use crate::http::error::json_response;
 use crate::http::origins::{preflight_no_content, require_allowed_or_same_origin};
-use crate::memizy::session::{Sessions, MAX_BUNDLE_BYTES};
+use crate::sessions::{Sessions, MAX_BUNDLE_BYTES};
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::{from_fn, from_fn_with_state};

@@ -39,11 +39,11 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
 /// The page, its module and styles, and the vendored Penpal.
-pub const INDEX_HTML: &str = include_str!("../../../play/index.html");
-pub const PLAY_JS: &str = include_str!("../../../play/play.js");
-pub const PLAY_CSS: &str = include_str!("../../../play/play.css");
+pub const INDEX_HTML: &str = include_str!("../../play/index.html");
+pub const PLAY_JS: &str = include_str!("../../play/play.js");
+pub const PLAY_CSS: &str = include_str!("../../play/play.css");
 /// Penpal 7.0.6's ES module as npm distributes it (`dist/penpal.mjs`).
-pub const PENPAL_MJS: &str = include_str!("../../../play/vendor/penpal-7.0.6.mjs");
+pub const PENPAL_MJS: &str = include_str!("../../play/vendor/penpal-7.0.6.mjs");
 /// The path plugins import Penpal from.
 pub const PENPAL_PATH: &str = "/memizy/play/vendor/penpal-7.0.6.mjs";
 /// Where the operator's plugin SDK is served (`--plugin-sdk`), and what a

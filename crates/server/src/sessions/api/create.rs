@@ -5,9 +5,9 @@ use super::error;
 use super::spec::{config, decode_assets, CreateSession, PlayerIn};
 use crate::http::error::json_response;
 use crate::http::Presented;
-use crate::memizy::session::actor::{self, Auth};
-use crate::memizy::session::restore::KeptState;
-use crate::memizy::session::{Sessions, MAX_BUNDLE_BYTES};
+use crate::sessions::actor::{self, Auth};
+use crate::sessions::restore::KeptState;
+use crate::sessions::{Sessions, MAX_BUNDLE_BYTES};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -26,7 +26,7 @@ pub(super) fn session_id() -> String {
 }
 
 /// Mints a token per player, keeping the ones the store already holds.
-pub(in crate::memizy::session) fn player_tokens(
+pub(in crate::sessions) fn player_tokens(
     stored: &[(String, String)],
     players: impl IntoIterator<Item = String>,
 ) -> HashMap<String, Token> {
@@ -49,7 +49,7 @@ pub(super) fn tokens_json(tokens: &HashMap<String, Token>) -> Value {
 }
 
 /// A player with the progress and plugin data the store holds for it.
-pub(in crate::memizy::session) async fn player_spec(
+pub(in crate::sessions) async fn player_spec(
     sessions: &Arc<Sessions>,
     p: &PlayerIn,
     plugin_id: &str,

@@ -16,7 +16,6 @@ pub mod conn;
 pub mod limits;
 pub mod metrics;
 pub mod room;
-pub mod session;
 
 use crate::http::{AllowedOrigins, PerIpRate};
 use crate::store_writer::StoreWriter;
