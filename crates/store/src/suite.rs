@@ -378,6 +378,7 @@ fn one_rooms_failed_unit_leaves_the_others_of_the_batch_durable<B: Backend>(b: B
         .map(|u| Unit {
             key: u[0].pin(),
             writes: u,
+            fence: None,
         })
         .collect();
     let r = s.apply_units(&refs);
@@ -431,14 +432,17 @@ fn a_failed_unit_of_each_protocol_changes_nothing<B: Backend>(b: B) {
         Unit {
             key: "m2",
             writes: &bad,
+            fence: None,
         },
         Unit {
             key: "m1",
             writes: &good,
+            fence: None,
         },
         Unit {
             key: "m2",
             writes: &[record("m2", "state", "{}")],
+            fence: None,
         },
     ]);
     assert!(r[0].is_err() && r[1].is_ok(), "{r:?}");
@@ -476,6 +480,7 @@ fn a_failed_unit_of_each_protocol_changes_nothing<B: Backend>(b: B) {
         &[Unit {
             key: "s1",
             writes: &[snapshot("s1")],
+            fence: None,
         }],
     );
     assert!(r[0].is_ok());
