@@ -1,6 +1,6 @@
 //! [`LeaseStore`] on PostgreSQL, and the fence a unit's savepoint checks.
-//! Every time is the database's `now()` (the start of the call's
-//! transaction): see [`crate::lease`] for why.
+//! Every expiry is set and judged by the database's `now()` (the start of
+//! the call's transaction): see [`crate::lease`] for why.
 
 use super::{PgStore, Tx};
 use crate::lease::{Acquired, Lease, LeaseEntry, LeaseHeld, LeaseStore, UnitKind};
@@ -16,8 +16,10 @@ fn left(ms: i64) -> Duration {
     Duration::from_millis(ms.max(0) as u64)
 }
 
-/// Milliseconds from the database's now to `expires_at`, as `BIGINT`.
-const LEFT_MS: &str = "(EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::BIGINT";
+/// Milliseconds from the database's clock at this moment (not the
+/// transaction's start, which may precede a wait for the row) to
+/// `expires_at`, as `BIGINT`.
+const LEFT_MS: &str = "(EXTRACT(EPOCH FROM (expires_at - clock_timestamp())) * 1000)::BIGINT";
 
 /// Refuses the unit unless `fence` is the current generation of a lease
 /// someone holds. The row is locked `FOR SHARE` until the commit, so a

@@ -791,6 +791,38 @@ mod tests {
         assert_eq!(versions, (1..=PG_SCHEMA_VERSION).collect::<Vec<_>>());
     }
 
+    /// A database an older hostwire left at schema 1 gains the lease table
+    /// and keeps its rows.
+    #[test]
+    fn a_schema_1_database_migrates_to_the_lease_table_keeping_its_rows() {
+        let Some(url) = crate::testing::fresh_database("migrate_from_1") else {
+            return;
+        };
+        let mut c = admin(&url);
+        c.batch_execute(
+            "CREATE TABLE hostwire_schema (
+                 version BIGINT PRIMARY KEY,
+                 applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+             )",
+        )
+        .unwrap();
+        c.batch_execute(MIGRATIONS[0]).unwrap();
+        c.batch_execute(
+            "INSERT INTO hostwire_schema (version) VALUES (1);
+             INSERT INTO relay_rooms (pin, host_token, created_at_ms, open)
+             VALUES ('666666', 'h', 1, TRUE);",
+        )
+        .unwrap();
+        let store = PgStore::connect(&url).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 2);
+        assert_eq!(store.load_rooms().unwrap()[0].record.pin, "666666");
+        let leases: i64 = c
+            .query_one("SELECT COUNT(*) FROM unit_leases", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(leases, 0);
+    }
+
     #[test]
     fn a_broken_connection_fails_the_write_in_flight_and_the_next_one_reconnects() {
         let Some(url) = crate::testing::fresh_database("reconnect") else {
