@@ -425,6 +425,90 @@ mod tests {
         }
     }
 
+    /// Whether a hostwire connection comes to wait on a lock in a statement
+    /// starting with `statement` before `done` says the call finished:
+    /// polls the server's own view, never a clock.
+    fn comes_to_wait(url: &str, statement: &str, done: &dyn Fn() -> bool) -> bool {
+        let mut c = ::postgres::Client::connect(url, ::postgres::NoTls).unwrap();
+        let pattern = format!("{statement}%");
+        while !done() {
+            let waiting: i64 = c
+                .query_one(
+                    "SELECT COUNT(*) FROM pg_stat_activity
+                     WHERE application_name = 'hostwire' AND datname = current_database()
+                       AND wait_event_type = 'Lock' AND query LIKE $1",
+                    &[&pattern],
+                )
+                .unwrap()
+                .get(0);
+            if waiting > 0 {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+        false
+    }
+
+    /// A takeover waits for the old owner's fenced write already in
+    /// flight (the lease row is locked until that write commits), so the
+    /// new owner restores it: an acknowledged write is never lost to a
+    /// takeover, even one of a lease that ran out while it was on its way.
+    #[test]
+    fn a_takeover_waits_for_the_old_owners_write_in_flight() {
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+        let Some(url) = crate::testing::fresh_database("lease_in_flight") else {
+            return;
+        };
+        let a = PgStore::connect(&url).unwrap();
+        let b = PgStore::connect(&url).unwrap();
+        let pin = "777777";
+        RelayStore::apply(&a, &[created(pin)]).unwrap();
+        let la = owned(a.acquire(ROOM, pin, "node-a", DEFAULT_LEASE_TTL).unwrap());
+        expire_all(&url);
+
+        // Another session holds the room's row: A's write passes its fence
+        // (nobody took the unit yet), then waits here, mid-transaction.
+        let mut blocker = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+        let mut held = blocker.transaction().unwrap();
+        held.execute(
+            "SELECT 1 FROM relay_rooms WHERE pin = $1 FOR UPDATE",
+            &[&pin],
+        )
+        .unwrap();
+
+        let (a_done, b_done) = (AtomicBool::new(false), AtomicBool::new(false));
+        let closing = [close(pin)];
+        let (a_waited, b_waited, written, taken) = std::thread::scope(|s| {
+            let writing = s.spawn(|| {
+                let r = a.apply_units(&[Unit::new(pin, &closing).fenced(la.generation)]);
+                a_done.store(true, SeqCst);
+                r
+            });
+            let a_waited = comes_to_wait(&url, "UPDATE relay_rooms", &|| a_done.load(SeqCst));
+            let taking = s.spawn(|| {
+                let r = b.acquire(ROOM, pin, "node-b", DEFAULT_LEASE_TTL);
+                b_done.store(true, SeqCst);
+                r
+            });
+            let b_waited = comes_to_wait(&url, "INSERT INTO unit_leases", &|| b_done.load(SeqCst));
+            held.commit().unwrap();
+            (
+                a_waited,
+                b_waited,
+                writing.join().unwrap(),
+                taking.join().unwrap(),
+            )
+        });
+        assert!(a_waited, "A's write never waited for the held room row");
+        assert!(
+            b_waited,
+            "B took the unit while A's write in flight had not committed"
+        );
+        assert!(written[0].is_ok(), "{written:?}");
+        assert_eq!(owned(taken.unwrap()).generation, 2);
+        assert!(!is_open(&b, pin), "the new owner does not see A's write");
+    }
+
     /// A batch mixing a fenced-out unit and good ones commits the good ones
     /// only; a key's later unit after its fenced one is not tried; a lease
     /// of one kind is no fence for another kind's unit of the same key.

@@ -354,9 +354,10 @@ impl Drop for PgConn {
     }
 }
 
-/// The PostgreSQL store: a connection for writes and one for reads (a
+/// The PostgreSQL store: a connection for writes, one for reads (a
 /// bundle served, a session restored), so that reads never queue behind a
-/// batch of writes.
+/// batch of writes, and one for leases ([`crate::lease::LeaseStore`]), so
+/// that a renewal never queues behind either.
 pub struct PgStore {
     writer: PgConn,
     reader: PgConn,
