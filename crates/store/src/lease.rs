@@ -33,9 +33,8 @@
 
 use std::time::Duration;
 
-/// How long a lease lasts unless the owner renews it: the time within which
-/// another node takes over the units of a node that died (issue's
-/// "within the lease time").
+/// How long a lease lasts unless the owner renews it: the time after which
+/// another node may take over the units of a node that died.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
 
 /// What kind of unit a lease is for: the same key (a PIN, an id) may name
