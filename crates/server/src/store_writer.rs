@@ -96,6 +96,7 @@ fn refs<W>(units: &[Queued<W>]) -> Vec<Unit<'_, W>> {
         .map(|u| Unit {
             key: &u.key,
             writes: &u.writes,
+            fence: None,
         })
         .collect()
 }

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ggui;
+pub mod lease;
 pub mod playerthree;
 pub mod postgres;
 pub mod sessions;
@@ -75,6 +76,18 @@ pub enum StoreError {
         found: i64,
         known: i64,
     },
+    /// A unit written with a lease generation that is no longer the
+    /// unit's: another node took it over (or it was released), and this
+    /// writer must drop the unit. Nothing of the unit was written.
+    #[error("unit {key} is fenced: this writer holds generation {held} of its lease, but {}", match current {
+        Some(c) => format!("the lease is now at generation {c} (another node took the unit over)"),
+        None => "nobody holds its lease now (never taken, or released)".to_owned(),
+    })]
+    Fenced {
+        key: String,
+        held: u64,
+        current: Option<u64>,
+    },
 }
 
 impl StoreError {
@@ -131,6 +144,30 @@ pub type UnitResults = Vec<Result<(), StoreError>>;
 pub struct Unit<'a, W> {
     pub key: &'a str,
     pub writes: &'a [W],
+    /// The lease generation the writer holds ([`lease`]): PostgreSQL
+    /// refuses the unit ([`StoreError::Fenced`]) unless it is the unit's
+    /// current one. `None`: no check (one node, or no lease taken); SQLite
+    /// always ignores it.
+    pub fence: Option<u64>,
+}
+
+impl<'a, W> Unit<'a, W> {
+    /// A unit without a fence: the single-node case.
+    pub fn new(key: &'a str, writes: &'a [W]) -> Unit<'a, W> {
+        Unit {
+            key,
+            writes,
+            fence: None,
+        }
+    }
+
+    /// The same unit, checked against lease generation `generation`.
+    pub fn fenced(self, generation: u64) -> Unit<'a, W> {
+        Unit {
+            fence: Some(generation),
+            ..self
+        }
+    }
 }
 
 /// A store write's size, for byte bounds on what waits to be written.
@@ -503,7 +540,7 @@ impl SqliteStore {
         }
         tx.commit()?;
         self.checkpoints
-            .after_commit(&conn, &[Unit { key: "", writes }]);
+            .after_commit(&conn, &[Unit::new("", writes)]);
         Ok(())
     }
 
@@ -741,6 +778,7 @@ mod tests {
             let unit = [Unit {
                 key: "111111",
                 writes: &change,
+                fence: None,
             }];
             let results = match s.try_apply_units_now(&unit) {
                 Some(r) => {
@@ -776,6 +814,7 @@ mod tests {
         let unit = [Unit {
             key: "111111",
             writes: &change,
+            fence: None,
         }];
         let held = s.conn.lock().unwrap();
         assert!(
@@ -799,6 +838,7 @@ mod tests {
         let unit = [Unit {
             key: "111111",
             writes: &change,
+            fence: None,
         }];
         let other = Connection::open(&path).unwrap();
         other.execute_batch("BEGIN IMMEDIATE;").unwrap();

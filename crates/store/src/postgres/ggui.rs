@@ -63,7 +63,7 @@ impl GguiStore for PgStore {
 
 impl UnitStore<GguiChange> for PgStore {
     fn apply_units(&self, units: &[Unit<'_, GguiChange>]) -> UnitResults {
-        self.apply_units_with(units, apply_ggui)
+        self.apply_units_with(crate::lease::UnitKind::GguiSession, units, apply_ggui)
     }
 }
 

@@ -13,12 +13,16 @@
 //! `hostwire_schema`. A database whose newest version is past the ones
 //! this hostwire knows is refused ([`StoreError::SchemaTooNew`]).
 //!
-//! # Looking ahead: owners
+//! # Owners
 //!
 //! Every row is keyed by its unit (a room's `pin`, a session's or match's
-//! id): a later version adds a lease table (unit, owner node, generation)
-//! and each unit's savepoint first checks the writer's generation there,
-//! so a node that lost a unit cannot write it.
+//! id). Schema 2 adds `unit_leases` (kind, key, owner node, generation,
+//! expiry; [`crate::lease`]): a unit written with a fence first locks its
+//! lease row (`FOR SHARE`) in the unit's savepoint and is refused when the
+//! generation moved on, so a node that lost a unit cannot write it. The
+//! lock also orders a takeover after every write the old owner had in
+//! flight: the new owner's acquire waits for that commit, and what it then
+//! restores includes it.
 //!
 //! # Threads
 //!
@@ -28,9 +32,11 @@
 //! which hops to a scoped thread when the caller is on one.
 
 mod ggui;
+mod lease;
 mod playerthree;
 mod sessions;
 
+use crate::lease::UnitKind;
 use crate::{StoreError, StoredBundle, StoredRoom, Unit, UnitResults, UnitStore};
 use ::postgres::types::ToSql;
 use ::postgres::{Client, Config, NoTls, Statement, Transaction};
@@ -178,6 +184,21 @@ CREATE TABLE playerthree_records (
 CREATE INDEX playerthree_records_by_match ON playerthree_records (match_id, seq);
 CREATE INDEX playerthree_records_by_slot ON playerthree_records (match_id, slot) WHERE slot IS NOT NULL;
 ",
+    // 2: who owns each unit (crate::lease). A row is never deleted: its
+    // generation must never start again at 1, or a stale writer's fence
+    // would pass. `owner` is NULL once released.
+    "
+CREATE TABLE unit_leases (
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    owner TEXT,
+    generation BIGINT NOT NULL CHECK (generation > 0),
+    expires_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (kind, key)
+);
+CREATE INDEX unit_leases_by_owner ON unit_leases (owner) WHERE owner IS NOT NULL;
+CREATE INDEX unit_leases_by_expiry ON unit_leases (expires_at) WHERE owner IS NOT NULL;
+",
 ];
 
 /// The newest schema version this hostwire knows.
@@ -239,6 +260,23 @@ impl Tx<'_, '_> {
             }
         };
         Ok(self.tx.execute(&statement, params)?)
+    }
+
+    /// The row `sql` returns, if any, prepared once per connection.
+    pub(crate) fn query_opt(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<::postgres::Row>, StoreError> {
+        let statement = match self.statements.get(sql) {
+            Some(s) => s.clone(),
+            None => {
+                let s = self.tx.prepare(sql)?;
+                self.statements.insert(sql, s.clone());
+                s
+            }
+        };
+        Ok(self.tx.query_opt(&statement, params)?)
     }
 }
 
@@ -316,12 +354,15 @@ impl Drop for PgConn {
     }
 }
 
-/// The PostgreSQL store: a connection for writes and one for reads (a
+/// The PostgreSQL store: a connection for writes, one for reads (a
 /// bundle served, a session restored), so that reads never queue behind a
-/// batch of writes.
+/// batch of writes, and one for leases ([`crate::lease::LeaseStore`]), so
+/// that a renewal never queues behind either.
 pub struct PgStore {
     writer: PgConn,
     reader: PgConn,
+    /// Lease calls: a renewal never waits behind a batch of writes.
+    leases: PgConn,
 }
 
 /// Where a URL points, without its password: for messages and logs.
@@ -355,7 +396,12 @@ impl PgStore {
         let writer = PgConn::connect(&config)?;
         writer.with(migrate)?;
         let reader = PgConn::connect(&config)?;
-        Ok(PgStore { writer, reader })
+        let leases = PgConn::connect(&config)?;
+        Ok(PgStore {
+            writer,
+            reader,
+            leases,
+        })
     }
 
     /// The schema version the database is at.
@@ -397,8 +443,13 @@ impl PgStore {
     /// a unit that fails is rolled back to its savepoint alone, the later
     /// units with its key are not tried, and nothing is `Ok` before the
     /// commit.
+    ///
+    /// A unit with a [`fence`](Unit::fence) first checks it against the
+    /// lease of (`kind`, its key), in its savepoint: a stale generation
+    /// fails the unit alone with [`StoreError::Fenced`], untouched.
     pub(crate) fn apply_units_with<W: Sync>(
         &self,
+        kind: UnitKind,
         units: &[Unit<'_, W>],
         apply: impl Fn(&mut Tx<'_, '_>, &W) -> Result<(), StoreError> + Sync,
     ) -> UnitResults {
@@ -406,6 +457,11 @@ impl PgStore {
             let Session { client, statements } = s;
             let mut tx = client.transaction()?;
             let mut failed = std::collections::HashSet::new();
+            // Fences already checked in this batch: the row lock stays
+            // until the commit (a released savepoint keeps its locks, and
+            // a failed one stops its key's later units), so the answer
+            // cannot change.
+            let mut checked: HashMap<&str, u64> = HashMap::new();
             let mut results = Vec::with_capacity(units.len());
             for unit in units {
                 if failed.contains(unit.key) {
@@ -415,6 +471,17 @@ impl PgStore {
                 let r = (|| -> Result<(), StoreError> {
                     // Dropped uncommitted, it rolls back to its savepoint.
                     let mut sp = tx.transaction()?;
+                    if let Some(fence) = unit.fence.filter(|f| checked.get(unit.key) != Some(f)) {
+                        lease::check_fence(
+                            &mut Tx {
+                                tx: &mut sp,
+                                statements,
+                            },
+                            kind,
+                            unit.key,
+                            fence,
+                        )?;
+                    }
                     for w in unit.writes {
                         apply(
                             &mut Tx {
@@ -427,8 +494,14 @@ impl PgStore {
                     sp.commit()?;
                     Ok(())
                 })();
-                if r.is_err() {
-                    failed.insert(unit.key);
+                match (&r, unit.fence) {
+                    (Err(_), _) => {
+                        failed.insert(unit.key);
+                    }
+                    (Ok(()), Some(fence)) => {
+                        checked.insert(unit.key, fence);
+                    }
+                    (Ok(()), None) => {}
                 }
                 results.push(r);
             }
@@ -604,7 +677,7 @@ impl crate::RelayStore for PgStore {
 
 impl UnitStore<RoomChange> for PgStore {
     fn apply_units(&self, units: &[Unit<'_, RoomChange>]) -> UnitResults {
-        self.apply_units_with(units, apply_change)
+        self.apply_units_with(UnitKind::RelayRoom, units, apply_change)
     }
 }
 
@@ -717,6 +790,38 @@ mod tests {
             .map(|r| r.get(0))
             .collect();
         assert_eq!(versions, (1..=PG_SCHEMA_VERSION).collect::<Vec<_>>());
+    }
+
+    /// A database an older hostwire left at schema 1 gains the lease table
+    /// and keeps its rows.
+    #[test]
+    fn a_schema_1_database_migrates_to_the_lease_table_keeping_its_rows() {
+        let Some(url) = crate::testing::fresh_database("migrate_from_1") else {
+            return;
+        };
+        let mut c = admin(&url);
+        c.batch_execute(
+            "CREATE TABLE hostwire_schema (
+                 version BIGINT PRIMARY KEY,
+                 applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+             )",
+        )
+        .unwrap();
+        c.batch_execute(MIGRATIONS[0]).unwrap();
+        c.batch_execute(
+            "INSERT INTO hostwire_schema (version) VALUES (1);
+             INSERT INTO relay_rooms (pin, host_token, created_at_ms, open)
+             VALUES ('666666', 'h', 1, TRUE);",
+        )
+        .unwrap();
+        let store = PgStore::connect(&url).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 2);
+        assert_eq!(store.load_rooms().unwrap()[0].record.pin, "666666");
+        let leases: i64 = c
+            .query_one("SELECT COUNT(*) FROM unit_leases", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(leases, 0);
     }
 
     #[test]

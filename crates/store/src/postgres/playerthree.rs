@@ -43,7 +43,11 @@ impl PlayerThreeStore for PgStore {
 
 impl UnitStore<PlayerThreeWrite> for PgStore {
     fn apply_units(&self, units: &[Unit<'_, PlayerThreeWrite>]) -> UnitResults {
-        self.apply_units_with(units, apply_playerthree)
+        self.apply_units_with(
+            crate::lease::UnitKind::PlayerThreeMatch,
+            units,
+            apply_playerthree,
+        )
     }
 }
 

@@ -6,7 +6,7 @@ use crate::{StoreError, Unit, UnitResults, UnitStore};
 
 impl UnitStore<SessionWrite> for PgStore {
     fn apply_units(&self, units: &[Unit<'_, SessionWrite>]) -> UnitResults {
-        self.apply_units_with(units, apply_session)
+        self.apply_units_with(crate::lease::UnitKind::HostedSession, units, apply_session)
     }
 }
 
