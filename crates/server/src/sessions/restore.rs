@@ -16,7 +16,7 @@ use super::recording::Recorder;
 use super::Sessions;
 use axum::http::StatusCode;
 use hostwire_core::token::Token;
-use hostwire_memizy::session::{Phase, SavedGame, SavedPlayer, Session};
+use hostwire_memizy::session::{AssetCatalog, Phase, SavedGame, SavedPlayer, Session};
 use hostwire_memizy::HostConfig;
 use hostwire_store::sessions::SessionWrite;
 use serde::{Deserialize, Serialize};
@@ -172,6 +172,56 @@ fn store_failed(e: impl std::fmt::Display) -> Failed {
     (StatusCode::SERVICE_UNAVAILABLE, format!("store: {e}"))
 }
 
+/// What the store keeps of one session, read in one go.
+struct Loaded {
+    stored: hostwire_store::sessions::StoredSession,
+    state: Option<String>,
+    saved: Option<String>,
+    snapshot: Option<(String, Option<u64>)>,
+    files: Vec<(String, usize)>,
+    tokens: Vec<(String, String)>,
+    recording: Option<String>,
+}
+
+/// Reads session `id` from the store on a blocking thread. `Ok(None)`: no
+/// such session, or its game has finished (a result is stored).
+async fn load(sessions: &Sessions, id: &str) -> Result<Option<Loaded>, Failed> {
+    let store = sessions.store();
+    let key = id.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let Some(stored) = store.load_session(&key)? else {
+            return Ok(None);
+        };
+        if store.load_result(&key)?.is_some() {
+            return Ok(None);
+        }
+        let state = store.load_state(&key)?;
+        let saved = match state {
+            Some(_) => None,
+            None => store.load_saved_game(&key)?,
+        };
+        Ok::<_, hostwire_store::StoreError>(Some(Loaded {
+            stored,
+            state,
+            saved,
+            snapshot: store.load_snapshot_at(&key)?,
+            files: store.list_assets(&key)?,
+            tokens: store.load_player_tokens(&key)?,
+            recording: store.load_recording(&key)?,
+        }))
+    })
+    .await
+    .map_err(store_failed)?
+    .map_err(|e| store_failed(e.reason()))
+}
+
+fn unreadable(what: &str) -> Failed {
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("{what} cannot be read"),
+    )
+}
+
 /// Brings session `id` back from the store as its last acknowledged state
 /// and starts its task; a stopped one too when `stopped_too` (`continue`).
 /// `Ok(None)`: no such session, or its game has finished.
@@ -185,58 +235,71 @@ pub async fn restore(
     if let Some(h) = sessions.handle(id) {
         return Ok(Some(h));
     }
-    let store = sessions.store();
-    let key = id.to_owned();
-    let loaded = tokio::task::spawn_blocking(move || {
-        let Some(stored) = store.load_session(&key)? else {
-            return Ok(None);
-        };
-        if store.load_result(&key)?.is_some() {
-            return Ok(None);
-        }
-        let state = store.load_state(&key)?;
-        let saved = match state {
-            Some(_) => None,
-            None => store.load_saved_game(&key)?,
-        };
-        Ok::<_, hostwire_store::StoreError>(Some((
-            stored,
-            state,
-            saved,
-            store.load_snapshot_at(&key)?,
-            store.list_assets(&key)?,
-            store.load_player_tokens(&key)?,
-            store.load_recording(&key)?,
-        )))
-    })
-    .await
-    .map_err(store_failed)?
-    .map_err(|e| store_failed(e.reason()))?;
-    let Some((stored, state, saved, snapshot, files, stored_tokens, recording)) = loaded else {
+    let Some(loaded) = load(sessions, id).await? else {
         return Ok(None);
     };
-    let unreadable = |what: &str| {
-        (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("{what} cannot be read"),
-        )
-    };
     let spec: CreateSession =
-        serde_json::from_str(&stored.spec).map_err(|_| unreadable("the stored session"))?;
-    let saved = match saved {
-        Some(t) => Some(saved_game(&t).ok_or_else(|| unreadable("the saved game"))?),
+        serde_json::from_str(&loaded.stored.spec).map_err(|_| unreadable("the stored session"))?;
+    let saved = match &loaded.saved {
+        Some(t) => Some(saved_game(t).ok_or_else(|| unreadable("the saved game"))?),
         None => None,
     };
-    let state = match state {
-        Some(t) => serde_json::from_str::<KeptState>(&t)
+    let state = match &loaded.state {
+        Some(t) => serde_json::from_str::<KeptState>(t)
             .map_err(|_| unreadable("the session's kept state"))?,
         None => KeptState::of_old(&spec, saved.as_ref()),
     };
     if state.phase == KeptPhase::Closed && !stopped_too {
         return Ok(None);
     }
-    let sizes: BTreeMap<String, usize> = files.into_iter().collect();
-    let (mut cfg, assets) = config(sessions, id, &spec, &sizes)?;
+    let s = rebuild(sessions, id, &spec, &state, saved, &loaded).await?;
+    let auth = kept_auth(&loaded, &state)?;
+    // The recording goes on from what was kept (SPEC 10: one record of
+    // the whole game), never replaced by what follows the restart.
+    let rec = match loaded.recording.as_deref().map(Recorder::restored) {
+        Some(Some(r)) => r,
+        Some(None) => {
+            tracing::warn!(session = %id, "the kept recording cannot be read: a new one starts");
+            Recorder::default()
+        }
+        None => Recorder::default(),
+    };
+    tracing::info!(session = %id, phase = ?state.phase, "hosted session brought back");
+    let (s, assets) = s;
+    actor::spawn(sessions, s, auth, assets, rec)
+        .map(Some)
+        .ok_or((
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server holds too many sessions".to_owned(),
+        ))
+}
+
+/// The host's token and the kept players' tokens (a kicked player's opens
+/// nothing).
+fn kept_auth(loaded: &Loaded, state: &KeptState) -> Result<Auth, Failed> {
+    let host = Token::parse(&loaded.stored.host_token)
+        .ok_or_else(|| unreadable("the stored host token"))?;
+    let mut tokens = player_tokens(&loaded.tokens, std::iter::empty());
+    tokens.retain(|p, _| state.players.iter().any(|k| k.id == *p));
+    Ok(Auth {
+        host,
+        players: tokens,
+    })
+}
+
+/// The session as it was last acknowledged: a lobby as a lobby, a started
+/// game from its latest snapshot (paused), or started afresh when none was
+/// kept; with its assets.
+async fn rebuild(
+    sessions: &Arc<Sessions>,
+    id: &str,
+    spec: &CreateSession,
+    state: &KeptState,
+    saved: Option<SavedGame>,
+    loaded: &Loaded,
+) -> Result<(Session, AssetCatalog), Failed> {
+    let sizes: BTreeMap<String, usize> = loaded.files.iter().cloned().collect();
+    let (mut cfg, assets) = config(sessions, id, spec, &sizes)?;
     cfg.settings = state.settings.clone();
     if let Some(c) = &state.config {
         cfg.config = c.clone();
@@ -255,8 +318,8 @@ pub async fn restore(
     let now = sessions.clock.now_ms();
     let bad = |e: hostwire_memizy::session::SessionError| (StatusCode::BAD_REQUEST, e.to_string());
     // The latest snapshot (an old file's saved game's when none is kept).
-    let (snapshot, snapshot_time) = match snapshot {
-        Some((text, at)) => (Some(text), at),
+    let (snapshot, snapshot_time) = match &loaded.snapshot {
+        Some((text, at)) => (Some(text.clone()), *at),
         None => (saved.as_ref().and_then(|g| g.snapshot.clone()), None),
     };
     let lobby = |cfg, players: Vec<_>| -> Result<Session, Failed> {
@@ -310,30 +373,5 @@ pub async fn restore(
             Session::continue_saved(cfg, &game, players, now).map_err(bad)?
         }
     };
-    let host =
-        Token::parse(&stored.host_token).ok_or_else(|| unreadable("the stored host token"))?;
-    let mut tokens = player_tokens(&stored_tokens, std::iter::empty());
-    // A kicked player's token opens nothing.
-    tokens.retain(|p, _| state.players.iter().any(|k| k.id == *p));
-    let auth = Auth {
-        host,
-        players: tokens,
-    };
-    // The recording goes on from what was kept (SPEC 10: one record of
-    // the whole game), never replaced by what follows the restart.
-    let rec = match recording.as_deref().map(Recorder::restored) {
-        Some(Some(r)) => r,
-        Some(None) => {
-            tracing::warn!(session = %id, "the kept recording cannot be read: a new one starts");
-            Recorder::default()
-        }
-        None => Recorder::default(),
-    };
-    tracing::info!(session = %id, phase = ?state.phase, "hosted session brought back");
-    actor::spawn(sessions, s, auth, assets, rec)
-        .map(Some)
-        .ok_or((
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the server holds too many sessions".to_owned(),
-        ))
+    Ok((s, assets))
 }
