@@ -81,6 +81,8 @@ pub struct ClusterMetrics {
     pub nats_disconnects: AtomicU64,
     pub nats_reconnects: AtomicU64,
     nats_connected: AtomicBool,
+    /// Lost since the last `Connected`: the next one is a reconnection.
+    nats_lost: AtomicBool,
 }
 
 /// This node, its peers, and its NATS connection when it has one.
@@ -281,11 +283,12 @@ impl Cluster {
     /// Drops the peers unheard for longer than [`PEER_EXPIRY_HEARTBEATS`]
     /// intervals.
     pub fn sweep(&self) {
-        let gone = self
-            .peers
-            .lock()
-            .expect("peers")
-            .expire(self.clock.now_ms());
+        let mut peers = self.peers.lock().expect("peers");
+        self.expire(&mut peers);
+    }
+
+    fn expire(&self, peers: &mut Peers) {
+        let gone = peers.expire(self.clock.now_ms());
         for id in &gone {
             tracing::info!(peer = %id, "peer dropped: no heartbeat");
         }
@@ -294,9 +297,12 @@ impl Cluster {
             .fetch_add(gone.len() as u64, Relaxed);
     }
 
-    /// The peers heard from within the expiry, by id.
+    /// The peers heard from within the expiry, by id (the others dropped
+    /// first, so that the count of drops agrees with what is shown).
     pub fn peers(&self) -> Vec<Peer> {
-        self.peers.lock().expect("peers").list(self.clock.now_ms())
+        let mut peers = self.peers.lock().expect("peers");
+        self.expire(&mut peers);
+        peers.list(self.clock.now_ms())
     }
 
     fn nats_state(&self) -> &'static str {
@@ -336,13 +342,17 @@ impl ClusterMetrics {
         match event {
             async_nats::Event::Disconnected => {
                 self.nats_connected.store(false, Relaxed);
+                self.nats_lost.store(true, Relaxed);
                 self.nats_disconnects.fetch_add(1, Relaxed);
                 tracing::warn!(
                     "NATS connection lost: reconnecting (peers are not heard meanwhile)"
                 );
             }
             async_nats::Event::Connected => {
-                if !self.nats_connected.swap(true, Relaxed) {
+                // The first connection is reported too: only one after a
+                // loss is counted.
+                self.nats_connected.store(true, Relaxed);
+                if self.nats_lost.swap(false, Relaxed) {
                     self.nats_reconnects.fetch_add(1, Relaxed);
                     tracing::info!("NATS connection back");
                 }
