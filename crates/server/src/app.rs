@@ -20,6 +20,7 @@
 //! shutdown (close sockets, flush) is awaited in [`App::shutdown`] before
 //! the store is flushed.
 
+use crate::cluster::Cluster;
 use crate::ggui::{self, Ggui, GguiConfig};
 use crate::metrics::{Render, StoreMetrics, StoreProtocol};
 use crate::playerthree::{self, PlayerThree, PlayerThreeConfig};
@@ -182,6 +183,8 @@ pub struct AppConfig {
     pub sessions: sessions::SessionsConfig,
     pub clock: Arc<dyn Clock>,
     pub stores: Stores,
+    /// This node and its peers (`--nats-url`, `--node-id`).
+    pub cluster: Arc<Cluster>,
 }
 
 impl AppConfig {
@@ -200,6 +203,7 @@ impl AppConfig {
             playerthree: PlayerThreeConfig::new(relay.allowed_origins.clone()),
             sessions,
             relay,
+            cluster: Cluster::single(crate::cluster::random_node_id(), Arc::clone(&clock)),
             clock,
             stores,
         }
@@ -217,6 +221,7 @@ impl App {
             sessions: sessions_config,
             clock,
             stores,
+            cluster,
         } = config;
         let store = stores.relay;
         let gate = Arc::new(crate::http::Gate::new(
@@ -268,6 +273,7 @@ impl App {
             Arc::clone(&playerthree.metrics) as Arc<dyn Render>,
             Arc::clone(&sessions.metrics) as Arc<dyn Render>,
             store_metrics,
+            Arc::clone(&cluster) as Arc<dyn Render>,
         ]);
         let addr = listener.local_addr()?;
         // Without TCP_NODELAY, small frames wait for delayed ACKs (~40 ms).
@@ -279,7 +285,10 @@ impl App {
             // One budget of request-body bytes over every protocol's API.
             .layer(axum::middleware::from_fn(crate::http::body_budget))
             // Every protocol's handlers check credentials through it.
-            .layer(axum::Extension(Arc::clone(&gate)));
+            .layer(axum::Extension(Arc::clone(&gate)))
+            // `/api/health` shows this node and its peers.
+            .layer(axum::Extension(Arc::clone(&cluster)));
+        cluster.start(addr, stop.subscribe());
         tokio::spawn(Arc::clone(&relay).sweep_timer(stop.subscribe()));
         tokio::spawn(sweep_gate(Arc::clone(&gate), stop.subscribe()));
         let shutdown_relay = Arc::clone(&relay);
@@ -300,7 +309,7 @@ impl App {
             };
             crate::http::serve::serve(listener, app, serve_limits, sockets, graceful).await;
         });
-        tracing::info!(%addr, rooms = loaded, "hostwire listening");
+        tracing::info!(%addr, rooms = loaded, node = %cluster.node(), "hostwire listening");
         Ok(App {
             addr,
             relay,

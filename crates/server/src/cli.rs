@@ -80,6 +80,16 @@ pub struct ServeArgs {
     /// SQLite.
     #[arg(long, env = "HOSTWIRE_POSTGRES_URL", hide_env_values = true)]
     pub postgres_url: Option<String>,
+    /// Join the other nodes on this NATS server (nats://HOST:PORT): each
+    /// node announces itself there every second and lists the others in
+    /// /api/health. Unreachable at start-up: the start stops; lost later:
+    /// reconnected. Empty: a single node.
+    #[arg(long, env = "HOSTWIRE_NATS_URL", hide_env_values = true)]
+    pub nats_url: Option<String>,
+    /// This node's id among its peers (1 to 64 letters, digits, '-', '_',
+    /// '.'). Unset: a random one, made at each start and logged.
+    #[arg(long, env = "HOSTWIRE_NODE_ID")]
+    pub node_id: Option<String>,
     /// Rooms one client IP may create per hour (a school shares one IP);
     /// hosted Memizy sessions are limited by the same number, counted apart.
     #[arg(long, env = "ROOMS_PER_IP_PER_HOUR", default_value_t = RELAY_LIMITS.rooms_per_ip_per_hour)]
@@ -554,6 +564,12 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             stores,
         );
         app_config.ggui = ggui;
+        app_config.cluster = crate::cluster::Cluster::configure(
+            args.nats_url.as_deref(),
+            args.node_id.clone(),
+            Arc::clone(&app_config.clock),
+        )
+        .await?;
         app_config.playerthree = p3_config;
         let sessions = &mut app_config.sessions;
         sessions.services = services;
@@ -561,11 +577,12 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         sessions.lobby_ttl_ms = args.memizy_session_lobby_ttl_ms;
         sessions.idle_ttl_ms = args.memizy_session_idle_ttl_ms;
         sessions.plugin_sdk = plugin_sdk;
+        let app_config_node = app_config.cluster.node().to_owned();
         let server = App::start(listener, app_config)?;
         let stop = app::stop_signal();
         // A line for scripts and tests: where we listen.
         println!("hostwire listening on http://{}", server.addr);
-        tracing::info!(addr = %server.addr, db = %database, origins = %args.allowed_origins, "hostwire listening");
+        tracing::info!(addr = %server.addr, node = %app_config_node, db = %database, origins = %args.allowed_origins, "hostwire listening");
         stop.await;
         tracing::info!("shutting down");
         server.shutdown().await;

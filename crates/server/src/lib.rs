@@ -14,6 +14,7 @@
 pub mod app;
 pub mod check;
 pub mod cli;
+pub mod cluster;
 pub mod docs;
 pub mod ggui;
 pub mod http;

@@ -92,8 +92,18 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .layer(from_fn(preflight_no_content))
 }
 
-async fn health(State(relay): State<Arc<Relay>>) -> Response {
-    json_response(StatusCode::OK, &relay.health())
+async fn health(
+    State(relay): State<Arc<Relay>>,
+    cluster: Option<axum::Extension<Arc<crate::cluster::Cluster>>>,
+) -> Response {
+    let mut v = relay.health();
+    // This node's id, its NATS link and its peers beside the relay's figures.
+    if let (Some(axum::Extension(c)), Some(o)) = (cluster, v.as_object_mut()) {
+        if let serde_json::Value::Object(node) = c.health() {
+            o.extend(node);
+        }
+    }
+    json_response(StatusCode::OK, &v)
 }
 
 async fn create_room(

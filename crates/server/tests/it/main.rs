@@ -6,6 +6,7 @@ mod support;
 
 mod body_budget;
 mod check;
+mod cluster;
 mod credential_attack;
 mod front_door;
 mod ggui;
