@@ -313,6 +313,11 @@ impl Cluster {
         }
     }
 
+    /// Whether the node is one of a cluster (it has a NATS link).
+    pub fn is_clustered(&self) -> bool {
+        self.nats.is_some()
+    }
+
     /// `/api/health`'s part: `{"node":…,"nats":…,"peers":[…]}`.
     pub fn health(&self) -> Value {
         let peers: Vec<Value> = self

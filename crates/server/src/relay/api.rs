@@ -97,10 +97,14 @@ async fn health(
     cluster: Option<axum::Extension<Arc<crate::cluster::Cluster>>>,
 ) -> Response {
     let mut v = relay.health();
-    // This node's id, its NATS link and its peers beside the relay's figures.
+    // A node of a cluster adds its id, its NATS link and its peers beside
+    // the relay's figures; a single node answers exactly the reference
+    // relay's body, which Memizy host apps and conformance suites read.
     if let (Some(axum::Extension(c)), Some(o)) = (cluster, v.as_object_mut()) {
-        if let serde_json::Value::Object(node) = c.health() {
-            o.extend(node);
+        if c.is_clustered() {
+            if let serde_json::Value::Object(node) = c.health() {
+                o.extend(node);
+            }
         }
     }
     json_response(StatusCode::OK, &v)
