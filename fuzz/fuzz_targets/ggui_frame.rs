@@ -53,7 +53,9 @@ fuzz_target!(|data: &[u8]| {
         }
         while let Some(o) = ch.poll_output() {
             match o {
-                Output::Send { conn, frame } => {
+                // An action's ack is held until its records are durable
+                // (`Durable`); this store never refuses, so it goes out.
+                Output::Send { conn, frame } | Output::Durable { conn, frame, .. } => {
                     let idx = (conn.0 - 1) as usize;
                     assert!(!closed[idx], "a frame after close");
                     let v: Value = serde_json::from_str(&frame).expect("frames are JSON");
