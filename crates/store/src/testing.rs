@@ -126,6 +126,7 @@ fn start_cluster() -> Result<String, String> {
         let stderr = child.stderr.take().expect("piped");
         // Read the log until PostgreSQL is ready (or gone); then keep
         // draining it so that PostgreSQL never blocks on a full pipe.
+        // Carries one message: the sender is dropped once it is used.
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut log = Vec::new();

@@ -10,7 +10,7 @@
 //! Where no `nats-server` can be had, the test says so loudly on standard
 //! error and returns; under `CI=true` it fails.
 
-use crate::support::process::Process;
+use crate::support::process::{serve_failing, Process};
 use crate::support::server::{temp_dir, GUARD};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
@@ -114,6 +114,7 @@ impl Nats {
             .map_err(|e| format!("cannot start {}: {e}", self.bin))?;
         let stdin = child.stdin.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
+        // Carries one message (ready, or the log when it exits first).
         let (tx, rx) = std::sync::mpsc::channel();
         // Read until ready, then keep draining so it never blocks on a
         // full pipe.
@@ -388,27 +389,6 @@ async fn a_node_without_nats_answers_health_as_the_reference_relay() {
     );
 }
 
-/// Runs a `serve` that must fail; its standard error.
-async fn failing(args: &[&str], envs: &[(&str, &str)]) -> String {
-    let dir = temp_dir("nats-fail");
-    let out = tokio::time::timeout(
-        GUARD * 2,
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_hostwire"))
-            .args(["serve", "--port", "0", "--data-dir"])
-            .arg(dir.path())
-            .args(args)
-            .envs(envs.iter().copied())
-            .env_remove("RUST_LOG")
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("serve did not stop")
-    .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 #[tokio::test]
 async fn an_unreachable_nats_or_a_bad_node_id_stops_the_start_naming_the_option() {
     // Nothing listens on the port of a listener just closed.
@@ -418,7 +398,7 @@ async fn an_unreachable_nats_or_a_bad_node_id_stops_the_start_naming_the_option(
         .unwrap()
         .port();
     let url = format!("nats://node:s3cret-pa55@127.0.0.1:{port}");
-    let stderr = failing(&[], &[("HOSTWIRE_NATS_URL", &url)]).await;
+    let stderr = serve_failing(&[], &[("HOSTWIRE_NATS_URL", &url)]).await;
     let line = stderr
         .lines()
         .find(|l| l.starts_with("error:"))
@@ -427,7 +407,7 @@ async fn an_unreachable_nats_or_a_bad_node_id_stops_the_start_naming_the_option(
     assert!(line.contains("cannot reach the NATS server"), "{line}");
     assert!(!stderr.contains("s3cret-pa55"), "{stderr}");
 
-    let stderr = failing(&["--node-id", "no spaces"], &[]).await;
+    let stderr = serve_failing(&["--node-id", "no spaces"], &[]).await;
     assert!(stderr.contains("--node-id / HOSTWIRE_NODE_ID"), "{stderr}");
 }
 

@@ -4,8 +4,8 @@
 //! every room; a URL that cannot serve stops the start-up naming the option,
 //! never printing the password.
 
-use crate::support::process::Process;
-use crate::support::relay::{temp_dir, Client, GUARD, ORIGIN};
+use crate::support::process::{serve_failing, Process};
+use crate::support::relay::{temp_dir, Client, ORIGIN};
 use serde_json::{json, Value};
 
 async fn host(p: &Process, pin: &str, token: &str) -> Value {
@@ -65,26 +65,6 @@ async fn a_room_outlives_its_node_on_postgres_with_its_pin_and_host_token() {
     );
 }
 
-/// Runs a `serve` that must fail; its standard error.
-async fn failing(url: &str) -> String {
-    let dir = temp_dir("pg-fail");
-    let out = tokio::time::timeout(
-        GUARD * 2,
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_hostwire"))
-            .args(["serve", "--port", "0", "--data-dir"])
-            .arg(dir.path())
-            .env("HOSTWIRE_POSTGRES_URL", url)
-            .env_remove("RUST_LOG")
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("serve did not stop")
-    .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 #[tokio::test]
 async fn an_unusable_postgres_url_stops_the_start_naming_the_option_not_the_password() {
     // Nothing listens on the port of a listener just closed.
@@ -99,7 +79,7 @@ async fn an_unusable_postgres_url_stops_the_start_naming_the_option_not_the_pass
         format!("postgres://node:{secret}@127.0.0.1:{port}/hostwire?sslmode=nonsense"),
         format!("postgres://node:{secret}@127.0.0.1:notaport/hostwire"),
     ] {
-        let stderr = failing(&url).await;
+        let stderr = serve_failing(&[], &[("HOSTWIRE_POSTGRES_URL", &url)]).await;
         let line = stderr
             .lines()
             .find(|l| l.starts_with("error:"))

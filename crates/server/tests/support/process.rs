@@ -13,6 +13,29 @@ pub struct Process {
     pub addr: String,
 }
 
+/// Runs a `hostwire serve` on a fresh data directory that must fail to
+/// start (exit status 1) within two [`GUARD`](super::server::GUARD)s; its
+/// standard error.
+pub async fn serve_failing(args: &[&str], envs: &[(&str, &str)]) -> String {
+    let dir = super::server::temp_dir("serve-fail");
+    let out = tokio::time::timeout(
+        super::server::GUARD * 2,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_hostwire"))
+            .args(["serve", "--port", "0", "--data-dir"])
+            .arg(dir.path())
+            .args(args)
+            .envs(envs.iter().copied())
+            .env_remove("RUST_LOG")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("serve did not stop")
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 impl Process {
     /// `hostwire serve` with `args` after the address and data directory,
     /// and `envs`.
