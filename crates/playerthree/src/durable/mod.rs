@@ -253,8 +253,8 @@ enum Flight<T> {
     /// An operator's change: its answer, or the refusal's.
     Answer {
         tag: Option<T>,
-        ok: Answer,
-        refused: Answer,
+        ok: Box<Answer>,
+        refused: Box<Answer>,
     },
 }
 
@@ -424,7 +424,7 @@ impl<G: Game, T> DurableMatch<G, T> {
             Flight::Answer { tag, ok, refused } => self.ready.push_back(Done {
                 tag,
                 outputs: Vec::new(),
-                answer: if durable { ok } else { refused },
+                answer: *if durable { ok } else { refused },
             }),
             Flight::Durable => {
                 let Some(p) = self.pending.take() else { return };
@@ -546,8 +546,8 @@ impl<G: Game, T> DurableMatch<G, T> {
             records,
             Flight::Answer {
                 tag,
-                ok: answer(Ok(v)),
-                refused,
+                ok: Box::new(answer(Ok(v))),
+                refused: Box::new(refused),
             },
         );
         self.ready.push_back(done);
