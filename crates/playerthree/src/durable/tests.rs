@@ -479,3 +479,31 @@ fn a_revoked_seat_ends_every_session_acting_through_it() {
     assert_eq!(ended, [10, 11]);
     assert_eq!(s.closes, [(10, CloseReason::Revoked)]);
 }
+
+#[test]
+fn an_observer_frame_is_released_at_its_release_at_between_ticks() {
+    let mut s = Sim::new(MatchConfig::default());
+    // A delay that is not a whole number of ticks: the frame recorded at
+    // creation (T0) is due between the 2nd and 3rd ticks.
+    let delay = 250;
+    let grant = json!({"kind": "team", "team": "red", "delayMs": delay});
+    let token = s.mint(Principal::Observer {
+        r#match: "m1".into(),
+        grant: serde_json::from_value(grant).unwrap(),
+    });
+    s.cmd(MatchCommand::Join { conn: 5, token });
+    s.send(5, json!({"op": "observer", "perspective": "red"}));
+    s.frames.clear();
+    s.advance(2 * TIMES.tick_ms);
+    assert!(s.frames_of(5, "observer").is_empty(), "released early");
+    // The match asks for its timer at the release, not at the next tick.
+    assert_eq!(s.d.poll_timeout(), Some(T0 + delay));
+    s.advance(delay - 2 * TIMES.tick_ms - 1);
+    assert!(s.frames_of(5, "observer").is_empty());
+    s.advance(1);
+    let frames = s.frames_of(5, "observer");
+    assert!(!frames.is_empty(), "nothing released at releaseAt");
+    for f in &frames {
+        assert_eq!(f["frame"]["releaseAt"], T0 + delay, "{f}");
+    }
+}
