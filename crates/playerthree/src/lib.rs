@@ -9,6 +9,8 @@
 //! - [`observer`]: delayed observer frames.
 //! - [`game`]: the [`Game`] trait and the closed-vocabulary guard.
 //! - [`host`]: [`Match`], the match host state machine.
+//! - [`durable`]: [`durable::DurableMatch`], a match with its durability
+//!   rules and timers, as a server drives it.
 //! - [`demo`]: Ridge, a small two-team game with fog of war.
 //!
 //! Nothing here opens a socket, spawns a task or reads a clock: the server
@@ -20,6 +22,7 @@
 
 pub mod decode;
 pub mod demo;
+pub mod durable;
 pub mod game;
 pub mod host;
 pub mod observer;

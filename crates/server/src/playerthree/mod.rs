@@ -7,8 +7,9 @@
 //!   spectators and observers join with a token;
 //! - [`mcp`]: the MCP endpoint `/playerthree/mcp` for agents (streamable
 //!   HTTP), authenticated by a seat token;
-//! - [`actor`]: one task per match owns its [`Match`] and its timer (ticks
-//!   and observer releases), in the order commands arrive;
+//! - [`actor`]: one task per match, run by the one unit driver
+//!   ([`crate::unit`]) over the protocol crate's `DurableMatch` (its
+//!   durability rules and timers); here only its outputs are carried out;
 //! - [`pace`]: how many bytes a second the socket reads from a match's
 //!   tokens;
 //! - [`writer`]: the match records written behind the matches.

@@ -49,10 +49,8 @@ pub const MAX_MCP_SESSIONS_PER_IP: usize = 64;
 pub const MAX_MCP_BODY_BYTES: usize = MAX_MESSAGE_BYTES;
 
 /// Milliseconds a seat stays `live` after its token's last MCP session
-/// ended: an agent whose client opens a session per request keeps its
-/// seat live between requests instead of flipping it (and pushing
-/// `seats` to every watcher) twice a request.
-pub const MCP_LIVE_GRACE_MS: u64 = 30_000;
+/// ended (the protocol crate's).
+pub use hostwire_playerthree::durable::MCP_LIVE_GRACE_MS;
 
 /// The logger name of a pushed tell.
 pub const TELL_LOGGER: &str = "playerthree/tell";

@@ -327,7 +327,14 @@ async fn a_match_nobody_joins_expires_after_its_time_with_its_rows() {
     let (status, _) = mint_raw(&s.http, &used, &used_op, json!({"kind": "spectator"})).await;
     assert_eq!(status, 201);
     // Its rows are gone, and a restart does not bring it back.
+    let metrics = std::sync::Arc::clone(&s.p3().metrics);
     s.stop().await;
+    // Its expiry was counted once, though it came by a wake after the
+    // clock moved (the match's task handles that time itself too).
+    let expired = metrics
+        .matches_expired
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(expired, 1);
     let c = db(&s.db);
     let count = |sql: &str, id: &str| -> i64 { c.query_row(sql, [id], |r| r.get(0)).unwrap() };
     assert_eq!(
