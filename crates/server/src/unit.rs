@@ -72,6 +72,15 @@ pub trait Unit {
     fn accepts(&self) -> bool {
         true
     }
+
+    /// Whether a write waits for room in a full store queue (the default:
+    /// the unit is held there, its commands wait in its own queue) or is
+    /// answered refused at once (`ack(id, false, now)`), for a unit that
+    /// must keep answering its commands and timers while the store is
+    /// behind (a hosted session: its devices' calls and deadlines).
+    fn waits_for_store(&self) -> bool {
+        true
+    }
 }
 
 /// The server side of a unit: where its outputs go.
@@ -112,7 +121,14 @@ pub async fn drive<U, D, C>(
         // carried out before they are queued. A full store queue holds
         // the unit here; its commands wait in its own bounded queue.
         while let Some(w) = unit.poll_write() {
-            let durable = writer.queue_acked(key, w.records).await;
+            let durable = if unit.waits_for_store() {
+                writer.queue_acked(key, w.records).await
+            } else if let Some(d) = writer.try_queue_acked(key, w.records) {
+                d
+            } else {
+                unit.ack(w.id, false, clock.now_ms());
+                continue;
+            };
             acks.push_back((w.id, Box::pin(durable.wait())));
         }
         while let Some(out) = unit.poll_output() {

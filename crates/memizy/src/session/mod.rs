@@ -17,11 +17,13 @@
 //! ```
 
 pub mod assets;
+pub mod durable;
 mod engine;
 pub mod leitner;
 pub mod services;
 
 pub use assets::{catalog, AssetCatalog, BundledFile};
+pub use durable::{DurableSession, Expiry, PendingWrite, SessionOutput, SessionRecord, WriteId};
 pub use engine::{PlayerStats, Session};
 pub use leitner::{Leitner, ProgressRecord, Scheduler};
 pub use services::{ServiceRegistry, ServiceSpec};
