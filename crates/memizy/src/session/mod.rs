@@ -15,6 +15,10 @@
 //!   poll_output()                  <-  Reply, Call, Persist, Service, Close, Event
 //!   poll_timeout()                 <-  when to call handle_timeout next
 //! ```
+//!
+//! A server drives it through [`DurableSession`] (`durable.rs`): the
+//! records become writes answered by acknowledgement, and the answers
+//! that wait for one (a kept change, a saved game) are held until then.
 
 pub mod assets;
 pub mod durable;
