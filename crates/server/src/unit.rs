@@ -72,6 +72,15 @@ pub trait Unit {
     fn accepts(&self) -> bool {
         true
     }
+
+    /// Whether a write waits for room in a full store queue (the default:
+    /// the unit is held there, its commands wait in its own queue) or is
+    /// answered refused at once (`ack(id, false, now)`), for a unit that
+    /// must keep answering its commands and timers while the store is
+    /// behind (a hosted session: its devices' calls and deadlines).
+    fn waits_for_store(&self) -> bool {
+        true
+    }
 }
 
 /// The server side of a unit: where its outputs go.
@@ -112,7 +121,14 @@ pub async fn drive<U, D, C>(
         // carried out before they are queued. A full store queue holds
         // the unit here; its commands wait in its own bounded queue.
         while let Some(w) = unit.poll_write() {
-            let durable = writer.queue_acked(key, w.records).await;
+            let durable = if unit.waits_for_store() {
+                writer.queue_acked(key, w.records).await
+            } else if let Some(d) = writer.try_queue_acked(key, w.records) {
+                d
+            } else {
+                unit.ack(w.id, false, clock.now_ms());
+                continue;
+            };
             acks.push_back((w.id, Box::pin(durable.wait())));
         }
         while let Some(out) = unit.poll_output() {
@@ -280,5 +296,113 @@ mod tests {
                 (99, true)
             ]
         );
+    }
+
+    /// A record as large as the whole store queue: one fills it.
+    #[derive(Debug)]
+    struct Big;
+
+    impl StoreWrite for Big {
+        fn bytes(&self) -> usize {
+            crate::store_writer::STORE_QUEUE_BYTES
+        }
+    }
+
+    /// A store that holds every write until it is opened.
+    #[derive(Default)]
+    struct Gate {
+        open: std::sync::Mutex<bool>,
+        opened: std::sync::Condvar,
+    }
+
+    impl UnitStore<Big> for Gate {
+        fn apply_units(&self, units: &[hostwire_store::Unit<'_, Big>]) -> UnitResults {
+            let mut open = self.open.lock().unwrap();
+            while !*open {
+                open = self.opened.wait(open).unwrap();
+            }
+            hostwire_store::apply_each(units, |_| Ok(()))
+        }
+    }
+
+    /// Every command is one write; told each write's answer; does not wait
+    /// for room in the store queue.
+    #[derive(Default)]
+    struct Eager {
+        writes: VecDeque<Write<Big>>,
+        out: VecDeque<(u64, bool)>,
+    }
+
+    impl Unit for Eager {
+        type Command = u64;
+        type Output = (u64, bool);
+        type Record = Big;
+        fn handle(&mut self, n: u64, _now: u64) {
+            self.writes.push_back(Write {
+                id: n,
+                records: vec![Big],
+            });
+        }
+        fn poll_output(&mut self) -> Option<(u64, bool)> {
+            self.out.pop_front()
+        }
+        fn poll_timeout(&self) -> Option<u64> {
+            None
+        }
+        fn handle_timeout(&mut self, _now: u64) {}
+        fn poll_write(&mut self) -> Option<Write<Big>> {
+            self.writes.pop_front()
+        }
+        fn ack(&mut self, id: u64, durable: bool, _now: u64) {
+            self.out.push_back((id, durable));
+        }
+        fn waits_for_store(&self) -> bool {
+            false
+        }
+    }
+
+    /// Opens the gate once the refused write is told.
+    struct Opens(Arc<Gate>, Vec<(u64, bool)>);
+
+    impl Deliver<Eager> for Opens {
+        fn deliver(&mut self, _: &Eager, out: (u64, bool)) -> ControlFlow<()> {
+            if out == (2, false) {
+                *self.0.open.lock().unwrap() = true;
+                self.0.opened.notify_all();
+            }
+            self.1.push(out);
+            ControlFlow::Continue(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_unit_that_does_not_wait_for_the_store_has_a_write_refused_at_once_on_a_full_queue() {
+        let gate = Arc::new(Gate::default());
+        let writer = StoreWriter::start(
+            Arc::clone(&gate) as Arc<dyn UnitStore<Big>>,
+            StoreProtocol::Relay,
+            Arc::new(StoreMetrics::default()),
+        );
+        let clock = ManualClock::new(1_000);
+        let (tx, mut rx) = mpsc::channel::<u64>(8);
+        tx.send(1).await.unwrap();
+        tx.send(2).await.unwrap();
+        drop(tx);
+        let mut to = Opens(Arc::clone(&gate), Vec::new());
+        let store = Store {
+            writer: &writer,
+            key: "eager",
+            clock: &clock,
+        };
+        let mut eager = Eager::default();
+        let driven = drive(&mut eager, &mut to, &mut rx, store);
+        let ended = tokio::time::timeout(Duration::from_secs(10), driven).await;
+        // Opened in any case: the runtime ends only once the store's
+        // blocking write does.
+        *gate.open.lock().unwrap() = true;
+        gate.opened.notify_all();
+        ended.expect("the second write waited for the first");
+        // The second is refused while the first still fills the queue.
+        assert_eq!(to.1, [(2, false), (1, true)]);
     }
 }

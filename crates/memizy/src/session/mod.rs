@@ -15,13 +15,19 @@
 //!   poll_output()                  <-  Reply, Call, Persist, Service, Close, Event
 //!   poll_timeout()                 <-  when to call handle_timeout next
 //! ```
+//!
+//! A server drives it through [`DurableSession`] (`durable.rs`): the
+//! records become writes answered by acknowledgement, and the answers
+//! that wait for one (a kept change, a saved game) are held until then.
 
 pub mod assets;
+pub mod durable;
 mod engine;
 pub mod leitner;
 pub mod services;
 
 pub use assets::{catalog, AssetCatalog, BundledFile};
+pub use durable::{DurableSession, Expiry, PendingWrite, SessionOutput, SessionRecord, WriteId};
 pub use engine::{PlayerStats, Session};
 pub use leitner::{Leitner, ProgressRecord, Scheduler};
 pub use services::{ServiceRegistry, ServiceSpec};

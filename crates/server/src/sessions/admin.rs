@@ -1,9 +1,8 @@
 //! The HTTP API's operations on a running session, carried out by its task:
 //! each answered with the session's status once the change is kept.
 
-use super::actor::Actor;
-use super::restore::KeptState;
-use crate::store_writer::Durable;
+use super::actor::{Hosted, Tag};
+use super::deliver::Out;
 use hostwire_core::token::Token;
 use hostwire_memizy::session::{Phase, PlayerSpec, SessionError};
 use hostwire_memizy::SessionEndReason;
@@ -37,135 +36,125 @@ pub enum Admin {
 
 pub type AdminReply = oneshot::Sender<Result<Value, (u16, String)>>;
 
-impl Actor {
+impl Hosted {
     pub(super) fn admin(&mut self, op: Admin, reply: AdminReply, now: u64) {
         let r = match op {
             Admin::Status => Ok(self.status()),
             // A change is answered once it is kept.
             Admin::AddPlayer(spec, token) => {
                 let id = spec.id.clone();
-                match self.s.add_player(*spec, now) {
+                match self.d.act(now, |s| s.add_player(*spec, now)) {
                     Ok(()) => {
                         self.auth.players.insert(id, token);
-                        return self.reply_when_kept(reply, self.status());
+                        return self.reply_when_kept(reply, self.status(), now);
                     }
                     Err(e) => Err(session_error(e)),
                 }
             }
-            Admin::Kick(id) => match self.s.kick_player(&id, now) {
+            Admin::Kick(id) => match self.d.act(now, |s| s.kick_player(&id, now)) {
                 Ok(()) => {
                     self.auth.players.remove(&id);
-                    return self.reply_when_kept(reply, self.status());
+                    return self.reply_when_kept(reply, self.status(), now);
                 }
                 Err(e) => Err(session_error(e)),
             },
-            Admin::Rename(id, name) => match self.s.rename_player(&id, &name, now) {
-                Ok(()) => return self.reply_when_kept(reply, self.status()),
-                Err(e) => Err(session_error(e)),
-            },
-            Admin::Config(c) => {
-                self.s.set_config(c, now);
-                return self.reply_when_kept(reply, self.status());
+            Admin::Rename(id, name) => {
+                match self.d.act(now, |s| s.rename_player(&id, &name, now)) {
+                    Ok(()) => return self.reply_when_kept(reply, self.status(), now),
+                    Err(e) => Err(session_error(e)),
+                }
             }
-            Admin::Start => match self.s.start_game(now) {
-                Ok(()) => return self.reply_when_kept(reply, self.status()),
+            Admin::Config(c) => {
+                self.d.act(now, |s| s.set_config(c, now));
+                return self.reply_when_kept(reply, self.status(), now);
+            }
+            Admin::Start => match self.d.act(now, |s| s.start_game(now)) {
+                Ok(()) => return self.reply_when_kept(reply, self.status(), now),
                 Err(e) => Err(session_error(e)),
             },
-            Admin::Pause => match self.s.pause(now) {
+            Admin::Pause => match self.d.act(now, |s| s.pause(now)) {
                 Ok(()) => {
                     self.rec.event("pause", self.times(now), None);
-                    self.write_recording();
-                    return self.reply_when_kept(reply, self.status());
+                    self.write_recording(now);
+                    return self.reply_when_kept(reply, self.status(), now);
                 }
                 Err(e) => Err(session_error(e)),
             },
-            Admin::Resume => match self.s.resume(now) {
+            Admin::Resume => match self.d.act(now, |s| s.resume(now)) {
                 Ok(()) => {
                     self.rec.event("resume", self.times(now), None);
-                    return self.reply_when_kept(reply, self.status());
+                    return self.reply_when_kept(reply, self.status(), now);
                 }
                 Err(e) => Err(session_error(e)),
             },
-            Admin::Continue => {
-                let paused = self.s.clock().paused_at.is_some();
-                match self.s.phase() {
-                    Phase::Running if !paused => Err((409, "the session is running".into())),
-                    Phase::Running | Phase::Loading | Phase::Countdown { .. } => {
-                        let mut v = self.status();
-                        let tokens: std::collections::BTreeMap<&str, &str> = self
-                            .auth
-                            .players
-                            .iter()
-                            .map(|(p, t)| (p.as_str(), t.as_str()))
-                            .collect();
-                        v["playerTokens"] = json!(tokens);
-                        return self.reply_when_kept(reply, v);
-                    }
-                    Phase::Lobby => Err((409, "the session is in its lobby: start it".into())),
-                    Phase::Finished | Phase::Closed => {
-                        Err((409, "the game has ended; it cannot be continued".into()))
-                    }
-                }
-            }
+            Admin::Continue => match self.continued() {
+                Ok(v) => return self.reply_when_kept(reply, v, now),
+                Err(e) => Err(e),
+            },
             Admin::End => {
-                self.s.close(SessionEndReason::Closed, now);
+                self.d.act(now, |s| s.close(SessionEndReason::Closed, now));
                 Ok(self.status())
             }
             Admin::Recording => {
-                Ok(serde_json::from_str(&self.rec.document(self.s.id())).unwrap_or(Value::Null))
+                let doc = self.rec.document(self.d.session().id());
+                Ok(serde_json::from_str(&doc).unwrap_or(Value::Null))
             }
-            Admin::Save => match self.s.save_game(now) {
-                Some((id, saved)) => {
-                    let body = json!({"saved": saved});
-                    self.saves.insert(id, (reply, body));
+            // Answered once the saved game is durable.
+            Admin::Save => match self.d.save(Tag::Save(reply), now) {
+                Ok(()) => return,
+                Err(Tag::Save(reply)) => {
+                    let why = "this game cannot be saved (not started, or ended)";
+                    let _ = reply.send(Err((409, why.into())));
                     return;
                 }
-                None => Err((
-                    409,
-                    "this game cannot be saved (not started, or ended)".into(),
-                )),
+                Err(_) => return,
             },
         };
-        let _ = reply.send(r);
+        self.out.push_back(Out::Reply(reply, r));
     }
 
-    /// The session's state as a restart brings it back, queued for the
-    /// store: `None` when the store queue is full.
-    pub(super) fn keep(&self) -> Option<Durable> {
-        let w = KeptState::of(&self.s, self.now()).write(self.s.id());
-        self.writer.try_queue_acked(self.s.id(), vec![w])
+    /// `continue`'s answer: the status and every player's token.
+    fn continued(&self) -> Result<Value, (u16, String)> {
+        let s = self.d.session();
+        let paused = s.clock().paused_at.is_some();
+        match s.phase() {
+            Phase::Running if !paused => Err((409, "the session is running".into())),
+            Phase::Running | Phase::Loading | Phase::Countdown { .. } => {
+                let mut v = self.status();
+                let tokens: std::collections::BTreeMap<&str, &str> = self
+                    .auth
+                    .players
+                    .iter()
+                    .map(|(p, t)| (p.as_str(), t.as_str()))
+                    .collect();
+                v["playerTokens"] = json!(tokens);
+                Ok(v)
+            }
+            Phase::Lobby => Err((409, "the session is in its lobby: start it".into())),
+            Phase::Finished | Phase::Closed => {
+                Err((409, "the game has ended; it cannot be continued".into()))
+            }
+        }
     }
 
     /// Answers `body` once the session's state after the change is kept
     /// (503 when it could not be: the change is not acknowledged).
-    pub(super) fn reply_when_kept(&self, reply: AdminReply, body: Value) {
-        let Some(kept) = self.keep() else {
-            let _ = reply.send(Err((
-                503,
-                "the store is behind: the change was not kept; try again".into(),
-            )));
-            return;
-        };
-        tokio::spawn(tracing::Instrument::in_current_span(async move {
-            let _ = reply.send(if kept.wait().await {
-                Ok(body)
-            } else {
-                Err((503, "the change could not be stored; try again".into()))
-            });
-        }));
+    fn reply_when_kept(&mut self, reply: AdminReply, body: Value, now: u64) {
+        self.d.keep_then(Tag::Admin(reply, body), now);
     }
 
     pub(super) fn status(&self) -> Value {
-        let (settings, valid, message) = self.s.settings();
+        let s = self.d.session();
+        let (settings, valid, message) = s.settings();
         json!({
-            "sessionId": self.s.id(),
-            "phase": phase_name(self.s.phase()),
-            "players": self.s.players(),
+            "sessionId": s.id(),
+            "phase": phase_name(s.phase()),
+            "players": s.players(),
             "settings": settings,
             "settingsValid": valid,
             "settingsMessage": message,
-            "clock": self.s.clock(),
-            "instances": self.s.instance_count(),
+            "clock": s.clock(),
+            "instances": s.instance_count(),
             "result": self.result,
         })
     }

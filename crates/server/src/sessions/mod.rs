@@ -6,9 +6,12 @@
 //! - [`conn`]: `/memizy/session/ws`, one device's plugin instance: its Host
 //!   API calls arrive as worker RPC `request` frames, the Plugin API calls go
 //!   out the same way, through the bounded outbound queue;
-//! - [`actor`]: one task per session owns the engine, feeds it commands in
-//!   order and arms its timer at `poll_timeout` (`admin.rs`: the HTTP API's
-//!   operations; `outputs.rs`: what it does with the engine's outputs);
+//! - [`actor`]: one task per session, on THE unit driver, owns the engine
+//!   with its durability rules (`hostwire_memizy::session::DurableSession`),
+//!   feeds it commands in order and arms its timer at `poll_timeout`
+//!   (`admin.rs`: the HTTP API's operations; `outputs.rs`: what it makes of
+//!   the session's outputs; `deliver.rs`: the devices' sockets and the
+//!   requests waiting);
 //! - [`rpc`]: the device side of worker RPC, one
 //!   `hostwire_worker_rpc::PeerState` per attached instance;
 //! - [`services`]: the services offered (SPEC 5.3), each a worker process
@@ -25,6 +28,7 @@ pub mod actor;
 mod admin;
 pub mod api;
 pub mod conn;
+mod deliver;
 pub mod device;
 mod outputs;
 pub mod play;
@@ -64,8 +68,9 @@ pub const DEVICE_OUTBOUND_BYTES: usize = 4 * 1024 * 1024;
 /// larger frame is refused from its header, before its payload is read,
 /// and closes the connection with 1009 after a `goodbye` naming the limit.
 pub const MAX_DEVICE_FRAME_BYTES: usize = 2 * LIMITS.snapshot_bytes + CALL_ENVELOPE_BYTES;
-/// Records handed to one session's store writer and not yet durable; the
-/// engine's own bound (`MAX_RECORDS_IN_FLIGHT`) is the same.
+/// Records handed to one session's store writer and not yet durable: the
+/// engine's own bound (`MAX_RECORDS_IN_FLIGHT`); a full store queue
+/// refuses a record at once (the engine answers `INTERNAL_ERROR`).
 pub const STORE_QUEUE: usize = hostwire_memizy::session::MAX_RECORDS_IN_FLIGHT;
 /// Sessions live at once on this server.
 pub const MAX_SESSIONS: usize = 10_000;

@@ -1,21 +1,22 @@
-//! What the session's task does with the engine's outputs: replies and
-//! Plugin API calls to devices (through their worker RPC state), records
-//! to the store, service calls, events.
+//! What the session's task makes of the session's outputs: replies and
+//! Plugin API calls to devices (through their worker RPC state), answers
+//! that waited for the store, service calls, events; each becomes an
+//! [`Out`] for the server side (`deliver.rs`).
 
-use super::actor::{Actor, Cmd, ASSET_LOADS};
+use super::actor::{Hosted, Tag};
+use super::deliver::Out;
 use super::rpc::{reply_payload, rpc_error, PLUGIN_CALL_TIMEOUT_MS};
 use super::services;
-use base64::Engine;
 use hostwire_memizy::session::{
-    CallId, CloseReason, InstanceId, Output, Record, Reply, SessionEvent,
+    CallId, CloseReason, InstanceId, Output, Record, Reply, SessionEvent, SessionOutput,
 };
 use hostwire_memizy::{ProtocolError, ProtocolErrorCode};
 use hostwire_store::sessions::SessionWrite;
 use hostwire_worker_rpc::frame::Payload;
+use hostwire_worker_rpc::PeerState;
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use tokio::sync::oneshot;
 
 /// A record as the store keeps it.
 pub fn to_write(record: &Record) -> SessionWrite {
@@ -74,78 +75,147 @@ pub fn to_write(record: &Record) -> SessionWrite {
     }
 }
 
-impl Actor {
-    /// Carries out every output the engine has.
-    pub(super) fn drain(&mut self) {
-        while let Some(o) = self.s.poll_output() {
+impl Hosted {
+    /// Turns every output of the session into one of the server's.
+    pub(super) fn drain(&mut self, now: u64) {
+        while let Some(o) = self.d.poll_output() {
             match o {
-                Output::Reply {
-                    instance,
-                    call,
-                    result: Ok(Reply::Asset { key, item_id }),
-                } => self.send_asset(instance, call, key, item_id),
-                Output::Reply {
-                    instance,
-                    call,
-                    result,
-                } => self.reply(instance, call, result),
-                Output::Call { instance, call } => {
-                    if call.method == "start" {
-                        let now = self.now();
-                        self.rec.event("start", self.times(now), None);
-                    }
-                    let Some(d) = self.devices.get_mut(&instance) else {
-                        continue;
-                    };
-                    let params = Payload::from_text(call.args.to_string())
-                        .unwrap_or_else(|_| Payload::null());
-                    let deadline = self.sessions.clock.now_ms() + PLUGIN_CALL_TIMEOUT_MS;
-                    match d.rpc.call(call.method, params, false, Some(deadline)) {
-                        Ok(_) => {
-                            self.metrics.plugin_calls.fetch_add(1, Relaxed);
+                SessionOutput::Engine(o) => self.engine_output(o, now),
+                SessionOutput::Kept { tag, durable } => self.kept(tag, durable),
+                SessionOutput::Saved {
+                    tag: Tag::Save(reply),
+                    saved,
+                    outcome,
+                } => {
+                    let r = match outcome {
+                        Ok(()) => Ok(json!({"saved": saved})),
+                        Err(why) => {
+                            Err((503, format!("the saved game could not be stored: {why}")))
                         }
-                        Err(e) => tracing::debug!(instance, error = %e, "Plugin API call not sent"),
-                    }
-                    self.flush(instance);
+                    };
+                    self.out.push_back(Out::Reply(reply, r));
                 }
-                Output::Close { instance, reason } => {
-                    self.rec.detached(instance);
-                    if let Some(mut d) = self.devices.remove(&instance) {
-                        let why = match &reason {
-                            CloseReason::SessionEnded(r) => r.as_str(),
-                            CloseReason::HelloTimeout => "hello-timeout",
-                            CloseReason::SlowConsumer => "slow-consumer",
-                            CloseReason::Replaced => "replaced",
-                        };
-                        d.rpc.goodbye(why);
-                        let _ = d.flush();
-                        d.out.close((1000, "session instance closed"));
-                    }
+                SessionOutput::Saved { .. } => {}
+                SessionOutput::Expiring => {
+                    self.rpc.clear();
+                    self.out.push_back(Out::CloseAll((1001, "session expired")));
                 }
-                Output::Persist { id, record } => self.persist(id, record),
-                Output::Service(req) => self.start_service(req),
-                Output::CancelService { id } => {
-                    if let Some((stop, deadline)) = self.service_calls.remove(&id) {
-                        let _ = stop.send(self.now() >= deadline);
+                SessionOutput::Expired { durable } => {
+                    let id = self.d.session().id();
+                    tracing::info!(session = %id, removed = durable, "hosted session expired");
+                    for w in self.wakes.drain(..) {
+                        self.out.push_back(Out::Woken(w));
                     }
+                    self.out.push_back(Out::Stop);
                 }
-                Output::Event(e) => {
-                    if let SessionEvent::Ended { result } = e {
-                        self.result = serde_json::to_value(result).ok();
+            }
+        }
+    }
+
+    /// An answer that waited for the session's state to be kept.
+    fn kept(&mut self, tag: Tag, durable: bool) {
+        match tag {
+            Tag::Admin(reply, body) => {
+                let r = match durable {
+                    true => Ok(body),
+                    false => Err((503, "the change could not be stored; try again".into())),
+                };
+                self.out.push_back(Out::Reply(reply, r));
+            }
+            Tag::Settings(instance, call, payload) => {
+                let result = match durable {
+                    true => Ok(payload),
+                    false => Err(ProtocolError::new(
+                        ProtocolErrorCode::InternalError,
+                        "updateSettings: could not be stored; try again",
+                    )),
+                };
+                self.respond(instance, call, result);
+            }
+            Tag::Save(reply) => {
+                let _ = reply.send(Err((
+                    503,
+                    "the change could not be stored; try again".into(),
+                )));
+            }
+        }
+    }
+
+    /// Carries out one output of the engine.
+    fn engine_output(&mut self, o: Output, now: u64) {
+        match o {
+            Output::Reply {
+                instance,
+                call,
+                result: Ok(Reply::Asset { key, item_id }),
+            } => self.send_asset(instance, call, key, item_id),
+            Output::Reply {
+                instance,
+                call,
+                result,
+            } => self.reply(instance, call, result, now),
+            Output::Call { instance, call } => {
+                if call.method == "start" {
+                    self.rec.event("start", self.times(now), None);
+                }
+                let Some(rpc) = self.rpc.get_mut(&instance) else {
+                    return;
+                };
+                let params =
+                    Payload::from_text(call.args.to_string()).unwrap_or_else(|_| Payload::null());
+                let deadline = now + PLUGIN_CALL_TIMEOUT_MS;
+                match rpc.call(call.method, params, false, Some(deadline)) {
+                    Ok(_) => {
+                        self.metrics.plugin_calls.fetch_add(1, Relaxed);
                     }
+                    Err(e) => tracing::debug!(instance, error = %e, "Plugin API call not sent"),
+                }
+                self.flush(instance);
+            }
+            Output::Close { instance, reason } => {
+                self.rec.detached(instance);
+                if let Some(mut rpc) = self.rpc.remove(&instance) {
+                    let why = match &reason {
+                        CloseReason::SessionEnded(r) => r.as_str(),
+                        CloseReason::HelloTimeout => "hello-timeout",
+                        CloseReason::SlowConsumer => "slow-consumer",
+                        CloseReason::Replaced => "replaced",
+                    };
+                    rpc.goodbye(why);
+                    self.flush_state(instance, &mut rpc);
+                    self.out
+                        .push_back(Out::Close(instance, (1000, "session instance closed")));
+                }
+            }
+            // Records are handed out as writes, never here.
+            Output::Persist { .. } => {}
+            Output::Service(req) => self.start_service(req, now),
+            Output::CancelService { id } => {
+                if let Some(deadline) = self.service_calls.remove(&id) {
+                    self.out.push_back(Out::CancelService(id, now >= deadline));
+                }
+            }
+            Output::Event(e) => {
+                if let SessionEvent::Ended { result } = e {
+                    self.result = serde_json::to_value(result).ok();
                 }
             }
         }
     }
 
     /// A Host API call's answer, once its call is recorded.
-    fn reply(&mut self, instance: InstanceId, call: CallId, result: Result<Reply, ProtocolError>) {
-        let now = self.now();
+    fn reply(
+        &mut self,
+        instance: InstanceId,
+        call: CallId,
+        result: Result<Reply, ProtocolError>,
+        now: u64,
+    ) {
         self.rec
             .answered(instance, call, result.is_ok(), self.times(now));
         if let Ok(Reply::Init(init)) = &result {
             if !self.rec.has_init() && init.session.self_address == init.session.authority {
-                let seed = self.s.current_game(now).display_seed;
+                let seed = self.d.session().current_game(now).display_seed;
                 self.rec.init(&**init, &seed);
             }
         }
@@ -154,102 +224,32 @@ impl Actor {
             self.held = None;
         }
         let result = result.map(reply_payload);
-        if held && result.is_ok() && self.devices.contains_key(&instance) {
+        match result {
             // updateSettings is answered once its settings are kept.
-            let (kept, me) = (self.keep(), self.me.clone());
-            tokio::spawn(tracing::Instrument::in_current_span(async move {
-                let kept = match kept {
-                    Some(k) => k.wait().await,
-                    None => false,
-                };
-                let result = if kept {
-                    result
-                } else {
-                    Err(ProtocolError::new(
-                        ProtocolErrorCode::InternalError,
-                        "updateSettings: could not be stored; try again",
-                    ))
-                };
-                if let Some(me) = me.upgrade() {
-                    let _ = me
-                        .send(Cmd::Respond {
-                            instance,
-                            call,
-                            result,
-                        })
-                        .await;
-                }
-            }));
-        } else {
-            self.respond(instance, call, result);
-        }
-    }
-
-    /// A record for the store writer; its acknowledgement comes back as
-    /// `Cmd::Durable`.
-    fn persist(&mut self, id: hostwire_memizy::session::RecordId, record: Record) {
-        if let Record::Result { result, .. } = &record {
-            let now = self.now();
-            let r = serde_json::to_value(result).ok();
-            self.rec.event("end", self.times(now), r);
-            self.write_recording();
-        }
-        let mut w = to_write(&record);
-        if let SessionWrite::Snapshot { game_time_ms, .. } = &mut w {
-            // A game brought back by a restart resumes at it.
-            let t = self.s.clock().game_time(self.now() as f64);
-            *game_time_ms = Some(t.max(0.0) as u64);
-        }
-        let queued = self
-            .writer
-            .try_queue_acked(self.s.id(), vec![w])
-            .map(|d| self.store_tx.try_send((id, d)));
-        if !matches!(queued, Some(Ok(()))) {
-            // The engine bounds the records in flight to the
-            // answers' queue, so this is a writer that is gone
-            // or a store queue that is full.
-            let now = self.now();
-            self.s
-                .record_durable(id, Err("the store writer is not running".into()), now);
+            Ok(payload) if held && self.rpc.contains_key(&instance) => self
+                .d
+                .keep_then(Tag::Settings(instance, call, payload), now),
+            result => self.respond(instance, call, result),
         }
     }
 
     /// Starts a service call beside the session.
-    fn start_service(&mut self, req: hostwire_memizy::session::ServiceRequest) {
-        let params = services::params(&req.payload, self.s.id(), req.player.as_deref());
-        match self.services.call(&req.name, self.s.id(), params) {
+    fn start_service(&mut self, req: hostwire_memizy::session::ServiceRequest, now: u64) {
+        let s = self.d.session();
+        let params = services::params(&req.payload, s.id(), req.player.as_deref());
+        match self.services.call(&req.name, s.id(), params) {
             Ok((call, ticket)) => {
-                let (stop, stopped) = oneshot::channel();
-                self.service_calls.insert(req.id, (stop, req.deadline_ms));
-                let (me, host, id) = (self.me.clone(), Arc::clone(&self.services), req.id);
-                // The call runs beside the session: the engine
-                // goes on with other calls, and its deadline
-                // (CancelService) stops this one.
-                tokio::spawn(tracing::Instrument::in_current_span(async move {
-                    tokio::select! {
-                        r = call => {
-                            let outcome = host.outcome(&req.name, &ticket, r);
-                            if let Some(me) = me.upgrade() {
-                                let _ = me.send(Cmd::ServiceDone { id, outcome }).await;
-                            }
-                        }
-                        timed_out = stopped => {
-                            if timed_out.unwrap_or(false) {
-                                host.timed_out(&ticket);
-                            }
-                        }
-                    }
-                }));
+                self.service_calls.insert(req.id, req.deadline_ms);
+                let host = Arc::clone(&self.services);
+                self.out
+                    .push_back(Out::Service(req.id, req.name, call, ticket, host));
             }
-            Err(e) => {
-                let now = self.now();
-                self.s.service_done(req.id, Err(e), now);
-            }
+            Err(e) => self.d.act(now, |s| s.service_done(req.id, Err(e), now)),
         }
     }
 
     /// `getAsset`'s answer: the bytes, read from the store beside the
-    /// session, as `{key, itemId, mimeType, size, base64}`.
+    /// session (`deliver.rs`), as `{key, itemId, mimeType, size, base64}`.
     fn send_asset(
         &mut self,
         instance: InstanceId,
@@ -257,7 +257,7 @@ impl Actor {
         key: String,
         item_id: Option<String>,
     ) {
-        if !self.devices.contains_key(&instance) {
+        if !self.rpc.contains_key(&instance) {
             return;
         }
         let Some(file) = self.assets.file(item_id.as_deref(), &key).cloned() else {
@@ -268,47 +268,13 @@ impl Actor {
             self.respond(instance, call, Err(e));
             return;
         };
-        let me = self.me.clone();
-        let store = self.sessions.store();
-        let sid = self.s.id().to_owned();
-        tokio::spawn(tracing::Instrument::in_current_span(async move {
-            let Ok(_permit) = ASSET_LOADS.acquire().await else {
-                return;
-            };
-            let path = file.file.clone();
-            let loaded = tokio::task::spawn_blocking(move || store.load_asset(&sid, &path)).await;
-            let result = match loaded {
-                Ok(Ok(Some(bytes))) => Ok(Payload::from(&json!({
-                    "key": key,
-                    "itemId": item_id,
-                    "mimeType": file.mime_type,
-                    "size": bytes.len(),
-                    "base64": base64::engine::general_purpose::STANDARD.encode(&bytes),
-                }))),
-                Ok(Ok(None)) => Err(ProtocolError::new(
-                    ProtocolErrorCode::AssetNotFound,
-                    format!("getAsset: key {key:?}: its file is not stored"),
-                )),
-                Ok(Err(e)) => Err(ProtocolError::new(
-                    ProtocolErrorCode::InternalError,
-                    format!("getAsset: the store failed: {}", e.reason()),
-                )),
-                Err(e) => Err(ProtocolError::new(
-                    ProtocolErrorCode::InternalError,
-                    format!("getAsset: {e}"),
-                )),
-            };
-            // Answered by the session's task, which holds the call's state.
-            if let Some(me) = me.upgrade() {
-                let _ = me
-                    .send(Cmd::Respond {
-                        instance,
-                        call,
-                        result,
-                    })
-                    .await;
-            }
-        }));
+        self.out.push_back(Out::Asset {
+            instance,
+            call,
+            file,
+            key,
+            item_id,
+        });
     }
 
     /// Answers a device's Host API call (once: a call it cancelled is
@@ -319,23 +285,25 @@ impl Actor {
         call: CallId,
         result: Result<Payload, ProtocolError>,
     ) {
-        if let Some(d) = self.devices.get_mut(&instance) {
-            d.rpc.respond(call, result.map_err(|e| rpc_error(&e)));
+        if let Some(rpc) = self.rpc.get_mut(&instance) {
+            rpc.respond(call, result.map_err(|e| rpc_error(&e)));
             self.flush(instance);
         }
     }
 
-    /// Hands a device's queued frames to its socket; a device whose queue
-    /// is full is detached (its socket is being closed as too slow).
+    /// Hands a device's queued frames to its socket.
     pub(super) fn flush(&mut self, instance: InstanceId) {
-        let Some(d) = self.devices.get_mut(&instance) else {
-            return;
-        };
-        if d.flush().is_err() {
-            self.metrics.slow_devices.fetch_add(1, Relaxed);
-            self.devices.remove(&instance);
-            let now = self.now();
-            self.s.detach(instance, now);
+        if let Some(rpc) = self.rpc.get_mut(&instance) {
+            while let Some(t) = rpc.poll_transmit() {
+                self.out.push_back(Out::Frame(instance, t.text));
+            }
+        }
+    }
+
+    /// [`Hosted::flush`] for a state no longer in the map.
+    fn flush_state(&mut self, instance: InstanceId, rpc: &mut PeerState) {
+        while let Some(t) = rpc.poll_transmit() {
+            self.out.push_back(Out::Frame(instance, t.text));
         }
     }
 }

@@ -3,12 +3,11 @@
 //! drives too): the server's `hello`, the device's call ids and their one
 //! response each, errors as envelopes, `cancel`, the Plugin API calls' ids
 //! and deadlines, `goodbye`, frames of another MAJOR. The session's task
-//! owns one per attached instance and hands what it queues to the device's
-//! bounded outbound queue.
+//! owns one per attached instance; what it queues goes to the device's
+//! bounded outbound queue (`deliver.rs`).
 
-use super::actor::{Actor, DeviceOut};
-use crate::ws::Refused;
-use axum::extract::ws::Utf8Bytes;
+use super::actor::Hosted;
+use super::deliver::Out;
 use hostwire_memizy::session::{CallId, InstanceId, Reply};
 use hostwire_memizy::ProtocolError;
 use hostwire_worker_rpc::frame::{Frame, FrameError, Payload};
@@ -40,32 +39,10 @@ pub fn config() -> PeerConfig {
     }
 }
 
-/// One attached instance: its socket's outbound queue and its worker RPC
-/// state.
-pub struct Device {
-    pub out: DeviceOut,
-    pub rpc: PeerState,
-}
-
-impl Device {
-    /// A device whose first frame out is the server's `hello`.
-    pub fn new(out: DeviceOut) -> Device {
-        Device {
-            out,
-            rpc: PeerState::new(Side::Host, config()),
-        }
-    }
-
-    /// Hands every frame the state queued to the socket; `Err` when the
-    /// device's queue is full (it is being closed as too slow).
-    pub fn flush(&mut self) -> Result<(), Refused> {
-        while let Some(t) = self.rpc.poll_transmit() {
-            if let Err(Refused::Full) = self.out.send(Utf8Bytes::from(t.text)) {
-                return Err(Refused::Full);
-            }
-        }
-        Ok(())
-    }
+/// A device's worker RPC state: its first frame out is the server's
+/// `hello`.
+pub fn device_state() -> PeerState {
+    PeerState::new(Side::Host, config())
 }
 
 /// An engine reply as a `response` payload.
@@ -90,7 +67,7 @@ pub fn rpc_error(e: &ProtocolError) -> RpcError {
 /// MAJOR, a malformed one); its `goodbye` says why.
 pub const CLOSE_PROTOCOL_ERROR: crate::ws::Close = (1002, "worker RPC protocol error");
 
-impl Actor {
+impl Hosted {
     /// A frame from a device, through its worker RPC state.
     pub(super) fn on_frame(
         &mut self,
@@ -98,12 +75,12 @@ impl Actor {
         frame: Result<Frame, FrameError>,
         now: u64,
     ) {
-        let Some(d) = self.devices.get_mut(&instance) else {
+        let Some(rpc) = self.rpc.get_mut(&instance) else {
             return;
         };
         match frame {
-            Ok(f) => d.rpc.handle_frame(f, now),
-            Err(e) => d.rpc.handle_malformed(e, now),
+            Ok(f) => rpc.handle_frame(f, now),
+            Err(e) => rpc.handle_malformed(e, now),
         }
         self.device_events(instance, now);
     }
@@ -111,11 +88,7 @@ impl Actor {
     /// Carries out what a device's worker RPC state reported.
     fn device_events(&mut self, instance: InstanceId, now: u64) {
         let mut closed = None;
-        while let Some(e) = self
-            .devices
-            .get_mut(&instance)
-            .and_then(|d| d.rpc.poll_event())
-        {
+        while let Some(e) = self.rpc.get_mut(&instance).and_then(|rpc| rpc.poll_event()) {
             match e {
                 Event::Request {
                     id,
@@ -128,16 +101,18 @@ impl Actor {
                         codes::UNKNOWN_METHOD,
                         format!("{method:?}: the Host API has no streams"),
                     );
-                    if let Some(d) = self.devices.get_mut(&instance) {
-                        d.rpc.respond(id, Err(e));
+                    if let Some(rpc) = self.rpc.get_mut(&instance) {
+                        rpc.respond(id, Err(e));
                     }
                 }
                 // A pending service call stops and is answered CANCELLED at
                 // once; any other call is answered CANCELLED when it ends.
-                Event::Cancelled { id } if self.s.cancel_call(instance, id, now) => {
-                    if let Some(d) = self.devices.get_mut(&instance) {
+                Event::Cancelled { id }
+                    if self.d.act(now, |s| s.cancel_call(instance, id, now)) =>
+                {
+                    if let Some(rpc) = self.rpc.get_mut(&instance) {
                         let e = RpcError::new(codes::CANCELLED, "service: the call was cancelled");
-                        d.rpc.respond(id, Err(e));
+                        rpc.respond(id, Err(e));
                     }
                 }
                 Event::Closed(e) => closed = Some(e),
@@ -148,14 +123,14 @@ impl Actor {
         }
         self.flush(instance);
         if let Some(e) = closed {
-            if let Some(d) = self.devices.get(&instance) {
+            if self.rpc.contains_key(&instance) {
                 // Its reader sees the socket end and detaches it.
                 let code = if e.code == codes::PEER_GOODBYE {
                     (1000, "goodbye")
                 } else {
                     CLOSE_PROTOCOL_ERROR
                 };
-                d.out.close(code);
+                self.out.push_back(Out::Close(instance, code));
             }
         }
     }
@@ -175,33 +150,31 @@ impl Actor {
             self.held = Some((instance, call));
         }
         if method == "send" {
-            let authority = self.s.authority_address();
+            let authority = self.d.session().authority_address();
             self.rec
                 .send_called(instance, call, params, authority.as_deref());
         }
-        self.s.handle_call(instance, call, method, params, now);
+        self.d
+            .act(now, |s| s.handle_call(instance, call, method, params, now));
     }
 
     /// The earliest deadline of a Plugin API call to any device.
     pub(super) fn devices_timeout(&self) -> Option<u64> {
-        self.devices
-            .values()
-            .filter_map(|d| d.rpc.poll_timeout())
-            .min()
+        self.rpc.values().filter_map(PeerState::poll_timeout).min()
     }
 
     /// Plugin API calls past their deadline end; their devices get
     /// `cancel`.
     pub(super) fn device_timeouts(&mut self, now: u64) {
         let due: Vec<InstanceId> = self
-            .devices
+            .rpc
             .iter()
-            .filter(|(_, d)| d.rpc.poll_timeout().is_some_and(|at| at <= now))
+            .filter(|(_, rpc)| rpc.poll_timeout().is_some_and(|at| at <= now))
             .map(|(i, _)| *i)
             .collect();
         for instance in due {
-            if let Some(d) = self.devices.get_mut(&instance) {
-                d.rpc.handle_timeout(now);
+            if let Some(rpc) = self.rpc.get_mut(&instance) {
+                rpc.handle_timeout(now);
             }
             self.device_events(instance, now);
         }

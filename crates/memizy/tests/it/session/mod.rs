@@ -1,3 +1,4 @@
+mod durable;
 mod game;
 mod props;
 mod rules;
