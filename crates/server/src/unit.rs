@@ -72,6 +72,22 @@ pub trait Unit {
     fn accepts(&self) -> bool {
         true
     }
+
+    /// Whether the unit takes another command already in its queue before
+    /// its writes are polled (group commit: several commands share one
+    /// write and its commit). The driver takes them while this says so,
+    /// the unit [`Unit::accepts`] and the queue has one ready; by default
+    /// each command's writes are polled at once.
+    fn takes_queued(&self) -> bool {
+        false
+    }
+
+    /// The store writer's key of write `w`, when one task serves several
+    /// units each with its own (a write is then ordered with that key's
+    /// writes alone); `None`: the driver's key ([`Store::key`]).
+    fn write_key<'w>(&self, _w: &'w Write<Self::Record>) -> Option<&'w str> {
+        None
+    }
 }
 
 /// The server side of a unit: where its outputs go.
@@ -112,7 +128,10 @@ pub async fn drive<U, D, C>(
         // carried out before they are queued. A full store queue holds
         // the unit here; its commands wait in its own bounded queue.
         while let Some(w) = unit.poll_write() {
-            let durable = writer.queue_acked(key, w.records).await;
+            let own = unit.write_key(&w).map(str::to_owned);
+            let durable = writer
+                .queue_acked(own.as_deref().unwrap_or(key), w.records)
+                .await;
             acks.push_back((w.id, Box::pin(durable.wait())));
         }
         while let Some(out) = unit.poll_output() {
@@ -142,7 +161,17 @@ pub async fn drive<U, D, C>(
                 unit.ack(id, durable, clock.now_ms());
             }
             cmd = rx.recv(), if open && unit.accepts() => match cmd {
-                Some(c) => unit.handle(c.into(), clock.now_ms()),
+                Some(c) => {
+                    unit.handle(c.into(), clock.now_ms());
+                    // Group commit: the commands already queued join
+                    // before the writes are polled.
+                    while unit.takes_queued() && unit.accepts() {
+                        match rx.try_recv() {
+                            Ok(c) => unit.handle(c.into(), clock.now_ms()),
+                            Err(_) => break,
+                        }
+                    }
+                }
                 // The senders are gone; the answers still come.
                 None => open = false,
             },
