@@ -110,7 +110,6 @@ pub fn close_reason(code: u16) -> &'static str {
         CLOSE_POLICY_VIOLATION => "rate limit exceeded",
         CLOSE_UPGRADE_REQUIRED => "upgrade required",
         CLOSE_GOING_AWAY => "going away",
-        CLOSE_STORE_FAILED => "the session's changes could not be stored; subscribe again",
         _ => "closed",
     }
 }

@@ -44,6 +44,10 @@ pub const HOST_CONTEXT_COALESCE_COMMANDS: u32 = 256;
 /// Milliseconds between two passes over the sessions for idle ones.
 pub const EXPIRY_SWEEP_MS: u64 = 60 * 1000;
 
+/// The reason of the close ([`CLOSE_STORE_FAILED`]) of a connection told
+/// of changes the store then refused.
+pub const STORE_FAILED_REASON: &str = "the session's changes could not be stored; subscribe again";
+
 /// Records of one session to store, all or nothing, named by `id` until
 /// [`DurableChannel::ack`] answers it.
 #[derive(Debug, Clone, PartialEq)]
@@ -468,7 +472,7 @@ impl<T> DurableChannel<T> {
             self.ready.push_back(Step::Out(Output::Close {
                 conn,
                 code: CLOSE_STORE_FAILED,
-                reason: crate::channel::close_reason(CLOSE_STORE_FAILED).to_owned(),
+                reason: STORE_FAILED_REASON.to_owned(),
             }));
         }
     }

@@ -310,4 +310,103 @@ mod tests {
             ]
         );
     }
+
+    /// Keeps the key and records of every unit it is given.
+    #[derive(Default)]
+    struct Keys(std::sync::Mutex<Vec<(String, Vec<u32>)>>);
+
+    impl UnitStore<Rec> for Keys {
+        fn apply_units(&self, units: &[hostwire_store::Unit<'_, Rec>]) -> UnitResults {
+            let mut seen = self.0.lock().unwrap();
+            for u in units {
+                seen.push((u.key.to_owned(), u.writes.iter().map(|r| r.0).collect()));
+            }
+            hostwire_store::apply_each(units, |_| Ok(()))
+        }
+    }
+
+    /// A unit that takes every queued command into one write, keyed by
+    /// the parity of its first record.
+    #[derive(Default)]
+    struct Grouped {
+        records: Vec<Rec>,
+        acked: Vec<u64>,
+    }
+
+    impl Unit for Grouped {
+        type Command = u32;
+        type Output = ();
+        type Record = Rec;
+        fn handle(&mut self, n: u32, _now: u64) {
+            self.records.push(Rec(n));
+        }
+        fn poll_output(&mut self) -> Option<()> {
+            None
+        }
+        fn poll_timeout(&self) -> Option<u64> {
+            None
+        }
+        fn handle_timeout(&mut self, _now: u64) {}
+        fn poll_write(&mut self) -> Option<Write<Rec>> {
+            if self.records.is_empty() {
+                return None;
+            }
+            let id = self.records[0].0.into();
+            Some(Write {
+                id,
+                records: std::mem::take(&mut self.records),
+            })
+        }
+        fn ack(&mut self, id: u64, durable: bool, _now: u64) {
+            assert!(durable);
+            self.acked.push(id);
+        }
+        fn takes_queued(&self) -> bool {
+            self.records.len() < 3
+        }
+        fn write_key<'w>(&self, w: &'w Write<Rec>) -> Option<&'w str> {
+            Some(if w.records[0].0 % 2 == 0 {
+                "even"
+            } else {
+                "odd"
+            })
+        }
+    }
+
+    impl Deliver<Grouped> for Told {
+        fn deliver(&mut self, _: &Grouped, _: ()) -> ControlFlow<()> {
+            ControlFlow::Continue(())
+        }
+    }
+
+    #[tokio::test]
+    async fn queued_commands_join_one_write_under_the_key_the_unit_names() {
+        let keys = Arc::new(Keys::default());
+        let writer = StoreWriter::start(
+            Arc::clone(&keys) as Arc<dyn UnitStore<Rec>>,
+            StoreProtocol::Relay,
+            Arc::new(StoreMetrics::default()),
+        );
+        let clock = ManualClock::new(1_000);
+        let (tx, mut rx) = mpsc::channel::<u32>(8);
+        for n in [1, 2, 3, 4, 5] {
+            tx.send(n).await.unwrap();
+        }
+        drop(tx);
+        let mut unit = Grouped::default();
+        let store = Store {
+            writer: &writer,
+            key: "unit",
+            clock: &clock,
+        };
+        drive(&mut unit, &mut Told::default(), &mut rx, store).await;
+        assert_eq!(unit.acked, [1, 4]);
+        assert_eq!(
+            *keys.0.lock().unwrap(),
+            [
+                ("odd".to_owned(), vec![1, 2, 3]),
+                ("even".to_owned(), vec![4, 5])
+            ]
+        );
+    }
 }

@@ -14,8 +14,8 @@ use crate::ggui::{session_span, to_text, ws, Cmd, Core, GguiMetrics};
 use crate::store_writer::StoreWriter;
 use crate::unit::{self, Deliver, Store, Unit, Write};
 use hostwire_core::Clock;
-use hostwire_ggui::channel::close_reason;
-use hostwire_ggui::durable::Step;
+use hostwire_ggui::channel::{close_reason, CLOSE_STORE_FAILED};
+use hostwire_ggui::durable::{Step, STORE_FAILED_REASON};
 use hostwire_ggui::{ConnId, Output, ValidationJob};
 use hostwire_store::ggui::GguiChange;
 use std::ops::ControlFlow;
@@ -205,7 +205,11 @@ impl Deliver<Core> for Carry {
             }
             Out::Close { conn, code } => {
                 if let Some(o) = core.conns.get(&conn) {
-                    o.close(code, close_reason(code));
+                    let reason = match code {
+                        CLOSE_STORE_FAILED => STORE_FAILED_REASON,
+                        code => close_reason(code),
+                    };
+                    o.close(code, reason);
                 }
             }
             Out::Wake(waiters) => {
