@@ -49,12 +49,16 @@ impl Core {
             || (self.unit.holds() && !matches!(cmd, Cmd::Frame { .. } | Cmd::Validated(_)))
     }
 
-    fn record_gauges(&self) {
-        let m = &self.metrics;
-        m.sessions
-            .store(self.unit.channel.session_count() as u64, Relaxed);
+    fn record_sessions(&self) {
+        let count = self.unit.channel.session_count() as u64;
+        self.metrics.sessions.store(count, Relaxed);
+    }
+
+    /// Only calls and expiries change the long polls: counted then, not
+    /// on every frame.
+    fn record_long_polls(&self) {
         let waiting: usize = self.waiters.values().map(Vec::len).sum();
-        m.long_polls.store(waiting as u64, Relaxed);
+        self.metrics.long_polls.store(waiting as u64, Relaxed);
     }
 
     /// Removes the sessions idle for the idle time; their rows go with the
@@ -120,12 +124,14 @@ impl Unit for Core {
                 if let Some(answer) = self.stored_answer.take() {
                     self.unit.answer(answer);
                 }
+                self.record_long_polls();
             }
             Cmd::ExpireIdle(answer) => {
                 let _ = answer.send(self.expire(now, false));
+                self.record_long_polls();
             }
         }
-        self.record_gauges();
+        self.record_sessions();
     }
 
     fn poll_output(&mut self) -> Option<Out> {
@@ -136,8 +142,9 @@ impl Unit for Core {
                 Out::Wake(self.waiters.remove(&session_id).unwrap_or_default())
             }
             Step::Out(Output::Validate(job)) => Out::Validate(job),
-            // Records come out as writes, durable answers as frames.
-            Step::Out(_) => Out::Wake(Vec::new()),
+            // Records come out as writes, durable answers as frames:
+            // nothing else is left.
+            Step::Out(_) => return self.poll_output(),
             Step::Answer { tag, stored } => Out::Stored(tag, stored),
         })
     }
@@ -149,7 +156,8 @@ impl Unit for Core {
     fn handle_timeout(&mut self, now: u64) {
         self.now_ms = now;
         self.expire(now, true);
-        self.record_gauges();
+        self.record_sessions();
+        self.record_long_polls();
     }
 
     fn poll_write(&mut self) -> Option<Write<GguiChange>> {
