@@ -365,7 +365,7 @@ mod tests {
             self.records.len() < 3
         }
         fn write_key<'w>(&self, w: &'w Write<Rec>) -> Option<&'w str> {
-            Some(if w.records[0].0 % 2 == 0 {
+            Some(if w.records[0].0.is_multiple_of(2) {
                 "even"
             } else {
                 "odd"
