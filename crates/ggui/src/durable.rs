@@ -25,9 +25,7 @@
 //! [`poll_timeout`]: DurableChannel::poll_timeout
 //! [`handle_timeout`]: DurableChannel::handle_timeout
 
-use crate::channel::{
-    Channel, ConnId, Output, Record, Undo, ValidatedAction, ValidationJob, CLOSE_STORE_FAILED,
-};
+use crate::channel::{Channel, ConnId, Output, Record, Undo, ValidatedAction, CLOSE_STORE_FAILED};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -527,12 +525,6 @@ impl<T> DurableChannel<T> {
         }
         self.collect();
         expired
-    }
-
-    /// The validation jobs are the server's to run: a convenience for
-    /// hosts that run them at once.
-    pub fn run_validation(&mut self, job: ValidationJob, now: u64) {
-        self.action_validated(job.run(), now);
     }
 }
 
