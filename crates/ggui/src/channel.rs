@@ -362,6 +362,25 @@ pub enum Record {
         session_id: String,
         host_context: Map<String, Value>,
     },
+    /// The session expired: it and everything stored of it go.
+    SessionRemoved { session_id: String },
+}
+
+impl Record {
+    /// The session the record is about.
+    pub fn session_id(&self) -> &str {
+        match self {
+            Record::Session(rec) => &rec.session_id,
+            Record::LedgerEvent { session_id, .. }
+            | Record::LedgerTrimmed { session_id, .. }
+            | Record::StreamEntry { session_id, .. }
+            | Record::StreamSeq { session_id, .. }
+            | Record::StreamEntriesDropped { session_id, .. }
+            | Record::ActionsDrained { session_id, .. }
+            | Record::HostContext { session_id, .. }
+            | Record::SessionRemoved { session_id } => session_id,
+        }
+    }
 }
 
 /// Everything persisted about one session, to rebuild it after a restart.
@@ -1813,6 +1832,10 @@ impl Channel {
                 Record::ActionsDrained { session_id, up_to } => {
                     let s = slot(&mut by_id, &mut order, &session_id);
                     s.drained_up_to = s.drained_up_to.max(up_to);
+                }
+                Record::SessionRemoved { session_id } => {
+                    by_id.remove(&session_id);
+                    order.retain(|id| *id != session_id);
                 }
             }
         }

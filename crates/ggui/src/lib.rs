@@ -10,6 +10,9 @@
 //!   ledger, stream buffers, subscribe / ack / replay, the version
 //!   handshake, tenancy, limits. It takes events and returns outputs; the
 //!   server owns sockets, timers and the store.
+//! - [`durable`]: the channel with its durability rules as one unit:
+//!   writes handed out and answered, what waits for them held, group
+//!   commit, refused writes taken back, idle sessions removed.
 //! - [`hash`]: `content_hash` and `blueprint_key`.
 //! - [`bridge`]: the agent bridge client as a request builder and a
 //!   response parser.
@@ -22,6 +25,7 @@ pub mod bridge;
 pub mod buffer;
 pub mod channel;
 pub mod decode;
+pub mod durable;
 pub mod frames;
 pub mod hash;
 pub mod validate;

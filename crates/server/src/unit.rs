@@ -81,6 +81,22 @@ pub trait Unit {
     fn waits_for_store(&self) -> bool {
         true
     }
+
+    /// Whether the unit takes another command already in its queue before
+    /// its writes are polled (group commit: several commands share one
+    /// write and its commit). The driver takes them while this says so,
+    /// the unit [`Unit::accepts`] and the queue has one ready; by default
+    /// each command's writes are polled at once.
+    fn takes_queued(&self) -> bool {
+        false
+    }
+
+    /// The store writer's key of write `w`, when one task serves several
+    /// units each with its own (a write is then ordered with that key's
+    /// writes alone); `None`: the driver's key ([`Store::key`]).
+    fn write_key<'w>(&self, _w: &'w Write<Self::Record>) -> Option<&'w str> {
+        None
+    }
 }
 
 /// The server side of a unit: where its outputs go.
@@ -121,6 +137,8 @@ pub async fn drive<U, D, C>(
         // carried out before they are queued. A full store queue holds
         // the unit here; its commands wait in its own bounded queue.
         while let Some(w) = unit.poll_write() {
+            let own = unit.write_key(&w).map(str::to_owned);
+            let key = own.as_deref().unwrap_or(key);
             let durable = if unit.waits_for_store() {
                 writer.queue_acked(key, w.records).await
             } else if let Some(d) = writer.try_queue_acked(key, w.records) {
@@ -158,7 +176,17 @@ pub async fn drive<U, D, C>(
                 unit.ack(id, durable, clock.now_ms());
             }
             cmd = rx.recv(), if open && unit.accepts() => match cmd {
-                Some(c) => unit.handle(c.into(), clock.now_ms()),
+                Some(c) => {
+                    unit.handle(c.into(), clock.now_ms());
+                    // Group commit: the commands already queued join
+                    // before the writes are polled.
+                    while unit.takes_queued() && unit.accepts() {
+                        match rx.try_recv() {
+                            Ok(c) => unit.handle(c.into(), clock.now_ms()),
+                            Err(_) => break,
+                        }
+                    }
+                }
                 // The senders are gone; the answers still come.
                 None => open = false,
             },
@@ -404,5 +432,104 @@ mod tests {
         ended.expect("the second write waited for the first");
         // The second is refused while the first still fills the queue.
         assert_eq!(to.1, [(2, false), (1, true)]);
+    }
+
+    /// Keeps the key and records of every unit it is given.
+    #[derive(Default)]
+    struct Keys(std::sync::Mutex<Vec<(String, Vec<u32>)>>);
+
+    impl UnitStore<Rec> for Keys {
+        fn apply_units(&self, units: &[hostwire_store::Unit<'_, Rec>]) -> UnitResults {
+            let mut seen = self.0.lock().unwrap();
+            for u in units {
+                seen.push((u.key.to_owned(), u.writes.iter().map(|r| r.0).collect()));
+            }
+            hostwire_store::apply_each(units, |_| Ok(()))
+        }
+    }
+
+    /// A unit that takes every queued command into one write, keyed by
+    /// the parity of its first record.
+    #[derive(Default)]
+    struct Grouped {
+        records: Vec<Rec>,
+        acked: Vec<u64>,
+    }
+
+    impl Unit for Grouped {
+        type Command = u32;
+        type Output = ();
+        type Record = Rec;
+        fn handle(&mut self, n: u32, _now: u64) {
+            self.records.push(Rec(n));
+        }
+        fn poll_output(&mut self) -> Option<()> {
+            None
+        }
+        fn poll_timeout(&self) -> Option<u64> {
+            None
+        }
+        fn handle_timeout(&mut self, _now: u64) {}
+        fn poll_write(&mut self) -> Option<Write<Rec>> {
+            if self.records.is_empty() {
+                return None;
+            }
+            let id = self.records[0].0.into();
+            Some(Write {
+                id,
+                records: std::mem::take(&mut self.records),
+            })
+        }
+        fn ack(&mut self, id: u64, durable: bool, _now: u64) {
+            assert!(durable);
+            self.acked.push(id);
+        }
+        fn takes_queued(&self) -> bool {
+            self.records.len() < 3
+        }
+        fn write_key<'w>(&self, w: &'w Write<Rec>) -> Option<&'w str> {
+            Some(if w.records[0].0.is_multiple_of(2) {
+                "even"
+            } else {
+                "odd"
+            })
+        }
+    }
+
+    impl Deliver<Grouped> for Told {
+        fn deliver(&mut self, _: &Grouped, _: ()) -> ControlFlow<()> {
+            ControlFlow::Continue(())
+        }
+    }
+
+    #[tokio::test]
+    async fn queued_commands_join_one_write_under_the_key_the_unit_names() {
+        let keys = Arc::new(Keys::default());
+        let writer = StoreWriter::start(
+            Arc::clone(&keys) as Arc<dyn UnitStore<Rec>>,
+            StoreProtocol::Relay,
+            Arc::new(StoreMetrics::default()),
+        );
+        let clock = ManualClock::new(1_000);
+        let (tx, mut rx) = mpsc::channel::<u32>(8);
+        for n in [1, 2, 3, 4, 5] {
+            tx.send(n).await.unwrap();
+        }
+        drop(tx);
+        let mut unit = Grouped::default();
+        let store = Store {
+            writer: &writer,
+            key: "unit",
+            clock: &clock,
+        };
+        drive(&mut unit, &mut Told::default(), &mut rx, store).await;
+        assert_eq!(unit.acked, [1, 4]);
+        assert_eq!(
+            *keys.0.lock().unwrap(),
+            [
+                ("odd".to_owned(), vec![1, 2, 3]),
+                ("even".to_owned(), vec![4, 5])
+            ]
+        );
     }
 }

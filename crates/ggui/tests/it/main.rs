@@ -3,5 +3,6 @@
 //! every thread of the process).
 
 mod channel;
+mod durable;
 mod golden;
 mod properties;

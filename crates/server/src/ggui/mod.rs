@@ -23,11 +23,13 @@
 //! sessions go on. A cheap action is validated in the core at once (see
 //! [`hostwire_ggui::channel::INLINE_VALIDATION_MAX_COST`]).
 //!
-//! Frames and validated actions waiting in the queue are handled one after
-//! another as one [`Batch`], stored with one commit (one unit per session):
-//! what the batch acknowledges waits for the commit, and frames arriving
-//! meanwhile share the next one. One commit per action held a client that
-//! pipelines its actions to the disk's commit rate.
+//! The task is THE unit driver ([`crate::unit::drive`]) running the
+//! protocol crate's [`DurableChannel`], which holds the durability rules:
+//! commands waiting in the queue are handled one after another as one
+//! batch, stored with one commit (one write per session): what the batch
+//! acknowledges waits for the commit, and frames arriving meanwhile share
+//! the next one. One commit per action held a client that pipelines its
+//! actions to the disk's commit rate.
 
 mod actor;
 pub mod api;
@@ -36,9 +38,11 @@ use actor::{run_actor, Validations};
 use records::restored;
 pub mod ws;
 
-pub use actor::{MAX_BATCH_COMMANDS, MAX_BATCH_FRAME_BYTES};
 /// The live channel's close after a refused store (the protocol crate's).
 pub use hostwire_ggui::channel::CLOSE_STORE_FAILED;
+pub use hostwire_ggui::durable::{
+    EXPIRY_SWEEP_MS, HOST_CONTEXT_COALESCE_COMMANDS, MAX_BATCH_COMMANDS, MAX_BATCH_FRAME_BYTES,
+};
 
 use crate::http::AllowedOrigins;
 use crate::metrics::{write_counter, write_gauge, Render};
@@ -48,10 +52,11 @@ use axum::extract::ws::Utf8Bytes;
 use axum::Router;
 use bytes::Bytes;
 use hostwire_core::Clock;
+use hostwire_ggui::durable::DurableChannel;
 use hostwire_ggui::ValidatedAction;
 use hostwire_ggui::{Channel, ChannelConfig, ConnId};
 use hostwire_store::ggui::{GguiChange, GguiStore};
-use hostwire_store::UnitStore;
+use hostwire_store::{UnitResults, UnitStore};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -66,10 +71,6 @@ pub const OUTBOUND_QUEUE: usize = 16 * 1024;
 /// Commands waiting for the channel actor; a full queue makes readers and
 /// API calls wait (backpressure), never grow memory.
 pub const COMMAND_QUEUE: usize = 4096;
-/// Commands the actor handles at most while a session's host context
-/// waits to be written (keep-latest: a flood of `host_context_observed`
-/// writes one small row per session now and then, never the props).
-pub const HOST_CONTEXT_COALESCE_COMMANDS: u32 = 256;
 /// Long polls waiting on one session at once (`429` past it).
 pub const MAX_LONG_POLLS_PER_SESSION: usize = 16;
 /// Milliseconds a session nobody uses (no subscriber, no agent call, no
@@ -82,9 +83,6 @@ pub const DEFAULT_IDLE_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 pub fn validation_workers() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
-
-/// Milliseconds between two passes over the sessions for idle ones.
-pub const EXPIRY_SWEEP_MS: u64 = 60 * 1000;
 
 /// Settings of the live channel and its API.
 #[derive(Debug, Clone)]
@@ -242,10 +240,10 @@ pub(crate) enum Cmd {
     Validated(Box<ValidatedAction>),
 }
 
-/// The actor's state: the core, each connection's outbound queue, and the
-/// long polls waiting for actions.
+/// The task's state: the channel with its durability rules, each
+/// connection's outbound queue, and the long polls waiting for actions.
 pub(crate) struct Core {
-    pub channel: Channel,
+    pub unit: DurableChannel<oneshot::Sender<bool>>,
     conns: HashMap<ConnId, ws::Outbound>,
     waiters: HashMap<String, Vec<oneshot::Sender<()>>>,
     pub now_ms: u64,
@@ -254,42 +252,15 @@ pub(crate) struct Core {
     stored_answer: Option<oneshot::Sender<bool>>,
     /// Shutting down: long polls are answered at once, none waits.
     pub(crate) closing: bool,
-    /// When each session was last used (created, restored, an agent call,
-    /// a subscriber or a long poll seen).
-    last_used: HashMap<String, u64>,
+    /// A command that waits for the writes under way (see `Core::defers`).
+    deferred: Option<Cmd>,
+    metrics: Arc<GguiMetrics>,
 }
 
 impl Core {
     /// The agent used `session_id` now.
     pub(crate) fn touch(&mut self, session_id: &str) {
-        self.last_used.insert(session_id.to_owned(), self.now_ms);
-    }
-
-    /// Removes the sessions nobody used for `idle_ttl_ms` (a subscriber or
-    /// a waiting long poll counts as use now); returns their ids.
-    fn expire_idle(&mut self, idle_ttl_ms: u64) -> Vec<String> {
-        let now = self.now_ms;
-        let ids = self.channel.session_ids();
-        self.last_used.retain(|id, _| ids.contains(id));
-        let mut expired = Vec::new();
-        for id in ids {
-            let polled = self
-                .waiters
-                .get(&id)
-                .is_some_and(|l| l.iter().any(|w| !w.is_closed()));
-            if polled || self.channel.subscriber_count(&id) > 0 {
-                self.last_used.insert(id, now);
-                continue;
-            }
-            let last = *self.last_used.entry(id.clone()).or_insert(now);
-            if now.saturating_sub(last) >= idle_ttl_ms {
-                self.channel.remove_session(&id);
-                self.last_used.remove(&id);
-                self.waiters.remove(&id);
-                expired.push(id);
-            }
-        }
-        expired
+        self.unit.touch(session_id, self.now_ms);
     }
 
     /// Registers a long poll on `session_id`; `None` past the bound.
@@ -355,35 +326,31 @@ impl Ggui {
         metrics
             .sessions
             .store(channel.session_count() as u64, Relaxed);
-        let writer = store.map(|store| {
-            StoreWriter::start(
-                store as Arc<dyn UnitStore<GguiChange>>,
-                StoreProtocol::Ggui,
-                store_metrics,
-            )
-        });
+        let stores = store.is_some();
+        // Without a store nothing is written: the unit hands out no write.
+        let store = store.map_or_else(
+            || Arc::new(NoStore) as Arc<dyn UnitStore<GguiChange>>,
+            |s| s as Arc<dyn UnitStore<GguiChange>>,
+        );
+        let unit_writer = StoreWriter::start(store, StoreProtocol::Ggui, store_metrics);
+        let writer = stores.then(|| unit_writer.clone());
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        let now = clock.now_ms();
         let core = Core {
-            channel,
+            unit: DurableChannel::new(channel, stores, config.idle_ttl_ms, now),
             conns: HashMap::new(),
             waiters: HashMap::new(),
             closing: false,
-            now_ms: clock.now_ms(),
+            now_ms: now,
             stored_answer: None,
-            last_used: HashMap::new(),
+            deferred: None,
+            metrics: Arc::clone(&metrics),
         };
+        let validations = Validations::new(config.validation_workers, tx.downgrade());
         // One task serves every ggui session: its lines about one session
         // are in that session's span too (`session_span`).
         tokio::spawn(tracing::Instrument::instrument(
-            run_actor(
-                core,
-                rx,
-                Validations::new(config.validation_workers),
-                config.idle_ttl_ms,
-                clock,
-                writer.clone(),
-                Arc::clone(&metrics),
-            ),
+            run_actor(core, rx, validations, clock, unit_writer),
             tracing::info_span!(parent: None, "ggui"),
         ));
         Ok(Arc::new(Ggui {
@@ -466,6 +433,16 @@ impl Ggui {
         if let Some(w) = &self.writer {
             w.flush().await;
         }
+    }
+}
+
+/// The store of a channel without one: never written to (the unit hands
+/// out no write), there because the driver takes a writer.
+struct NoStore;
+
+impl UnitStore<GguiChange> for NoStore {
+    fn apply_units(&self, units: &[hostwire_store::Unit<'_, GguiChange>]) -> UnitResults {
+        hostwire_store::apply_each(units, |_| Ok(()))
     }
 }
 

@@ -52,6 +52,7 @@ pub(super) fn to_change(r: Record) -> Option<GguiChange> {
             session_id,
             host_context: json(&host_context)?,
         },
+        Record::SessionRemoved { session_id } => GguiChange::RemoveSession { session_id },
     })
 }
 

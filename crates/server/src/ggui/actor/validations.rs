@@ -1,31 +1,29 @@
-//! Actions validated off the actor: a bounded number at once on blocking
-//! threads, each coming back to the actor.
+//! Actions validated off the channel's task: a bounded number at once on
+//! blocking threads, each coming back to the task as a command.
 
-use hostwire_ggui::{ValidatedAction, ValidationJob};
+use crate::ggui::Cmd;
+use hostwire_ggui::ValidationJob;
 use std::sync::Arc;
 use tokio::sync::{mpsc, Semaphore};
 
-/// Where the actor sends actions to validate: a bounded number run at once
-/// on blocking threads, and each comes back on `done`. At most one per
-/// session is under way, so `done` holds at most one per session.
+/// Where the task sends actions to validate: a bounded number run at once
+/// on blocking threads, and each comes back through the task's command
+/// queue (at most one per session is under way).
 pub(in crate::ggui) struct Validations {
     permits: Arc<Semaphore>,
-    done: mpsc::UnboundedSender<ValidatedAction>,
+    /// Weak: the task ends once the server's handles are gone, whatever
+    /// validations are still running.
+    done: mpsc::WeakSender<Cmd>,
 }
 
 impl Validations {
     /// At most `workers` validations at once; what they give back comes
-    /// on the receiver (bounded by the sessions: each has at most one
-    /// validation under way).
-    pub(in crate::ggui) fn new(
-        workers: usize,
-    ) -> (Validations, mpsc::UnboundedReceiver<ValidatedAction>) {
-        let (done, validated) = mpsc::unbounded_channel();
-        let v = Validations {
+    /// to the task through `done`.
+    pub(in crate::ggui) fn new(workers: usize, done: mpsc::WeakSender<Cmd>) -> Validations {
+        Validations {
             permits: Arc::new(Semaphore::new(workers.max(1))),
             done,
-        };
-        (v, validated)
+        }
     }
 
     pub(super) fn start(&self, job: ValidationJob) {
@@ -38,7 +36,9 @@ impl Validations {
             };
             // `run` catches a panic of the validator itself.
             if let Ok(v) = tokio::task::spawn_blocking(move || job.run()).await {
-                let _ = done.send(v);
+                if let Some(tx) = done.upgrade() {
+                    let _ = tx.send(Cmd::Validated(Box::new(v))).await;
+                }
             }
         }));
     }

@@ -46,7 +46,7 @@ pub(super) async fn consume_actions(
         let answer = ggui
             .call(move |core| {
                 owned(core, &app, &sid)?;
-                let entries = core.channel.pending_actions(&sid, max)?;
+                let entries = core.unit.channel.pending_actions(&sid, max)?;
                 let waiter = if entries.is_empty() && may_wait && !core.closing {
                     Some(core.wait_for_actions(&sid))
                 } else {
@@ -105,7 +105,7 @@ pub(super) async fn drain_actions(
         .call(move |core| {
             owned(core, &app, &id)?;
             let now = core.now_ms;
-            core.channel.drain_actions(&id, up_to, now)
+            core.unit.channel.drain_actions(&id, up_to, now)
         })
         .await;
     match answer {

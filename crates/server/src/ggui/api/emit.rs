@@ -42,7 +42,9 @@ pub(super) async fn emit(
     let answer = ggui
         .call(move |core| {
             owned(core, &app, &id)?;
-            core.channel.emit(&id, &channel, mode, payload, complete)
+            core.unit
+                .channel
+                .emit(&id, &channel, mode, payload, complete)
         })
         .await;
     match answer {
@@ -70,7 +72,7 @@ pub(super) async fn push_props(
         .call_stored(move |core| {
             owned(core, &app, &id)?;
             let now = core.now_ms;
-            core.channel.push_props(&id, props, epoch, now)
+            core.unit.channel.push_props(&id, props, epoch, now)
         })
         .await;
     match answer {

@@ -59,7 +59,7 @@ pub(super) fn owned(
     app: &str,
     session_id: &str,
 ) -> Result<(), ApiError> {
-    match core.channel.session_app(session_id) {
+    match core.unit.channel.session_app(session_id) {
         Some(a) if a == app => {
             core.touch(session_id);
             Ok(())

@@ -31,7 +31,7 @@ pub(super) async fn create_session(
     // A new session counts toward the client IP's creations.
     let sid = id.clone();
     match ggui
-        .call(move |core| core.channel.session_app(&sid).is_some())
+        .call(move |core| core.unit.channel.session_app(&sid).is_some())
         .await
     {
         None => return gone(),
@@ -64,9 +64,10 @@ pub(super) async fn create_session(
         .call(move |core| {
             let now = core.now_ms;
             core.touch(&id);
-            core.channel
+            core.unit
+                .channel
                 .create_session(req, now)
-                .map(|created| (created, core.channel.read_session(&id)))
+                .map(|created| (created, core.unit.channel.read_session(&id)))
         })
         .await;
     match answer {
@@ -95,7 +96,7 @@ pub(super) async fn read_session(
         .call(move |core| {
             owned(core, &app, &id)
                 .ok()
-                .and_then(|()| core.channel.read_session(&id))
+                .and_then(|()| core.unit.channel.read_session(&id))
         })
         .await;
     match answer {
@@ -120,9 +121,10 @@ pub(super) async fn set_version(
     let answer = ggui
         .call(move |core| {
             owned(core, &app, &id)?;
-            core.channel
+            core.unit
+                .channel
                 .set_version_override(&id, version)
-                .map(|()| core.channel.read_session(&id))
+                .map(|()| core.unit.channel.read_session(&id))
         })
         .await;
     match answer {
