@@ -20,6 +20,7 @@
 //! shutdown (close sockets, flush) is awaited in [`App::shutdown`] before
 //! the store is flushed.
 
+use crate::cluster::leases::Leases;
 use crate::cluster::Cluster;
 use crate::ggui::{self, Ggui, GguiConfig};
 use crate::metrics::{Render, StoreMetrics, StoreProtocol};
@@ -34,6 +35,7 @@ use axum::routing::get;
 use axum::Router;
 use hostwire_core::Clock;
 use hostwire_store::ggui::GguiStore;
+use hostwire_store::lease::{LeaseStore, UnitKind};
 use hostwire_store::playerthree::PlayerThreeStore;
 use hostwire_store::postgres::PgStore;
 use hostwire_store::sessions::SessionStore;
@@ -111,6 +113,9 @@ pub struct Stores {
     pub ggui: Option<Arc<dyn GguiStore>>,
     pub playerthree: Arc<dyn PlayerThreeStore>,
     pub sessions: Arc<dyn SessionStore>,
+    /// Who owns each unit, on a database several nodes share (PostgreSQL);
+    /// `None`: one node (SQLite), no leases.
+    pub leases: Option<Arc<dyn LeaseStore>>,
 }
 
 impl Stores {
@@ -120,9 +125,13 @@ impl Stores {
         Stores::all_in(store)
     }
 
-    /// Every protocol in the one PostgreSQL store (`serve --postgres-url`).
+    /// Every protocol in the one PostgreSQL store (`serve --postgres-url`),
+    /// its units leased.
     pub fn postgres(store: &Arc<PgStore>) -> Stores {
-        Stores::all_in(store)
+        Stores {
+            leases: Some(Arc::clone(store) as _),
+            ..Stores::all_in(store)
+        }
     }
 
     fn all_in<S>(store: &Arc<S>) -> Stores
@@ -134,6 +143,7 @@ impl Stores {
             ggui: Some(Arc::clone(store) as _),
             playerthree: Arc::clone(store) as _,
             sessions: Arc::clone(store) as _,
+            leases: None,
         }
     }
 
@@ -165,6 +175,7 @@ impl Stores {
             ggui: None,
             playerthree: Arc::clone(&memory) as _,
             sessions: memory as _,
+            leases: None,
         })
     }
 }
@@ -185,6 +196,9 @@ pub struct AppConfig {
     pub stores: Stores,
     /// This node and its peers (`--nats-url`, `--node-id`).
     pub cluster: Arc<Cluster>,
+    /// How long a unit's lease lasts unless renewed (`--lease-ttl`; only
+    /// with leases, on PostgreSQL).
+    pub lease_ttl: std::time::Duration,
 }
 
 impl AppConfig {
@@ -204,6 +218,7 @@ impl AppConfig {
             sessions,
             relay,
             cluster: Cluster::single(crate::cluster::random_node_id(), Arc::clone(&clock)),
+            lease_ttl: crate::cluster::leases::DEFAULT_LEASE_TTL,
             clock,
             stores,
         }
@@ -222,7 +237,15 @@ impl App {
             clock,
             stores,
             cluster,
+            lease_ttl,
         } = config;
+        let leases = stores
+            .leases
+            .clone()
+            .map(|l| Leases::new(l, cluster.node().to_owned(), lease_ttl));
+        if let Some(l) = &leases {
+            cluster.set_leases(Arc::clone(l));
+        }
         let store = stores.relay;
         let gate = Arc::new(crate::http::Gate::new(
             &config.credentials,
@@ -253,10 +276,11 @@ impl App {
         let relay_metrics = Arc::new(RelayMetrics::default());
         let stored = store.load_rooms()?;
         let loaded = stored.len();
-        let writer = StoreWriter::start(
+        let writer = StoreWriter::start_fenced(
             Arc::clone(&store) as Arc<dyn hostwire_store::UnitStore<_>>,
             StoreProtocol::Relay,
             Arc::clone(&store_metrics),
+            leases.as_ref().map(|l| l.fence(UnitKind::RelayRoom)),
         );
         let serve_limits = config.server_limits.serve();
         let relay = Relay::start(
@@ -266,15 +290,20 @@ impl App {
             writer,
             store,
             stored,
+            leases.clone(),
         );
-        let metrics: Exposition = Arc::new([
+        let mut parts: Vec<Arc<dyn Render>> = vec![
             relay_metrics as Arc<dyn Render>,
             Arc::clone(&ggui.metrics) as Arc<dyn Render>,
             Arc::clone(&playerthree.metrics) as Arc<dyn Render>,
             Arc::clone(&sessions.metrics) as Arc<dyn Render>,
             store_metrics,
             Arc::clone(&cluster) as Arc<dyn Render>,
-        ]);
+        ];
+        if let Some(l) = &leases {
+            parts.push(Arc::clone(l) as Arc<dyn Render>);
+        }
+        let metrics: Exposition = parts.into();
         let addr = listener.local_addr()?;
         // Without TCP_NODELAY, small frames wait for delayed ACKs (~40 ms).
         let (stop, mut stopped) = watch::channel(false);
@@ -290,6 +319,10 @@ impl App {
             .layer(axum::Extension(Arc::clone(&cluster)));
         cluster.start(addr, stop.subscribe());
         tokio::spawn(Arc::clone(&relay).sweep_timer(stop.subscribe()));
+        if let Some(l) = &leases {
+            tokio::spawn(Arc::clone(l).run(stop.subscribe()));
+        }
+        let shutdown_leases = leases.clone();
         tokio::spawn(sweep_gate(Arc::clone(&gate), stop.subscribe()));
         let shutdown_relay = Arc::clone(&relay);
         let shutdown_ggui = Arc::clone(&ggui);
@@ -306,6 +339,10 @@ impl App {
                 shutdown_ggui.shutdown().await;
                 shutdown_p3.shutdown().await;
                 shutdown_sessions.shutdown().await;
+                // Written and flushed: the units go to other nodes at once.
+                if let Some(l) = &shutdown_leases {
+                    l.release_all().await;
+                }
             };
             crate::http::serve::serve(listener, app, serve_limits, sockets, graceful).await;
         });
