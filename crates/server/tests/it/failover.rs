@@ -345,3 +345,40 @@ async fn sigterm_releases_the_leases_and_another_node_serves_the_room_at_once() 
         1
     );
 }
+
+/// Polls `p`'s metric `name` until `ok` holds, within [`GUARD`].
+async fn metric_until(p: &Process, name: &str, ok: impl Fn(u64) -> bool) -> u64 {
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        let v = metric(p, name).await;
+        if ok(v) {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{name}: {v}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[tokio::test]
+async fn a_live_owner_keeps_its_room_by_renewing_and_a_dead_ones_room_is_taken_over_unasked() {
+    let Some(url) = hostwire_store::testing::fresh_database("failover_sweep") else {
+        return;
+    };
+    let dirs = [temp_dir("fs-a"), temp_dir("fs-b")];
+    let mut a = node(&url, "a", "1s", &dirs[0]);
+    let b = node(&url, "b", "1s", &dirs[1]);
+    let (pin, _) = create(&a).await;
+    // Renewed past three lease lengths (a renewal every third of one),
+    // and b never took the room meanwhile.
+    metric_until(&a, "hostwire_cluster_leases_renewed_total", |n| n >= 9).await;
+    assert_eq!(metric(&b, "hostwire_cluster_units_owned").await, 0);
+    assert_eq!(metric(&a, "hostwire_cluster_units_owned").await, 1);
+
+    a.kill_9();
+    // Nobody asks for the room: b's sweep takes it over (its expiry timer
+    // must run somewhere).
+    metric_until(&b, "hostwire_cluster_leases_taken_over_total", |n| n == 1).await;
+    assert_eq!(metric(&b, "hostwire_cluster_units_owned").await, 1);
+    let (status, v) = info(&b, &pin).await;
+    assert_eq!(status, 200, "{v}");
+}
