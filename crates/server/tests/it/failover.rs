@@ -382,3 +382,29 @@ async fn a_live_owner_keeps_its_room_by_renewing_and_a_dead_ones_room_is_taken_o
     let (status, v) = info(&b, &pin).await;
     assert_eq!(status, 200, "{v}");
 }
+
+#[tokio::test]
+async fn serve_help_names_the_lease_ttl_and_a_bad_one_stops_the_start_naming_it() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hostwire"))
+        .args(["serve", "--help"])
+        .output()
+        .await
+        .unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help.contains("--lease-ttl"), "{help}");
+    assert!(
+        help.contains("[env: HOSTWIRE_LEASE_TTL=]") || help.contains("[env: HOSTWIRE_LEASE_TTL]"),
+        "{help}"
+    );
+    assert!(help.contains("[default: 5s]"), "{help}");
+    for bad in ["0s", "100ms", "soon"] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hostwire"))
+            .args(["serve", "--port", "0", "--lease-ttl", bad])
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}");
+        assert!(stderr.contains("--lease-ttl"), "{bad}: {stderr}");
+    }
+}
