@@ -239,13 +239,7 @@ impl App {
             cluster,
             lease_ttl,
         } = config;
-        let leases = stores
-            .leases
-            .clone()
-            .map(|l| Leases::new(l, cluster.node().to_owned(), lease_ttl));
-        if let Some(l) = &leases {
-            cluster.set_leases(Arc::clone(l));
-        }
+        let leases = node_leases(&stores, &cluster, lease_ttl);
         let store = stores.relay;
         let gate = Arc::new(crate::http::Gate::new(
             &config.credentials,
@@ -274,36 +268,25 @@ impl App {
         );
         sessions.start_expiry_sweep();
         let relay_metrics = Arc::new(RelayMetrics::default());
-        let stored = store.load_rooms()?;
-        let loaded = stored.len();
-        let writer = StoreWriter::start_fenced(
-            Arc::clone(&store) as Arc<dyn hostwire_store::UnitStore<_>>,
-            StoreProtocol::Relay,
-            Arc::clone(&store_metrics),
-            leases.as_ref().map(|l| l.fence(UnitKind::RelayRoom)),
-        );
         let serve_limits = config.server_limits.serve();
-        let relay = Relay::start(
+        let (relay, loaded) = start_relay(
             config,
             clock,
-            Arc::clone(&relay_metrics),
-            writer,
             store,
-            stored,
+            (&store_metrics, &relay_metrics),
             leases.clone(),
-        );
-        let mut parts: Vec<Arc<dyn Render>> = vec![
+        )?;
+        let metrics: Exposition = [
             relay_metrics as Arc<dyn Render>,
             Arc::clone(&ggui.metrics) as Arc<dyn Render>,
             Arc::clone(&playerthree.metrics) as Arc<dyn Render>,
             Arc::clone(&sessions.metrics) as Arc<dyn Render>,
             store_metrics,
             Arc::clone(&cluster) as Arc<dyn Render>,
-        ];
-        if let Some(l) = &leases {
-            parts.push(Arc::clone(l) as Arc<dyn Render>);
-        }
-        let metrics: Exposition = parts.into();
+        ]
+        .into_iter()
+        .chain(leases.clone().map(|l| l as Arc<dyn Render>))
+        .collect();
         let addr = listener.local_addr()?;
         // Without TCP_NODELAY, small frames wait for delayed ACKs (~40 ms).
         let (stop, mut stopped) = watch::channel(false);
@@ -368,6 +351,48 @@ impl App {
         self.playerthree.shutdown().await;
         self.sessions.shutdown().await;
     }
+}
+
+/// The relay with the rooms its store holds (on PostgreSQL, those whose
+/// lease is free), its writes fenced by `leases`; with how many were
+/// stored.
+fn start_relay(
+    config: RelayConfig,
+    clock: Arc<dyn Clock>,
+    store: Arc<dyn RelayStore>,
+    (store_metrics, relay_metrics): (&Arc<StoreMetrics>, &Arc<RelayMetrics>),
+    leases: Option<Arc<Leases>>,
+) -> anyhow::Result<(Arc<Relay>, usize)> {
+    let stored = store.load_rooms()?;
+    let loaded = stored.len();
+    let writer = StoreWriter::start_fenced(
+        Arc::clone(&store) as Arc<dyn hostwire_store::UnitStore<_>>,
+        StoreProtocol::Relay,
+        Arc::clone(store_metrics),
+        leases.as_ref().map(|l| l.fence(UnitKind::RelayRoom)),
+    );
+    let relay = Relay::start(
+        config,
+        clock,
+        Arc::clone(relay_metrics),
+        writer,
+        store,
+        stored,
+        leases,
+    );
+    Ok((relay, loaded))
+}
+
+/// The node's leases when its store has them (PostgreSQL), shown by its
+/// cluster part.
+fn node_leases(
+    stores: &Stores,
+    cluster: &Cluster,
+    ttl: std::time::Duration,
+) -> Option<Arc<Leases>> {
+    let leases = Leases::new(stores.leases.clone()?, cluster.node().to_owned(), ttl);
+    cluster.set_leases(Arc::clone(&leases));
+    Some(leases)
 }
 
 /// Forgets refilled wrong-credential buckets and aged creations, every

@@ -52,7 +52,7 @@ async fn create(p: &Process) -> (String, String) {
 /// What the first answer to an attach was.
 enum Attach {
     /// `hosting` or `joined` (or an error frame), on a live connection.
-    Frame(Client, Value),
+    Frame(Box<Client>, Value),
     /// The connection was closed with this code before any frame.
     Closed(u16),
 }
@@ -67,7 +67,7 @@ async fn attach(p: &Process, frame: &Value) -> Attach {
             .expect("no answer to an attach");
         match m {
             Some(Ok(Message::Text(t))) => {
-                return Attach::Frame(c, serde_json::from_str(&t).unwrap())
+                return Attach::Frame(Box::new(c), serde_json::from_str(&t).unwrap())
             }
             Some(Ok(Message::Close(f))) => {
                 return Attach::Closed(f.map_or(1005, |f| u16::from(f.code)))
@@ -85,7 +85,7 @@ async fn attach_until(p: &Process, frame: Value, want: &str) -> (Client, Value) 
     let deadline = tokio::time::Instant::now() + GUARD * 2;
     loop {
         match attach(p, &frame).await {
-            Attach::Frame(c, v) if v["t"] == want => return (c, v),
+            Attach::Frame(c, v) if v["t"] == want => return (*c, v),
             Attach::Frame(_, v) => panic!("{frame} answered {v}"),
             Attach::Closed(code) => {
                 assert_eq!(code, CLOSE_ROOM_ELSEWHERE, "{frame}");
