@@ -550,6 +550,63 @@ mod tests {
         assert_ne!(ways[2].1, here);
     }
 
+    /// Refuses every unit not written under generation 7, as PostgreSQL's
+    /// fence does.
+    struct FencedAt7;
+
+    impl UnitStore<W> for FencedAt7 {
+        fn apply_units(&self, units: &[Unit<'_, W>]) -> UnitResults {
+            units
+                .iter()
+                .map(|u| match u.fence {
+                    Some(7) => Ok(()),
+                    held => Err(StoreError::Fenced {
+                        key: u.key.to_owned(),
+                        held: held.unwrap_or(u64::MAX),
+                        current: Some(7),
+                    }),
+                })
+                .collect()
+        }
+    }
+
+    /// Generation 7 for "mine", 3 for "stale", none for the others; the
+    /// fenced ones reported.
+    #[derive(Default)]
+    struct Gens(Mutex<Vec<(String, u64)>>);
+
+    impl Fence for Gens {
+        fn generation(&self, key: &str) -> Option<u64> {
+            match key {
+                "mine" => Some(7),
+                "stale" => Some(3),
+                _ => None,
+            }
+        }
+        fn fenced(&self, key: &str, generation: u64) {
+            self.0.lock().unwrap().push((key.to_owned(), generation));
+        }
+    }
+
+    #[tokio::test]
+    async fn units_carry_their_generation_and_a_fenced_one_is_reported_never_written_unchecked() {
+        let gens = Arc::new(Gens::default());
+        let writer = StoreWriter::start_fenced(
+            Arc::new(FencedAt7) as Arc<dyn UnitStore<W>>,
+            StoreProtocol::Relay,
+            Arc::new(StoreMetrics::default()),
+            Some(Arc::clone(&gens) as Arc<dyn Fence>),
+        );
+        assert!(writer.write_durable("mine", vec![W("a".into(), 1)]).await);
+        assert!(!writer.write_durable("stale", vec![W("b".into(), 1)]).await);
+        // A unit this node holds no lease for goes under generation 0.
+        assert!(!writer.write_durable("lost", vec![W("c".into(), 1)]).await);
+        assert_eq!(
+            *gens.0.lock().unwrap(),
+            vec![("stale".to_owned(), 3), ("lost".to_owned(), NO_GENERATION)]
+        );
+    }
+
     #[tokio::test]
     async fn a_failed_unit_fails_itself_and_its_keys_later_units_only() {
         let store = Arc::new(Stalled::default());
