@@ -20,6 +20,7 @@
 //! shutdown (close sockets, flush) is awaited in [`App::shutdown`] before
 //! the store is flushed.
 
+use crate::cluster::leases::Leases;
 use crate::cluster::Cluster;
 use crate::ggui::{self, Ggui, GguiConfig};
 use crate::metrics::{Render, StoreMetrics, StoreProtocol};
@@ -34,6 +35,7 @@ use axum::routing::get;
 use axum::Router;
 use hostwire_core::Clock;
 use hostwire_store::ggui::GguiStore;
+use hostwire_store::lease::{LeaseStore, UnitKind};
 use hostwire_store::playerthree::PlayerThreeStore;
 use hostwire_store::postgres::PgStore;
 use hostwire_store::sessions::SessionStore;
@@ -111,6 +113,9 @@ pub struct Stores {
     pub ggui: Option<Arc<dyn GguiStore>>,
     pub playerthree: Arc<dyn PlayerThreeStore>,
     pub sessions: Arc<dyn SessionStore>,
+    /// Who owns each unit, on a database several nodes share (PostgreSQL);
+    /// `None`: one node (SQLite), no leases.
+    pub leases: Option<Arc<dyn LeaseStore>>,
 }
 
 impl Stores {
@@ -120,9 +125,13 @@ impl Stores {
         Stores::all_in(store)
     }
 
-    /// Every protocol in the one PostgreSQL store (`serve --postgres-url`).
+    /// Every protocol in the one PostgreSQL store (`serve --postgres-url`),
+    /// its units leased.
     pub fn postgres(store: &Arc<PgStore>) -> Stores {
-        Stores::all_in(store)
+        Stores {
+            leases: Some(Arc::clone(store) as _),
+            ..Stores::all_in(store)
+        }
     }
 
     fn all_in<S>(store: &Arc<S>) -> Stores
@@ -134,6 +143,7 @@ impl Stores {
             ggui: Some(Arc::clone(store) as _),
             playerthree: Arc::clone(store) as _,
             sessions: Arc::clone(store) as _,
+            leases: None,
         }
     }
 
@@ -165,6 +175,7 @@ impl Stores {
             ggui: None,
             playerthree: Arc::clone(&memory) as _,
             sessions: memory as _,
+            leases: None,
         })
     }
 }
@@ -185,6 +196,9 @@ pub struct AppConfig {
     pub stores: Stores,
     /// This node and its peers (`--nats-url`, `--node-id`).
     pub cluster: Arc<Cluster>,
+    /// How long a unit's lease lasts unless renewed (`--lease-ttl`; only
+    /// with leases, on PostgreSQL).
+    pub lease_ttl: std::time::Duration,
 }
 
 impl AppConfig {
@@ -204,6 +218,7 @@ impl AppConfig {
             sessions,
             relay,
             cluster: Cluster::single(crate::cluster::random_node_id(), Arc::clone(&clock)),
+            lease_ttl: crate::cluster::leases::DEFAULT_LEASE_TTL,
             clock,
             stores,
         }
@@ -222,7 +237,9 @@ impl App {
             clock,
             stores,
             cluster,
+            lease_ttl,
         } = config;
+        let leases = node_leases(&stores, &cluster, lease_ttl);
         let store = stores.relay;
         let gate = Arc::new(crate::http::Gate::new(
             &config.credentials,
@@ -251,30 +268,25 @@ impl App {
         );
         sessions.start_expiry_sweep();
         let relay_metrics = Arc::new(RelayMetrics::default());
-        let stored = store.load_rooms()?;
-        let loaded = stored.len();
-        let writer = StoreWriter::start(
-            Arc::clone(&store) as Arc<dyn hostwire_store::UnitStore<_>>,
-            StoreProtocol::Relay,
-            Arc::clone(&store_metrics),
-        );
         let serve_limits = config.server_limits.serve();
-        let relay = Relay::start(
+        let (relay, loaded) = start_relay(
             config,
             clock,
-            Arc::clone(&relay_metrics),
-            writer,
             store,
-            stored,
-        );
-        let metrics: Exposition = Arc::new([
+            (&store_metrics, &relay_metrics),
+            leases.clone(),
+        )?;
+        let metrics: Exposition = [
             relay_metrics as Arc<dyn Render>,
             Arc::clone(&ggui.metrics) as Arc<dyn Render>,
             Arc::clone(&playerthree.metrics) as Arc<dyn Render>,
             Arc::clone(&sessions.metrics) as Arc<dyn Render>,
             store_metrics,
             Arc::clone(&cluster) as Arc<dyn Render>,
-        ]);
+        ]
+        .into_iter()
+        .chain(leases.clone().map(|l| l as Arc<dyn Render>))
+        .collect();
         let addr = listener.local_addr()?;
         // Without TCP_NODELAY, small frames wait for delayed ACKs (~40 ms).
         let (stop, mut stopped) = watch::channel(false);
@@ -290,6 +302,10 @@ impl App {
             .layer(axum::Extension(Arc::clone(&cluster)));
         cluster.start(addr, stop.subscribe());
         tokio::spawn(Arc::clone(&relay).sweep_timer(stop.subscribe()));
+        if let Some(l) = &leases {
+            tokio::spawn(Arc::clone(l).run(stop.subscribe()));
+        }
+        let shutdown_leases = leases.clone();
         tokio::spawn(sweep_gate(Arc::clone(&gate), stop.subscribe()));
         let shutdown_relay = Arc::clone(&relay);
         let shutdown_ggui = Arc::clone(&ggui);
@@ -306,6 +322,10 @@ impl App {
                 shutdown_ggui.shutdown().await;
                 shutdown_p3.shutdown().await;
                 shutdown_sessions.shutdown().await;
+                // Written and flushed: the units go to other nodes at once.
+                if let Some(l) = &shutdown_leases {
+                    l.release_all().await;
+                }
             };
             crate::http::serve::serve(listener, app, serve_limits, sockets, graceful).await;
         });
@@ -331,6 +351,48 @@ impl App {
         self.playerthree.shutdown().await;
         self.sessions.shutdown().await;
     }
+}
+
+/// The relay with the rooms its store holds (on PostgreSQL, those whose
+/// lease is free), its writes fenced by `leases`; with how many were
+/// stored.
+fn start_relay(
+    config: RelayConfig,
+    clock: Arc<dyn Clock>,
+    store: Arc<dyn RelayStore>,
+    (store_metrics, relay_metrics): (&Arc<StoreMetrics>, &Arc<RelayMetrics>),
+    leases: Option<Arc<Leases>>,
+) -> anyhow::Result<(Arc<Relay>, usize)> {
+    let stored = store.load_rooms()?;
+    let loaded = stored.len();
+    let writer = StoreWriter::start_fenced(
+        Arc::clone(&store) as Arc<dyn hostwire_store::UnitStore<_>>,
+        StoreProtocol::Relay,
+        Arc::clone(store_metrics),
+        leases.as_ref().map(|l| l.fence(UnitKind::RelayRoom)),
+    );
+    let relay = Relay::start(
+        config,
+        clock,
+        Arc::clone(relay_metrics),
+        writer,
+        store,
+        stored,
+        leases,
+    );
+    Ok((relay, loaded))
+}
+
+/// The node's leases when its store has them (PostgreSQL), shown by its
+/// cluster part.
+fn node_leases(
+    stores: &Stores,
+    cluster: &Cluster,
+    ttl: std::time::Duration,
+) -> Option<Arc<Leases>> {
+    let leases = Leases::new(stores.leases.clone()?, cluster.node().to_owned(), ttl);
+    cluster.set_leases(Arc::clone(&leases));
+    Some(leases)
 }
 
 /// Forgets refilled wrong-credential buckets and aged creations, every

@@ -15,9 +15,15 @@
 //! [`STORE_QUEUE_BYTES`] bytes of records waiting. A full queue makes the
 //! unit that writes wait (back-pressure instead of unbounded memory), and
 //! everything queued is written before shutdown ([`StoreWriter::flush`]).
+//!
+//! On a cluster (PostgreSQL), a writer started with a [`Fence`] writes each
+//! unit under the lease generation its node holds for the unit's key when
+//! the unit is queued; a unit the store refuses as
+//! [`Fenced`](hostwire_store::StoreError::Fenced) is reported to the fence,
+//! whose node then drops the unit (another node took it over).
 
 use crate::metrics::{StoreMetrics, StoreProtocol};
-use hostwire_store::{StoreWrite, Unit, UnitStore};
+use hostwire_store::{StoreError, StoreWrite, Unit, UnitStore};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
@@ -96,14 +102,32 @@ fn refs<W>(units: &[Queued<W>]) -> Vec<Unit<'_, W>> {
         .map(|u| Unit {
             key: &u.key,
             writes: &u.writes,
-            fence: None,
+            fence: u.fence,
         })
         .collect()
 }
 
+/// The generation of the lease this node holds on each unit, for a writer
+/// whose units are leased (a cluster on PostgreSQL).
+pub trait Fence: Send + Sync + 'static {
+    /// The generation this node holds for the unit `key`; `None` when it
+    /// holds none (the unit was lost or never taken): its writes are then
+    /// refused, never written unchecked.
+    fn generation(&self, key: &str) -> Option<u64>;
+    /// The store refused a write of `key` made under `generation`: another
+    /// node holds the unit now.
+    fn fenced(&self, key: &str, generation: u64);
+}
+
+/// The fence of a unit this node holds no lease for: no lease has
+/// generation 0 (they start at 1), so the store refuses it.
+const NO_GENERATION: u64 = 0;
+
 struct Queued<W> {
     key: String,
     writes: Vec<W>,
+    /// The lease generation the unit is written under (`None`: one node).
+    fence: Option<u64>,
     ack: Option<oneshot::Sender<bool>>,
     _bytes: OwnedSemaphorePermit,
 }
@@ -146,6 +170,8 @@ pub struct StoreWriter<W> {
     bytes: Arc<Semaphore>,
     /// Units in the batch being written now (0 while idle).
     in_batch: Arc<AtomicUsize>,
+    /// The leases its units are written under (a cluster's).
+    fence: Option<Arc<dyn Fence>>,
 }
 
 impl<W> Clone for StoreWriter<W> {
@@ -154,6 +180,7 @@ impl<W> Clone for StoreWriter<W> {
             tx: self.tx.clone(),
             bytes: Arc::clone(&self.bytes),
             in_batch: Arc::clone(&self.in_batch),
+            fence: self.fence.clone(),
         }
     }
 }
@@ -165,6 +192,18 @@ impl<W: StoreWrite + Sync> StoreWriter<W> {
         protocol: StoreProtocol,
         metrics: Arc<StoreMetrics>,
     ) -> StoreWriter<W> {
+        Self::start_fenced(store, protocol, metrics, None)
+    }
+
+    /// [`StoreWriter::start`] whose units are written under the lease
+    /// generations of `fence` (none: unchecked, one node).
+    pub fn start_fenced(
+        store: Arc<dyn UnitStore<W>>,
+        protocol: StoreProtocol,
+        metrics: Arc<StoreMetrics>,
+        fence: Option<Arc<dyn Fence>>,
+    ) -> StoreWriter<W> {
+        let reports = fence.clone();
         let (tx, mut rx) = mpsc::channel::<Msg<W>>(STORE_QUEUE);
         let in_batch = Arc::new(AtomicUsize::new(0));
         let batch_len = Arc::clone(&in_batch);
@@ -196,7 +235,13 @@ impl<W: StoreWrite + Sync> StoreWriter<W> {
                         Ok((units, results, took)) => {
                             metrics.write(took.as_micros() as u64);
                             for (unit, r) in units.into_iter().zip(results) {
-                                if let Err(e) = &r {
+                                if let (Err(StoreError::Fenced { held, .. }), Some(f)) =
+                                    (&r, &reports)
+                                {
+                                    // Not a failure of the store: the unit
+                                    // is another node's now.
+                                    f.fenced(&unit.key, *held);
+                                } else if let Err(e) = &r {
                                     metrics.error(protocol);
                                     tracing::error!(
                                         error = %e,
@@ -229,7 +274,15 @@ impl<W: StoreWrite + Sync> StoreWriter<W> {
             tx,
             bytes: Arc::new(Semaphore::new(STORE_QUEUE_BYTES)),
             in_batch,
+            fence,
         }
+    }
+
+    /// The generation `key`'s writes carry now.
+    fn fence_of(&self, key: &str) -> Option<u64> {
+        self.fence
+            .as_ref()
+            .map(|f| f.generation(key).unwrap_or(NO_GENERATION))
     }
 
     fn permits(writes: &[W]) -> u32 {
@@ -245,6 +298,7 @@ impl<W: StoreWrite + Sync> StoreWriter<W> {
             return false;
         };
         let unit = Queued {
+            fence: self.fence_of(key),
             key: key.to_owned(),
             writes,
             ack,
@@ -271,6 +325,7 @@ impl<W: StoreWrite + Sync> StoreWriter<W> {
             return false;
         };
         let unit = Queued {
+            fence: self.fence_of(key),
             key: key.to_owned(),
             writes,
             ack: None,
@@ -287,6 +342,7 @@ impl<W: StoreWrite + Sync> StoreWriter<W> {
             .ok()?;
         let (tx, rx) = oneshot::channel();
         let unit = Queued {
+            fence: self.fence_of(key),
             key: key.to_owned(),
             writes,
             ack: Some(tx),
@@ -492,6 +548,63 @@ mod tests {
         );
         assert_eq!((ways[2].0, ways[2].2.as_str()), ("blocking", "busy"));
         assert_ne!(ways[2].1, here);
+    }
+
+    /// Refuses every unit not written under generation 7, as PostgreSQL's
+    /// fence does.
+    struct FencedAt7;
+
+    impl UnitStore<W> for FencedAt7 {
+        fn apply_units(&self, units: &[Unit<'_, W>]) -> UnitResults {
+            units
+                .iter()
+                .map(|u| match u.fence {
+                    Some(7) => Ok(()),
+                    held => Err(StoreError::Fenced {
+                        key: u.key.to_owned(),
+                        held: held.unwrap_or(u64::MAX),
+                        current: Some(7),
+                    }),
+                })
+                .collect()
+        }
+    }
+
+    /// Generation 7 for "mine", 3 for "stale", none for the others; the
+    /// fenced ones reported.
+    #[derive(Default)]
+    struct Gens(Mutex<Vec<(String, u64)>>);
+
+    impl Fence for Gens {
+        fn generation(&self, key: &str) -> Option<u64> {
+            match key {
+                "mine" => Some(7),
+                "stale" => Some(3),
+                _ => None,
+            }
+        }
+        fn fenced(&self, key: &str, generation: u64) {
+            self.0.lock().unwrap().push((key.to_owned(), generation));
+        }
+    }
+
+    #[tokio::test]
+    async fn units_carry_their_generation_and_a_fenced_one_is_reported_never_written_unchecked() {
+        let gens = Arc::new(Gens::default());
+        let writer = StoreWriter::start_fenced(
+            Arc::new(FencedAt7) as Arc<dyn UnitStore<W>>,
+            StoreProtocol::Relay,
+            Arc::new(StoreMetrics::default()),
+            Some(Arc::clone(&gens) as Arc<dyn Fence>),
+        );
+        assert!(writer.write_durable("mine", vec![W("a".into(), 1)]).await);
+        assert!(!writer.write_durable("stale", vec![W("b".into(), 1)]).await);
+        // A unit this node holds no lease for goes under generation 0.
+        assert!(!writer.write_durable("lost", vec![W("c".into(), 1)]).await);
+        assert_eq!(
+            *gens.0.lock().unwrap(),
+            vec![("stale".to_owned(), 3), ("lost".to_owned(), NO_GENERATION)]
+        );
     }
 
     #[tokio::test]

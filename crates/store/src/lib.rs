@@ -220,6 +220,11 @@ pub fn apply_each<W>(
 pub trait RelayStore: UnitStore<RoomChange> {
     /// Every room that was live when the server stopped.
     fn load_rooms(&self) -> Result<Vec<StoredRoom>, StoreError>;
+    /// One room as [`load_rooms`](Self::load_rooms) has it, or `None`: what
+    /// a node taking a room over from another restores.
+    fn load_room(&self, pin: &str) -> Result<Option<StoredRoom>, StoreError> {
+        Ok(self.load_rooms()?.into_iter().find(|r| r.record.pin == pin))
+    }
     /// Applies changes in order, all or nothing.
     fn apply(&self, changes: &[RoomChange]) -> Result<(), StoreError>;
     /// A room's bundle as stored (`None` before an upload or for an

@@ -172,6 +172,7 @@ macro_rules! suite {
 
 suite!(
     every_change_survives_reopening,
+    one_room_is_loaded_as_all_rooms_have_it,
     a_room_created_again_under_its_pin_starts_anew,
     a_failed_batch_changes_nothing,
     one_rooms_failed_unit_leaves_the_others_of_the_batch_durable,
@@ -295,6 +296,34 @@ fn every_change_survives_reopening<B: Backend>(b: B) {
         })
     );
     assert_eq!(s.load_bundle("222222").unwrap(), None);
+}
+
+fn one_room_is_loaded_as_all_rooms_have_it<B: Backend>(b: B) {
+    let s = b.open();
+    s.apply(&[
+        RoomChange::Created(room("111111")),
+        RoomChange::Created(room("222222")),
+        RoomChange::Player {
+            pin: "222222".into(),
+            player: player("p-a", "Ann"),
+        },
+        RoomChange::Kicked {
+            pin: "222222".into(),
+            player_id: "p-a".into(),
+            token: player("p-a", "").token,
+        },
+        RoomChange::Player {
+            pin: "222222".into(),
+            player: player("p-b", "Bob"),
+        },
+    ])
+    .unwrap();
+    let all = s.load_rooms().unwrap();
+    let one = s.load_room("222222").unwrap().expect("stored");
+    assert_eq!(Some(&one), all.iter().find(|r| r.record.pin == "222222"));
+    assert_eq!(one.record.players.len(), 1);
+    assert_eq!(one.record.kicked_tokens.len(), 1);
+    assert_eq!(s.load_room("333333").unwrap(), None);
 }
 
 fn a_room_created_again_under_its_pin_starts_anew<B: Backend>(b: B) {

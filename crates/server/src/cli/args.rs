@@ -80,6 +80,12 @@ pub struct ServeArgs {
     /// '.'). Unset: a random one, made at each start and logged.
     #[arg(long, env = "HOSTWIRE_NODE_ID")]
     pub node_id: Option<String>,
+    /// On PostgreSQL, how long a node owns a unit (a relay room) without
+    /// renewing its lease (e.g. 5s, 1500ms): a node that dies or is cut
+    /// off loses its units to another node this long after its last
+    /// renewal. Renewed every third of it.
+    #[arg(long, env = "HOSTWIRE_LEASE_TTL", default_value = "5s", value_parser = lease_ttl)]
+    pub lease_ttl: std::time::Duration,
     /// Rooms one client IP may create per hour (a school shares one IP);
     /// hosted Memizy sessions are limited by the same number, counted apart.
     #[arg(long, env = "ROOMS_PER_IP_PER_HOUR", default_value_t = RELAY_LIMITS.rooms_per_ip_per_hour)]
@@ -261,4 +267,15 @@ fn parse_flag(s: &str) -> Result<bool, String> {
         "0" | "false" | "no" | "off" | "" => Ok(false),
         other => Err(format!("expected 1 or 0, got {other:?}")),
     }
+}
+
+/// A lease length: a duration (`5s`, `1500ms`) of at least
+/// [`MIN_LEASE_TTL`](crate::cluster::leases::MIN_LEASE_TTL).
+fn lease_ttl(s: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (a duration: 5s, 1500ms)"))?;
+    let min = crate::cluster::leases::MIN_LEASE_TTL;
+    if d < min {
+        return Err(format!("at least {}", humantime::format_duration(min)));
+    }
+    Ok(d)
 }

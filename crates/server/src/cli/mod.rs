@@ -183,6 +183,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         )
         .await?;
         app_config.playerthree = p3_config;
+        app_config.lease_ttl = args.lease_ttl;
         let sessions = &mut app_config.sessions;
         sessions.services = services;
         sessions.service_timeout_ms = args.memizy_service_timeout_ms.max(1);

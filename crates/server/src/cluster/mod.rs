@@ -10,6 +10,7 @@
 //! attempts), logged and counted, and the node goes on serving its own
 //! clients meanwhile. Peer times come from the server's [`Clock`].
 
+pub mod leases;
 pub mod peers;
 
 pub use peers::{Heartbeat, Observed, Peer, Peers, Rejection, MAX_HEARTBEAT_BYTES, MAX_PEERS};
@@ -93,6 +94,8 @@ pub struct Cluster {
     peers: Mutex<Peers>,
     pub metrics: Arc<ClusterMetrics>,
     nats: Option<async_nats::Client>,
+    /// The units this node owns (on PostgreSQL).
+    leases: std::sync::OnceLock<Arc<leases::Leases>>,
 }
 
 fn expiry_ms() -> u64 {
@@ -118,7 +121,17 @@ impl Cluster {
             clock,
             metrics,
             nats,
+            leases: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The node's leases (set once, at start-up, on PostgreSQL).
+    pub fn set_leases(&self, leases: Arc<leases::Leases>) {
+        let _ = self.leases.set(leases);
+    }
+
+    pub fn leases(&self) -> Option<&Arc<leases::Leases>> {
+        self.leases.get()
     }
 
     /// A node connected to the NATS server at `url`. A NATS that cannot be
@@ -313,9 +326,10 @@ impl Cluster {
         }
     }
 
-    /// Whether the node is one of a cluster (it has a NATS link).
+    /// Whether the node is one of a cluster (it has a NATS link, or owns
+    /// its units through leases on PostgreSQL).
     pub fn is_clustered(&self) -> bool {
-        self.nats.is_some()
+        self.nats.is_some() || self.leases.get().is_some()
     }
 
     /// `/api/health`'s part: `{"node":…,"nats":…,"peers":[…]}`.
@@ -333,12 +347,16 @@ impl Cluster {
                 })
             })
             .collect();
-        json!({
+        let mut h = json!({
             "node": self.node,
             "startedMs": self.started_ms,
             "nats": self.nats_state(),
             "peers": peers,
-        })
+        });
+        if let Some(l) = self.leases.get() {
+            h["units"] = l.health();
+        }
+        h
     }
 }
 

@@ -30,6 +30,17 @@ const X_BUNDLE_VERSION: HeaderName = HeaderName::from_static("x-bundle-version")
 const CORS_MAX_AGE_S: u64 = 600;
 
 const ROOM_NOT_FOUND: ApiError = ApiError::new(StatusCode::NOT_FOUND, "Room not found");
+/// A room another live node owns (its lease): carrying requests to it is
+/// still to come, so the client is told to try again (through the load
+/// balancer, or once the owner's lease has run out).
+const ROOM_ELSEWHERE: ApiError = ApiError::new(
+    StatusCode::SERVICE_UNAVAILABLE,
+    "The room is served by another node; try again.",
+);
+const ROOM_NOT_READ: ApiError = ApiError::new(
+    StatusCode::SERVICE_UNAVAILABLE,
+    "The room could not be read from the store; try again.",
+);
 const NOT_THE_HOST: ApiError = ApiError::new(StatusCode::FORBIDDEN, "Not the host");
 const BODY_TIMEOUT: ApiError = ApiError::new(
     StatusCode::REQUEST_TIMEOUT,
@@ -134,6 +145,11 @@ async fn create_room(
             "The server holds as many rooms as it may (MAX_ROOMS); try again later.",
         )
         .into_response(),
+        Err(CreateError::NoLease) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The room could not be leased to this node; try again.",
+        )
+        .into_response(),
         Err(CreateError::NoPin) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "No free PIN right now; try again.",
@@ -142,11 +158,16 @@ async fn create_room(
     }
 }
 
-fn room_by_pin(relay: &Relay, pin: &str) -> Result<super::room::RoomHandle, ApiError> {
-    is_pin(pin)
-        .then(|| relay.room(pin))
-        .flatten()
-        .ok_or(ROOM_NOT_FOUND)
+async fn room_by_pin(relay: &Arc<Relay>, pin: &str) -> Result<super::room::RoomHandle, ApiError> {
+    if !is_pin(pin) {
+        return Err(ROOM_NOT_FOUND);
+    }
+    match relay.find_room(pin).await {
+        super::Find::Here(h) => Ok(h),
+        super::Find::NotFound => Err(ROOM_NOT_FOUND),
+        super::Find::Elsewhere => Err(ROOM_ELSEWHERE),
+        super::Find::Unavailable => Err(ROOM_NOT_READ),
+    }
 }
 
 /// 429 with `Retry-After`, in the reference's error shape.
@@ -173,7 +194,7 @@ async fn room_info(
         relay.metrics.lookups_rate_limited.fetch_add(1, Relaxed);
         return too_many("room lookups", "LOOKUPS_PER_IP_PER_SECOND", retry);
     }
-    let room = match room_by_pin(&relay, &pin) {
+    let room = match room_by_pin(&relay, &pin).await {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
@@ -189,7 +210,7 @@ async fn room_info(
 }
 
 async fn get_bundle(State(relay): State<Arc<Relay>>, Path(pin): Path<String>) -> Response {
-    let room = match room_by_pin(&relay, &pin) {
+    let room = match room_by_pin(&relay, &pin).await {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
@@ -243,7 +264,7 @@ async fn put_bundle(
     Path(pin): Path<String>,
     req: Request,
 ) -> Response {
-    let room = match room_by_pin(&relay, &pin) {
+    let room = match room_by_pin(&relay, &pin).await {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };

@@ -159,6 +159,11 @@ fn read_loop(
                         break;
                     }
                 }
+                Flow::Find(job) => {
+                    if !Box::pin(reader.find(*job)).await {
+                        break;
+                    }
+                }
             }
         }
         Box::pin(finish(reader, socket)).await;
@@ -204,6 +209,15 @@ enum Flow {
     /// The host closed the room: read nothing more until the room has
     /// closed this connection too (see [`Reader::room_closed`]).
     AwaitRoomClose,
+    /// The room is not on this node: look for it in the store (a
+    /// cluster's).
+    Find(Box<FindJob>),
+}
+
+struct FindJob {
+    pin: String,
+    msg: RelayClientMessage,
+    already_attached: bool,
 }
 
 struct AttachJob {
@@ -276,6 +290,13 @@ impl Reader {
                     return self.act(self.state.attach_rate_limited(&msg, retry.seconds));
                 }
                 match self.relay.room(&pin) {
+                    // On a cluster it may be the store's, for this node to
+                    // take over, or another node's.
+                    None if self.relay.leases.is_some() => Flow::Find(Box::new(FindJob {
+                        pin,
+                        msg,
+                        already_attached,
+                    })),
                     None => self.act(self.state.room_not_found(&msg)),
                     Some(target) => {
                         self.relay.metrics.frame_in(msg.kind());
@@ -326,6 +347,39 @@ impl Reader {
         tokio::time::timeout(ROOM_CLOSE_GRACE, poll_fn(|cx| self.out.0.poll_killed(cx)))
             .await
             .is_ok()
+    }
+
+    /// Finds a room this node does not serve yet and attaches to it; false
+    /// when the connection is to stop.
+    async fn find(&mut self, job: FindJob) -> bool {
+        let FindJob {
+            pin,
+            msg,
+            already_attached,
+        } = job;
+        match self.relay.find_room(&pin).await {
+            super::Find::Here(target) => {
+                self.relay.metrics.frame_in(msg.kind());
+                self.attach(AttachJob {
+                    target,
+                    msg,
+                    already_attached,
+                })
+                .await
+            }
+            super::Find::NotFound => {
+                self.act(self.state.room_not_found(&msg));
+                false
+            }
+            // No fatal frame: the client reconnects, and finds the room
+            // once its owner's lease has run out (or, later, through it).
+            super::Find::Elsewhere | super::Find::Unavailable => {
+                self.relay.metrics.frame_in(msg.kind());
+                let (code, reason) = super::CLOSE_ROOM_ELSEWHERE;
+                self.out.close(code, reason);
+                false
+            }
+        }
     }
 
     /// Attaches the connection to its room; false when the connection is

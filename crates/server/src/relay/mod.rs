@@ -17,6 +17,7 @@ pub mod limits;
 pub mod metrics;
 pub mod room;
 
+use crate::cluster::leases::{Holder, Leases, Restored, TakeOver};
 use crate::http::{AllowedOrigins, PerIpRate};
 use crate::store_writer::StoreWriter;
 use axum::routing::get;
@@ -24,6 +25,7 @@ use axum::Router;
 use hostwire_core::Clock;
 use hostwire_memizy::limits::RelayLimits;
 use hostwire_memizy::relay::{choose_pin, ConnId, Room, RoomChange};
+use hostwire_store::lease::UnitKind;
 use hostwire_store::{RelayStore, StoredRoom};
 pub use limits::{ServerLimits, SERVER_LIMITS};
 pub use metrics::RelayMetrics;
@@ -40,6 +42,22 @@ use tracing::Instrument;
 pub const OUTBOUND_QUEUE: usize = 1024;
 /// Commands waiting for one room.
 const ROOM_QUEUE: usize = 4096;
+/// PINs tried for one room on a cluster, where a PIN free on this node may
+/// be leased by another (each try is a round trip to the database).
+const CLUSTER_PIN_ATTEMPTS: usize = 8;
+
+/// The close of a client whose room this node lost to another node (its
+/// lease was taken over while this node was paused or cut off): 1012
+/// "service restart". Memizy's host SDK reconnects on every close that no
+/// fatal `error` or `closed` frame came before (its `RelaySocket`), so no
+/// frame goes before this one, and the client reconnects, through the
+/// load balancer, to a node that serves the room.
+pub const CLOSE_ROOM_MOVED: crate::ws::Close = (1012, "room moved to another node");
+/// The close of a client that asked for a room another live node owns
+/// (carrying its frames there is still to come): 1013 "try again later",
+/// again without a fatal frame, so that the client keeps reconnecting
+/// until it reaches the owner or the owner's lease runs out.
+pub const CLOSE_ROOM_ELSEWHERE: crate::ws::Close = (1013, "room served by another node");
 
 #[derive(Debug, Clone)]
 pub struct RelayConfig {
@@ -71,6 +89,8 @@ enum CreateError {
     NotStored,
     /// Every PIN tried is taken.
     NoPin,
+    /// The lease table could not be reached (a cluster's).
+    NoLease,
     /// The server holds `max_rooms` rooms already.
     Full,
 }
@@ -82,6 +102,9 @@ pub struct Relay {
     clock: Arc<dyn Clock>,
     pub metrics: Arc<RelayMetrics>,
     writer: StoreWriter<RoomChange>,
+    store: Arc<dyn RelayStore>,
+    /// The rooms this node owns on a cluster (PostgreSQL); `None`: one node.
+    leases: Option<Arc<Leases>>,
     rooms: Mutex<HashMap<String, RoomHandle>>,
     creation_limit: crate::http::CreationLimit,
     next_conn: AtomicU64,
@@ -108,11 +131,15 @@ impl Relay {
         writer: StoreWriter<RoomChange>,
         store: Arc<dyn RelayStore>,
         stored: Vec<StoredRoom>,
+        leases: Option<Arc<Leases>>,
     ) -> Arc<Relay> {
         let l = config.server_limits;
         let uploads = l.concurrent_uploads.max(1);
-        let bundles =
-            bundles::Bundles::new(store, l.bundle_cache_bytes, config.limits.bundle_bytes);
+        let bundles = bundles::Bundles::new(
+            Arc::clone(&store),
+            l.bundle_cache_bytes,
+            config.limits.bundle_bytes,
+        );
         let relay = Arc::new(Relay {
             bundles,
             lookups: PerIpRate::new(
@@ -136,11 +163,30 @@ impl Relay {
             clock,
             metrics,
             writer,
+            store,
+            leases,
             rooms: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             players: Arc::new(AtomicU64::new(0)),
             uploads: Arc::new(tokio::sync::Semaphore::new(uploads)),
         });
+        if let Some(leases) = &relay.leases {
+            leases.register(
+                UnitKind::RelayRoom,
+                Arc::new(RoomHolder(Arc::downgrade(&relay))),
+            );
+            // On a cluster a room is served by the node holding its lease:
+            // the stored rooms nobody holds are taken (restored as below),
+            // the others left to their owners.
+            let pins: Vec<String> = stored.into_iter().map(|s| s.record.pin).collect();
+            let leases = Arc::clone(leases);
+            tokio::spawn(async move {
+                for pin in pins {
+                    leases.take_over(UnitKind::RelayRoom, &pin).await;
+                }
+            });
+            return relay;
+        }
         let now = relay.clock.now_ms();
         let mut fix_ups = Vec::new();
         for s in stored {
@@ -155,20 +201,82 @@ impl Relay {
     }
 
     fn spawn_room(self: &Arc<Self>, room: Room) {
-        let (tx, rx) = mpsc::channel(ROOM_QUEUE);
+        let (handle, rx) = RoomHandle::new(ROOM_QUEUE);
         if let Ok(mut rooms) = self.rooms.lock() {
-            rooms.insert(room.pin().to_owned(), RoomHandle { tx });
+            rooms.insert(room.pin().to_owned(), handle.clone());
         }
-        self.run_room(room, rx);
+        self.run_room(room, handle, rx);
     }
 
     /// Starts the task of a room whose handle is in `rooms` already.
-    fn run_room(self: &Arc<Self>, room: Room, rx: mpsc::Receiver<RoomCmd>) {
+    fn run_room(self: &Arc<Self>, room: Room, handle: RoomHandle, rx: mpsc::Receiver<RoomCmd>) {
         self.players.fetch_add(room.player_count() as u64, Relaxed);
         self.metrics.rooms.fetch_add(1, Relaxed);
         let relay = Arc::clone(self);
         let span = room_span(room.pin());
-        tokio::spawn(async move { room::run(relay, room, rx).await }.instrument(span));
+        tokio::spawn(async move { room::run(relay, room, handle, rx).await }.instrument(span));
+    }
+
+    /// The room was lost to another node: it leaves `rooms` now (nothing
+    /// more reaches it) and its task closes its clients
+    /// ([`CLOSE_ROOM_MOVED`]).
+    fn lose(&self, pin: &str) {
+        let handle = self.rooms.lock().ok().and_then(|mut r| r.remove(pin));
+        if let Some(h) = handle {
+            h.lost.notify_one();
+        }
+    }
+
+    /// A room this node serves, taken over from the store if its lease is
+    /// free (a cluster's): what a join, a host and every room API look up.
+    async fn find_room(self: &Arc<Self>, pin: &str) -> Find {
+        if let Some(h) = self.room(pin) {
+            return Find::Here(h);
+        }
+        let Some(leases) = &self.leases else {
+            return Find::NotFound;
+        };
+        // Read first: a PIN guess must not leave a lease row behind.
+        let store = Arc::clone(&self.store);
+        let p = pin.to_owned();
+        match tokio::task::spawn_blocking(move || store.load_room(&p)).await {
+            Ok(Ok(Some(_))) => {}
+            Ok(Ok(None)) => return Find::NotFound,
+            _ => return Find::Unavailable,
+        }
+        match leases.take_over(UnitKind::RelayRoom, pin).await {
+            TakeOver::Serving => self.room(pin).map_or(Find::NotFound, Find::Here),
+            TakeOver::Gone => Find::NotFound,
+            TakeOver::Elsewhere(held) => {
+                tracing::debug!(pin, owner = %held.owner, "room served by another node");
+                Find::Elsewhere
+            }
+            TakeOver::Failed => Find::Unavailable,
+        }
+    }
+
+    /// Restores a room whose lease this node just took, from the store, as
+    /// a restart does.
+    async fn restore_room(self: &Arc<Self>, pin: &str) -> Restored {
+        let store = Arc::clone(&self.store);
+        let p = pin.to_owned();
+        let stored = match tokio::task::spawn_blocking(move || store.load_room(&p)).await {
+            Ok(Ok(Some(s))) => s,
+            Ok(Ok(None)) => return Restored::Gone,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, pin, "room not restored: the store failed");
+                return Restored::Failed;
+            }
+            Err(_) => return Restored::Failed,
+        };
+        let (room, fix_up) = Room::restore(stored.record, self.clock.now_ms(), self.config.limits);
+        self.bundles.forget(pin);
+        self.spawn_room(room);
+        self.writer
+            .write_behind(pin, fix_up.into_iter().collect())
+            .await;
+        room_span(pin).in_scope(|| tracing::info!("room taken over"));
+        Restored::Serving
     }
 
     fn room(&self, pin: &str) -> Option<RoomHandle> {
@@ -210,35 +318,111 @@ impl Relay {
 
     /// Creates a room, durable before its PIN is handed out.
     async fn create_room(self: &Arc<Self>) -> Result<(String, String), CreateError> {
+        if self.leases.is_none() {
+            return self.create_room_once().await.map_err(|(e, _)| e);
+        }
+        for _ in 0..CLUSTER_PIN_ATTEMPTS {
+            match self.create_room_once().await {
+                Err((CreateError::NoPin, true)) => continue,
+                r => return r.map_err(|(e, _)| e),
+            }
+        }
+        Err(CreateError::NoPin)
+    }
+
+    /// Takes the lease of a new room's PIN (a cluster's): `Err(true)` when
+    /// the PIN is another node's, or names a stored room nobody served
+    /// (which is restored here instead).
+    async fn lease_new_pin(self: &Arc<Self>, pin: &str) -> Result<(), bool> {
+        let Some(leases) = &self.leases else {
+            return Ok(());
+        };
+        match leases.acquire(UnitKind::RelayRoom, pin).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => return Err(true),
+            Err(e) => {
+                tracing::warn!(error = %e, "room not created: its lease was not taken");
+                return Err(false);
+            }
+        }
+        let store = Arc::clone(&self.store);
+        let p = pin.to_owned();
+        match tokio::task::spawn_blocking(move || store.load_room(&p)).await {
+            Ok(Ok(None)) => Ok(()),
+            Ok(Ok(Some(stored))) => {
+                // A room left by a node that stopped: this node serves it.
+                let (room, fix_up) =
+                    Room::restore(stored.record, self.clock.now_ms(), self.config.limits);
+                let (handle, rx) = RoomHandle::new(ROOM_QUEUE);
+                if let Ok(mut rooms) = self.rooms.lock() {
+                    rooms.insert(pin.to_owned(), handle.clone());
+                }
+                self.run_room(room, handle, rx);
+                self.writer
+                    .write_behind(pin, fix_up.into_iter().collect())
+                    .await;
+                Err(true)
+            }
+            _ => {
+                leases.release(UnitKind::RelayRoom, pin).await;
+                Err(false)
+            }
+        }
+    }
+
+    /// One try at a room; with the error, whether another PIN may do.
+    async fn create_room_once(self: &Arc<Self>) -> Result<(String, String), (CreateError, bool)> {
         let now = self.clock.now_ms();
-        let (tx, rx) = mpsc::channel(ROOM_QUEUE);
+        let (handle, rx) = RoomHandle::new(ROOM_QUEUE);
         let pin = {
-            let mut rooms = self.rooms.lock().map_err(|_| CreateError::NotStored)?;
+            let mut rooms = self
+                .rooms
+                .lock()
+                .map_err(|_| (CreateError::NotStored, false))?;
             // Capped well below the PIN space, so that the bounded PIN
             // search below (under this lock) almost never misses.
             if rooms.len() >= self.config.server_limits.max_rooms {
-                return Err(CreateError::Full);
+                return Err((CreateError::Full, false));
             }
             let pin = choose_pin(
                 || u32::from_ne_bytes(hostwire_core::token::random_bytes()),
                 |p| rooms.contains_key(p),
             )
-            .ok_or(CreateError::NoPin)?;
+            .ok_or((CreateError::NoPin, false))?;
             // Taken from now on: a creation running meanwhile cannot choose
             // it too. Commands wait in the queue until the room's task runs.
-            rooms.insert(pin.clone(), RoomHandle { tx });
+            rooms.insert(pin.clone(), handle.clone());
             pin
         };
+        let forget = |relay: &Relay| {
+            // Dropping the queue's receiver answers whoever waits with 404.
+            if let Ok(mut rooms) = relay.rooms.lock() {
+                if rooms.get(&pin).is_some_and(|h| h.same(&handle)) {
+                    rooms.remove(&pin);
+                }
+            }
+        };
+        // On a cluster the room is this node's (its lease taken) before
+        // its creation is written, and its writes carry the generation.
+        if let Err(other_pin) = self.lease_new_pin(&pin).await {
+            forget(self);
+            let e = if other_pin {
+                CreateError::NoPin
+            } else {
+                CreateError::NoLease
+            };
+            return Err((e, other_pin));
+        }
         let (room, created) = Room::create(pin.clone(), now, self.config.limits);
         let token = room.host_token().as_str().to_owned();
         if !self.writer.write_durable(&pin, vec![created]).await {
-            // Dropping the queue's receiver answers whoever waits with 404.
-            if let Ok(mut rooms) = self.rooms.lock() {
-                rooms.remove(&pin);
+            forget(self);
+            if let Some(leases) = &self.leases {
+                leases.release(UnitKind::RelayRoom, &pin).await;
             }
-            return Err(CreateError::NotStored);
+            return Err((CreateError::NotStored, false));
         }
-        self.run_room(room, rx);
+        self.run_room(room, handle, rx);
         self.metrics.rooms_created.fetch_add(1, Relaxed);
         room_span(&pin).in_scope(|| tracing::info!("room created"));
         Ok((pin, token))
@@ -312,6 +496,39 @@ impl Relay {
             "rooms": self.room_count(),
             "connections": self.metrics.connections.load(Relaxed),
             "players": self.players.load(Relaxed),
+        })
+    }
+}
+
+/// What looking a room up on this node found.
+enum Find {
+    Here(RoomHandle),
+    NotFound,
+    /// Another live node owns it.
+    Elsewhere,
+    /// The store could not say (a cluster's).
+    Unavailable,
+}
+
+/// The relay's rooms as the leases see them.
+struct RoomHolder(std::sync::Weak<Relay>);
+
+impl Holder for RoomHolder {
+    fn lost(&self, key: &str) {
+        if let Some(r) = self.0.upgrade() {
+            r.lose(key);
+        }
+    }
+
+    fn restore<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Restored> + Send + 'a>> {
+        Box::pin(async move {
+            match self.0.upgrade() {
+                Some(r) => r.restore_room(key).await,
+                None => Restored::Failed,
+            }
         })
     }
 }

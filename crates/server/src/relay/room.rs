@@ -60,6 +60,21 @@ pub(super) enum RoomCmd {
 #[derive(Clone)]
 pub(super) struct RoomHandle {
     pub(super) tx: mpsc::Sender<RoomCmd>,
+    /// Told when another node took the room over: the task stops at once.
+    pub(super) lost: Arc<tokio::sync::Notify>,
+}
+
+impl RoomHandle {
+    pub(super) fn new(queue: usize) -> (RoomHandle, mpsc::Receiver<RoomCmd>) {
+        let (tx, rx) = mpsc::channel(queue);
+        let lost = Arc::default();
+        (RoomHandle { tx, lost }, rx)
+    }
+
+    /// Whether both are the same room's (a PIN may name a newer room).
+    pub(super) fn same(&self, other: &RoomHandle) -> bool {
+        self.tx.same_channel(&other.tx)
+    }
 }
 
 /// A frame encoded for writing, and counted as queued for `copies`
@@ -312,8 +327,15 @@ impl Deliver<DurableRoom<Tag>> for Conns<'_> {
     }
 }
 
-/// The room's task: handles commands until the room closes.
-pub(super) async fn run(relay: Arc<Relay>, room: Room, mut rx: mpsc::Receiver<RoomCmd>) {
+/// The room's task: handles commands until the room closes, or until
+/// another node takes it over (then it answers nothing more and closes its
+/// clients with [`CLOSE_ROOM_MOVED`](super::CLOSE_ROOM_MOVED)).
+pub(super) async fn run(
+    relay: Arc<Relay>,
+    room: Room,
+    handle: RoomHandle,
+    mut rx: mpsc::Receiver<RoomCmd>,
+) {
     let pin = room.pin().to_owned();
     let mut conns = Conns {
         relay: &relay,
@@ -327,13 +349,38 @@ pub(super) async fn run(relay: Arc<Relay>, room: Room, mut rx: mpsc::Receiver<Ro
         key: &pin,
         clock: &*relay.clock,
     };
-    unit::drive(&mut room, &mut conns, &mut rx, store).await;
+    let lost = tokio::select! {
+        // A loss first: the refused write that told it must not be
+        // answered as the store's failure.
+        biased;
+        () = handle.lost.notified() => true,
+        () = unit::drive(&mut room, &mut conns, &mut rx, store) => false,
+    };
+    if lost {
+        let (code, reason) = super::CLOSE_ROOM_MOVED;
+        for (_, out) in conns.conns.drain() {
+            out.close(code, reason);
+        }
+        rx.close();
+    }
     let players = conns.players;
     if let Ok(mut rooms) = relay.rooms.lock() {
-        rooms.remove(&pin);
+        if rooms.get(&pin).is_some_and(|h| h.same(&handle)) {
+            rooms.remove(&pin);
+        }
     }
     relay.bundles.forget(&pin);
     relay.players.fetch_sub(players as u64, Relaxed);
     relay.metrics.rooms.fetch_sub(1, Relaxed);
-    tracing::info!("room closed");
+    if lost {
+        tracing::warn!("room dropped: another node took it over");
+    } else {
+        // The room ended: its lease goes too.
+        if let Some(leases) = &relay.leases {
+            leases
+                .release(hostwire_store::lease::UnitKind::RelayRoom, &pin)
+                .await;
+        }
+        tracing::info!("room closed");
+    }
 }

@@ -8,6 +8,7 @@ mod body_budget;
 mod check;
 mod cluster;
 mod credential_attack;
+mod failover;
 mod front_door;
 mod ggui;
 mod limits;

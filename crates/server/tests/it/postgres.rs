@@ -22,7 +22,9 @@ async fn a_room_outlives_its_node_on_postgres_with_its_pin_and_host_token() {
     };
     let origins = ("ALLOWED_ORIGINS", ORIGIN);
     let first = temp_dir("pg-node-1");
-    let mut p = Process::serve(first.path(), &["--postgres-url", &url], &[origins]);
+    // A short lease: the next node takes the room over once it has run out.
+    let lease = ["--postgres-url", &url, "--lease-ttl", "1s"];
+    let mut p = Process::serve(first.path(), &lease, &[origins]);
     let (status, v) =
         crate::support::http::call("POST", &format!("{}/api/rooms", p.http()), None, None).await;
     assert_eq!(status, 201, "{v}");
@@ -42,13 +44,20 @@ async fn a_room_outlives_its_node_on_postgres_with_its_pin_and_host_token() {
 
     // Another node: its own (empty) data directory, the same database.
     let second = temp_dir("pg-node-2");
-    let p = Process::serve(second.path(), &["--postgres-url", &url], &[origins]);
-    let info: Value = reqwest::get(format!("{}/api/rooms/{pin}", p.http()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let p = Process::serve(second.path(), &lease, &[origins]);
+    // 503 while the dead node's lease runs.
+    let deadline = tokio::time::Instant::now() + crate::support::server::GUARD;
+    let info = loop {
+        let (status, v) =
+            crate::support::http::call("GET", &format!("{}/api/rooms/{pin}", p.http()), None, None)
+                .await;
+        if status == 200 {
+            break v;
+        }
+        assert_eq!(status, 503, "{v}");
+        assert!(tokio::time::Instant::now() < deadline, "never taken over");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     assert_eq!(info["pin"], json!(pin), "{info}");
     assert_eq!(info["appName"], "Quiz", "{info}");
     assert_eq!(host(&p, &pin, &token).await["t"], "hosting");

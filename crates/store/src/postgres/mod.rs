@@ -608,14 +608,16 @@ fn ms(t: u64) -> i64 {
     t as i64
 }
 
-impl crate::RelayStore for PgStore {
-    fn load_rooms(&self) -> Result<Vec<StoredRoom>, StoreError> {
+impl PgStore {
+    /// Every stored room, or the one of `pin`, with its players and kicked
+    /// tokens.
+    fn load_rooms_where(&self, pin: Option<&str>) -> Result<Vec<StoredRoom>, StoreError> {
         self.read(|tx| {
             let mut rooms = Vec::new();
             for r in tx.query(
                 "SELECT pin, host_token, created_at_ms, host_away_since_ms, open, bundle_version, bundle_app_name
-                 FROM relay_rooms ORDER BY created_at_ms, pin",
-                &[],
+                 FROM relay_rooms WHERE $1::TEXT IS NULL OR pin = $1 ORDER BY created_at_ms, pin",
+                &[&pin],
             )? {
                 let version: Option<i64> = r.get(5);
                 rooms.push(StoredRoom {
@@ -653,6 +655,16 @@ impl crate::RelayStore for PgStore {
             }
             Ok(rooms)
         })
+    }
+}
+
+impl crate::RelayStore for PgStore {
+    fn load_rooms(&self) -> Result<Vec<StoredRoom>, StoreError> {
+        self.load_rooms_where(None)
+    }
+
+    fn load_room(&self, pin: &str) -> Result<Option<StoredRoom>, StoreError> {
+        Ok(self.load_rooms_where(Some(pin))?.pop())
     }
 
     fn apply(&self, changes: &[RoomChange]) -> Result<(), StoreError> {
