@@ -156,7 +156,8 @@ async fn the_owner_killed_mid_game_its_room_goes_on_on_another_node_with_nothing
         return;
     };
     let dirs = [temp_dir("fo-a"), temp_dir("fo-b"), temp_dir("fo-c")];
-    let mut a = node(&url, "a", "1s", &dirs[0]);
+    // 2 s: a renewal every 667 ms keeps it under a loaded machine's stalls.
+    let mut a = node(&url, "a", "2s", &dirs[0]);
     let b = node(&url, "b", "1s", &dirs[1]);
     let c = node(&url, "c", "1s", &dirs[2]);
     let (pin, token) = create(&a).await;
@@ -187,6 +188,9 @@ async fn the_owner_killed_mid_game_its_room_goes_on_on_another_node_with_nothing
         Attach::Closed(code) => assert_eq!(code, CLOSE_ROOM_ELSEWHERE),
         Attach::Frame(_, v) => panic!("a join on a node that does not own the room: {v}"),
     }
+    // c's sweep would race b for the room once a's lease runs out: b is
+    // the one node left to take it, so the test knows where it goes.
+    drop(c);
 
     a.kill_9();
 
@@ -253,7 +257,6 @@ async fn the_owner_killed_mid_game_its_room_goes_on_on_another_node_with_nothing
     assert_eq!(h["units"]["owned"], 1, "{h}");
     assert_eq!(h["units"]["list"][0]["key"], json!(pin), "{h}");
     assert_eq!(h["units"]["list"][0]["generation"], 2, "{h}");
-    drop(c);
 }
 
 /// Runs out every live lease on the database's clock: what a pause past
@@ -365,7 +368,8 @@ async fn a_live_owner_keeps_its_room_by_renewing_and_a_dead_ones_room_is_taken_o
         return;
     };
     let dirs = [temp_dir("fs-a"), temp_dir("fs-b")];
-    let mut a = node(&url, "a", "1s", &dirs[0]);
+    // 2 s: a renewal every 667 ms keeps it under a loaded machine's stalls.
+    let mut a = node(&url, "a", "2s", &dirs[0]);
     let b = node(&url, "b", "1s", &dirs[1]);
     let (pin, _) = create(&a).await;
     // Renewed past three lease lengths (a renewal every third of one),
