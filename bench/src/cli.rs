@@ -181,6 +181,10 @@ enum Command {
     Forwarder {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: String,
+        /// Drive each socket from one task over the unsplit socket, not a
+        /// reader task and a writer task over its halves.
+        #[arg(long)]
+        one_task: bool,
     },
     /// The kernel's floor: write frames to loopback TCP sockets and nothing
     /// else (no WebSocket, no JSON), one thread on the server's core.
@@ -351,13 +355,13 @@ fn table(title: &str, r: &RunResult) {
 pub fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Forwarder { listen } => runtime().block_on(async move {
+        Command::Forwarder { listen, one_task } => runtime().block_on(async move {
             let l = tokio::net::TcpListener::bind(&listen).await?;
             println!("bare forwarder listening on http://{}", l.local_addr()?);
             let l = axum::serve::ListenerExt::tap_io(l, |tcp: &mut tokio::net::TcpStream| {
                 let _ = tcp.set_nodelay(true);
             });
-            axum::serve(l, forwarder::router()).await?;
+            axum::serve(l, forwarder::router_with(one_task)).await?;
             Ok(())
         }),
         Command::Classroom { common, traffic } => {

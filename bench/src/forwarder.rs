@@ -1,7 +1,10 @@
 //! The floor: a bare WebSocket forwarder that speaks just enough of relay
 //! protocol 1 for the load generator (create a room, attach, `to`, `up`),
 //! with no validation, no limits, no presence and no store. Same stack as
-//! hostwire (axum, tokio, one writer task per connection that batches).
+//! hostwire (axum, tokio). Two ways to drive a socket, to measure against
+//! each other: a reader task and a writer task (that batches) over the
+//! split socket, or one task over the unsplit socket that selects between
+//! its next frame and its outbound queue (`--one-task`).
 
 use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -29,6 +32,7 @@ struct RoomConns {
 struct Forwarder {
     rooms: Mutex<HashMap<String, Arc<Mutex<RoomConns>>>>,
     next: AtomicU64,
+    one_task: bool,
 }
 
 #[derive(Deserialize)]
@@ -43,10 +47,18 @@ struct Frame<'a> {
 }
 
 pub fn router() -> Router {
+    router_with(false)
+}
+
+/// The forwarder, its sockets each driven by one task when `one_task`.
+pub fn router_with(one_task: bool) -> Router {
     Router::new()
         .route("/api/rooms", post(create))
         .route("/ws", get(upgrade))
-        .with_state(Arc::new(Forwarder::default()))
+        .with_state(Arc::new(Forwarder {
+            one_task,
+            ..Forwarder::default()
+        }))
 }
 
 async fn create(State(f): State<Arc<Forwarder>>) -> impl IntoResponse {
@@ -61,7 +73,52 @@ async fn create(State(f): State<Arc<Forwarder>>) -> impl IntoResponse {
 async fn upgrade(State(f): State<Arc<Forwarder>>, ws: WebSocketUpgrade) -> impl IntoResponse {
     ws.read_buffer_size(1024)
         .write_buffer_size(16 * 1024)
-        .on_upgrade(move |s| conn(f, s))
+        .on_upgrade(move |s| async move {
+            if f.one_task {
+                conn_one_task(f, s).await
+            } else {
+                conn(f, s).await
+            }
+        })
+}
+
+/// What a connection is attached to.
+#[derive(Default)]
+struct Attached {
+    room: Option<Arc<Mutex<RoomConns>>>,
+    me: String,
+}
+
+/// One task for the connection: the socket is not split, and frames for it
+/// are written by the task that reads it, between reads.
+async fn conn_one_task(f: Arc<Forwarder>, mut socket: WebSocket) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Utf8Bytes>();
+    let mut at = Attached::default();
+    loop {
+        tokio::select! {
+            Some(m) = rx.recv() => {
+                let mut ok = socket.feed(Message::Text(m)).await.is_ok();
+                while ok {
+                    match rx.try_recv() {
+                        Ok(m) => ok = socket.feed(Message::Text(m)).await.is_ok(),
+                        Err(_) => break,
+                    }
+                }
+                if !ok || socket.flush().await.is_err() {
+                    break;
+                }
+            }
+            msg = socket.next() => {
+                let Some(Ok(msg)) = msg else { break };
+                if let Message::Text(text) = msg {
+                    on_text(&f, &tx, &mut at, &text);
+                }
+            }
+        }
+    }
+    if let Some(r) = at.room {
+        r.lock().unwrap().players.remove(&at.me);
+    }
 }
 
 async fn conn(f: Arc<Forwarder>, socket: WebSocket) {
@@ -82,69 +139,74 @@ async fn conn(f: Arc<Forwarder>, socket: WebSocket) {
             }
         }
     });
-    let mut room: Option<Arc<Mutex<RoomConns>>> = None;
-    let mut me = String::new();
+    let mut at = Attached::default();
     while let Some(Ok(msg)) = stream.next().await {
         let Message::Text(text) = msg else { continue };
-        let Ok(frame) = serde_json::from_str::<Frame>(&text) else {
-            continue;
-        };
-        match frame.t {
-            "host" | "join" => {
-                let Some(r) = frame
-                    .pin
-                    .and_then(|p| f.rooms.lock().unwrap().get(&p).cloned())
-                else {
-                    continue;
-                };
-                if frame.t == "host" {
-                    r.lock().unwrap().host = Some(tx.clone());
-                    let _ = tx.send(Utf8Bytes::from(r#"{"t":"hosting","players":[]}"#));
-                } else {
-                    me = format!("p-{}", f.next.fetch_add(1, Relaxed));
-                    r.lock().unwrap().players.insert(me.clone(), tx.clone());
-                    let _ = tx.send(Utf8Bytes::from(
-                        json!({"t": "joined", "playerId": me, "token": "bare"}).to_string(),
-                    ));
-                    let presence =
-                        json!({"t": "presence", "player": {"id": me}, "event": "join"}).to_string();
-                    if let Some(h) = &r.lock().unwrap().host {
-                        let _ = h.send(Utf8Bytes::from(presence));
-                    }
-                }
-                room = Some(r);
-            }
-            "to" => {
-                if let (Some(r), Some(to)) = (&room, frame.to) {
-                    let out = format!(
-                        "{{\"t\":\"data\",\"data\":{}}}",
-                        frame.data.map_or("null", |d| d.get())
-                    );
-                    if let Some(p) = r.lock().unwrap().players.get(&to) {
-                        let _ = p.send(Utf8Bytes::from(out));
-                    }
-                }
-            }
-            "up" => {
-                if let Some(r) = &room {
-                    let out = format!(
-                        "{{\"t\":\"from\",\"from\":\"{me}\",\"data\":{}}}",
-                        frame.data.map_or("null", |d| d.get())
-                    );
-                    if let Some(h) = &r.lock().unwrap().host {
-                        let _ = h.send(Utf8Bytes::from(out));
-                    }
-                }
-            }
-            "ping" => {
-                let _ = tx.send(Utf8Bytes::from(r#"{"t":"pong","time":0}"#));
-            }
-            _ => {}
-        }
+        on_text(&f, &tx, &mut at, &text);
     }
-    if let Some(r) = room {
-        r.lock().unwrap().players.remove(&me);
+    if let Some(r) = at.room {
+        r.lock().unwrap().players.remove(&at.me);
     }
     drop(tx);
     let _ = writer.await;
+}
+
+/// One text frame from a connection: what the forwarder does with it.
+fn on_text(f: &Forwarder, tx: &Tx, at: &mut Attached, text: &str) {
+    let Ok(frame) = serde_json::from_str::<Frame>(text) else {
+        return;
+    };
+    match frame.t {
+        "host" | "join" => {
+            let Some(r) = frame
+                .pin
+                .and_then(|p| f.rooms.lock().unwrap().get(&p).cloned())
+            else {
+                return;
+            };
+            if frame.t == "host" {
+                r.lock().unwrap().host = Some(tx.clone());
+                let _ = tx.send(Utf8Bytes::from(r#"{"t":"hosting","players":[]}"#));
+            } else {
+                at.me = format!("p-{}", f.next.fetch_add(1, Relaxed));
+                r.lock().unwrap().players.insert(at.me.clone(), tx.clone());
+                let _ = tx.send(Utf8Bytes::from(
+                    json!({"t": "joined", "playerId": at.me, "token": "bare"}).to_string(),
+                ));
+                let presence =
+                    json!({"t": "presence", "player": {"id": at.me}, "event": "join"}).to_string();
+                if let Some(h) = &r.lock().unwrap().host {
+                    let _ = h.send(Utf8Bytes::from(presence));
+                }
+            }
+            at.room = Some(r);
+        }
+        "to" => {
+            if let (Some(r), Some(to)) = (&at.room, frame.to) {
+                let out = format!(
+                    "{{\"t\":\"data\",\"data\":{}}}",
+                    frame.data.map_or("null", |d| d.get())
+                );
+                if let Some(p) = r.lock().unwrap().players.get(&to) {
+                    let _ = p.send(Utf8Bytes::from(out));
+                }
+            }
+        }
+        "up" => {
+            if let Some(r) = &at.room {
+                let out = format!(
+                    "{{\"t\":\"from\",\"from\":\"{}\",\"data\":{}}}",
+                    at.me,
+                    frame.data.map_or("null", |d| d.get())
+                );
+                if let Some(h) = &r.lock().unwrap().host {
+                    let _ = h.send(Utf8Bytes::from(out));
+                }
+            }
+        }
+        "ping" => {
+            let _ = tx.send(Utf8Bytes::from(r#"{"t":"pong","time":0}"#));
+        }
+        _ => {}
+    }
 }

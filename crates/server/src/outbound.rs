@@ -50,6 +50,8 @@ struct State<T> {
     close: Option<Close>,
     kill: Option<Close>,
     senders: usize,
+    /// The writer has finished (its close sent, or the socket gone).
+    ended: bool,
 }
 
 struct Shared<T, P> {
@@ -138,6 +140,7 @@ pub fn queue_bounded<T, P>(
             close: None,
             kill: None,
             senders: 1,
+            ended: false,
         }),
         cap: cap.max(1),
         max_bytes,
@@ -253,6 +256,17 @@ impl<T, P> Outbound<T, P> {
     /// The code the connection was killed with, if it was.
     pub fn killed(&self) -> Option<Close> {
         self.shared.lock().kill
+    }
+
+    /// Ready once the writer has said it ended ([`Drain::end`]).
+    pub fn poll_writer_ended(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let s = self.shared.lock();
+        if s.ended {
+            return Poll::Ready(());
+        }
+        // Registered under the lock: an end after it sees this waker.
+        self.shared.reader.register(cx.waker());
+        Poll::Pending
     }
 
     /// Ready once the connection is killed: the reader stops reading then.
@@ -379,6 +393,13 @@ impl<T, P> Drain<T, P> {
             s.frames.shrink_to(KEEP_CAPACITY); // at zero: freed
         }
         f
+    }
+
+    /// The writer is done: whoever waits in [`Outbound::poll_writer_ended`]
+    /// goes on.
+    pub fn end(&self) {
+        self.shared.lock().ended = true;
+        self.shared.reader.wake();
     }
 
     /// Closes the connection at once, from the writer's side, so that the

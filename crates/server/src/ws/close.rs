@@ -5,7 +5,7 @@
 use super::config::CLOSE_NORMAL;
 use super::reader::{End, Reader};
 use axum::extract::ws::Message;
-use futures_util::StreamExt;
+use std::future::poll_fn;
 
 impl Reader {
     /// Ends the connection cleanly: closes it (after what is queued) unless
@@ -18,9 +18,7 @@ impl Reader {
     /// or match).
     pub async fn finish(self) {
         let Reader {
-            mut stream,
             out,
-            mut writer,
             end,
             registered,
             config,
@@ -31,20 +29,23 @@ impl Reader {
             _ => (CLOSE_NORMAL, "closed"),
         };
         out.close(close);
-        drop(out);
+        let parked = out.0.parked();
         // Nothing is read before the Close frame is out: a peer's Close
         // read now would be echoed ahead of it, and the peer would get its
-        // own code instead of the server's.
-        let sent = match tokio::time::timeout(config.close_grace, &mut writer).await {
-            Ok(r) => r.is_ok(),
+        // own code instead of the server's. The writer runs beside this in
+        // the connection's task.
+        let ended = poll_fn(|cx| out.0.poll_writer_ended(cx));
+        let sent = match tokio::time::timeout(config.close_grace, ended).await {
+            Ok(()) => true,
             Err(_) => {
-                writer.abort();
+                // The writer finds the socket gone and ends.
+                parked.drop_socket();
                 false
             }
         };
         if sent && !matches!(end, End::Read | End::Oversized) {
             let _ = tokio::time::timeout(config.close_linger, async {
-                while let Some(Ok(m)) = stream.next().await {
+                while let Some(Ok(m)) = poll_fn(|cx| parked.poll_next(cx)).await {
                     if matches!(m, Message::Close(_)) {
                         break;
                     }
@@ -52,6 +53,8 @@ impl Reader {
             })
             .await;
         }
+        // The TCP connection ends here, whoever still holds the queue.
+        parked.drop_socket();
         if let Some((sockets, id)) = registered {
             sockets.deregister(id);
         }

@@ -9,9 +9,13 @@
 //!   timer, a client's pings never counted as activity, the WebSocket
 //!   layer's refusals mapped (an oversized message is an [`Event`] the
 //!   protocol answers; RFC 6455 violations close 1007 / 1002 with a reason);
-//! - the writer task, which drains the connection's bounded outbound queue
+//! - the writer, which drains the connection's bounded outbound queue
 //!   (frames and bytes), with a direct-write fast path for an idle
 //!   connection where the protocol asks for it ([`Config::direct_write`]);
+//!   it runs in the connection's one task beside the protocol's reader,
+//!   over the one unsplit socket, which lives in the queue's allocation
+//!   (an idle connection is one task, one allocation of shared state and
+//!   the socket's own buffers);
 //! - a clean close ([`Reader::finish`]): after the server's Close frame it
 //!   keeps reading (and discarding) until the peer's Close or
 //!   [`Config::close_linger`], so the frames queued before the close and its
@@ -41,7 +45,7 @@ use axum::extract::ws::{Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::response::Response;
-use futures_util::StreamExt;
+use futures_util::FutureExt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
@@ -63,10 +67,13 @@ impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
 }
 
 impl Upgrade {
-    /// Upgrades with `config`, starts the connection's writer and hands the
-    /// connection to `run` (not an `async fn`: the socket is consumed before
-    /// `run`'s future exists, so that future, kept for the connection's
-    /// whole life, does not hold room for it).
+    /// Upgrades with `config` and hands the connection to `run`, whose
+    /// future runs in one task with the connection's writer (not an
+    /// `async fn`: the socket is consumed before `run`'s future exists, so
+    /// that future, kept for the connection's whole life, does not hold
+    /// room for it). One task, not a writer task beside the reader's: an
+    /// idle connection costs one task's memory, and the writer goes on
+    /// whatever the protocol awaits.
     pub fn on_upgrade<F, Fut>(self, config: Arc<Config>, run: F) -> Response
     where
         F: FnOnce(Connection) -> Fut + Send + 'static,
@@ -85,8 +92,12 @@ impl Upgrade {
         // of the request that upgraded it (its connection's).
         let span = tracing::Span::current();
         ws.on_upgrade(move |socket| {
-            let c = span.in_scope(|| Connection::start(socket, config, sockets));
-            tracing::Instrument::instrument(run(c), span)
+            let (c, drain) = span.in_scope(|| Connection::start(socket, config, sockets));
+            // Each is polled on every wake of the task: a wake meant for
+            // the other costs a check of the queue or of the socket's
+            // readiness, no system call.
+            let both = futures_util::future::join(run(c), write_loop(drain)).map(|_| ());
+            tracing::Instrument::instrument(both, span)
         })
     }
 }
@@ -98,29 +109,29 @@ pub struct Connection {
 }
 
 impl Connection {
-    fn start(socket: WebSocket, config: Arc<Config>, sockets: Option<Sockets>) -> Connection {
-        let (sink, stream) = socket.split();
+    fn start(
+        socket: WebSocket,
+        config: Arc<Config>,
+        sockets: Option<Sockets>,
+    ) -> (Connection, outbound::Drain<Utf8Bytes, Parked>) {
         let (out, drain) = outbound::queue_bounded(
             config.outbound_frames,
             config.outbound_bytes,
             |f: &Utf8Bytes| f.len(),
             Parked {
-                sink: Mutex::new(Some(sink)),
+                socket: Mutex::new(Some(socket)),
                 too_slow: config.too_slow,
                 direct_write: config.direct_write,
             },
         );
         let out = Outbound(out);
-        let writer = tokio::spawn(tracing::Instrument::in_current_span(write_loop(drain)));
         let registered = sockets.map(|s| {
             let id = s.register(&out);
             (s, id)
         });
         let start = tokio::time::Instant::now();
         let reader = Reader {
-            stream,
             out: out.clone(),
-            writer,
             timer: Box::pin(tokio::time::sleep_until(
                 start + config.ping_interval.min(config.idle_timeout),
             )),
@@ -130,6 +141,6 @@ impl Connection {
             registered,
             config,
         };
-        Connection { reader, out }
+        (Connection { reader, out }, drain)
     }
 }

@@ -6,15 +6,12 @@ use super::config::{Config, CLOSE_INVALID_DATA, CLOSE_PROTOCOL_ERROR, IDLE};
 use super::sockets::Sockets;
 use super::writer::Outbound;
 use crate::outbound::Close;
-use axum::extract::ws::{Message, Utf8Bytes, WebSocket};
+use axum::extract::ws::{Message, Utf8Bytes};
 use bytes::Bytes;
-use futures_util::stream::SplitStream;
-use futures_util::StreamExt;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use tokio::task::JoinHandle;
 
 /// What the reader got.
 #[derive(Debug)]
@@ -48,10 +45,10 @@ pub(super) enum End {
 /// The reading side of one connection. Between events it holds one timer
 /// for both the idle timeout and the pings, moved only when it fires: a
 /// frame just notes its time (a timer per frame cost more than the frame).
+/// The socket it reads is in [`Outbound`]'s allocation, shared with the
+/// writer.
 pub struct Reader {
-    pub(super) stream: SplitStream<WebSocket>,
     pub(super) out: Outbound,
-    pub(super) writer: JoinHandle<()>,
     pub(super) timer: Pin<Box<tokio::time::Sleep>>,
     pub(super) last_frame: tokio::time::Instant,
     pub(super) next_ping: tokio::time::Instant,
@@ -133,7 +130,7 @@ impl Reader {
                 self.timer.as_mut().reset(self.next_ping.min(idle_at));
                 continue;
             }
-            let Poll::Ready(next) = self.stream.poll_next_unpin(cx) else {
+            let Poll::Ready(next) = self.out.0.parked().poll_next(cx) else {
                 return Poll::Pending;
             };
             let msg = match next {

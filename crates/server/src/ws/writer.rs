@@ -1,34 +1,51 @@
 //! The sending side of a connection: its bounded outbound queue, the
-//! direct write to an idle socket, and the writer task that drains it.
+//! direct write to an idle socket, and the writer that drains it. The
+//! writer is no task of its own: it runs beside the protocol's reader in
+//! the connection's one task (see [`super::Upgrade::on_upgrade`]).
 
 use super::config::CLOSE_NORMAL;
 use crate::outbound;
 use crate::outbound::{Close, Refused};
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use bytes::Bytes;
-use futures_util::stream::SplitSink;
-use futures_util::SinkExt;
+use futures_util::{SinkExt, StreamExt};
 use std::future::poll_fn;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-pub(super) type WsSink = SplitSink<WebSocket, Message>;
-
-/// A connection's sending half while its writer is idle. A frame for an
-/// idle connection is written from here at once, by the task that made it:
-/// no wake of the writer, and under load the frame leaves as soon as it is
-/// routed instead of after every task queued ahead of the writer.
+/// A connection's socket, unsplit, in the same allocation as its outbound
+/// queue: the reader and the writer take it in turns for one poll each (a
+/// lock held for no longer than one non-blocking read or write), and a
+/// frame for an idle connection is written from here at once by the task
+/// that made it: no wake of the writer, and under load the frame leaves as
+/// soon as it is routed instead of after every task queued ahead of the
+/// connection's.
 pub struct Parked {
-    pub(super) sink: Mutex<Option<WsSink>>,
+    /// `None` once the connection has let go of it.
+    pub(super) socket: Mutex<Option<WebSocket>>,
     pub(super) too_slow: Close,
     pub(super) direct_write: bool,
 }
 
 impl Parked {
+    pub(super) fn socket(&self) -> MutexGuard<'_, Option<WebSocket>> {
+        // A panic while polling the socket leaves it as tungstenite left
+        // it; its next read or write reports what became of it.
+        self.socket.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Closes the TCP connection now (the socket is dropped); reads and
+    /// writes after it find the connection gone.
+    pub(super) fn drop_socket(&self) {
+        let socket = self.socket().take();
+        drop(socket);
+    }
+
     pub(super) fn write_now(&self, frame: Utf8Bytes) -> outbound::Direct<Utf8Bytes> {
         use outbound::Direct;
-        // Never wait for the writer: if it has the socket, queue.
-        let Ok(mut slot) = self.sink.try_lock() else {
+        // Never wait for the connection's task: if it is polling the
+        // socket, queue.
+        let Ok(mut slot) = self.socket.try_lock() else {
             return Direct::Declined(frame);
         };
         let Some(sink) = slot.as_mut() else {
@@ -50,13 +67,53 @@ impl Parked {
         }
     }
 
-    pub(super) fn take(&self) -> Option<WsSink> {
-        self.sink.lock().ok()?.take()
+    /// Hands `msg` to the socket; false if the socket failed or is gone.
+    async fn feed(&self, msg: Message) -> bool {
+        let mut msg = Some(msg);
+        poll_fn(|cx| {
+            let mut slot = self.socket();
+            let Some(ws) = slot.as_mut() else {
+                return Poll::Ready(false);
+            };
+            match ws.poll_ready_unpin(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(_)) => return Poll::Ready(false),
+                Poll::Pending => return Poll::Pending,
+            }
+            let Some(m) = msg.take() else {
+                return Poll::Ready(false);
+            };
+            Poll::Ready(ws.start_send_unpin(m).is_ok())
+        })
+        .await
     }
 
-    pub(super) fn put(&self, sink: WsSink) {
-        if let Ok(mut slot) = self.sink.lock() {
-            *slot = Some(sink);
+    /// Writes out what the socket holds; false if it failed or is gone.
+    async fn flush(&self) -> bool {
+        poll_fn(|cx| match self.socket().as_mut() {
+            Some(ws) => ws.poll_flush_unpin(cx).map(|r| r.is_ok()),
+            None => Poll::Ready(false),
+        })
+        .await
+    }
+
+    /// Sends the close frame (if not sent) and flushes the socket.
+    async fn close(&self) {
+        poll_fn(|cx| match self.socket().as_mut() {
+            Some(ws) => ws.poll_close_unpin(cx).map(|_| ()),
+            None => Poll::Ready(()),
+        })
+        .await
+    }
+
+    /// The next message read from the socket (`None` once it is gone).
+    pub(super) fn poll_next(
+        &self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Message, axum::Error>>> {
+        match self.socket().as_mut() {
+            Some(ws) => ws.poll_next_unpin(cx),
+            None => Poll::Ready(None),
         }
     }
 }
@@ -100,7 +157,7 @@ impl Outbound {
 
 /// Writes what the queue holds (all that is queued, then one flush), and
 /// finishes frames that were written at once but not flushed. The socket is
-/// taken from `parked` for each piece of work and put back after it.
+/// taken for one poll at a time: the reader uses it in between.
 pub(super) async fn write_loop(drain: outbound::Drain<Utf8Bytes, Parked>) {
     let parked = drain.parked();
     let close_with = |(code, reason): Close| {
@@ -109,43 +166,38 @@ pub(super) async fn write_loop(drain: outbound::Drain<Utf8Bytes, Parked>) {
             reason: Utf8Bytes::from_static(reason),
         }))
     };
-    let mut sink = loop {
+    loop {
         let work = poll_fn(|cx| drain.poll_work(cx)).await;
-        let Some(mut sink) = parked.take() else {
-            break None;
-        };
         let go_on = match work {
             outbound::Work::Frame(first) => {
-                let mut ok = sink.feed(Message::Text(first)).await.is_ok();
+                let mut ok = parked.feed(Message::Text(first)).await;
                 while ok {
                     match drain.next_frame() {
-                        Some(f) => ok = sink.feed(Message::Text(f)).await.is_ok(),
+                        Some(f) => ok = parked.feed(Message::Text(f)).await,
                         None => break,
                     }
                 }
-                ok && sink.flush().await.is_ok()
+                ok && parked.flush().await
             }
-            outbound::Work::Flush => sink.flush().await.is_ok(),
-            outbound::Work::Ping => sink.send(Message::Ping(Bytes::new())).await.is_ok(),
+            outbound::Work::Flush => parked.flush().await,
+            outbound::Work::Ping => {
+                parked.feed(Message::Ping(Bytes::new())).await && parked.flush().await
+            }
             outbound::Work::Close(c) | outbound::Work::Kill(c) => {
                 // Fails when the peer closed first: the WebSocket layer has
                 // queued its echo, which the close below flushes.
-                let _ = sink.send(close_with(c)).await;
+                let _ = parked.feed(close_with(c)).await && parked.flush().await;
                 false
             }
             outbound::Work::End => false,
         };
         if !go_on {
-            break Some(sink);
+            break;
         }
-        // Back first, then idle: a frame sent in between is queued, and the
-        // writer comes back for it.
-        parked.put(sink);
         drain.idle();
-    };
-    if let Some(s) = sink.as_mut() {
-        let _ = s.close().await;
     }
+    parked.close().await;
     // Stops the reader, if it still reads.
     let _ = drain.kill((CLOSE_NORMAL, "closed"));
+    drain.end();
 }
