@@ -2,7 +2,7 @@
 //! buffer sizes), a reader that decodes frames and hands them to the room,
 //! and a writer that drains the connection's bounded outbound queue.
 
-use super::metrics::RelayMetrics;
+use super::outbound::Outbound;
 use super::room::{RoomCmd, RoomHandle};
 use super::Relay;
 use crate::ws;
@@ -42,37 +42,12 @@ pub(super) fn socket_config(config: &super::RelayConfig) -> ws::Config {
         idle_timeout: Duration::from_millis(limits.idle_timeout_ms),
         outbound_frames: config.outbound_queue,
         outbound_bytes: config.server_limits.outbound_queue_bytes,
-        too_slow: TOO_SLOW,
+        too_slow: super::outbound::TOO_SLOW,
         oversized: (CLOSE_TOO_BIG, "frame too large"),
         // A room writes to its own players' sockets: a frame for an idle
         // connection leaves at once, without waking its writer.
         direct_write: true,
         ..ws::Config::new(limits.frame_bytes.saturating_mul(2))
-    }
-}
-
-/// The sending side of one connection.
-#[derive(Clone)]
-pub(super) struct Outbound(ws::Outbound);
-
-const TOO_SLOW: ws::Close = (CLOSE_TOO_SLOW, "too slow: outbound queue full");
-
-impl Outbound {
-    /// Sends a frame: at once when the connection is idle, else queued; a
-    /// full queue closes the connection (1013).
-    pub(super) fn frame(&self, frame: Utf8Bytes, metrics: &RelayMetrics) -> bool {
-        match self.0.send(frame) {
-            Ok(()) => true,
-            Err(ws::Refused::Full) => {
-                metrics.slow_consumers_closed.fetch_add(1, Relaxed);
-                false
-            }
-            Err(ws::Refused::Closing) => false,
-        }
-    }
-    /// Closes the connection after what is queued.
-    pub(super) fn close(&self, code: u16, reason: &'static str) {
-        self.0.close((code, reason));
     }
 }
 

@@ -15,6 +15,7 @@ pub mod bundles;
 pub mod conn;
 pub mod limits;
 pub mod metrics;
+mod outbound;
 pub mod room;
 
 use crate::cluster::leases::{Holder, Leases, Restored, TakeOver};

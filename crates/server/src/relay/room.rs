@@ -7,8 +7,8 @@
 //! out: typed frames, each encoded once however many connections it goes
 //! to, and counted by its type; closes; answers to the requests waiting.
 
-use super::conn::Outbound;
 use super::metrics::RelayMetrics;
+use super::outbound::Outbound;
 use super::Relay;
 use crate::unit::{self, Deliver, Store, Unit, Write};
 use axum::extract::ws::Utf8Bytes;
