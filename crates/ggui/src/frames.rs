@@ -329,22 +329,6 @@ pub fn make_contract_error_payload(parts: MakeContractErrorPayload) -> ContractE
     }
 }
 
-/// A stored consume entry that may arrive as an object or as a JSON string
-/// (stores that keep JSON as text). A string is parsed (bounded); any other
-/// value is returned unchanged. The entry's shape is not validated.
-pub fn parse_pending_envelope(stored: Value) -> Result<Value, hostwire_core::JsonError> {
-    match stored {
-        Value::String(text) => hostwire_core::json::from_str_bounded(
-            &text,
-            hostwire_core::JsonLimits::new(
-                crate::decode::MAX_FRAME_BYTES,
-                crate::decode::MAX_FRAME_DEPTH,
-            ),
-        ),
-        other => Ok(other),
-    }
-}
-
 /// The subscribe ack (`AckPayload`) and an action's ack (`{sequence, timestamp}`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -538,21 +522,6 @@ mod tests {
             &*encode_error(&e, Some("r1")),
             r#"{"type":"error","payload":{"code":"X","message":"m"},"requestId":"r1"}"#
         );
-    }
-
-    #[test]
-    fn parse_pending_envelope_accepts_object_or_string() {
-        let obj = json!({"type": "action", "intent": "go"});
-        assert_eq!(parse_pending_envelope(obj.clone()).unwrap(), obj);
-        assert_eq!(
-            parse_pending_envelope(Value::String(obj.to_string())).unwrap(),
-            obj
-        );
-        assert!(parse_pending_envelope(Value::String("{nope".into())).is_err());
-        // A string holding a JSON string is parsed once, not twice.
-        assert_eq!(parse_pending_envelope(json!("\"x\"")).unwrap(), json!("x"));
-        // Numbers and arrays pass through unchanged, like any non-string.
-        assert_eq!(parse_pending_envelope(json!([1])).unwrap(), json!([1]));
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub mod validate;
 pub use channel::{
     Channel, ChannelConfig, ConnId, Output, Record, ValidatedAction, ValidationJob, VersionPolicy,
 };
-pub use decode::{decode_client_frame, ClientFrame, FrameError};
+pub use decode::{decode_client_frame, parse_pending_envelope, ClientFrame, FrameError};
 pub use frames::*;
 pub use hash::{blueprint_key, canonicalize_contract, content_hash};
 pub use validate::{ActionSpec, ContractViolation, ValidationResult};

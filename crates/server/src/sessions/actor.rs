@@ -11,144 +11,24 @@
 //! carried out by the devices' sockets and the requests waiting
 //! (`deliver.rs`).
 
-pub use super::admin::{Admin, AdminReply};
-use super::deliver::{Devices, Out};
-use super::recording::Recorder;
-use super::restore::KeptState;
-use super::services::ServiceHost;
-use super::{SessionMetrics, Sessions};
-use crate::unit::{self, Store, Unit, Write};
-use crate::ws;
-use hostwire_core::token::Token;
-use hostwire_memizy::session::{
-    AssetCatalog, CallId, DurableSession, Expiry, InstanceId, Phase, Record, ServiceCallId,
-    Session, SessionRecord,
+use super::deliver::Devices;
+pub use super::hosted::{
+    Admin, AdminReply, AttachRefused, Auth, Cmd, DeviceOut, SessionHandle, CLOSE_TOO_SLOW,
+    CLOSE_UNAUTHORIZED,
 };
-use hostwire_memizy::{ProtocolError, SessionEndReason, View};
+use super::hosted::{Hosted, Out};
+use super::kept::KeptState;
+use super::Sessions;
+use crate::unit::{self, Store, Unit, Write};
+use hostwire_memizy::session::{
+    AssetCatalog, DurableSession, Expiry, InstanceId, Phase, Record, Session, SessionRecord,
+};
+use hostwire_memizy::{SessionEndReason, View};
 use hostwire_store::sessions::SessionWrite;
-use hostwire_worker_rpc::frame::{Frame, FrameError, Payload};
-use hostwire_worker_rpc::PeerState;
-use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
-
-/// A device's outbound queue (text frames).
-pub type DeviceOut = ws::Outbound;
-
-/// 1013: the device did not read its frames fast enough.
-pub const CLOSE_TOO_SLOW: ws::Close = (1013, "too slow: outbound queue full");
-/// 4001: the device did not present the token of the instance it attaches as.
-pub const CLOSE_UNAUTHORIZED: ws::Close = (4001, "unauthorized: wrong or missing token");
-/// Who may attach as which instance: the host token opens the board, the
-/// settings screen and the host's own player; each player's token opens
-/// that player's instance. Compared in constant time.
-#[derive(Debug, Clone)]
-pub struct Auth {
-    pub host: Token,
-    pub players: HashMap<String, Token>,
-}
-
-impl Auth {
-    /// Whether `token` opens the instance at `address` in `view`;
-    /// `is_host_player` says whether that address is the host's player.
-    pub fn allows(&self, view: View, address: &str, is_host_player: bool, token: &str) -> bool {
-        let host = self.host.matches(token);
-        match view {
-            View::Board | View::Settings => host,
-            View::Solo | View::Controller => {
-                let own = self.players.get(address).is_some_and(|t| t.matches(token));
-                own || (is_host_player && host)
-            }
-        }
-    }
-}
-
-/// Why an attach was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AttachRefused {
-    /// Wrong or missing token (close 4001).
-    Unauthorized(String),
-    /// The engine refused it (close 1008).
-    Refused(String),
-}
-
-/// How to reach a session's task.
-#[derive(Clone)]
-pub struct SessionHandle {
-    pub tx: mpsc::Sender<Cmd>,
-}
-
-pub enum Cmd {
-    Attach {
-        instance: InstanceId,
-        view: View,
-        address: String,
-        out: DeviceOut,
-        /// The token the device presented (`None`: none).
-        token: Option<String>,
-        done: oneshot::Sender<Result<(), AttachRefused>>,
-    },
-    Detach {
-        instance: InstanceId,
-    },
-    /// A worker RPC frame from a device (or why it could not be read).
-    Frame {
-        instance: InstanceId,
-        frame: Result<Frame, FrameError>,
-    },
-    /// The answer to a device's Host API call, found beside the task (an
-    /// asset read from the store, settings once they are kept).
-    Respond {
-        instance: InstanceId,
-        call: CallId,
-        result: Result<Payload, ProtocolError>,
-    },
-    Admin(Box<Admin>, AdminReply),
-    /// A service call's worker answered (result JSON text) or failed.
-    ServiceDone {
-        id: ServiceCallId,
-        outcome: Result<String, ProtocolError>,
-    },
-    /// Do what is due now (the clock moved); answered when done.
-    Wake(oneshot::Sender<()>),
-    Shutdown,
-}
-
-/// What an answer waiting for the store carries.
-pub(super) enum Tag {
-    /// An HTTP API change, answered with `body` once kept.
-    Admin(AdminReply, Value),
-    /// An HTTP `save`.
-    Save(AdminReply),
-    /// A device's `updateSettings`, answered once its settings are kept.
-    Settings(InstanceId, CallId, Payload),
-}
-
-/// A hosted session as the unit driver sees it: the engine with its
-/// durability rules, and what the server keeps beside it.
-pub(super) struct Hosted {
-    pub(super) d: DurableSession<Tag>,
-    /// Each attached device's worker RPC state.
-    pub(super) rpc: HashMap<InstanceId, PeerState>,
-    pub(super) out: VecDeque<Out>,
-    pub(super) metrics: Arc<SessionMetrics>,
-    pub(super) result: Option<Value>,
-    pub(super) auth: Auth,
-    pub(super) assets: AssetCatalog,
-    pub(super) services: Arc<ServiceHost>,
-    /// Service calls out, by their deadline (a cancel says whether it
-    /// passed).
-    pub(super) service_calls: HashMap<ServiceCallId, u64>,
-    /// An `updateSettings` call being handled: its answer waits until the
-    /// settings it changed are kept.
-    pub(super) held: Option<(InstanceId, CallId)>,
-    /// `Wake`s answered once the session's removal is.
-    pub(super) wakes: Vec<oneshot::Sender<()>>,
-    /// What a replay needs (SPEC 10).
-    pub(super) rec: Recorder,
-}
 
 /// Starts the task of a session; `None` if the server holds as many
 /// sessions as it may or the id is taken. `auth` says who may attach;

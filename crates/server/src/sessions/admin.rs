@@ -1,40 +1,10 @@
 //! The HTTP API's operations on a running session, carried out by its task:
 //! each answered with the session's status once the change is kept.
 
-use super::actor::{Hosted, Tag};
-use super::deliver::Out;
-use hostwire_core::token::Token;
-use hostwire_memizy::session::{Phase, PlayerSpec, SessionError};
+use super::hosted::{Admin, AdminReply, Hosted, Out, Tag};
+use hostwire_memizy::session::{Phase, SessionError};
 use hostwire_memizy::SessionEndReason;
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
-
-/// An HTTP API operation and where its answer goes.
-pub enum Admin {
-    Status,
-    /// A player and the token its device attaches with.
-    AddPlayer(Box<PlayerSpec>, Token),
-    Kick(String),
-    /// A player's new name (`playersChanged`).
-    Rename(String, String),
-    /// A new locale or theme (`configChanged`).
-    Config(hostwire_memizy::HostConfig),
-    Start,
-    Pause,
-    Resume,
-    Save,
-    /// The host ends the session: every instance gets
-    /// `sessionEnded('closed')`.
-    End,
-    /// The recording (SPEC 10) as it stands.
-    Recording,
-    /// `continue`: a started game that is paused (as a continued or
-    /// restored one is) or still loading answers its status and every
-    /// player's token.
-    Continue,
-}
-
-pub type AdminReply = oneshot::Sender<Result<Value, (u16, String)>>;
 
 impl Hosted {
     pub(super) fn admin(&mut self, op: Admin, reply: AdminReply, now: u64) {

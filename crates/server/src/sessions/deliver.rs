@@ -3,7 +3,7 @@
 //! answer, the service calls and asset reads running beside the session
 //! (their answers come back through the session's own queue).
 
-use super::actor::{AdminReply, Cmd, DeviceOut, Hosted};
+use super::hosted::{Cmd, DeviceOut, Hosted, Out};
 use super::services::{ServiceHost, Ticket};
 use super::{SessionMetrics, Sessions};
 use crate::unit::Deliver;
@@ -13,7 +13,7 @@ use base64::Engine;
 use hostwire_memizy::session::{BundledFile, CallId, InstanceId, ServiceCallId};
 use hostwire_memizy::{ProtocolError, ProtocolErrorCode};
 use hostwire_worker_rpc::frame::Payload;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering::Relaxed;
@@ -26,50 +26,6 @@ pub const CONCURRENT_ASSET_LOADS: usize = 16;
 
 static ASSET_LOADS: tokio::sync::Semaphore =
     tokio::sync::Semaphore::const_new(CONCURRENT_ASSET_LOADS);
-
-/// What the session's task carries out, in order.
-pub(super) enum Out {
-    /// The device attached: its frames go to `out` from now on; its reader
-    /// is told.
-    Attached(
-        InstanceId,
-        DeviceOut,
-        oneshot::Sender<Result<(), super::actor::AttachRefused>>,
-    ),
-    /// A worker RPC frame for a device.
-    Frame(InstanceId, String),
-    /// Closes a device's socket; nothing more goes to it.
-    Close(InstanceId, ws::Close),
-    /// The device detached: nothing more goes to it.
-    Forget(InstanceId),
-    /// Closes every device's socket.
-    CloseAll(ws::Close),
-    /// An HTTP API operation's answer.
-    Reply(AdminReply, Result<Value, (u16, String)>),
-    /// `getAsset`: its bytes are read beside the session.
-    Asset {
-        instance: InstanceId,
-        call: CallId,
-        file: BundledFile,
-        key: String,
-        item_id: Option<String>,
-    },
-    /// A service call started: it runs beside the session until answered
-    /// or cancelled.
-    Service(
-        ServiceCallId,
-        String,
-        hostwire_worker_rpc::Call,
-        Ticket,
-        Arc<ServiceHost>,
-    ),
-    /// A service call stops; `true`: its deadline passed.
-    CancelService(ServiceCallId, bool),
-    /// A `Wake` is answered.
-    Woken(oneshot::Sender<()>),
-    /// The session's task ends.
-    Stop,
-}
 
 /// The devices' sockets and what runs beside the session.
 pub(super) struct Devices {

@@ -30,6 +30,8 @@ pub mod api;
 pub mod conn;
 mod deliver;
 pub mod device;
+mod hosted;
+mod kept;
 mod outputs;
 pub mod play;
 pub mod recording;

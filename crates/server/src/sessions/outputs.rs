@@ -3,8 +3,7 @@
 //! that waited for the store, service calls, events; each becomes an
 //! [`Out`] for the server side (`deliver.rs`).
 
-use super::actor::{Hosted, Tag};
-use super::deliver::Out;
+use super::hosted::{Hosted, Out, Tag};
 use super::rpc::{reply_payload, rpc_error, PLUGIN_CALL_TIMEOUT_MS};
 use super::services;
 use hostwire_memizy::session::{

@@ -6,8 +6,7 @@
 //! owns one per attached instance; what it queues goes to the device's
 //! bounded outbound queue (`deliver.rs`).
 
-use super::actor::Hosted;
-use super::deliver::Out;
+use super::hosted::{Hosted, Out};
 use hostwire_memizy::session::{CallId, InstanceId, Reply};
 use hostwire_memizy::ProtocolError;
 use hostwire_worker_rpc::frame::{Frame, FrameError, Payload};
