@@ -170,10 +170,13 @@ pub fn section(results: &Path) -> String {
         }
         let _ = writeln!(s, "{line}");
     };
-    let n = hw.runs.len();
+    let n = match hw.runs.len() {
+        1 => "1 run".to_owned(),
+        n => format!("{n} runs"),
+    };
     let classroom: [(String, Metric, &str, usize); 5] = [
         (
-            format!("classroom 50×40, server CPU per delivered frame ({n} runs)"),
+            format!("classroom 50×40, server CPU per delivered frame ({n})"),
             cpu_us,
             "µs",
             2,
@@ -195,8 +198,14 @@ pub fn section(results: &Path) -> String {
         &mut s,
         "max load before the core saturates (frames/s delivered at the last step that passed)",
         &|sv: &Server| {
-            sv.max.as_ref().and_then(max_load).map(|(d, stopped)| {
-                format!("{}{:.1}k", if stopped { "" } else { "≥ " }, d / 1000.0)
+            let v = sv.max.as_ref()?;
+            Some(match max_load(v) {
+                Some((d, stopped)) => {
+                    format!("{}{:.1}k", if stopped { "" } else { "≥ " }, d / 1000.0)
+                }
+                // The first step already failed (a loaded machine, or a
+                // server that cannot carry it).
+                None => "no step passed".into(),
             })
         },
         &|sv: &Server| {
@@ -348,7 +357,18 @@ mod tests {
     #[test]
     fn the_bun_forwarder_is_the_baseline_without_the_reference() {
         let tmp = results(false);
+        // A max whose first step failed has no load to compare.
+        write(
+            tmp.path(),
+            "max-bun.json",
+            &json!({"scenario": "max", "last_good": null, "stop_reason": "p99 passed the bound"}),
+        );
         let s = section(tmp.path());
+        assert!(
+            s.contains("server CPU per delivered frame (3 runs) | 10.80 µs"),
+            "{s}"
+        );
+        assert!(s.contains("| 120.0k | no step passed |"), "{s}");
         assert!(s.contains("the reference relay was not run"), "{s}");
         assert!(
             s.contains("| workload | hostwire | Bun bare forwarder |\n| --- | --- | --- |\n"),
