@@ -196,7 +196,7 @@ pub fn section(results: &Path) -> String {
     }
     row(
         &mut s,
-        "max load before the core saturates (frames/s delivered at the last step that passed)",
+        "max load (frames/s delivered at the last step that passed)",
         &|sv: &Server| {
             let v = sv.max.as_ref()?;
             Some(match max_load(v) {
