@@ -3,7 +3,16 @@
 # The server runs on core 1 (started under taskset), the load generator on
 # core 0.
 #   QUICK=1 bench/run.sh     shorter runs, for trying the tooling
+#   REFERENCE_RELAY=DIR      also run the reference Memizy relay (DIR is its
+#                            services/multiplayer-server, set up as
+#                            bench/README.md says) in the classroom, max and
+#                            idle rounds
+#   RELAY_ONLY=1             only the kernel floor and the classroom, max and
+#                            idle rounds (no criterion, peers or other
+#                            scenarios), then the report
 set -euo pipefail
+# The operator's path, before the working directory changes.
+REFERENCE_RELAY=${REFERENCE_RELAY:+$(cd "$REFERENCE_RELAY" && pwd)}
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 OUT=target/bench-results
@@ -12,6 +21,7 @@ mkdir -p "$OUT"
 rm -f "$OUT"/*.json
 QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then DUR=5; WARM=2; STEP=3; IDLE=2000; REPEAT=1; CRIT="--warm-up-time 1 --measurement-time 2"; else DUR=20; WARM=5; STEP=5; IDLE=19900; REPEAT=3; CRIT="--warm-up-time 2 --measurement-time 5"; fi
+RELAY_ONLY=${RELAY_ONLY:-0}
 ORIGIN=http://localhost:5180
 
 cargo build --release -p hostwire -p hostwire-bench
@@ -31,6 +41,21 @@ if command -v node >/dev/null; then
 else
   echo "node not found: the Zod baseline and the Bun forwarder are skipped" >&2
 fi
+# The reference relay is not ours to vendor: it runs from the operator's copy,
+# on the Bun the peers installed.
+BUN="$PWD/bench/peers/node_modules/.bin/bun"
+if [ -z "$REFERENCE_RELAY" ]; then
+  echo "REFERENCE_RELAY not set: the reference relay is not run; the page compares with the Bun forwarder (bench/README.md says how to set it up)" >&2
+elif [ ! -f "$REFERENCE_RELAY/src/main.ts" ]; then
+  echo "REFERENCE_RELAY=$REFERENCE_RELAY has no src/main.ts: give the reference's services/multiplayer-server" >&2; exit 1
+elif ! "$BUN" --version >/dev/null 2>&1; then
+  echo "bun is not installed (it comes from npm in bench/peers): the reference relay is skipped" >&2
+elif ! command -v jq >/dev/null; then
+  echo "jq not found (it joins the reference's max steps): the reference relay is skipped" >&2
+else
+  SERVERS="$SERVERS reference"
+  echo "{\"bun\": \"$("$BUN" --version)\", \"path\": \"$REFERENCE_RELAY\"}" > "$OUT/reference-relay.json"
+fi
 # The Zod baseline runs before, between and after the criterion benches, so
 # that its median sees the machine as they did.
 zod() {
@@ -38,6 +63,7 @@ zod() {
   echo "== Zod baseline, run $1"
   (cd bench/peers && SECONDS_PER_FIXTURE=3 node zod-hostcalls.mjs) > "$OUT/zod-hostcalls-$1.json"
 }
+if [ "$RELAY_ONLY" != 1 ]; then
 zod 1
 if [ "${SKIP_CRITERION:-0}" != 1 ]; then
   echo "== criterion"
@@ -48,6 +74,7 @@ else
   zod 2
 fi
 zod 3
+fi
 
 echo "== kernel floor"
 FLOOR_S=5; [ "$QUICK" = 1 ] && FLOOR_S=2
@@ -79,6 +106,14 @@ start_forwarder() {
   for _ in $(seq 50); do alive; (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null && return; sleep 0.1; done
   echo "the forwarder did not start" >&2; exit 1
 }
+start_reference() {
+  # From its own directory, as its start script runs it; exec keeps the
+  # PID the generator reads /proc of.
+  (cd "$REFERENCE_RELAY" && PORT=$PORT HOST=127.0.0.1 ALLOWED_ORIGINS="$ORIGIN" exec taskset -c 1 "$BUN" src/main.ts) > "$OUT/server.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 50); do alive; curl -sf "http://127.0.0.1:$PORT/api/health" >/dev/null && return; sleep 0.1; done
+  echo "the reference relay did not start" >&2; exit 1
+}
 start_bun() {
   taskset -c 1 bench/peers/node_modules/.bin/bun bench/peers/bun-forwarder.mjs --listen 127.0.0.1:$PORT > "$OUT/server.log" 2>&1 &
   SERVER=$!
@@ -104,14 +139,37 @@ for i in $(seq $REPEAT); do
     start_$who; gen classroom --warmup-s $WARM --duration-s $DUR --json "$OUT/classroom-$who-$i.json"; stop_server
   done
 done
+# The reference lets one address create 60 rooms an hour (every client here
+# is 127.0.0.1): it starts afresh for each classroom run (50 rooms) and each
+# max step, whose steps stop at 60 rooms, and holds at most 6,000 idle
+# connections (rooms of 100).
+REF_ROOMS=60
+REF_MAX_STEPS=${REF_MAX_STEPS:-10 20 30 40 50 60}
 for who in $SERVERS; do
   echo "== max, $who"
-  start_$who; gen max --warmup-s 2 --duration-s $STEP --json "$OUT/max-$who.json"; stop_server
+  if [ "$who" = reference ]; then
+    for n in $REF_MAX_STEPS; do
+      [ "$n" -le $REF_ROOMS ] || { echo "max step of $n rooms skipped: above the reference's $REF_ROOMS rooms an hour" >&2; continue; }
+      start_$who; gen max --steps "$n" --warmup-s 2 --duration-s $STEP --json "$OUT/max-$who-step-$n.json"; stop_server
+      [ "$(jq -r .stop_reason "$OUT/max-$who-step-$n.json")" = "every step passed" ] || break
+    done
+    # One result of the same shape as the others': every step, the last
+    # that passed, and why the steps stopped.
+    jq -s --arg cap "the reference's limit of $REF_ROOMS rooms an hour from one address ended the steps" \
+      '{scenario: "max", steps: map(.steps[]), last_good: (map(.last_good | select(. != null)) | last),
+        stop_reason: (map(.stop_reason) | map(select(. != "every step passed")) | first // $cap)}' \
+      $(ls -v "$OUT"/max-$who-step-*.json) > "$OUT/max-$who.json"
+    rm -f "$OUT"/max-$who-step-*.json
+  else
+    start_$who; gen max --warmup-s 2 --duration-s $STEP --json "$OUT/max-$who.json"; stop_server
+  fi
 done
 for who in $SERVERS; do
   echo "== idle, $who"
-  start_$who; gen idle --connections $IDLE --hold-s 5 --json "$OUT/idle-$who.json"; stop_server
+  n=$IDLE; [ "$who" = reference ] && [ "$n" -gt $((REF_ROOMS * 100)) ] && n=$((REF_ROOMS * 100))
+  start_$who; gen idle --connections $n --hold-s 5 --json "$OUT/idle-$who.json"; stop_server
 done
+if [ "$RELAY_ONLY" != 1 ]; then
 echo "== flood, hostwire"
 start_hostwire; gen flood --rooms 10 --players 20 --warmup-s $WARM --duration-s $DUR --json "$OUT/flood-hostwire.json"; stop_server
 
@@ -167,5 +225,6 @@ GGUI_N="20000 2000"; [ "$QUICK" = 1 ] && GGUI_N="5000 500"
 cargo bench -p hostwire-ggui --bench ggui -- $CRIT
 cargo bench -p hostwire-store --bench ggui_apply -- $CRIT
 cargo bench -p hostwire-bench --bench ggui_live -- $GGUI_N --repeat $REPEAT --json "$PWD/$OUT/ggui-live.json"
+fi
 
 "$BIN/hostwire-bench" report --results "$OUT" --out docs/BENCHMARKS.md --plots docs/bench --command "bench/run.sh"

@@ -14,5 +14,6 @@ pub mod report_churn;
 pub mod report_delta;
 pub mod report_ggui;
 pub mod report_match;
+pub mod report_reference;
 pub mod report_sessions;
 pub mod sessions;

@@ -64,14 +64,14 @@ fn criterion_medians(dir: &Path) -> BTreeMap<String, (f64, f64)> {
     out
 }
 
-fn load(dir: &Path, name: &str) -> Option<Value> {
+pub(crate) fn load(dir: &Path, name: &str) -> Option<Value> {
     serde_json::from_str(&std::fs::read_to_string(dir.join(name)).ok()?).ok()
 }
 
 /// A scenario's runs against one server: `{scenario}-{who}-1.json`, `-2`,
 /// … (repeated runs, interleaved with the other servers'), or the one
 /// `{scenario}-{who}.json`.
-fn runs(dir: &Path, scenario: &str, who: &str) -> Vec<Value> {
+pub(crate) fn runs(dir: &Path, scenario: &str, who: &str) -> Vec<Value> {
     let repeated: Vec<Value> = (1..)
         .map_while(|i| load(dir, &format!("{scenario}-{who}-{i}.json")))
         .collect();
@@ -215,7 +215,7 @@ fn latency_plot(path: &Path, series: &[(&str, &Value)]) -> Result<()> {
         .x_desc("percentile")
         .y_desc("latency (µs)")
         .draw()?;
-    let colors = [RED, BLUE, GREEN];
+    let colors = [RED, BLUE, GREEN, MAGENTA];
     for (i, (name, r)) in series.iter().enumerate() {
         let pts: Vec<(f64, f64)> = r["latency"]["curve"]
             .as_array()
@@ -268,7 +268,7 @@ fn throughput_plot(path: &Path, series: &[(&str, &Value)]) -> Result<()> {
         ))?
         .label("offered = delivered")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.3)));
-    let colors = [RED, BLUE];
+    let colors = [RED, BLUE, GREEN, MAGENTA];
     for (i, (name, r)) in series.iter().enumerate() {
         let pts: Vec<(f64, f64)> = r["steps"]
             .as_array()
@@ -293,7 +293,7 @@ fn throughput_plot(path: &Path, series: &[(&str, &Value)]) -> Result<()> {
     Ok(())
 }
 
-fn cpu_of(r: &Value) -> Option<(f64, f64, f64)> {
+pub(crate) fn cpu_of(r: &Value) -> Option<(f64, f64, f64)> {
     let c = &r["server_cpu"];
     Some((
         c["total_pct"].as_f64()?,
@@ -321,6 +321,9 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
     let classroom_bun = median_run(&runs_bun);
     let max_bun = load(&a.results, "max-bun.json");
     let idle_bun = load(&a.results, "idle-bun.json");
+    let classroom_ref = median_run(&runs(&a.results, "classroom", "reference"));
+    let max_ref = load(&a.results, "max-reference.json");
+    let idle_ref = load(&a.results, "idle-reference.json");
     let floor = |name: &str| load(&a.results, name).map(|v| v["result"].clone());
     let floor_runs: Vec<(&str, Value)> = [
         ("`send` per frame, 50k frames/s", "floor-send-paced.json"),
@@ -492,6 +495,8 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
         pass.unwrap_or_else(|| "–".into())
     );
 
+    s += &crate::report_reference::section(&a.results);
+
     // Memizy decoding.
     let _ = writeln!(
         s,
@@ -565,7 +570,7 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
 
     // Relay.
     let _ = writeln!(s, "\n## Relay (hostwire-bench)\n");
-    let _ = writeln!(s, "The server is pinned to core 1 and the generator to core 0 (`--pin 0,1`); CPU is the server's user + system time from /proc over the measured window, as percent of one core. Latency is one-way, from the send time embedded in each payload. The bare forwarder (`hostwire-bench forwarder`) is the same stack with no validation, limits, presence or store: the floor. The Bun forwarder (`bench/peers/bun-forwarder.mjs`) forwards the same frames on Bun, the runtime of the reference relay.\n");
+    let _ = writeln!(s, "The server is pinned to core 1 and the generator to core 0 (`--pin 0,1`); CPU is the server's user + system time from /proc over the measured window, as percent of one core. Latency is one-way, from the send time embedded in each payload. The bare forwarder (`hostwire-bench forwarder`) is the same stack with no validation, limits, presence or store: the floor. The Bun forwarder (`bench/peers/bun-forwarder.mjs`) forwards the same frames on Bun, the runtime of the reference relay.{}\n", if classroom_ref.is_some() { format!(" The reference relay is the Memizy relay itself on Bun (`REFERENCE_RELAY`), started afresh for each run and each max step: it lets one address create {} rooms an hour (see \"Against the reference relay\" above).", crate::report_reference::REFERENCE_ROOMS_PER_IP_PER_HOUR) } else { String::new() });
     let _ = writeln!(s, "| scenario | server | delivered frames/s | p50 | p90 | p99 | p99.9 | server CPU (user + system) | RSS |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let row = |s: &mut String, name: &str, who: &str, r: &Value| {
         let l = &r["latency"];
@@ -591,6 +596,9 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
     }
     if let Some(v) = &classroom_bun {
         row(&mut s, "classroom 50×40", "Bun forwarder", &v["result"]);
+    }
+    if let Some(v) = &classroom_ref {
+        row(&mut s, "classroom 50×40", "reference relay", &v["result"]);
     }
     if runs_hw.len() > 1 {
         let _ = writeln!(s, "\nEach server ran the classroom {} times, the servers taking turns; each row is the run with the median CPU per frame.", runs_hw.len());
@@ -655,6 +663,7 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
         ("hostwire", &max_hw),
         ("bare forwarder", &max_fw),
         ("Bun forwarder", &max_bun),
+        ("reference relay", &max_ref),
     ] {
         if let Some(v) = v {
             let _ = writeln!(s, "\n**Max load, {name}** (rooms of 20 players; host 100 Hz to each, players 5 Hz; stopped: {}):\n\n| rooms | offered/s | delivered/s | p99 | server CPU |\n| --- | --- | --- | --- | --- |", v["stop_reason"].as_str().unwrap_or("?"));
@@ -677,6 +686,7 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
         ("hostwire", &idle_hw),
         ("bare forwarder", &idle_fw),
         ("Bun forwarder", &idle_bun),
+        ("reference relay", &idle_ref),
     ] {
         if let Some(v) = v {
             let r = &v["result"];
@@ -698,6 +708,9 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
             if let Some(b) = &classroom_bun {
                 series.push(("Bun forwarder", &b["result"]));
             }
+            if let Some(r) = &classroom_ref {
+                series.push(("reference relay", &r["result"]));
+            }
             latency_plot(&p, &series).context("latency plot")?;
             plots.push(("Relay latency, classroom 50 × 40", p));
         }
@@ -706,6 +719,9 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
             let mut series = vec![("hostwire", h), ("bare forwarder", f)];
             if let Some(b) = &max_bun {
                 series.push(("Bun forwarder", b));
+            }
+            if let Some(r) = &max_ref {
+                series.push(("reference relay", r));
             }
             throughput_plot(&p, &series).context("throughput plot")?;
             plots.push(("Delivered vs offered load", p));
