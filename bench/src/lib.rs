@@ -16,4 +16,5 @@ pub mod report_ggui;
 pub mod report_match;
 pub mod report_reference;
 pub mod report_sessions;
+pub mod results;
 pub mod sessions;

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::results::{cpu_of, load, runs};
+
 #[derive(Args, Clone)]
 pub struct ReportArgs {
     /// The directory the run wrote its JSON results to.
@@ -62,26 +64,6 @@ fn criterion_medians(dir: &Path) -> BTreeMap<String, (f64, f64)> {
         }
     }
     out
-}
-
-pub(crate) fn load(dir: &Path, name: &str) -> Option<Value> {
-    serde_json::from_str(&std::fs::read_to_string(dir.join(name)).ok()?).ok()
-}
-
-/// A scenario's runs against one server: `{scenario}-{who}-1.json`, `-2`,
-/// … (repeated runs, interleaved with the other servers'), or the one
-/// `{scenario}-{who}.json`.
-pub(crate) fn runs(dir: &Path, scenario: &str, who: &str) -> Vec<Value> {
-    let repeated: Vec<Value> = (1..)
-        .map_while(|i| load(dir, &format!("{scenario}-{who}-{i}.json")))
-        .collect();
-    if repeated.is_empty() {
-        load(dir, &format!("{scenario}-{who}.json"))
-            .into_iter()
-            .collect()
-    } else {
-        repeated
-    }
 }
 
 /// The Zod baseline's runs (`zod-hostcalls-1.json`, …, or the one
@@ -291,15 +273,6 @@ fn throughput_plot(path: &Path, series: &[(&str, &Value)]) -> Result<()> {
         .draw()?;
     root.present()?;
     Ok(())
-}
-
-pub(crate) fn cpu_of(r: &Value) -> Option<(f64, f64, f64)> {
-    let c = &r["server_cpu"];
-    Some((
-        c["total_pct"].as_f64()?,
-        c["user_pct"].as_f64()?,
-        c["system_pct"].as_f64()?,
-    ))
 }
 
 pub fn run(a: &ReportArgs) -> anyhow::Result<()> {

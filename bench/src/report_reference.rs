@@ -5,7 +5,7 @@
 //! operator gives its path (`REFERENCE_RELAY`, bench/README.md); without
 //! it the Bun forwarder is the baseline.
 
-use crate::report::{cpu_of, load, runs};
+use crate::results::{cpu_of, load, runs};
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::Path;
