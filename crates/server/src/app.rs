@@ -266,6 +266,9 @@ impl App {
             stores.sessions,
             Arc::clone(&store_metrics),
         );
+        if let Some(l) = &leases {
+            sessions.use_leases(Arc::clone(l));
+        }
         sessions.start_expiry_sweep();
         let relay_metrics = Arc::new(RelayMetrics::default());
         let serve_limits = config.server_limits.serve();

@@ -1,0 +1,162 @@
+//! The units other than relay rooms owned through leases on a real
+//! PostgreSQL, with real `hostwire serve` processes: a unit created on one
+//! node is refused (503) on another while its owner lives, and after
+//! `kill -9` of the owner another node serves it with its acknowledged
+//! state once the owner's lease has run out.
+//!
+//! Time is never waited for by sleeping: outcomes are polled for with a
+//! deadline.
+
+use crate::support::process::Process;
+use crate::support::server::{temp_dir, GUARD};
+use crate::support::session::{presenter_body, Api, OPERATOR};
+use hostwire::sessions::device::Device;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// Between two looks at an outcome that is polled for.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A node on `url` named `id`, its leases lasting `ttl`.
+fn node(url: &str, id: &str, ttl: &str, dir: &tempfile::TempDir) -> Process {
+    Process::serve(
+        dir.path(),
+        &[
+            "--postgres-url",
+            url,
+            "--node-id",
+            id,
+            "--lease-ttl",
+            ttl,
+            "--allowed-origins",
+            "*",
+        ],
+        &[("HOSTWIRE_OPERATOR_TOKEN", OPERATOR)],
+    )
+}
+
+fn api(p: &Process) -> Api {
+    Api {
+        http: p.http(),
+        ws: p.ws(""),
+        tokens: Default::default(),
+    }
+}
+
+/// The ids of the players a status lists, in roster order.
+fn roster(status: &Value) -> Vec<String> {
+    status["players"]
+        .as_array()
+        .map(|ps| {
+            ps.iter()
+                .map(|p| p["id"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Asks `api` with `method` on `path` until it answers something other
+/// than 503 (the old owner's lease still running), within [`GUARD`] twice.
+async fn until_served(api: &Api, method: &str, path: &str, token: &str) -> (u16, Value) {
+    let deadline = tokio::time::Instant::now() + GUARD * 2;
+    loop {
+        let (st, v) = api.request(method, path, Some(token), None).await;
+        if st != 503 {
+            return (st, v);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{path}: still refused: {v}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosted_session_is_served_by_its_owner_alone_and_after_its_kill_9_by_another_node() {
+    let Some(url) = hostwire_store::testing::fresh_database("failover_session") else {
+        return;
+    };
+    let dirs = [temp_dir("fos-a"), temp_dir("fos-b")];
+    let mut a = node(&url, "a", "2s", &dirs[0]);
+    let b = node(&url, "b", "1s", &dirs[1]);
+    let (on_a, on_b) = (api(&a), api(&b));
+    let mut body = presenter_body(2);
+    body["settings"] = json!({"questionTime": 30});
+    let (sid, token) = on_a.create(&body).await;
+    *on_b.tokens.lock().unwrap() = on_a.tokens.lock().unwrap().clone();
+    let path = format!("/memizy/sessions/{sid}");
+    let (st, v) = on_a
+        .request(
+            "POST",
+            &format!("{path}/players"),
+            Some(&token),
+            Some(&json!({"id": "p3", "name": "Cyd", "user": "cyd@school"})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let before = on_a.status(&sid, &token).await;
+    assert_eq!(roster(&before), ["p1", "p2", "p3"], "{before}");
+
+    // While a lives, b neither answers for the session nor changes it.
+    let (st, v) = on_b.request("GET", &path, Some(&token), None).await;
+    assert_eq!(st, 503, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("another node"),
+        "{v}"
+    );
+    let (st, v) = on_b
+        .request(
+            "POST",
+            &format!("{path}/players"),
+            Some(&token),
+            Some(&json!({"id": "p9", "name": "Zed"})),
+        )
+        .await;
+    assert_eq!(st, 503, "{v}");
+    let board = Device::connect(&on_b.ws, &sid, "board", "board", &token).await;
+    assert!(
+        board.is_err(),
+        "a device attached on a node not owning the session"
+    );
+    // a still serves it, unchanged by b.
+    assert_eq!(
+        on_a.status(&sid, &token).await["players"],
+        before["players"]
+    );
+
+    a.kill_9();
+
+    // b takes it over once a's lease has run out: the acknowledged roster
+    // and settings, a lobby still.
+    let (st, after) = until_served(&on_b, "GET", &path, &token).await;
+    assert_eq!(st, 200, "{after}");
+    assert_eq!(after["phase"], "lobby", "{after}");
+    assert_eq!(after["players"], before["players"], "{after}");
+    assert_eq!(after["settings"]["questionTime"], 30, "{after}");
+    // And it goes on there.
+    let (st, v) = on_b
+        .request(
+            "POST",
+            &format!("{path}/players"),
+            Some(&token),
+            Some(&json!({"id": "p4", "name": "Dot"})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(roster(&v), ["p1", "p2", "p3", "p4"], "{v}");
+    let (st, v) = on_b.op(&sid, &token, "start").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["phase"], "loading", "{v}");
+    let (board, _) = on_b.device(&sid, "board", "board").await;
+    board.call("ready", json!([])).await.unwrap();
+    let (st, h) =
+        crate::support::http::call("GET", &format!("{}/api/health", b.http()), None, None).await;
+    assert_eq!(st, 200);
+    assert_eq!(h["units"]["owned"], 1, "{h}");
+    assert_eq!(h["units"]["list"][0]["kind"], "hosted_session", "{h}");
+    assert_eq!(h["units"]["list"][0]["generation"], 2, "{h}");
+}
