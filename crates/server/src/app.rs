@@ -248,11 +248,12 @@ impl App {
             config.server_limits.trusted_proxy_hops,
         ));
         let store_metrics = Arc::new(StoreMetrics::default());
-        let playerthree = PlayerThree::start(
+        let playerthree = PlayerThree::start_leased(
             p3_config,
             Arc::clone(&clock),
             stores.playerthree,
             Arc::clone(&store_metrics),
+            leases.clone(),
         )?;
         let ggui = Ggui::start(
             ggui_config,

@@ -160,3 +160,67 @@ async fn a_hosted_session_is_served_by_its_owner_alone_and_after_its_kill_9_by_a
     assert_eq!(h["units"]["list"][0]["kind"], "hosted_session", "{h}");
     assert_eq!(h["units"]["list"][0]["generation"], 2, "{h}");
 }
+
+/// Joins PlayerThree's `/playerthree/ws` on `p` with `token`: the client
+/// and its first answer.
+async fn p3_join(p: &Process, token: &str) -> (crate::support::relay::Client, Value) {
+    let mut c = crate::support::relay::Client::connect(&p.ws("/playerthree/ws"), None)
+        .await
+        .unwrap();
+    c.send(json!({"op": "join", "token": token})).await;
+    let v = c.recv().await;
+    (c, v)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_playerthree_match_is_served_by_its_owner_alone_and_after_its_kill_9_by_another_node() {
+    use crate::support::playerthree::{create_match, mint, mint_raw, revoke};
+    let Some(url) = hostwire_store::testing::fresh_database("failover_match") else {
+        return;
+    };
+    let dirs = [temp_dir("fom-a"), temp_dir("fom-b")];
+    let mut a = node(&url, "a", "2s", &dirs[0]);
+    let b = node(&url, "b", "1s", &dirs[1]);
+    let (id, op) = create_match(&a.http()).await;
+    let red = mint(&a.http(), &id, &op, json!({"kind": "team", "team": "red"})).await;
+    let gone = mint(&a.http(), &id, &op, json!({"kind": "spectator"})).await;
+    assert_eq!(revoke(&a.http(), &id, &op, &gone).await, 200);
+    let (_red_on_a, v) = p3_join(&a, &red).await;
+    assert_eq!(v["ok"], true, "{v}");
+
+    // While a lives, b neither mints for the match nor joins its tokens.
+    let (st, v) = mint_raw(&b.http(), &id, &op, json!({"kind": "spectator"})).await;
+    assert_eq!(st, 503, "{v}");
+    let (_c, v) = p3_join(&b, &red).await;
+    assert_ne!(v["ok"], true, "a join on a node not owning the match: {v}");
+
+    a.kill_9();
+
+    // b takes it over once a's lease has run out: the tokens a minted
+    // open it, the one a revoked stays revoked.
+    let deadline = tokio::time::Instant::now() + GUARD * 2;
+    let blue = loop {
+        let (st, v) = mint_raw(&b.http(), &id, &op, json!({"kind": "team", "team": "blue"})).await;
+        if st != 503 {
+            assert_eq!(st, 201, "{v}");
+            break v["token"].as_str().unwrap().to_owned();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still refused: {v}");
+        tokio::time::sleep(POLL).await;
+    };
+    let (_red, v) = p3_join(&b, &red).await;
+    assert_eq!(v["ok"], true, "{v}");
+    let (_blue, v) = p3_join(&b, &blue).await;
+    assert_eq!(v["ok"], true, "{v}");
+    let (_gone, v) = p3_join(&b, &gone).await;
+    assert_ne!(
+        v["ok"], true,
+        "a revoked token joined after the takeover: {v}"
+    );
+    let (st, h) =
+        crate::support::http::call("GET", &format!("{}/api/health", b.http()), None, None).await;
+    assert_eq!(st, 200);
+    assert_eq!(h["units"]["owned"], 1, "{h}");
+    assert_eq!(h["units"]["list"][0]["kind"], "playerthree_match", "{h}");
+    assert_eq!(h["units"]["list"][0]["generation"], 2, "{h}");
+}
