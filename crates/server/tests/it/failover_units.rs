@@ -224,3 +224,83 @@ async fn a_playerthree_match_is_served_by_its_owner_alone_and_after_its_kill_9_b
     assert_eq!(h["units"]["list"][0]["kind"], "playerthree_match", "{h}");
     assert_eq!(h["units"]["list"][0]["generation"], 2, "{h}");
 }
+
+/// Every live lease run out now, on the database's clock.
+async fn run_out_leases(url: &str) {
+    let url = url.to_owned();
+    // The synchronous client runs its own runtime: off this one.
+    tokio::task::spawn_blocking(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.execute(
+            "UPDATE unit_leases SET expires_at = now() - INTERVAL '1 second' WHERE owner IS NOT NULL",
+            &[],
+        )
+        .unwrap();
+    })
+    .await
+    .unwrap();
+}
+
+fn signal(p: &Process, sig: libc::c_int) {
+    // SAFETY: signalling our own child process.
+    assert_eq!(unsafe { libc::kill(p.child.id() as libc::pid_t, sig) }, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_owner_of_a_hosted_session_is_fenced_changes_nothing_and_moves_its_devices() {
+    let Some(url) = hostwire_store::testing::fresh_database("failover_session_pause") else {
+        return;
+    };
+    let dirs = [temp_dir("fsp-a"), temp_dir("fsp-b")];
+    // a renews only every 20 s: after it wakes, its next act is the
+    // API call's write, not a renewal.
+    let a = node(&url, "a", "60s", &dirs[0]);
+    let b = node(&url, "b", "1s", &dirs[1]);
+    let (on_a, on_b) = (api(&a), api(&b));
+    let (sid, token) = on_a.create(&presenter_body(2)).await;
+    let (st, v) = on_a.op(&sid, &token, "start").await;
+    assert_eq!(st, 200, "{v}");
+    // The board's socket, read raw to see its close code.
+    let url_ws = format!(
+        "{}/memizy/session/ws?session={sid}&view=board&address=board&token={token}",
+        on_a.ws
+    );
+    let mut board = crate::support::relay::Client::connect(&url_ws, None)
+        .await
+        .unwrap();
+
+    signal(&a, libc::SIGSTOP);
+    run_out_leases(&url).await;
+    // b takes the session over when asked.
+    let (st, v) = until_served(&on_b, "GET", &format!("/memizy/sessions/{sid}"), &token).await;
+    assert_eq!(st, 200, "{v}");
+    signal(&a, libc::SIGCONT);
+
+    // a's host adds a player: a write a must not make.
+    let (st, v) = on_a
+        .request(
+            "POST",
+            &format!("/memizy/sessions/{sid}/players"),
+            Some(&token),
+            Some(&json!({"id": "p9", "name": "Zed"})),
+        )
+        .await;
+    assert_ne!(st, 200, "a fenced node answered a change: {v}");
+    assert_eq!(
+        board.ended().await,
+        crate::support::ws::Ended::Closed(1012),
+        "the device of a lost session is moved"
+    );
+    // b's session has no such player, and a answers nothing more for it.
+    let after = on_b.status(&sid, &token).await;
+    assert_eq!(roster(&after), ["p1", "p2"], "{after}");
+    let (st, v) = on_a
+        .request(
+            "GET",
+            &format!("/memizy/sessions/{sid}"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_eq!(st, 503, "{v}");
+}
