@@ -248,11 +248,12 @@ impl App {
             config.server_limits.trusted_proxy_hops,
         ));
         let store_metrics = Arc::new(StoreMetrics::default());
-        let playerthree = PlayerThree::start(
+        let playerthree = PlayerThree::start_leased(
             p3_config,
             Arc::clone(&clock),
             stores.playerthree,
             Arc::clone(&store_metrics),
+            leases.clone(),
         )?;
         let ggui = Ggui::start(
             ggui_config,
@@ -266,6 +267,9 @@ impl App {
             stores.sessions,
             Arc::clone(&store_metrics),
         );
+        if let Some(l) = &leases {
+            sessions.use_leases(Arc::clone(l));
+        }
         sessions.start_expiry_sweep();
         let relay_metrics = Arc::new(RelayMetrics::default());
         let serve_limits = config.server_limits.serve();

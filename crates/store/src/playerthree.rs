@@ -127,6 +127,12 @@ pub trait PlayerThreeStore: UnitStore<PlayerThreeWrite> {
     /// Every stored match with its records in order, but for the ones
     /// restore does not read ([`LOG_KINDS`]).
     fn load_matches(&self) -> Result<Vec<StoredMatch>, StoreError>;
+    /// One stored match as [`load_matches`](Self::load_matches) has it
+    /// (a node taking it over reads it alone).
+    fn load_match(&self, id: &str) -> Result<Option<StoredMatch>, StoreError>;
+    /// The match that minted the token with this hash (64 hex digits), if
+    /// any: a node asked for a token of a match it does not run.
+    fn match_of_token(&self, token_hash_hex: &str) -> Result<Option<String>, StoreError>;
     /// Applies writes in order, all or nothing.
     fn apply_playerthree(&self, writes: &[PlayerThreeWrite]) -> Result<(), StoreError>;
 }
@@ -161,9 +167,60 @@ impl PlayerThreeStore for SqliteStore {
         Ok(matches)
     }
 
+    fn load_match(&self, id: &str) -> Result<Option<StoredMatch>, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let mut stmt = conn.prepare(
+            "SELECT id, game, operator_token, created_at_ms FROM playerthree_matches WHERE id = ?1",
+        )?;
+        let mut found = stmt
+            .query_map([id], |r| {
+                Ok(StoredMatch {
+                    id: r.get(0)?,
+                    game: r.get(1)?,
+                    operator_token_hash: r.get(2)?,
+                    created_at_ms: r.get::<_, i64>(3)? as u64,
+                    records: Vec::new(),
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some(mut m) = found.pop() else {
+            return Ok(None);
+        };
+        let logs: Vec<String> = LOG_KINDS.iter().map(|k| format!("'{k}'")).collect();
+        let mut records = conn.prepare(&format!(
+            "SELECT body FROM playerthree_records WHERE match_id = ?1 AND kind NOT IN ({}) ORDER BY seq",
+            logs.join(", ")
+        ))?;
+        m.records = records
+            .query_map([&m.id], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        Ok(Some(m))
+    }
+
+    fn match_of_token(&self, token_hash_hex: &str) -> Result<Option<String>, StoreError> {
+        if !is_hash_hex(token_hash_hex) {
+            return Ok(None);
+        }
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let mut stmt = conn.prepare(
+            "SELECT match_id FROM playerthree_records WHERE kind = 'token' AND instr(body, ?1) > 0 LIMIT 1",
+        )?;
+        let found = stmt
+            .query_map([format!("\"{token_hash_hex}\"")], |r| r.get(0))?
+            .next()
+            .transpose()?;
+        Ok(found)
+    }
+
     fn apply_playerthree(&self, writes: &[PlayerThreeWrite]) -> Result<(), StoreError> {
         self.apply_all(writes, apply_playerthree)
     }
+}
+
+/// A token hash as records hold it: 64 lowercase hex digits (anything else
+/// is never looked up).
+pub(crate) fn is_hash_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 impl UnitStore<PlayerThreeWrite> for SqliteStore {

@@ -185,6 +185,7 @@ suite!(
     a_ggui_session_comes_back_with_its_ledger_stream_and_counters,
     ggui_counters_never_go_back_and_rows_without_a_record_are_not_loaded,
     matches_come_back_with_their_records_in_order,
+    one_match_is_loaded_as_all_matches_have_it_and_found_by_its_tokens_hash,
     a_record_of_no_match_fails_the_whole_batch,
     a_removed_match_leaves_no_row,
     a_record_with_a_slot_replaces_the_one_before_it,
@@ -886,6 +887,39 @@ fn matches_come_back_with_their_records_in_order<B: Backend>(b: B) {
         loaded[0].records,
         vec!["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"]
     );
+}
+
+fn one_match_is_loaded_as_all_matches_have_it_and_found_by_its_tokens_hash<B: Backend>(b: B) {
+    let s = b.open();
+    let hash = |c: char| c.to_string().repeat(64);
+    s.apply_playerthree(&[
+        new_match("m1"),
+        record(
+            "m1",
+            "token",
+            &format!("{{\"tokenHash\":\"{}\"}}", hash('a')),
+        ),
+        new_match("m2"),
+        record("m2", "config", "{}"),
+        record(
+            "m2",
+            "token",
+            &format!("{{\"tokenHash\":\"{}\"}}", hash('b')),
+        ),
+        record("m2", "chat", "{}"),
+        record("m2", "state", "{}"),
+    ])
+    .unwrap();
+    let all = s.load_matches().unwrap();
+    let one = s.load_match("m2").unwrap().expect("stored");
+    assert_eq!(Some(&one), all.iter().find(|m| m.id == "m2"));
+    assert_eq!(one.records.len(), 3, "the chat is not read: {one:?}");
+    assert_eq!(s.load_match("m3").unwrap(), None);
+    assert_eq!(s.match_of_token(&hash('b')).unwrap().as_deref(), Some("m2"));
+    assert_eq!(s.match_of_token(&hash('a')).unwrap().as_deref(), Some("m1"));
+    assert_eq!(s.match_of_token(&hash('c')).unwrap(), None);
+    // Not a hash: never looked up (no pattern reaches the query).
+    assert_eq!(s.match_of_token("%").unwrap(), None);
 }
 
 fn a_record_of_no_match_fails_the_whole_batch<B: Backend>(b: B) {

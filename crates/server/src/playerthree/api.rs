@@ -15,7 +15,7 @@
 //!   `DELETE` clears it; both answered once durable.
 
 use super::actor::{MatchCmd, MatchHandle};
-use super::{PlayerThree, GAME};
+use super::{Find, PlayerThree, GAME};
 use crate::http::error::{method_not_allowed, not_found};
 use crate::http::origins::{preflight_no_content, require_allowed_origin};
 use crate::http::{json_response, ApiError, Presented, Refused};
@@ -41,6 +41,14 @@ const NO_OPERATOR: ApiError = ApiError::new(
     "Authorization: Bearer <the match's operator token> required",
 );
 const MATCH_NOT_FOUND: ApiError = ApiError::new(StatusCode::NOT_FOUND, "Match not found");
+const MATCH_ELSEWHERE: ApiError = ApiError::new(
+    StatusCode::SERVICE_UNAVAILABLE,
+    "The match is served by another node; try again",
+);
+const MATCH_UNREADABLE: ApiError = ApiError::new(
+    StatusCode::SERVICE_UNAVAILABLE,
+    "store: the match could not be read; try again",
+);
 const UNAVAILABLE: ApiError = ApiError::new(
     StatusCode::SERVICE_UNAVAILABLE,
     "No match created: the server holds MAX_MATCHES or the store refused it",
@@ -111,10 +119,17 @@ async fn create(State(p3): State<Arc<PlayerThree>>, presented: Presented) -> Res
 /// The match, if the request carries its operator token.
 // The refusal is answered at once: its size does not matter.
 #[allow(clippy::result_large_err)]
-fn operated(p3: &PlayerThree, id: &str, presented: &Presented) -> Result<MatchHandle, Response> {
-    let h = p3
-        .match_handle(id)
-        .ok_or_else(|| MATCH_NOT_FOUND.into_response())?;
+async fn operated(
+    p3: &PlayerThree,
+    id: &str,
+    presented: &Presented,
+) -> Result<MatchHandle, Response> {
+    let h = match p3.find(id).await {
+        Find::Here(h) => h,
+        Find::NotFound => return Err(MATCH_NOT_FOUND.into_response()),
+        Find::Elsewhere => return Err(MATCH_ELSEWHERE.into_response()),
+        Find::Unavailable => return Err(MATCH_UNREADABLE.into_response()),
+    };
     // Only the hash is kept; it is compared in constant time.
     presented
         .check(|given| {
@@ -133,7 +148,7 @@ async fn mint(
     presented: Presented,
     body: Bytes,
 ) -> Response {
-    let h = match operated(&p3, &id, &presented) {
+    let h = match operated(&p3, &id, &presented).await {
         Ok(h) => h,
         Err(r) => return r,
     };
@@ -183,7 +198,7 @@ async fn revoke(
     presented: Presented,
     body: Bytes,
 ) -> Response {
-    let h = match operated(&p3, &id, &presented) {
+    let h = match operated(&p3, &id, &presented).await {
         Ok(h) => h,
         Err(r) => return r,
     };
@@ -227,7 +242,7 @@ async fn set_card(
     presented: Presented,
     body: Bytes,
 ) -> Response {
-    let h = match operated(&p3, &id, &presented) {
+    let h = match operated(&p3, &id, &presented).await {
         Ok(h) => h,
         Err(r) => return r,
     };
@@ -251,7 +266,7 @@ async fn clear_card(
     Path((id, role)): Path<(String, String)>,
     presented: Presented,
 ) -> Response {
-    let h = match operated(&p3, &id, &presented) {
+    let h = match operated(&p3, &id, &presented).await {
         Ok(h) => h,
         Err(r) => return r,
     };

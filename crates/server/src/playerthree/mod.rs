@@ -21,6 +21,7 @@ pub mod pace;
 pub mod writer;
 pub mod ws;
 
+use crate::cluster::leases::{Holder, Leases, Restored, TakeOver};
 use crate::http::AllowedOrigins;
 use crate::metrics::Render;
 use actor::{MatchCmd, MatchHandle};
@@ -29,6 +30,7 @@ use hostwire_core::Clock;
 use hostwire_playerthree::demo::Ridge;
 use hostwire_playerthree::tokens::TokenHash;
 use hostwire_playerthree::{Match, MatchConfig, Record};
+use hostwire_store::lease::UnitKind;
 use hostwire_store::playerthree::{PlayerThreeStore, PlayerThreeWrite, StoredMatch};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -37,6 +39,9 @@ use tokio::sync::oneshot;
 
 /// The game every match hosted here plays.
 pub const GAME: &str = "ridge";
+/// The close of a connection whose match this node lost to another node
+/// (its lease taken over): the client reconnects, to any node.
+pub const CLOSE_MATCH_MOVED: u16 = 1012;
 /// Matches one server hosts; creating more is refused (503).
 pub const MAX_MATCHES: usize = 1024;
 /// Frames waiting for one slow reader before it is closed (1013).
@@ -194,6 +199,43 @@ pub struct PlayerThree {
     next_conn: AtomicU64,
     /// The MCP sessions and whose they are (set when the routes are made).
     mcp: std::sync::OnceLock<Arc<mcp::McpGate>>,
+    store: Arc<dyn PlayerThreeStore>,
+    /// The matches this node owns on a cluster (PostgreSQL); `None`: one
+    /// node.
+    leases: Option<Arc<Leases>>,
+}
+
+/// What looking a match up on this node found.
+pub(crate) enum Find {
+    Here(MatchHandle),
+    NotFound,
+    /// Another live node owns it.
+    Elsewhere,
+    /// The store could not say (a cluster's).
+    Unavailable,
+}
+
+/// The matches as the leases see them.
+struct MatchHolder(std::sync::Weak<PlayerThree>);
+
+impl Holder for MatchHolder {
+    fn lost(&self, key: &str) {
+        if let Some(p3) = self.0.upgrade() {
+            p3.lose(key);
+        }
+    }
+
+    fn restore<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Restored> + Send + 'a>> {
+        Box::pin(async move {
+            match self.0.upgrade() {
+                Some(p3) => p3.restore_one(key).await,
+                None => Restored::Failed,
+            }
+        })
+    }
 }
 
 /// The routes: `/playerthree/ws`, `/playerthree/mcp` and the HTTP API.
@@ -213,22 +255,54 @@ impl PlayerThree {
         store: Arc<dyn PlayerThreeStore>,
         store_metrics: Arc<crate::metrics::StoreMetrics>,
     ) -> anyhow::Result<Arc<PlayerThree>> {
+        Self::start_leased(config, clock, store, store_metrics, None)
+    }
+
+    /// [`start`](Self::start) on a cluster: each match is served by the
+    /// node holding its lease, and its writes are fenced by it.
+    pub fn start_leased(
+        config: PlayerThreeConfig,
+        clock: Arc<dyn Clock>,
+        store: Arc<dyn PlayerThreeStore>,
+        store_metrics: Arc<crate::metrics::StoreMetrics>,
+        leases: Option<Arc<Leases>>,
+    ) -> anyhow::Result<Arc<PlayerThree>> {
         let stored = store.load_matches()?;
         let p3 = Arc::new(PlayerThree {
             origins: Arc::new(config.allowed_origins.clone()),
             config,
             clock,
             metrics: Arc::new(PlayerThreeMetrics::default()),
-            writer: writer::Writer::start(
-                store as Arc<dyn hostwire_store::UnitStore<PlayerThreeWrite>>,
+            writer: writer::Writer::start_fenced(
+                Arc::clone(&store) as Arc<dyn hostwire_store::UnitStore<PlayerThreeWrite>>,
                 crate::metrics::StoreProtocol::PlayerThree,
                 store_metrics,
+                leases.as_ref().map(|l| l.fence(UnitKind::PlayerThreeMatch)),
             ),
             matches: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             mcp: std::sync::OnceLock::new(),
+            store,
+            leases,
         });
+        if let Some(leases) = &p3.leases {
+            leases.register(
+                UnitKind::PlayerThreeMatch,
+                Arc::new(MatchHolder(Arc::downgrade(&p3))),
+            );
+            // On a cluster a match is served by the node holding its
+            // lease: the stored matches nobody holds are taken, the others
+            // left to their owners.
+            let ids: Vec<String> = stored.into_iter().map(|s| s.id).collect();
+            let leases = Arc::clone(leases);
+            tokio::spawn(async move {
+                for id in ids {
+                    leases.take_over(UnitKind::PlayerThreeMatch, &id).await;
+                }
+            });
+            return Ok(p3);
+        }
         let now = p3.clock.now_ms();
         for s in stored {
             match Self::restore_match(&s, now) {
@@ -265,6 +339,109 @@ impl PlayerThree {
         let m = Match::restore(s.id.clone(), &records, &Ridge::restore, now)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok((m, tokens, operator))
+    }
+
+    /// Restores a match whose lease this node just took, from the store,
+    /// as a restart does.
+    async fn restore_one(self: &Arc<Self>, id: &str) -> Restored {
+        let store = Arc::clone(&self.store);
+        let key = id.to_owned();
+        let stored = match tokio::task::spawn_blocking(move || store.load_match(&key)).await {
+            Ok(Ok(Some(s))) => s,
+            Ok(Ok(None)) => return Restored::Gone,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, r#match = id, "match not restored: the store failed");
+                return Restored::Failed;
+            }
+            Err(_) => return Restored::Failed,
+        };
+        match Self::restore_match(&stored, self.clock.now_ms()) {
+            Ok((m, tokens, operator)) => {
+                self.spawn_match(m, tokens, operator);
+                tracing::info!(r#match = id, "match taken over");
+                Restored::Serving
+            }
+            Err(e) => {
+                tracing::error!(r#match = id, error = %e, "match not restored");
+                Restored::Failed
+            }
+        }
+    }
+
+    /// The match was lost to another node: it leaves this node's tables
+    /// now (nothing more reaches it) and its task closes its connections
+    /// ([`CLOSE_MATCH_MOVED`]).
+    fn lose(&self, id: &str) {
+        let handle = self.matches.lock().ok().and_then(|mut m| m.remove(id));
+        if let Ok(mut t) = self.tokens.lock() {
+            t.retain(|_, m| m != id);
+        }
+        if let Some(h) = handle {
+            self.metrics.matches.fetch_sub(1, Relaxed);
+            h.lost.notify_one();
+        }
+    }
+
+    /// A match this node serves, taken over from the store if its lease is
+    /// free (a cluster's): what every API call looks up.
+    pub(crate) async fn find(&self, id: &str) -> Find {
+        if let Some(h) = self.match_handle(id) {
+            return Find::Here(h);
+        }
+        let Some(leases) = &self.leases else {
+            return Find::NotFound;
+        };
+        // Read first: an id guessed must not leave a lease row behind.
+        let store = Arc::clone(&self.store);
+        let key = id.to_owned();
+        match tokio::task::spawn_blocking(move || store.load_match(&key)).await {
+            Ok(Ok(Some(_))) => {}
+            Ok(Ok(None)) => return Find::NotFound,
+            _ => return Find::Unavailable,
+        }
+        match leases.take_over(UnitKind::PlayerThreeMatch, id).await {
+            TakeOver::Serving => self.match_handle(id).map_or(Find::NotFound, Find::Here),
+            TakeOver::Gone => Find::NotFound,
+            TakeOver::Elsewhere(held) => {
+                tracing::debug!(r#match = id, owner = %held.owner, "match served by another node");
+                Find::Elsewhere
+            }
+            TakeOver::Failed => Find::Unavailable,
+        }
+    }
+
+    /// The match of a token, taken over from the store if this node does
+    /// not run it and its lease is free (a cluster's): what a join looks
+    /// up. The token's shape is checked by the caller.
+    pub(crate) async fn find_by_token(&self, token: &str) -> Find {
+        if let Some(h) = self.match_of_token(token) {
+            return Find::Here(h);
+        }
+        if self.leases.is_none() {
+            return Find::NotFound;
+        }
+        let store = Arc::clone(&self.store);
+        let hash = TokenHash::of(token).to_hex();
+        let id = match tokio::task::spawn_blocking(move || store.match_of_token(&hash)).await {
+            Ok(Ok(Some(id))) => id,
+            Ok(Ok(None)) => return Find::NotFound,
+            _ => return Find::Unavailable,
+        };
+        match self.find(&id).await {
+            Find::Here(_) => self
+                .match_of_token(token)
+                .map_or(Find::NotFound, Find::Here),
+            other => other,
+        }
+    }
+
+    /// The match ended (expired, or its task stopped): its lease goes too,
+    /// after its last writes.
+    async fn release(&self, id: &str) {
+        if let Some(leases) = &self.leases {
+            self.writer.flush().await;
+            leases.release(UnitKind::PlayerThreeMatch, id).await;
+        }
     }
 
     fn spawn_match(
@@ -363,7 +540,20 @@ impl PlayerThree {
             created_at_ms: now,
         }];
         writes.extend(writer::persisted(&id, m.take_outputs()));
+        // On a cluster the match is this node's (its lease taken) before
+        // its creation is written, and its writes carry the generation.
+        if let Some(leases) = &self.leases {
+            if !matches!(
+                leases.acquire(UnitKind::PlayerThreeMatch, &id).await,
+                Ok(Ok(_))
+            ) {
+                return None;
+            }
+        }
         if !self.writer.write_durable(&id, writes).await {
+            if let Some(leases) = &self.leases {
+                leases.release(UnitKind::PlayerThreeMatch, &id).await;
+            }
             return None;
         }
         Some((

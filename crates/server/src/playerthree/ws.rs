@@ -8,7 +8,7 @@
 
 use super::actor::{MatchCmd, MatchHandle, CLOSE_GOING_AWAY};
 use super::pace;
-use super::{PlayerThree, PlayerThreeMetrics};
+use super::{Find, PlayerThree, PlayerThreeMetrics};
 use crate::ws;
 use axum::extract::ws::Utf8Bytes;
 use axum::extract::State;
@@ -205,7 +205,18 @@ async fn join(
     };
     // The shape first: malformed text is never looked up.
     let handle = if token_shape_ok(&token) {
-        p3.match_of_token(&token)
+        match p3.find_by_token(&token).await {
+            Find::Here(h) => Some(h),
+            Find::NotFound => None,
+            Find::Elsewhere | Find::Unavailable => {
+                refuse(
+                    ServerErrorCode::Busy,
+                    "token: its match is served by another node; try again",
+                    ServerErrorCode::Busy.join_refused_close(),
+                );
+                return None;
+            }
+        }
     } else {
         None
     };

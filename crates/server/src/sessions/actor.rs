@@ -42,7 +42,10 @@ pub fn spawn(
     rec: super::recording::Recorder,
 ) -> Option<SessionHandle> {
     let (tx, rx) = mpsc::channel(super::SESSION_QUEUE);
-    let handle = SessionHandle { tx: tx.clone() };
+    let handle = SessionHandle {
+        tx: tx.clone(),
+        lost: Arc::default(),
+    };
     let id = s.id().to_owned();
     if !sessions.insert(id.clone(), handle.clone()) {
         return None;
@@ -71,17 +74,21 @@ pub fn spawn(
     };
     let devices = Devices::new(Arc::clone(sessions), tx.downgrade());
     tokio::spawn(tracing::Instrument::instrument(
-        run(Arc::clone(sessions), hosted, devices, rx),
+        run(Arc::clone(sessions), hosted, devices, handle.clone(), rx),
         span,
     ));
     Some(handle)
 }
 
-/// The session's task: handles commands until the session ends.
+/// The session's task: handles commands until the session ends, or until
+/// another node takes it over (then it answers nothing more, writes
+/// nothing more, and closes its devices with
+/// [`CLOSE_SESSION_MOVED`](super::CLOSE_SESSION_MOVED)).
 async fn run(
     sessions: Arc<Sessions>,
     mut hosted: Hosted,
     mut devices: Devices,
+    handle: SessionHandle,
     mut rx: mpsc::Receiver<Cmd>,
 ) {
     let id = hosted.d.session().id().to_owned();
@@ -92,7 +99,21 @@ async fn run(
         clock: &*sessions.clock,
     };
     hosted.drain(sessions.clock.now_ms());
-    unit::drive(&mut hosted, &mut devices, &mut rx, store).await;
+    let lost = tokio::select! {
+        // A loss first: the refused write that told it must not be
+        // answered as the store's failure.
+        biased;
+        () = handle.lost.notified() => true,
+        () = unit::drive(&mut hosted, &mut devices, &mut rx, store) => false,
+    };
+    if lost {
+        devices.close_all(super::CLOSE_SESSION_MOVED);
+        rx.close();
+        sessions.remove(&id, &handle);
+        sessions.metrics.sessions.fetch_sub(1, Relaxed);
+        tracing::warn!("hosted session dropped: another node took it over");
+        return;
+    }
     devices.close_all((1001, "session closed"));
     let now = sessions.clock.now_ms();
     let s = hosted.d.session();
@@ -112,8 +133,16 @@ async fn run(
         };
         writer.write_behind(&id, vec![w]).await;
     }
-    sessions.remove(&id);
+    sessions.remove(&id, &handle);
     sessions.metrics.sessions.fetch_sub(1, Relaxed);
+    if let Some(leases) = sessions.leases() {
+        // The session's last writes under its lease, then the lease goes:
+        // a node asked for it next brings it back from them.
+        writer.flush().await;
+        leases
+            .release(hostwire_store::lease::UnitKind::HostedSession, &id)
+            .await;
+    }
 }
 
 impl Hosted {

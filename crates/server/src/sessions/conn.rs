@@ -82,11 +82,15 @@ pub async fn ws_upgrade(
     // A bearer header (non-browser clients) wins over the query.
     let token = crate::http::bearer(&headers).map(str::to_owned).or(q.token);
     // After a restart the session comes back at its first use.
-    let Some(handle) = super::restore::running(&sessions, &q.session).await else {
-        return json_response(
-            StatusCode::NOT_FOUND,
-            &json!({"error": "session: no such session"}),
-        );
+    let handle = match super::restore::running(&sessions, &q.session).await {
+        Ok(Some(h)) => h,
+        Err((status, m)) => return json_response(status, &json!({ "error": m })),
+        Ok(None) => {
+            return json_response(
+                StatusCode::NOT_FOUND,
+                &json!({"error": "session: no such session"}),
+            )
+        }
     };
     ws.on_upgrade(Arc::clone(&SOCKET_CONFIG), move |c| {
         handle_socket(sessions, handle.tx, view, q.address, token, c)

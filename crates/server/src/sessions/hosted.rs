@@ -65,6 +65,8 @@ pub enum AttachRefused {
 #[derive(Clone)]
 pub struct SessionHandle {
     pub tx: mpsc::Sender<Cmd>,
+    /// Told when another node took the session over (its lease lost).
+    pub(super) lost: Arc<tokio::sync::Notify>,
 }
 
 pub enum Cmd {

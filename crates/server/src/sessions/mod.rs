@@ -39,6 +39,7 @@ pub mod restore;
 pub mod rpc;
 pub mod services;
 
+use crate::cluster::leases::{Holder, Leases, Restored};
 use crate::http::AllowedOrigins;
 use crate::metrics::{StoreMetrics, StoreProtocol};
 use crate::store_writer::StoreWriter;
@@ -48,6 +49,7 @@ use axum::Router;
 use hostwire_core::Clock;
 use hostwire_memizy::limits::{CALL_ENVELOPE_BYTES, LIMITS};
 use hostwire_memizy::session::{InstanceId, SessionTiming};
+use hostwire_store::lease::UnitKind;
 use hostwire_store::sessions::{SessionStore, SessionWrite};
 use services::{ServiceCommand, ServiceHost, ServiceMetrics};
 use std::collections::HashMap;
@@ -74,6 +76,9 @@ pub const MAX_DEVICE_FRAME_BYTES: usize = 2 * LIMITS.snapshot_bytes + CALL_ENVEL
 /// engine's own bound (`MAX_RECORDS_IN_FLIGHT`); a full store queue
 /// refuses a record at once (the engine answers `INTERNAL_ERROR`).
 pub const STORE_QUEUE: usize = hostwire_memizy::session::MAX_RECORDS_IN_FLIGHT;
+/// The close of a device whose session this node lost to another node
+/// (its lease taken over): the device reconnects, to any node.
+pub const CLOSE_SESSION_MOVED: crate::ws::Close = (1012, "session moved to another node");
 /// Sessions live at once on this server.
 pub const MAX_SESSIONS: usize = 10_000;
 /// The largest creation request (plugin HTML and set).
@@ -254,6 +259,9 @@ pub struct Sessions {
     pub(crate) restoring: tokio::sync::Mutex<()>,
     /// The operator's plugin SDK (`--plugin-sdk`), if any.
     plugin_sdk: Option<Arc<play::PluginSdk>>,
+    /// The sessions this node owns on a cluster (PostgreSQL); unset: one
+    /// node.
+    leases: std::sync::OnceLock<Arc<Leases>>,
 }
 
 impl Sessions {
@@ -299,9 +307,36 @@ impl Sessions {
             stopped_since: Mutex::new(HashMap::new()),
             restoring: tokio::sync::Mutex::new(()),
             plugin_sdk,
+            leases: std::sync::OnceLock::new(),
             config,
             clock,
         })
+    }
+
+    /// On a cluster: each session is served by the node holding its lease,
+    /// and its writes are fenced by it. Called before the store writer's
+    /// first use (at start-up).
+    pub fn use_leases(self: &Arc<Self>, leases: Arc<Leases>) {
+        leases.register(
+            UnitKind::HostedSession,
+            Arc::new(SessionHolder(Arc::downgrade(self))),
+        );
+        let _ = self.leases.set(leases);
+    }
+
+    /// The node's leases, on a cluster.
+    pub(crate) fn leases(&self) -> Option<&Arc<Leases>> {
+        self.leases.get()
+    }
+
+    /// The session was lost to another node: it leaves `live` now (nothing
+    /// more reaches it) and its task closes its devices
+    /// ([`CLOSE_SESSION_MOVED`]).
+    fn lose(&self, id: &str) {
+        let handle = self.live.lock().ok().and_then(|mut l| l.remove(id));
+        if let Some(h) = handle {
+            h.lost.notify_one();
+        }
     }
 
     /// The host used `id` now (an API call): a stopped session's idle
@@ -347,7 +382,16 @@ impl Sessions {
             expired
         };
         let writer = self.writer();
+        let mut removed_count = 0;
         for id in &expired {
+            // On a cluster a session no task runs here may run on another
+            // node: it is removed only under its lease.
+            if let Some(leases) = self.leases() {
+                match leases.acquire(UnitKind::HostedSession, id).await {
+                    Ok(Ok(_)) => {}
+                    _ => continue,
+                }
+            }
             let removed = writer
                 .write_durable(
                     id,
@@ -356,9 +400,13 @@ impl Sessions {
                     }],
                 )
                 .await;
+            if let Some(leases) = self.leases() {
+                leases.release(UnitKind::HostedSession, id).await;
+            }
+            removed_count += 1;
             tracing::info!(session = %id, removed, "stopped hosted session expired");
         }
-        expired.len()
+        removed_count
     }
 
     /// Sweeps the stopped sessions every [`EXPIRY_SWEEP_MS`] while the
@@ -445,10 +493,11 @@ impl Sessions {
     pub fn writer(&self) -> StoreWriter<SessionWrite> {
         let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         w.get_or_insert_with(|| {
-            StoreWriter::start(
+            StoreWriter::start_fenced(
                 self.store() as Arc<dyn hostwire_store::UnitStore<SessionWrite>>,
                 StoreProtocol::Sessions,
                 Arc::clone(&self.store_metrics),
+                self.leases().map(|l| l.fence(UnitKind::HostedSession)),
             )
         })
         .clone()
@@ -498,9 +547,13 @@ impl Sessions {
         true
     }
 
-    pub(crate) fn remove(&self, id: &str) {
+    /// Removes `id`'s task from `live`, unless another has taken its place
+    /// (the session was lost and taken again meanwhile).
+    pub(crate) fn remove(&self, id: &str, handle: &SessionHandle) {
         if let Ok(mut live) = self.live.lock() {
-            live.remove(id);
+            if live.get(id).is_some_and(|h| h.tx.same_channel(&handle.tx)) {
+                live.remove(id);
+            }
         }
     }
 
@@ -515,6 +568,36 @@ impl Sessions {
             let _ = h.tx.send(Cmd::Shutdown).await;
         }
         self.services().shutdown();
+    }
+}
+
+/// The hosted sessions as the leases see them.
+struct SessionHolder(std::sync::Weak<Sessions>);
+
+impl Holder for SessionHolder {
+    fn lost(&self, key: &str) {
+        if let Some(s) = self.0.upgrade() {
+            s.lose(key);
+        }
+    }
+
+    fn restore<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Restored> + Send + 'a>> {
+        Box::pin(async move {
+            let Some(s) = self.0.upgrade() else {
+                return Restored::Failed;
+            };
+            match restore::restore_here(&s, key, false).await {
+                Ok(Some(_)) => Restored::Serving,
+                Ok(None) => Restored::Gone,
+                Err((_, why)) => {
+                    tracing::warn!(session = %key, %why, "hosted session not taken over");
+                    Restored::Failed
+                }
+            }
+        })
     }
 }
 

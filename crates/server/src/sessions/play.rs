@@ -388,7 +388,8 @@ async fn session_view(
         Err(r) => return r,
     };
     let status = match restore::running(&play.sessions, &id).await {
-        Some(h) => {
+        Err((status, m)) => return error(status, m),
+        Ok(Some(h)) => {
             let (tx, rx) = oneshot::channel();
             let sent = h.tx.send(Cmd::Admin(Box::new(Admin::Status), tx)).await;
             match (sent, rx.await) {
@@ -396,7 +397,7 @@ async fn session_view(
                 _ => json!({"phase": "closed"}),
             }
         }
-        None => {
+        Ok(None) => {
             let store = play.sessions.store();
             let key = id.clone();
             let result = tokio::task::spawn_blocking(move || store.load_result(&key))

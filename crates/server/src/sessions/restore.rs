@@ -14,28 +14,69 @@ use super::actor::{self, Auth, SessionHandle};
 use super::api::{config, player_spec, player_tokens, saved_game, CreateSession, PlayerIn};
 use super::recording::Recorder;
 use super::Sessions;
+use crate::cluster::leases::TakeOver;
 use axum::http::StatusCode;
 use hostwire_core::token::Token;
 use hostwire_memizy::session::{AssetCatalog, SavedGame, SavedPlayer, Session};
+use hostwire_store::lease::UnitKind;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use super::kept::{KeptPhase, KeptPlayer, KeptState};
 
 /// The running task of session `id`, brought back from the store if it is
-/// not running and was not stopped (`None`: no such session, its game has
-/// finished, it was stopped, or it could not be brought back).
-pub async fn running(sessions: &Arc<Sessions>, id: &str) -> Option<SessionHandle> {
+/// not running and was not stopped (`Ok(None)`: no such session, its game
+/// has finished, it was stopped, or it could not be brought back). On a
+/// cluster it is taken over if its lease is free; `Err` (503) while
+/// another live node holds it, or when the store cannot say.
+pub async fn running(sessions: &Arc<Sessions>, id: &str) -> Result<Option<SessionHandle>, Failed> {
     if let Some(h) = sessions.handle(id) {
-        return Some(h);
+        return Ok(Some(h));
     }
-    match restore(sessions, id, false).await {
-        Ok(h) => h,
+    if let Some(leases) = sessions.leases() {
+        // Read first: an id guessed must not leave a lease row behind.
+        if !stored(sessions, id).await? {
+            return Ok(None);
+        }
+        return match leases.take_over(UnitKind::HostedSession, id).await {
+            TakeOver::Serving => Ok(sessions.handle(id)),
+            TakeOver::Gone => Ok(None),
+            TakeOver::Elsewhere(held) => {
+                tracing::debug!(session = %id, owner = %held.owner, "hosted session served by another node");
+                Err(elsewhere())
+            }
+            TakeOver::Failed => Err((
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store: the session could not be taken over; try again".to_owned(),
+            )),
+        };
+    }
+    match restore_here(sessions, id, false).await {
+        Ok(h) => Ok(h),
         Err((_, why)) => {
             tracing::warn!(session = %id, %why, "hosted session not brought back");
-            None
+            Ok(None)
         }
     }
+}
+
+/// The answer for a session another live node serves.
+fn elsewhere() -> Failed {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the session is served by another node; try again".to_owned(),
+    )
+}
+
+/// Whether the store has session `id`.
+async fn stored(sessions: &Sessions, id: &str) -> Result<bool, Failed> {
+    let store = sessions.store();
+    let key = id.to_owned();
+    tokio::task::spawn_blocking(move || store.load_session(&key))
+        .await
+        .map_err(store_failed)?
+        .map(|s| s.is_some())
+        .map_err(|e| store_failed(e.reason()))
 }
 
 type Failed = (StatusCode, String);
@@ -96,8 +137,36 @@ fn unreadable(what: &str) -> Failed {
 
 /// Brings session `id` back from the store as its last acknowledged state
 /// and starts its task; a stopped one too when `stopped_too` (`continue`).
-/// `Ok(None)`: no such session, or its game has finished.
+/// `Ok(None)`: no such session, or its game has finished. On a cluster
+/// under its lease, taken first (503 while another live node holds it).
 pub async fn restore(
+    sessions: &Arc<Sessions>,
+    id: &str,
+    stopped_too: bool,
+) -> Result<Option<SessionHandle>, Failed> {
+    let Some(leases) = sessions.leases() else {
+        return restore_here(sessions, id, stopped_too).await;
+    };
+    if let Some(h) = sessions.handle(id) {
+        return Ok(Some(h));
+    }
+    let kind = UnitKind::HostedSession;
+    if leases.generation(kind, id).is_none() {
+        match leases.acquire(kind, id).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => return Err(elsewhere()),
+            Err(e) => return Err(store_failed(e.reason())),
+        }
+    }
+    let r = restore_here(sessions, id, stopped_too).await;
+    if !matches!(r, Ok(Some(_))) {
+        leases.release(kind, id).await;
+    }
+    r
+}
+
+/// [`restore`] on this node, whose lease (on a cluster) is held already.
+pub(super) async fn restore_here(
     sessions: &Arc<Sessions>,
     id: &str,
     stopped_too: bool,

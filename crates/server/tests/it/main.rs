@@ -9,6 +9,7 @@ mod check;
 mod cluster;
 mod credential_attack;
 mod failover;
+mod failover_units;
 mod front_door;
 mod ggui;
 mod limits;

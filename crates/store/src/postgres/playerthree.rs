@@ -36,6 +36,51 @@ impl PlayerThreeStore for PgStore {
         })
     }
 
+    fn load_match(&self, id: &str) -> Result<Option<StoredMatch>, StoreError> {
+        self.read(|tx| {
+            let Some(r) = tx.query_opt(
+                "SELECT id, game, operator_token, created_at_ms FROM playerthree_matches
+                 WHERE id = $1",
+                &[&id],
+            )?
+            else {
+                return Ok(None);
+            };
+            let mut m = StoredMatch {
+                id: r.get(0),
+                game: r.get(1),
+                operator_token_hash: r.get(2),
+                created_at_ms: r.get::<_, i64>(3) as u64,
+                records: Vec::new(),
+            };
+            m.records = tx
+                .query(
+                    "SELECT body FROM playerthree_records WHERE match_id = $1 AND kind <> ALL($2) ORDER BY seq",
+                    &[&m.id, &LOG_KINDS],
+                )?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            Ok(Some(m))
+        })
+    }
+
+    fn match_of_token(&self, token_hash_hex: &str) -> Result<Option<String>, StoreError> {
+        if !crate::playerthree::is_hash_hex(token_hash_hex) {
+            return Ok(None);
+        }
+        let needle = format!("\"{token_hash_hex}\"");
+        self.read(|tx| {
+            Ok(tx
+                .query_opt(
+                    "SELECT match_id FROM playerthree_records
+                     WHERE kind = 'token' AND strpos(body, $1) > 0 LIMIT 1",
+                    &[&needle],
+                )?
+                .map(|r| r.get(0)))
+        })
+    }
+
     fn apply_playerthree(&self, writes: &[PlayerThreeWrite]) -> Result<(), StoreError> {
         self.apply_all(writes, apply_playerthree)
     }

@@ -118,6 +118,8 @@ pub struct MatchHandle {
     pub tx: mpsc::Sender<MatchCmd>,
     /// What its connections may send, in bytes ([`crate::playerthree::pace`]).
     pub inbound: Arc<crate::playerthree::pace::InboundPace>,
+    /// Told when another node took the match over (its lease lost).
+    pub lost: Arc<tokio::sync::Notify>,
 }
 
 /// Where a command's answer goes, and what the server side keeps of it

@@ -63,7 +63,7 @@ impl<'a> Conns<'a> {
     }
 
     /// Closes every socket with `code`.
-    fn close_all(&mut self, code: u16, reason: &'static str) {
+    pub(super) fn close_all(&mut self, code: u16, reason: &'static str) {
         for (_, out) in self.conns.drain() {
             out.close(code, reason);
         }

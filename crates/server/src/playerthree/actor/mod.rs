@@ -88,20 +88,28 @@ pub fn spawn(p3: Arc<PlayerThree>, m: Match<Ridge>, operator_token: TokenHash) -
         operator_token,
         tx,
         inbound: Arc::new(super::pace::InboundPace::new()),
+        lost: Arc::default(),
     };
     let me = handle.tx.downgrade();
     // A root span: the match outlives the request that created it.
     let span = tracing::info_span!(parent: None, "match", id = %handle.id);
-    tokio::spawn(tracing::Instrument::instrument(run(p3, m, me, rx), span));
+    let lost = Arc::clone(&handle.lost);
+    tokio::spawn(tracing::Instrument::instrument(
+        run(p3, m, me, lost, rx),
+        span,
+    ));
     handle
 }
 
 /// The match's task: handles commands until it expires, shuts down or
-/// its handles are gone.
+/// its handles are gone, or until another node takes it over (then it
+/// answers nothing more and closes its connections with
+/// [`CLOSE_MATCH_MOVED`](super::CLOSE_MATCH_MOVED)).
 async fn run(
     p3: Arc<PlayerThree>,
     m: Match<Ridge>,
     me: mpsc::WeakSender<MatchCmd>,
+    lost: Arc<tokio::sync::Notify>,
     mut rx: mpsc::Receiver<MatchCmd>,
 ) {
     let times = MatchTimes {
@@ -120,5 +128,18 @@ async fn run(
         key: &id,
         clock: &*p3.clock,
     };
-    unit::drive(&mut unit, &mut to, &mut rx, store).await;
+    let was_lost = tokio::select! {
+        // A loss first: the refused write that told it must not be
+        // answered as the store's failure.
+        biased;
+        () = lost.notified() => true,
+        () = unit::drive(&mut unit, &mut to, &mut rx, store) => false,
+    };
+    if was_lost {
+        to.close_all(super::CLOSE_MATCH_MOVED, "match moved to another node");
+        rx.close();
+        tracing::warn!("match dropped: another node took it over");
+    } else {
+        p3.release(&id).await;
+    }
 }

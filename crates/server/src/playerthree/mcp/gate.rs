@@ -5,7 +5,7 @@
 use super::MAX_MCP_SESSIONS;
 use crate::http::{Presented, Refused};
 use crate::playerthree::actor::MatchCmd;
-use crate::playerthree::PlayerThree;
+use crate::playerthree::{Find, PlayerThree};
 use axum::extract::FromRequestParts;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -152,6 +152,17 @@ pub(super) async fn authenticate(
         Ok(p) => p,
         Err(r) => return r,
     };
+    // On a cluster the token's match is taken over first if this node
+    // does not run it (another live node's: 503).
+    if let Some(t) = presented.token.as_deref().filter(|t| token_shape_ok(t)) {
+        if let Find::Elsewhere | Find::Unavailable = g.p3.find_by_token(t).await {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the seat token's match is served by another node; try again",
+            )
+                .into_response();
+        }
+    }
     let handle = match presented.check(|t| {
         if token_shape_ok(t) {
             g.p3.match_of_token(t)

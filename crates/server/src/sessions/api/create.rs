@@ -208,9 +208,23 @@ pub(super) async fn create(
         file,
         bytes,
     }));
+    // On a cluster the session is this node's (its lease taken) before its
+    // creation is written, and its writes carry the generation.
+    let kind = hostwire_store::lease::UnitKind::HostedSession;
+    if let Some(leases) = sessions.leases() {
+        if !matches!(leases.acquire(kind, &id).await, Ok(Ok(_))) {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the session's lease could not be taken; try again",
+            );
+        }
+    }
     // Through the sessions' one store writer, in order with the session's
     // later records.
     if !sessions.writer().write_durable(&id, writes).await {
+        if let Some(leases) = sessions.leases() {
+            leases.release(kind, &id).await;
+        }
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "store: the session could not be stored; try again",
@@ -222,6 +236,9 @@ pub(super) async fn create(
         players,
     };
     if actor::spawn(&sessions, s, auth, assets, Default::default()).is_none() {
+        if let Some(leases) = sessions.leases() {
+            leases.release(kind, &id).await;
+        }
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the server holds too many sessions",

@@ -56,12 +56,15 @@ pub(super) async fn authorized(
 
 pub(super) async fn admin(sessions: &Arc<Sessions>, id: &str, op: Admin) -> Response {
     // After a restart the session comes back at its first use.
-    let Some(h) = restore::running(sessions, id).await else {
-        return error(
-            StatusCode::CONFLICT,
-            "the session is not running (its game has finished, or it stopped: continue it)",
-        );
-    };
+    let h =
+        match restore::running(sessions, id).await {
+            Ok(Some(h)) => h,
+            Err((status, m)) => return error(status, m),
+            Ok(None) => return error(
+                StatusCode::CONFLICT,
+                "the session is not running (its game has finished, or it stopped: continue it)",
+            ),
+        };
     let (tx, rx) = oneshot::channel();
     if h.tx.send(Cmd::Admin(Box::new(op), tx)).await.is_err() {
         return error(StatusCode::CONFLICT, "the session has closed");
@@ -85,8 +88,10 @@ pub(super) async fn status(
         Ok(s) => s,
         Err(r) => return r,
     };
-    if restore::running(&sessions, &id).await.is_some() {
-        return admin(&sessions, &id, Admin::Status).await;
+    match restore::running(&sessions, &id).await {
+        Ok(Some(_)) => return admin(&sessions, &id, Admin::Status).await,
+        Err((status, m)) => return error(status, m),
+        Ok(None) => {}
     }
     let result = stored_result(&sessions, &stored.id).await;
     // A game that ended stays finished; one stopped waits for `continue`.
@@ -168,8 +173,10 @@ pub(super) async fn recording(
     if let Err(r) = authorized(&sessions, &id, &presented).await {
         return r;
     }
-    if restore::running(&sessions, &id).await.is_some() {
-        return admin(&sessions, &id, Admin::Recording).await;
+    match restore::running(&sessions, &id).await {
+        Ok(Some(_)) => return admin(&sessions, &id, Admin::Recording).await,
+        Err((status, m)) => return error(status, m),
+        Ok(None) => {}
     }
     let store = sessions.store();
     let key = id.clone();
