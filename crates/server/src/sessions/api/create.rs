@@ -186,28 +186,9 @@ pub(super) async fn create(
     }
     let host_token = Token::generate();
     let players = player_tokens(&[], spec.players.iter().map(|p| p.id.clone()));
-    let stored = StoredSession {
-        id: id.clone(),
-        host_token: host_token.as_str().to_owned(),
-        created_at_ms: now,
-        spec: serde_json::to_string(&spec).unwrap_or_default(),
-    };
     // The session exists only once durable, with its tokens and files: a
     // continue after a restart needs them.
-    let mut writes = vec![
-        SessionWrite::Session(stored),
-        KeptState::of(&s, now).write(&id),
-    ];
-    writes.extend(players.iter().map(|(p, t)| SessionWrite::PlayerToken {
-        session_id: id.clone(),
-        player_id: p.clone(),
-        token: t.as_str().to_owned(),
-    }));
-    writes.extend(files.into_iter().map(|(file, bytes)| SessionWrite::Asset {
-        session_id: id.clone(),
-        file,
-        bytes,
-    }));
+    let writes = creation_writes(&id, &spec, &host_token, &s, now, &players, files);
     // On a cluster the session is this node's (its lease taken) before its
     // creation is written, and its writes carry the generation.
     let kind = hostwire_store::lease::UnitKind::HostedSession;
@@ -249,4 +230,38 @@ pub(super) async fn create(
         &json!({"sessionId": id, "hostToken": host_token.as_str(), "playerTokens": player_tokens,
                 "pluginId": plugin_id, "setId": set_id}),
     )
+}
+
+/// What a new session's creation writes, as one unit: the session with its
+/// host token, its kept state, each player's token and the bundle's files.
+fn creation_writes(
+    id: &str,
+    spec: &CreateSession,
+    host_token: &Token,
+    s: &Session,
+    now: u64,
+    players: &HashMap<String, Token>,
+    files: std::collections::BTreeMap<String, Vec<u8>>,
+) -> Vec<SessionWrite> {
+    let stored = StoredSession {
+        id: id.to_owned(),
+        host_token: host_token.as_str().to_owned(),
+        created_at_ms: now,
+        spec: serde_json::to_string(spec).unwrap_or_default(),
+    };
+    let mut writes = vec![
+        SessionWrite::Session(stored),
+        KeptState::of(s, now).write(id),
+    ];
+    writes.extend(players.iter().map(|(p, t)| SessionWrite::PlayerToken {
+        session_id: id.to_owned(),
+        player_id: p.clone(),
+        token: t.as_str().to_owned(),
+    }));
+    writes.extend(files.into_iter().map(|(file, bytes)| SessionWrite::Asset {
+        session_id: id.to_owned(),
+        file,
+        bytes,
+    }));
+    writes
 }
