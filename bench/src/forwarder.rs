@@ -92,6 +92,8 @@ struct Attached {
 /// One task for the connection: the socket is not split, and frames for it
 /// are written by the task that reads it, between reads.
 async fn conn_one_task(f: Arc<Forwarder>, mut socket: WebSocket) {
+    // Unbounded, as in `conn`: the bare forwarder is the benchmark's floor
+    // (no limits), driven only by the load generator, which reads.
     let (tx, mut rx) = mpsc::unbounded_channel::<Utf8Bytes>();
     let mut at = Attached::default();
     loop {
@@ -123,6 +125,8 @@ async fn conn_one_task(f: Arc<Forwarder>, mut socket: WebSocket) {
 
 async fn conn(f: Arc<Forwarder>, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
+    // Unbounded: the bare forwarder is the benchmark's floor, with no
+    // limits, driven only by the load generator, which reads.
     let (tx, mut rx) = mpsc::unbounded_channel::<Utf8Bytes>();
     let writer = tokio::spawn(async move {
         while let Some(m) = rx.recv().await {

@@ -71,6 +71,48 @@ pub trait Holder: Send + Sync + 'static {
     fn restore<'a>(&'a self, key: &'a str) -> Pin<Box<dyn Future<Output = Restored> + Send + 'a>>;
 }
 
+/// A protocol's table of units, as its [`Holder`] reaches it.
+pub trait Units: Send + Sync + 'static {
+    /// See [`Holder::lost`].
+    fn lose_unit(&self, key: &str);
+    /// See [`Holder::restore`].
+    fn restore_unit<'a>(
+        self: Arc<Self>,
+        key: &'a str,
+    ) -> impl Future<Output = Restored> + Send + 'a;
+}
+
+/// A protocol's units held weakly: the leases must not keep the protocol
+/// alive, and once it is gone a restore fails and a loss is nothing.
+pub struct Weakly<T>(pub std::sync::Weak<T>);
+
+impl<T: Units> Holder for Weakly<T> {
+    fn lost(&self, key: &str) {
+        if let Some(units) = self.0.upgrade() {
+            units.lose_unit(key);
+        }
+    }
+
+    fn restore<'a>(&'a self, key: &'a str) -> Pin<Box<dyn Future<Output = Restored> + Send + 'a>> {
+        Box::pin(async move {
+            match self.0.upgrade() {
+                Some(units) => units.restore_unit(key).await,
+                None => Restored::Failed,
+            }
+        })
+    }
+}
+
+/// What looking a unit up on this node found.
+pub enum Find<H> {
+    Here(H),
+    NotFound,
+    /// Another live node owns it.
+    Elsewhere,
+    /// The store could not say (a cluster's).
+    Unavailable,
+}
+
 /// What asking for a unit this node does not hold came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TakeOver {

@@ -21,7 +21,7 @@ pub mod pace;
 pub mod writer;
 pub mod ws;
 
-use crate::cluster::leases::{Holder, Leases, Restored, TakeOver};
+use crate::cluster::leases::{Leases, Restored, TakeOver, Units, Weakly};
 use crate::http::AllowedOrigins;
 use crate::metrics::Render;
 use actor::{MatchCmd, MatchHandle};
@@ -206,35 +206,16 @@ pub struct PlayerThree {
 }
 
 /// What looking a match up on this node found.
-pub(crate) enum Find {
-    Here(MatchHandle),
-    NotFound,
-    /// Another live node owns it.
-    Elsewhere,
-    /// The store could not say (a cluster's).
-    Unavailable,
-}
+pub(crate) type Find = crate::cluster::leases::Find<MatchHandle>;
 
 /// The matches as the leases see them.
-struct MatchHolder(std::sync::Weak<PlayerThree>);
-
-impl Holder for MatchHolder {
-    fn lost(&self, key: &str) {
-        if let Some(p3) = self.0.upgrade() {
-            p3.lose(key);
-        }
+impl Units for PlayerThree {
+    fn lose_unit(&self, key: &str) {
+        self.lose(key);
     }
 
-    fn restore<'a>(
-        &'a self,
-        key: &'a str,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Restored> + Send + 'a>> {
-        Box::pin(async move {
-            match self.0.upgrade() {
-                Some(p3) => p3.restore_one(key).await,
-                None => Restored::Failed,
-            }
-        })
+    async fn restore_unit(self: Arc<Self>, key: &str) -> Restored {
+        self.restore_one(key).await
     }
 }
 
@@ -289,7 +270,7 @@ impl PlayerThree {
         if let Some(leases) = &p3.leases {
             leases.register(
                 UnitKind::PlayerThreeMatch,
-                Arc::new(MatchHolder(Arc::downgrade(&p3))),
+                Arc::new(Weakly(Arc::downgrade(&p3))),
             );
             // On a cluster a match is served by the node holding its
             // lease: the stored matches nobody holds are taken, the others

@@ -18,7 +18,7 @@ pub mod metrics;
 mod outbound;
 pub mod room;
 
-use crate::cluster::leases::{Holder, Leases, Restored, TakeOver};
+use crate::cluster::leases::{Find, Leases, Restored, TakeOver, Units, Weakly};
 use crate::http::{AllowedOrigins, PerIpRate};
 use crate::store_writer::StoreWriter;
 use axum::routing::get;
@@ -174,7 +174,7 @@ impl Relay {
         if let Some(leases) = &relay.leases {
             leases.register(
                 UnitKind::RelayRoom,
-                Arc::new(RoomHolder(Arc::downgrade(&relay))),
+                Arc::new(Weakly(Arc::downgrade(&relay))),
             );
             // On a cluster a room is served by the node holding its lease:
             // the stored rooms nobody holds are taken (restored as below),
@@ -230,7 +230,7 @@ impl Relay {
 
     /// A room this node serves, taken over from the store if its lease is
     /// free (a cluster's): what a join, a host and every room API look up.
-    async fn find_room(self: &Arc<Self>, pin: &str) -> Find {
+    async fn find_room(self: &Arc<Self>, pin: &str) -> Find<RoomHandle> {
         if let Some(h) = self.room(pin) {
             return Find::Here(h);
         }
@@ -501,36 +501,14 @@ impl Relay {
     }
 }
 
-/// What looking a room up on this node found.
-enum Find {
-    Here(RoomHandle),
-    NotFound,
-    /// Another live node owns it.
-    Elsewhere,
-    /// The store could not say (a cluster's).
-    Unavailable,
-}
-
 /// The relay's rooms as the leases see them.
-struct RoomHolder(std::sync::Weak<Relay>);
-
-impl Holder for RoomHolder {
-    fn lost(&self, key: &str) {
-        if let Some(r) = self.0.upgrade() {
-            r.lose(key);
-        }
+impl Units for Relay {
+    fn lose_unit(&self, key: &str) {
+        self.lose(key);
     }
 
-    fn restore<'a>(
-        &'a self,
-        key: &'a str,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Restored> + Send + 'a>> {
-        Box::pin(async move {
-            match self.0.upgrade() {
-                Some(r) => r.restore_room(key).await,
-                None => Restored::Failed,
-            }
-        })
+    async fn restore_unit(self: Arc<Self>, key: &str) -> Restored {
+        self.restore_room(key).await
     }
 }
 

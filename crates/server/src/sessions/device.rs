@@ -132,6 +132,8 @@ impl Device {
         let config = WebSocketConfig::default().read_buffer_size(4096);
         let (ws, _) = tokio_tungstenite::connect_async_with_config(url, Some(config), true).await?;
         let (mut sink, mut stream) = ws.split();
+        // Unbounded on purpose: this is the test and benchmark client's own
+        // writer, fed only by its replies to the server it talks to.
         let (out, mut out_rx) = mpsc::unbounded_channel::<Message>();
         tokio::spawn(async move {
             while let Some(m) = out_rx.recv().await {

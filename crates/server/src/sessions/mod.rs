@@ -42,7 +42,7 @@ pub mod services;
 
 pub use metrics::SessionMetrics;
 
-use crate::cluster::leases::{Holder, Leases, Restored};
+use crate::cluster::leases::{Leases, Restored, Units, Weakly};
 use crate::http::AllowedOrigins;
 use crate::metrics::{StoreMetrics, StoreProtocol};
 use crate::store_writer::StoreWriter;
@@ -232,7 +232,7 @@ impl Sessions {
     pub fn use_leases(self: &Arc<Self>, leases: Arc<Leases>) {
         leases.register(
             UnitKind::HostedSession,
-            Arc::new(SessionHolder(Arc::downgrade(self))),
+            Arc::new(Weakly(Arc::downgrade(self))),
         );
         let _ = self.leases.set(leases);
     }
@@ -485,32 +485,20 @@ impl Sessions {
 }
 
 /// The hosted sessions as the leases see them.
-struct SessionHolder(std::sync::Weak<Sessions>);
-
-impl Holder for SessionHolder {
-    fn lost(&self, key: &str) {
-        if let Some(s) = self.0.upgrade() {
-            s.lose(key);
-        }
+impl Units for Sessions {
+    fn lose_unit(&self, key: &str) {
+        self.lose(key);
     }
 
-    fn restore<'a>(
-        &'a self,
-        key: &'a str,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Restored> + Send + 'a>> {
-        Box::pin(async move {
-            let Some(s) = self.0.upgrade() else {
-                return Restored::Failed;
-            };
-            match restore::restore_here(&s, key, false).await {
-                Ok(Some(_)) => Restored::Serving,
-                Ok(None) => Restored::Gone,
-                Err((_, why)) => {
-                    tracing::warn!(session = %key, %why, "hosted session not taken over");
-                    Restored::Failed
-                }
+    async fn restore_unit(self: Arc<Self>, key: &str) -> Restored {
+        match restore::restore_here(&self, key, false).await {
+            Ok(Some(_)) => Restored::Serving,
+            Ok(None) => Restored::Gone,
+            Err((_, why)) => {
+                tracing::warn!(session = %key, %why, "hosted session not taken over");
+                Restored::Failed
             }
-        })
+        }
     }
 }
 
