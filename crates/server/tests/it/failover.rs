@@ -144,7 +144,7 @@ async fn upload(p: &Process, pin: &str, token: &str, app: &str) -> Value {
     v
 }
 
-fn signal(p: &Process, sig: libc::c_int) {
+pub(crate) fn signal(p: &Process, sig: libc::c_int) {
     // SAFETY: signalling our own child process.
     assert_eq!(unsafe { libc::kill(p.child.id() as libc::pid_t, sig) }, 0);
 }
@@ -261,7 +261,7 @@ async fn the_owner_killed_mid_game_its_room_goes_on_on_another_node_with_nothing
 
 /// Runs out every live lease on the database's clock: what a pause past
 /// the lease looks like to the other nodes, without waiting for it.
-async fn run_out_leases(url: &str) {
+pub(crate) async fn run_out_leases(url: &str) {
     let url = url.to_owned();
     // The synchronous client runs its own runtime: off this one.
     tokio::task::spawn_blocking(move || {

@@ -7,6 +7,7 @@
 //! Time is never waited for by sleeping: outcomes are polled for with a
 //! deadline.
 
+use crate::failover::{run_out_leases, signal};
 use crate::support::process::Process;
 use crate::support::server::{temp_dir, GUARD};
 use crate::support::session::{presenter_body, Api, OPERATOR};
@@ -223,27 +224,6 @@ async fn a_playerthree_match_is_served_by_its_owner_alone_and_after_its_kill_9_b
     assert_eq!(h["units"]["owned"], 1, "{h}");
     assert_eq!(h["units"]["list"][0]["kind"], "playerthree_match", "{h}");
     assert_eq!(h["units"]["list"][0]["generation"], 2, "{h}");
-}
-
-/// Every live lease run out now, on the database's clock.
-async fn run_out_leases(url: &str) {
-    let url = url.to_owned();
-    // The synchronous client runs its own runtime: off this one.
-    tokio::task::spawn_blocking(move || {
-        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        c.execute(
-            "UPDATE unit_leases SET expires_at = now() - INTERVAL '1 second' WHERE owner IS NOT NULL",
-            &[],
-        )
-        .unwrap();
-    })
-    .await
-    .unwrap();
-}
-
-fn signal(p: &Process, sig: libc::c_int) {
-    // SAFETY: signalling our own child process.
-    assert_eq!(unsafe { libc::kill(p.child.id() as libc::pid_t, sig) }, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
