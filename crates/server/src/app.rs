@@ -304,6 +304,8 @@ impl App {
             .layer(axum::Extension(Arc::clone(&gate)))
             // `/api/health` shows this node and its peers.
             .layer(axum::Extension(Arc::clone(&cluster)));
+        let sockets = crate::ws::Sockets::default();
+        carry_clients(&cluster, &sockets, &relay);
         cluster.start(addr, stop.subscribe());
         tokio::spawn(Arc::clone(&relay).sweep_timer(stop.subscribe()));
         if let Some(l) = &leases {
@@ -315,7 +317,6 @@ impl App {
         let shutdown_ggui = Arc::clone(&ggui);
         let shutdown_p3 = Arc::clone(&playerthree);
         let shutdown_sessions = Arc::clone(&sessions);
-        let sockets = crate::ws::Sockets::default();
         let task = tokio::spawn(async move {
             let graceful = async move {
                 let _ = stopped.wait_for(|s| *s).await;
@@ -385,6 +386,15 @@ fn start_relay(
         leases,
     );
     Ok((relay, loaded))
+}
+
+/// With NATS: clients of units owned elsewhere are carried to their
+/// owners, and other nodes' clients are served here, in `sockets`.
+fn carry_clients(cluster: &Cluster, sockets: &crate::ws::Sockets, relay: &Arc<Relay>) {
+    if let Some(t) = cluster.tunnels() {
+        t.set_sockets(sockets.clone());
+        relay.use_tunnels(Arc::clone(t));
+    }
 }
 
 /// The node's leases when its store has them (PostgreSQL), shown by its

@@ -107,8 +107,8 @@ impl<T: Units> Holder for Weakly<T> {
 pub enum Find<H> {
     Here(H),
     NotFound,
-    /// Another live node owns it.
-    Elsewhere,
+    /// Another live node owns it: this one (its node id).
+    Elsewhere(String),
     /// The store could not say (a cluster's).
     Unavailable,
 }

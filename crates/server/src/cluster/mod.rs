@@ -12,6 +12,7 @@
 
 pub mod leases;
 pub mod peers;
+pub mod tunnel;
 
 pub use peers::{Heartbeat, Observed, Peer, Peers, Rejection, MAX_HEARTBEAT_BYTES, MAX_PEERS};
 
@@ -94,6 +95,8 @@ pub struct Cluster {
     peers: Mutex<Peers>,
     pub metrics: Arc<ClusterMetrics>,
     nats: Option<async_nats::Client>,
+    /// Clients carried to and from the owners of their units (with NATS).
+    tunnels: Option<Arc<tunnel::Tunnels>>,
     /// The units this node owns (on PostgreSQL).
     leases: std::sync::OnceLock<Arc<leases::Leases>>,
 }
@@ -114,10 +117,14 @@ impl Cluster {
         metrics: Arc<ClusterMetrics>,
         nats: Option<async_nats::Client>,
     ) -> Cluster {
+        let tunnels = nats
+            .clone()
+            .map(|client| tunnel::Tunnels::new(node.clone(), client));
         Cluster {
             peers: Mutex::new(Peers::new(&node, expiry_ms())),
             started_ms: clock.now_ms(),
             node,
+            tunnels,
             clock,
             metrics,
             nats,
@@ -132,6 +139,12 @@ impl Cluster {
 
     pub fn leases(&self) -> Option<&Arc<leases::Leases>> {
         self.leases.get()
+    }
+
+    /// The node's tunnels (with NATS): how a client of a unit owned
+    /// elsewhere reaches it.
+    pub fn tunnels(&self) -> Option<&Arc<tunnel::Tunnels>> {
+        self.tunnels.as_ref()
     }
 
     /// A node connected to the NATS server at `url`. A NATS that cannot be
@@ -213,6 +226,9 @@ impl Cluster {
             started_ms: self.started_ms,
             units: Vec::new(),
         };
+        if let Some(t) = &self.tunnels {
+            t.start(stop.clone());
+        }
         tokio::spawn(Arc::clone(self).publish(client.clone(), heartbeat, stop.clone()));
         tokio::spawn(Arc::clone(self).listen(client, stop));
     }
@@ -304,6 +320,10 @@ impl Cluster {
         let gone = peers.expire(self.clock.now_ms());
         for id in &gone {
             tracing::info!(peer = %id, "peer dropped: no heartbeat");
+            // Its tunnels' clients reconnect, and find their units again.
+            if let Some(t) = &self.tunnels {
+                t.peer_gone(id);
+            }
         }
         self.metrics
             .peers_dropped
@@ -355,6 +375,14 @@ impl Cluster {
         });
         if let Some(l) = self.leases.get() {
             h["units"] = l.health();
+        }
+        if let Some(t) = &self.tunnels {
+            let m = &t.metrics;
+            h["tunnels"] = json!({
+                "open": t.len(),
+                "framesSent": m.frames_out.load(Relaxed),
+                "framesReceived": m.frames_in.load(Relaxed),
+            });
         }
         h
     }
@@ -436,6 +464,9 @@ impl Render for Cluster {
             "Times the NATS connection came back.",
             m.nats_reconnects.load(Relaxed),
         );
+        if let Some(t) = &self.tunnels {
+            t.render(out);
+        }
     }
 }
 

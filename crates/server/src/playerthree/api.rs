@@ -127,7 +127,7 @@ async fn operated(
     let h = match p3.find(id).await {
         Find::Here(h) => h,
         Find::NotFound => return Err(MATCH_NOT_FOUND.into_response()),
-        Find::Elsewhere => return Err(MATCH_ELSEWHERE.into_response()),
+        Find::Elsewhere(_) => return Err(MATCH_ELSEWHERE.into_response()),
         Find::Unavailable => return Err(MATCH_UNREADABLE.into_response()),
     };
     // Only the hash is kept; it is compared in constant time.

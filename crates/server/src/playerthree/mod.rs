@@ -385,7 +385,7 @@ impl PlayerThree {
             TakeOver::Gone => Find::NotFound,
             TakeOver::Elsewhere(held) => {
                 tracing::debug!(r#match = id, owner = %held.owner, "match served by another node");
-                Find::Elsewhere
+                Find::Elsewhere(held.owner)
             }
             TakeOver::Failed => Find::Unavailable,
         }

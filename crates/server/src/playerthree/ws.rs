@@ -208,7 +208,7 @@ async fn join(
         match p3.find_by_token(&token).await {
             Find::Here(h) => Some(h),
             Find::NotFound => None,
-            Find::Elsewhere | Find::Unavailable => {
+            Find::Elsewhere(_) | Find::Unavailable => {
                 refuse(
                     ServerErrorCode::Busy,
                     "token: its match is served by another node; try again",

@@ -165,7 +165,7 @@ async fn room_by_pin(relay: &Arc<Relay>, pin: &str) -> Result<super::room::RoomH
     match relay.find_room(pin).await {
         super::Find::Here(h) => Ok(h),
         super::Find::NotFound => Err(ROOM_NOT_FOUND),
-        super::Find::Elsewhere => Err(ROOM_ELSEWHERE),
+        super::Find::Elsewhere(_) => Err(ROOM_ELSEWHERE),
         super::Find::Unavailable => Err(ROOM_NOT_READ),
     }
 }

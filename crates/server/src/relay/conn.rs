@@ -71,6 +71,18 @@ pub(super) async fn ws_upgrade(
     ws.on_upgrade(config, move |c| handle_socket(relay, c, ip))
 }
 
+/// The relay's name on a tunnel between nodes.
+pub(super) const TUNNEL_PROTOCOL: &str = "relay";
+
+/// How this node serves a relay client another node carries here.
+pub(super) fn acceptor(relay: &Arc<Relay>) -> crate::cluster::tunnel::Acceptor {
+    let r = Arc::clone(relay);
+    crate::cluster::tunnel::Acceptor {
+        config: Arc::clone(&relay.socket_config),
+        run: Box::new(move |c, ip| Box::pin(handle_socket(Arc::clone(&r), c, ip))),
+    }
+}
+
 /// The connection's reader; its writer is the driver's.
 fn handle_socket(
     relay: Arc<Relay>,
@@ -134,15 +146,34 @@ fn read_loop(
                         break;
                     }
                 }
-                Flow::Find(job) => {
-                    if !Box::pin(reader.find(*job)).await {
-                        break;
+                Flow::Find(job) => match Box::pin(reader.find(*job)).await {
+                    Found::Go => {}
+                    Found::Stop => break,
+                    Found::Elsewhere(owner, first) => {
+                        return Box::pin(carry(reader, socket, owner, first)).await;
                     }
-                }
+                },
             }
         }
         Box::pin(finish(reader, socket)).await;
     }
+}
+
+/// Carries a connection whose room another node owns to that node (it
+/// is attached to no room here).
+async fn carry(reader: Reader, socket: ws::Reader, owner: String, first: Utf8Bytes) {
+    let Reader { relay, ip, .. } = reader;
+    if let Some(t) = relay.tunnels.get() {
+        let route = crate::cluster::tunnel::Route {
+            owner: &owner,
+            protocol: TUNNEL_PROTOCOL,
+            ip: &ip,
+        };
+        Arc::clone(t)
+            .bridge(route, vec![first], socket, super::CLOSE_ROOM_ELSEWHERE)
+            .await;
+    }
+    relay.metrics.connections.fetch_sub(1, Relaxed);
 }
 
 /// Leaves the room, then closes the socket cleanly.
@@ -192,7 +223,18 @@ enum Flow {
 struct FindJob {
     pin: String,
     msg: RelayClientMessage,
+    /// The frame as the client sent it, for the owner if it is elsewhere.
+    text: Utf8Bytes,
     already_attached: bool,
+}
+
+/// What looking for a room elsewhere came to.
+enum Found {
+    Go,
+    Stop,
+    /// Another node owns it: carry the connection there, starting with
+    /// this frame.
+    Elsewhere(String, Utf8Bytes),
 }
 
 struct AttachJob {
@@ -270,6 +312,7 @@ impl Reader {
                     None if self.relay.leases.is_some() => Flow::Find(Box::new(FindJob {
                         pin,
                         msg,
+                        text,
                         already_attached,
                     })),
                     None => self.act(self.state.room_not_found(&msg)),
@@ -324,35 +367,46 @@ impl Reader {
             .is_ok()
     }
 
-    /// Finds a room this node does not serve yet and attaches to it; false
-    /// when the connection is to stop.
-    async fn find(&mut self, job: FindJob) -> bool {
+    /// Finds a room this node does not serve yet and attaches to it, or
+    /// says where it is.
+    async fn find(&mut self, job: FindJob) -> Found {
         let FindJob {
             pin,
             msg,
+            text,
             already_attached,
         } = job;
+        let go = |ok| if ok { Found::Go } else { Found::Stop };
         match self.relay.find_room(&pin).await {
             super::Find::Here(target) => {
                 self.relay.metrics.frame_in(msg.kind());
-                self.attach(AttachJob {
+                let attached = self.attach(AttachJob {
                     target,
                     msg,
                     already_attached,
-                })
-                .await
+                });
+                go(attached.await)
             }
             super::Find::NotFound => {
                 self.act(self.state.room_not_found(&msg));
-                false
+                Found::Stop
+            }
+            // A connection attached here, or carried here already, is not
+            // carried on: it is refused as below.
+            super::Find::Elsewhere(owner)
+                if !already_attached
+                    && !self.out.0.is_piped()
+                    && self.relay.tunnels.get().is_some() =>
+            {
+                Found::Elsewhere(owner, text)
             }
             // No fatal frame: the client reconnects, and finds the room
-            // once its owner's lease has run out (or, later, through it).
-            super::Find::Elsewhere | super::Find::Unavailable => {
+            // once its owner's lease has run out.
+            super::Find::Elsewhere(_) | super::Find::Unavailable => {
                 self.relay.metrics.frame_in(msg.kind());
                 let (code, reason) = super::CLOSE_ROOM_ELSEWHERE;
                 self.out.close(code, reason);
-                false
+                Found::Stop
             }
         }
     }

@@ -106,6 +106,8 @@ pub struct Relay {
     store: Arc<dyn RelayStore>,
     /// The rooms this node owns on a cluster (PostgreSQL); `None`: one node.
     leases: Option<Arc<Leases>>,
+    /// How a client reaches a room another node owns (with NATS).
+    tunnels: std::sync::OnceLock<Arc<crate::cluster::tunnel::Tunnels>>,
     rooms: Mutex<HashMap<String, RoomHandle>>,
     creation_limit: crate::http::CreationLimit,
     next_conn: AtomicU64,
@@ -166,6 +168,7 @@ impl Relay {
             writer,
             store,
             leases,
+            tunnels: std::sync::OnceLock::new(),
             rooms: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             players: Arc::new(AtomicU64::new(0)),
@@ -199,6 +202,13 @@ impl Relay {
             tracing::error!("start-up fix-ups not queued: the store queue is full");
         }
         relay
+    }
+
+    /// Carries clients of rooms owned elsewhere to their owners through
+    /// `tunnels`, and serves the clients other nodes carry here.
+    pub fn use_tunnels(self: &Arc<Self>, tunnels: Arc<crate::cluster::tunnel::Tunnels>) {
+        tunnels.accept(conn::TUNNEL_PROTOCOL, conn::acceptor(self));
+        let _ = self.tunnels.set(tunnels);
     }
 
     fn spawn_room(self: &Arc<Self>, room: Room) {
@@ -250,7 +260,7 @@ impl Relay {
             TakeOver::Gone => Find::NotFound,
             TakeOver::Elsewhere(held) => {
                 tracing::debug!(pin, owner = %held.owner, "room served by another node");
-                Find::Elsewhere
+                Find::Elsewhere(held.owner)
             }
             TakeOver::Failed => Find::Unavailable,
         }

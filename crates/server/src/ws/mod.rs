@@ -28,12 +28,14 @@
 mod close;
 mod config;
 mod reader;
+mod socket;
 mod sockets;
 mod writer;
 
 pub use crate::outbound::{Close, Refused};
 pub use config::*;
 pub use reader::{Event, Reader};
+pub use socket::{oversized, Pipe, Socket};
 pub use sockets::Sockets;
 pub use writer::{Outbound, Parked};
 
@@ -41,7 +43,7 @@ use reader::End;
 use writer::write_loop;
 
 use crate::outbound;
-use axum::extract::ws::{Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{Utf8Bytes, WebSocketUpgrade};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::response::Response;
@@ -92,12 +94,9 @@ impl Upgrade {
         // of the request that upgraded it (its connection's).
         let span = tracing::Span::current();
         ws.on_upgrade(move |socket| {
-            let (c, drain) = span.in_scope(|| Connection::start(socket, config, sockets));
-            // Each is polled on every wake of the task: a wake meant for
-            // the other costs a check of the queue or of the socket's
-            // readiness, no system call.
-            let both = futures_util::future::join(run(c), write_loop(drain)).map(|_| ());
-            tracing::Instrument::instrument(both, span)
+            let (c, drain) =
+                span.in_scope(|| Connection::start(Socket::Ws(socket), config, sockets));
+            tracing::Instrument::instrument(Connection::drive(c, drain, run), span)
         })
     }
 }
@@ -109,8 +108,40 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// Runs a connection over a [`Pipe`] (another node's client) as
+    /// [`Upgrade::on_upgrade`] runs a WebSocket: `run` beside the writer,
+    /// in the future returned, which the caller spawns.
+    pub fn over_pipe<F, Fut>(
+        pipe: Pipe,
+        config: Arc<Config>,
+        sockets: Option<Sockets>,
+        run: F,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        F: FnOnce(Connection) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let (c, drain) = Connection::start(Socket::Pipe(pipe), config, sockets);
+        Connection::drive(c, drain, run)
+    }
+
+    /// The protocol's `run` and the writer, in one future. Each is polled
+    /// on every wake of the task: a wake meant for the other costs a check
+    /// of the queue or of the socket's readiness, no system call.
+    fn drive<F, Fut>(
+        c: Connection,
+        drain: outbound::Drain<Utf8Bytes, Parked>,
+        run: F,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        F: FnOnce(Connection) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        futures_util::future::join(run(c), write_loop(drain)).map(|_| ())
+    }
+
     fn start(
-        socket: WebSocket,
+        socket: Socket,
         config: Arc<Config>,
         sockets: Option<Sockets>,
     ) -> (Connection, outbound::Drain<Utf8Bytes, Parked>) {
@@ -119,6 +150,7 @@ impl Connection {
             config.outbound_bytes,
             |f: &Utf8Bytes| f.len(),
             Parked {
+                piped: matches!(socket, Socket::Pipe(_)),
                 socket: Mutex::new(Some(socket)),
                 too_slow: config.too_slow,
                 direct_write: config.direct_write,

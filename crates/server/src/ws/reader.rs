@@ -179,6 +179,11 @@ impl Reader {
         }
     }
 
+    /// The protocol's choices for this connection.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
     /// The connection's sending side.
     pub fn out(&self) -> &Outbound {
         &self.out

@@ -4,9 +4,10 @@
 //! the connection's one task (see [`super::Upgrade::on_upgrade`]).
 
 use super::config::CLOSE_NORMAL;
+use super::socket::Socket;
 use crate::outbound;
 use crate::outbound::{Close, Refused};
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use std::future::poll_fn;
@@ -22,13 +23,15 @@ use std::task::{Context, Poll, Waker};
 /// connection's.
 pub struct Parked {
     /// `None` once the connection has let go of it.
-    pub(super) socket: Mutex<Option<WebSocket>>,
+    pub(super) socket: Mutex<Option<Socket>>,
+    /// Whether the socket is a pipe from another node's client.
+    pub(super) piped: bool,
     pub(super) too_slow: Close,
     pub(super) direct_write: bool,
 }
 
 impl Parked {
-    pub(super) fn socket(&self) -> MutexGuard<'_, Option<WebSocket>> {
+    pub(super) fn socket(&self) -> MutexGuard<'_, Option<Socket>> {
         // A panic while polling the socket leaves it as tungstenite left
         // it; its next read or write reports what became of it.
         self.socket.lock().unwrap_or_else(|p| p.into_inner())
@@ -136,6 +139,13 @@ impl Outbound {
         }
         self.0
             .push_or_write(frame, parked.too_slow, |f| parked.write_now(f))
+    }
+
+    /// Whether this connection is a client of another node, carried here
+    /// over a pipe (see `crate::cluster::tunnel`): such a connection is
+    /// never carried on to a third node.
+    pub fn is_piped(&self) -> bool {
+        self.0.parked().piped
     }
 
     /// Closes the connection after what is queued.

@@ -58,7 +58,7 @@ fn nats_server_binary() -> Option<String> {
 }
 
 /// A running `nats-server`, stopped when dropped.
-struct Nats {
+pub(crate) struct Nats {
     bin: String,
     port: u16,
     run: Option<(Child, ChildStdin)>,
@@ -67,7 +67,7 @@ struct Nats {
 impl Nats {
     /// A `nats-server` on a free loopback port; `None` (said loudly, a
     /// failure under CI) where there is none.
-    fn start(test: &str) -> Option<Nats> {
+    pub(crate) fn start(test: &str) -> Option<Nats> {
         let Some(bin) = nats_server_binary() else {
             unavailable(test, "no nats-server binary");
             return None;
@@ -89,12 +89,12 @@ impl Nats {
         Some(n)
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
     /// Stops the server and waits for it to be gone.
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some((mut child, stdin)) = self.run.take() {
             drop(stdin);
             let _ = child.wait();
@@ -102,7 +102,7 @@ impl Nats {
     }
 
     /// Starts the server (again) on its port; waits until it is ready.
-    fn restart(&mut self) -> Result<(), String> {
+    pub(crate) fn restart(&mut self) -> Result<(), String> {
         self.stop();
         let port = self.port.to_string();
         let mut child = Command::new("sh")

@@ -25,10 +25,10 @@ use tokio_tungstenite::tungstenite::Message;
 const POLL: Duration = Duration::from_millis(50);
 
 /// The close of a client whose room moved to another node.
-const CLOSE_ROOM_MOVED: u16 = 1012;
+pub(crate) const CLOSE_ROOM_MOVED: u16 = 1012;
 /// The close of a client that asked a node for a room another live node
 /// owns.
-const CLOSE_ROOM_ELSEWHERE: u16 = 1013;
+pub(crate) const CLOSE_ROOM_ELSEWHERE: u16 = 1013;
 
 /// A node on `url` named `id`, its leases lasting `ttl`.
 fn node(url: &str, id: &str, ttl: &str, dir: &tempfile::TempDir) -> Process {
@@ -39,7 +39,7 @@ fn node(url: &str, id: &str, ttl: &str, dir: &tempfile::TempDir) -> Process {
     )
 }
 
-async fn create(p: &Process) -> (String, String) {
+pub(crate) async fn create(p: &Process) -> (String, String) {
     let (status, v) =
         crate::support::http::call("POST", &format!("{}/api/rooms", p.http()), None, None).await;
     assert_eq!(status, 201, "{v}");
@@ -50,7 +50,7 @@ async fn create(p: &Process) -> (String, String) {
 }
 
 /// What the first answer to an attach was.
-enum Attach {
+pub(crate) enum Attach {
     /// `hosting` or `joined` (or an error frame), on a live connection.
     Frame(Box<Client>, Value),
     /// The connection was closed with this code before any frame.
@@ -58,7 +58,7 @@ enum Attach {
 }
 
 /// Connects to `p` and sends `frame`.
-async fn attach(p: &Process, frame: &Value) -> Attach {
+pub(crate) async fn attach(p: &Process, frame: &Value) -> Attach {
     let mut c = Client::connect(&p.ws("/ws"), Some(ORIGIN)).await.unwrap();
     c.send(frame.clone()).await;
     loop {
@@ -81,7 +81,7 @@ async fn attach(p: &Process, frame: &Value) -> Attach {
 /// Attaches with `frame` to `p` until it answers `want` (the room's node
 /// may still refuse it with 1013 while the old owner's lease runs), within
 /// [`GUARD`] twice; the client and its answer.
-async fn attach_until(p: &Process, frame: Value, want: &str) -> (Client, Value) {
+pub(crate) async fn attach_until(p: &Process, frame: Value, want: &str) -> (Client, Value) {
     let deadline = tokio::time::Instant::now() + GUARD * 2;
     loop {
         match attach(p, &frame).await {
@@ -99,11 +99,11 @@ async fn attach_until(p: &Process, frame: Value, want: &str) -> (Client, Value) 
     }
 }
 
-fn host_frame(pin: &str, token: &str) -> Value {
+pub(crate) fn host_frame(pin: &str, token: &str) -> Value {
     json!({"t": "host", "protocol": 1, "pin": pin, "hostToken": token})
 }
 
-fn join_frame(pin: &str, name: &str, token: Option<&str>) -> Value {
+pub(crate) fn join_frame(pin: &str, name: &str, token: Option<&str>) -> Value {
     let mut f = json!({"t": "join", "protocol": 1, "pin": pin, "name": name});
     if let Some(t) = token {
         f["token"] = json!(t);
@@ -113,7 +113,7 @@ fn join_frame(pin: &str, name: &str, token: Option<&str>) -> Value {
 
 /// Reads `c` until a frame of type `t` (presence frames and the like
 /// skipped).
-async fn until_frame(c: &mut Client, t: &str) -> Value {
+pub(crate) async fn until_frame(c: &mut Client, t: &str) -> Value {
     loop {
         let v = c.recv().await;
         if v["t"] == t {
@@ -122,11 +122,11 @@ async fn until_frame(c: &mut Client, t: &str) -> Value {
     }
 }
 
-async fn info(p: &Process, pin: &str) -> (u16, Value) {
+pub(crate) async fn info(p: &Process, pin: &str) -> (u16, Value) {
     crate::support::http::call("GET", &format!("{}/api/rooms/{pin}", p.http()), None, None).await
 }
 
-async fn metric(p: &Process, name: &str) -> u64 {
+pub(crate) async fn metric(p: &Process, name: &str) -> u64 {
     crate::support::http::metric(&p.http(), name).await
 }
 

@@ -19,4 +19,5 @@ mod relay;
 mod serve_cli;
 mod session;
 mod store_fairness;
+mod tunnels;
 mod ws_foundation;

@@ -155,7 +155,7 @@ pub(super) async fn authenticate(
     // On a cluster the token's match is taken over first if this node
     // does not run it (another live node's: 503).
     if let Some(t) = presented.token.as_deref().filter(|t| token_shape_ok(t)) {
-        if let Find::Elsewhere | Find::Unavailable = g.p3.find_by_token(t).await {
+        if let Find::Elsewhere(_) | Find::Unavailable = g.p3.find_by_token(t).await {
             return (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the seat token's match is served by another node; try again",

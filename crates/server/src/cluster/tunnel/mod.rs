@@ -1,0 +1,507 @@
+//! A client's frames carried to the node that owns its unit, over NATS,
+//! so that any node serves any client. The node the client reached (its
+//! *client node*) keeps the client's WebSocket and runs [`Tunnels::bridge`];
+//! the owner runs the protocol's own connection code over a
+//! [`ws::Pipe`](crate::ws::Pipe), as for a client of its own: the protocol
+//! does not know the difference, and its rules, limits and closes hold.
+//!
+//! - Opening: a NATS request to the owner's [`open_subject`] naming the
+//!   tunnel, the protocol and the client's IP (what per-IP limits count),
+//!   answered `ok` once the owner's side is ready, within [`OPEN_TIMEOUT`];
+//!   otherwise the client is refused as before (1013, and it reconnects).
+//! - Frames: each node subscribes once to its [`frame_subject`] prefix and
+//!   hands each message to its tunnel's queue, bounded at
+//!   [`TUNNEL_FRAMES`] frames (each within the protocol's message limit,
+//!   checked by the client node's WebSocket layer); a full queue ends the
+//!   tunnel (1013 to the client, as a full outbound queue does). Every
+//!   message carries its sender's sequence number: a gap (NATS lost one)
+//!   ends the tunnel with [`CLOSE_LOST`] and the client reconnects.
+//! - Liveness: both sides beat ([`wire::Wire::Keepalive`]) at the
+//!   protocol's ping interval, which the owner's idle timeout counts; a
+//!   peer dropped from the heartbeat table ends its tunnels at once
+//!   ([`Tunnels::peer_gone`]), so a dead owner's clients reconnect within
+//!   the peer expiry (3 s) and find the unit on its new owner.
+//! - A tunnel is never carried on: a piped connection whose unit moved
+//!   again is refused as a client would be.
+
+mod bridge;
+pub mod wire;
+
+use crate::metrics::{write_counter, write_gauge, Render};
+use crate::ws;
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use wire::{Wire, OUT_OF_BAND};
+
+/// How long the owner may take to answer an opening.
+pub const OPEN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Frames a tunnel's receiving side holds, not yet taken by its
+/// connection; one more ends the tunnel as too slow.
+pub const TUNNEL_FRAMES: usize = 256;
+
+/// Tunnels one node holds open, as client node and as owner together;
+/// past it an opening is refused (the client reconnects).
+pub const MAX_TUNNELS: usize = 50_000;
+
+/// The largest opening request read (a tunnel id, a protocol name, an IP
+/// and a node id).
+pub const MAX_OPEN_BYTES: usize = 1024;
+
+/// The close of a client whose tunnel lost a frame or its other node:
+/// 1012 "service restart", so that it reconnects.
+pub const CLOSE_LOST: ws::Close = (1012, "connection lost between nodes: reconnect");
+
+/// The close of a tunnel whose receiving queue was full.
+pub const CLOSE_TOO_SLOW: ws::Close = (1013, "too slow: frames between nodes piled up");
+
+/// Random bytes of a tunnel id (base64url: a NATS subject token).
+const TUNNEL_ID_BYTES: usize = 12;
+
+/// The subject a node takes openings on. Node ids may hold '.', which
+/// NATS reads as a token separator: they go in hex.
+pub fn open_subject(node: &str) -> String {
+    format!("hostwire.tunnel.open.{}", hex(node))
+}
+
+/// The subject of the frames for `node`'s side of `tunnel`.
+pub fn frame_subject(node: &str, tunnel: &str) -> String {
+    format!("hostwire.tunnel.frames.{}.{tunnel}", hex(node))
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a protocol runs a piped connection with: its socket settings and
+/// its connection code, given the connection and the client's IP.
+pub struct Acceptor {
+    pub config: Arc<ws::Config>,
+    #[allow(clippy::type_complexity)]
+    pub run: Box<
+        dyn Fn(ws::Connection, Box<str>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync,
+    >,
+}
+
+/// An opening, as the client node asks it.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Open {
+    tunnel: String,
+    protocol: String,
+    ip: String,
+    from: String,
+}
+
+/// One open tunnel on this node: where its frames go in.
+struct Entry {
+    peer: String,
+    tx: mpsc::Sender<Result<Message, axum::Error>>,
+    next_seq: u64,
+}
+
+/// Counters of the tunnels.
+#[derive(Default)]
+pub struct TunnelMetrics {
+    pub opened_out: AtomicU64,
+    pub opened_in: AtomicU64,
+    pub refused: AtomicU64,
+    pub frames_out: AtomicU64,
+    pub frames_in: AtomicU64,
+    pub lost: AtomicU64,
+    pub too_slow: AtomicU64,
+}
+
+/// A node's tunnels, both ways.
+pub struct Tunnels {
+    node: String,
+    client: async_nats::Client,
+    acceptors: Mutex<HashMap<&'static str, Arc<Acceptor>>>,
+    open: Mutex<HashMap<String, Entry>>,
+    sockets: OnceLock<ws::Sockets>,
+    pub metrics: TunnelMetrics,
+}
+
+impl Tunnels {
+    pub fn new(node: String, client: async_nats::Client) -> Arc<Tunnels> {
+        Arc::new(Tunnels {
+            node,
+            client,
+            acceptors: Mutex::default(),
+            open: Mutex::default(),
+            sockets: OnceLock::new(),
+            metrics: TunnelMetrics::default(),
+        })
+    }
+
+    /// How `protocol`'s piped connections are run on this node.
+    pub fn accept(&self, protocol: &'static str, acceptor: Acceptor) {
+        self.acceptors
+            .lock()
+            .expect("acceptors")
+            .insert(protocol, Arc::new(acceptor));
+    }
+
+    /// The server's socket registry: piped connections are closed at
+    /// shutdown with the others (their clients get the 1001).
+    pub fn set_sockets(&self, sockets: ws::Sockets) {
+        let _ = self.sockets.set(sockets);
+    }
+
+    fn open_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a tunnel's receiving queue; false past [`MAX_TUNNELS`].
+    fn register(
+        &self,
+        id: &str,
+        peer: &str,
+        tx: mpsc::Sender<Result<Message, axum::Error>>,
+    ) -> bool {
+        let mut open = self.open_map();
+        if open.len() >= MAX_TUNNELS {
+            return false;
+        }
+        open.insert(
+            id.to_owned(),
+            Entry {
+                peer: peer.to_owned(),
+                tx,
+                next_seq: 0,
+            },
+        );
+        true
+    }
+
+    fn remove(&self, id: &str) {
+        self.open_map().remove(id);
+    }
+
+    /// How many tunnels are open on this node.
+    pub fn len(&self) -> usize {
+        self.open_map().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Ends every tunnel to `peer` (it missed its heartbeats): their
+    /// queues close, so each side ends as if the other went.
+    pub fn peer_gone(&self, peer: &str) {
+        let mut open = self.open_map();
+        let before = open.len();
+        open.retain(|_, e| e.peer != peer);
+        let ended = (before - open.len()) as u64;
+        self.metrics.lost.fetch_add(ended, Relaxed);
+    }
+
+    /// Takes openings and frames until `stop` turns true.
+    pub fn start(self: &Arc<Self>, stop: watch::Receiver<bool>) {
+        tokio::spawn(Arc::clone(self).take_frames(stop.clone()));
+        tokio::spawn(Arc::clone(self).take_openings(stop));
+    }
+
+    async fn take_frames(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let subject = format!("hostwire.tunnel.frames.{}.*", hex(&self.node));
+        let mut sub = match self.client.subscribe(subject).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot take frames between nodes: clients of units owned elsewhere will be refused");
+                return;
+            }
+        };
+        loop {
+            tokio::select! {
+                m = sub.next() => match m {
+                    Some(m) => self.take_frame(&m.subject, &m.payload),
+                    None => return,
+                },
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// Hands one message to its tunnel's queue.
+    fn take_frame(&self, subject: &str, payload: &Bytes) {
+        let Some(id) = subject.rsplit('.').next() else {
+            return;
+        };
+        let decoded = Wire::decode(payload);
+        let mut open = self.open_map();
+        let Some(entry) = open.get_mut(id) else {
+            // Its tunnel ended: what was on the way is dropped.
+            return;
+        };
+        let (seq, wire) = match decoded {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(tunnel = id, error = ?e, "malformed message between nodes: tunnel ended");
+                open.remove(id);
+                self.metrics.lost.fetch_add(1, Relaxed);
+                return;
+            }
+        };
+        if seq != OUT_OF_BAND {
+            if seq != entry.next_seq {
+                tracing::warn!(
+                    tunnel = id,
+                    expected = entry.next_seq,
+                    got = seq,
+                    "a frame between nodes was lost: tunnel ended"
+                );
+                open.remove(id);
+                self.metrics.lost.fetch_add(1, Relaxed);
+                return;
+            }
+            entry.next_seq += 1;
+        }
+        self.metrics.frames_in.fetch_add(1, Relaxed);
+        let item = match wire {
+            Wire::Text(b) => match Utf8Bytes::try_from(b) {
+                Ok(t) => Ok(Message::Text(t)),
+                Err(_) => {
+                    open.remove(id);
+                    self.metrics.lost.fetch_add(1, Relaxed);
+                    return;
+                }
+            },
+            Wire::Binary(b) => Ok(Message::Binary(b)),
+            Wire::Oversized(n) => Err(ws::oversized(n as usize, 0)),
+            // A pong is what the driver counts as the peer's sign of life.
+            Wire::Keepalive => Ok(Message::Pong(Bytes::new())),
+            Wire::Close(code, reason) => Ok(Message::Close(Some(CloseFrame {
+                code,
+                reason: Utf8Bytes::from(reason),
+            }))),
+            Wire::End => {
+                open.remove(id);
+                return;
+            }
+        };
+        match entry.tx.try_send(item) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                let peer = entry.peer.clone();
+                open.remove(id);
+                drop(open);
+                self.metrics.too_slow.fetch_add(1, Relaxed);
+                let (code, reason) = CLOSE_TOO_SLOW;
+                self.publish_detached(
+                    &peer,
+                    id,
+                    Wire::Close(code, reason.to_owned()).encode(OUT_OF_BAND),
+                );
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                open.remove(id);
+            }
+        }
+    }
+
+    fn publish_detached(&self, peer: &str, tunnel: &str, payload: Bytes) {
+        let client = self.client.clone();
+        let subject = frame_subject(peer, tunnel);
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(OPEN_TIMEOUT, client.publish(subject, payload)).await;
+        });
+    }
+
+    async fn take_openings(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut sub = match self.client.subscribe(open_subject(&self.node)).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot take tunnels from other nodes");
+                return;
+            }
+        };
+        loop {
+            let m = tokio::select! {
+                m = sub.next() => m,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            let Some(m) = m else { return };
+            let answer = self.open_here(&m.payload);
+            if let Some(reply) = m.reply {
+                let _ = self.client.publish(reply, answer.into()).await;
+            }
+        }
+    }
+
+    /// Starts the owner's side of a tunnel: `ok`, or why not.
+    fn open_here(self: &Arc<Self>, payload: &[u8]) -> &'static str {
+        if payload.len() > MAX_OPEN_BYTES {
+            return "opening too large";
+        }
+        let Ok(open) = serde_json::from_slice::<Open>(payload) else {
+            return "malformed opening";
+        };
+        let acceptor = self
+            .acceptors
+            .lock()
+            .expect("acceptors")
+            .get(open.protocol.as_str())
+            .cloned();
+        let Some(acceptor) = acceptor else {
+            return "unknown protocol";
+        };
+        let (in_tx, in_rx) = mpsc::channel(TUNNEL_FRAMES);
+        if !self.register(&open.tunnel, &open.from, in_tx) {
+            self.metrics.refused.fetch_add(1, Relaxed);
+            return "too many tunnels";
+        }
+        self.metrics.opened_in.fetch_add(1, Relaxed);
+        let (out_tx, out_rx) = mpsc::channel(TUNNEL_FRAMES);
+        let pipe = ws::Pipe {
+            from_peer: in_rx,
+            to_peer: tokio_util::sync::PollSender::new(out_tx),
+        };
+        tokio::spawn(Arc::clone(self).send_frames(open.from.clone(), open.tunnel.clone(), out_rx));
+        let run = ws::Connection::over_pipe(
+            pipe,
+            Arc::clone(&acceptor.config),
+            self.sockets.get().cloned(),
+            move |c| (acceptor.run)(c, open.ip.into_boxed_str()),
+        );
+        let tunnels = Arc::clone(self);
+        let id = open.tunnel;
+        let span = tracing::info_span!("tunnel", id = %id, from = %open.from);
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                run.await;
+                tunnels.remove(&id);
+            },
+            span,
+        ));
+        "ok"
+    }
+
+    /// Publishes what the owner's connection sends, in order, to the
+    /// client node, until the connection lets go of its pipe.
+    async fn send_frames(
+        self: Arc<Self>,
+        peer: String,
+        tunnel: String,
+        mut rx: mpsc::Receiver<Message>,
+    ) {
+        let subject = frame_subject(&peer, &tunnel);
+        let mut seq = 0u64;
+        while let Some(m) = rx.recv().await {
+            let wire = match m {
+                Message::Text(t) => Wire::Text(Bytes::from(t)),
+                Message::Binary(b) => Wire::Binary(b),
+                Message::Ping(_) => Wire::Keepalive,
+                Message::Pong(_) => continue,
+                Message::Close(f) => {
+                    let (code, reason) = f.map_or((1005, String::new()), |f| {
+                        (f.code, f.reason.as_str().to_owned())
+                    });
+                    Wire::Close(code, reason)
+                }
+            };
+            if self
+                .client
+                .publish(subject.clone(), wire.encode(seq))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            seq += 1;
+            self.metrics.frames_out.fetch_add(1, Relaxed);
+        }
+    }
+
+    fn new_id() -> String {
+        hostwire_core::token::random_base64url(TUNNEL_ID_BYTES)
+    }
+}
+
+/// A tunnel's client IP and protocol, for the opening.
+pub struct Route<'a> {
+    pub owner: &'a str,
+    pub protocol: &'static str,
+    pub ip: &'a str,
+}
+
+/// Close reasons that came over a tunnel, as the `'static` strings the
+/// driver's closes carry: each distinct reason is kept once, at most
+/// [`MAX_REASONS`] of them (then a generic one), so that no peer can grow
+/// this without bound.
+pub fn intern_reason(reason: &str) -> &'static str {
+    static KEPT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(r) = kept.iter().find(|r| **r == reason) {
+        return r;
+    }
+    if kept.len() >= MAX_REASONS || reason.len() > 123 {
+        return "closed by the node serving it";
+    }
+    let r: &'static str = Box::leak(reason.to_owned().into_boxed_str());
+    kept.push(r);
+    r
+}
+
+/// Distinct close reasons kept by [`intern_reason`].
+pub const MAX_REASONS: usize = 256;
+
+impl Render for Tunnels {
+    fn render(&self, out: &mut String) {
+        let m = &self.metrics;
+        write_gauge(
+            out,
+            "hostwire_cluster_tunnels",
+            "Tunnels open on this node (clients carried to or from another node).",
+            self.len() as i64,
+        );
+        for (name, help, v) in [
+            (
+                "hostwire_cluster_tunnels_opened_total",
+                "Tunnels this node opened to an owner for a client of its own.",
+                &m.opened_out,
+            ),
+            (
+                "hostwire_cluster_tunnels_accepted_total",
+                "Tunnels other nodes opened to this node's units.",
+                &m.opened_in,
+            ),
+            (
+                "hostwire_cluster_tunnels_refused_total",
+                "Tunnels not opened (no answer, refused, or past the cap).",
+                &m.refused,
+            ),
+            (
+                "hostwire_cluster_frames_sent_total",
+                "Frames this node sent over tunnels (cross-node frames).",
+                &m.frames_out,
+            ),
+            (
+                "hostwire_cluster_frames_received_total",
+                "Frames this node took from tunnels (cross-node frames).",
+                &m.frames_in,
+            ),
+            (
+                "hostwire_cluster_tunnels_lost_total",
+                "Tunnels ended by a lost frame, a malformed one or a peer gone.",
+                &m.lost,
+            ),
+            (
+                "hostwire_cluster_tunnels_too_slow_total",
+                "Tunnels ended because their receiving queue was full.",
+                &m.too_slow,
+            ),
+        ] {
+            write_counter(out, name, help, v.load(Relaxed));
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! A tunnel's messages on NATS: one byte saying what it is, the sender's
+//! sequence number (8 bytes, big-endian), then the body. The sequence
+//! numbers let the receiver see a message NATS lost (core NATS delivers
+//! at most once: a slow consumer or a reconnect can drop one): a gap ends
+//! the tunnel, and its client reconnects, rather than a frame going
+//! missing unseen.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// The sequence number of a message outside the tunnel's order: the
+/// receiving node's own refusal (its queue for the tunnel was full), sent
+/// by whichever task saw it. Always taken, and always the last.
+pub const OUT_OF_BAND: u64 = u64::MAX;
+
+/// The longest close reason carried (RFC 6455: 123 bytes).
+const MAX_REASON: usize = 123;
+
+/// What one tunnel message carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wire {
+    /// A text frame (UTF-8, checked again on arrival).
+    Text(Bytes),
+    Binary(Bytes),
+    /// The client sent a message over the protocol's limit, of this size.
+    Oversized(u64),
+    /// The sender is alive (a ping of the owner, or the client node's
+    /// beat while its client is connected).
+    Keepalive,
+    /// The owner closed the connection with this code and reason.
+    Close(u16, String),
+    /// The client is gone: nothing more comes.
+    End,
+}
+
+const TEXT: u8 = b'T';
+const BINARY: u8 = b'B';
+const OVERSIZED: u8 = b'O';
+const KEEPALIVE: u8 = b'K';
+const CLOSE: u8 = b'C';
+const END: u8 = b'E';
+
+/// Why a message was not read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Malformed {
+    TooShort,
+    UnknownKind,
+    BadBody,
+}
+
+impl Wire {
+    pub fn encode(&self, seq: u64) -> Bytes {
+        let body_len = match self {
+            Wire::Text(b) | Wire::Binary(b) => b.len(),
+            Wire::Oversized(_) => 8,
+            Wire::Close(_, r) => 2 + r.len().min(MAX_REASON),
+            Wire::Keepalive | Wire::End => 0,
+        };
+        let mut out = BytesMut::with_capacity(9 + body_len);
+        let (kind, body): (u8, &[u8]) = match self {
+            Wire::Text(b) => (TEXT, b),
+            Wire::Binary(b) => (BINARY, b),
+            Wire::Oversized(_) => (OVERSIZED, &[]),
+            Wire::Keepalive => (KEEPALIVE, &[]),
+            Wire::Close(..) => (CLOSE, &[]),
+            Wire::End => (END, &[]),
+        };
+        out.put_u8(kind);
+        out.put_u64(seq);
+        out.put_slice(body);
+        match self {
+            Wire::Oversized(n) => out.put_u64(*n),
+            Wire::Close(code, reason) => {
+                out.put_u16(*code);
+                out.put_slice(truncate(reason, MAX_REASON).as_bytes());
+            }
+            _ => {}
+        }
+        out.freeze()
+    }
+
+    /// Reads one message; the frame bodies share `payload`'s bytes.
+    pub fn decode(payload: &Bytes) -> Result<(u64, Wire), Malformed> {
+        if payload.len() < 9 {
+            return Err(Malformed::TooShort);
+        }
+        let seq = u64::from_be_bytes(payload[1..9].try_into().expect("8 bytes"));
+        let body = payload.slice(9..);
+        let wire = match payload[0] {
+            TEXT => Wire::Text(body),
+            BINARY => Wire::Binary(body),
+            OVERSIZED => {
+                let n: [u8; 8] = body[..].try_into().map_err(|_| Malformed::BadBody)?;
+                Wire::Oversized(u64::from_be_bytes(n))
+            }
+            KEEPALIVE if body.is_empty() => Wire::Keepalive,
+            END if body.is_empty() => Wire::End,
+            CLOSE if body.len() >= 2 && body.len() <= 2 + MAX_REASON => {
+                let code = u16::from_be_bytes([body[0], body[1]]);
+                let reason = std::str::from_utf8(&body[2..]).map_err(|_| Malformed::BadBody)?;
+                Wire::Close(code, reason.to_owned())
+            }
+            KEEPALIVE | END | CLOSE => return Err(Malformed::BadBody),
+            _ => return Err(Malformed::UnknownKind),
+        };
+        Ok((seq, wire))
+    }
+}
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_reads_back_as_written() {
+        let all = [
+            Wire::Text(Bytes::from_static(b"{\"t\":\"join\"}")),
+            Wire::Binary(Bytes::from_static(&[0, 1, 2])),
+            Wire::Oversized(1 << 40),
+            Wire::Keepalive,
+            Wire::Close(1013, "room served by another node".to_owned()),
+            Wire::End,
+        ];
+        for (seq, w) in all.into_iter().enumerate() {
+            let b = w.encode(seq as u64);
+            assert_eq!(Wire::decode(&b), Ok((seq as u64, w)));
+        }
+    }
+
+    #[test]
+    fn what_is_not_a_message_is_refused_by_name() {
+        assert_eq!(
+            Wire::decode(&Bytes::from_static(b"T1234")),
+            Err(Malformed::TooShort)
+        );
+        let mut m = Wire::Keepalive.encode(3).to_vec();
+        m[0] = b'Z';
+        assert_eq!(Wire::decode(&m.into()), Err(Malformed::UnknownKind));
+        let mut m = Wire::End.encode(3).to_vec();
+        m.push(0);
+        assert_eq!(Wire::decode(&m.into()), Err(Malformed::BadBody));
+        let mut m = Wire::Close(1000, String::new()).encode(0).to_vec();
+        m.extend_from_slice(&[0xff, 0xfe]);
+        assert_eq!(Wire::decode(&m.into()), Err(Malformed::BadBody));
+        let m = Wire::Oversized(1).encode(0);
+        assert_eq!(Wire::decode(&m.slice(..12)), Err(Malformed::BadBody));
+    }
+
+    #[test]
+    fn a_long_reason_is_cut_at_a_character() {
+        let reason = "é".repeat(100);
+        let b = Wire::Close(1000, reason).encode(0);
+        let Ok((_, Wire::Close(_, r))) = Wire::decode(&b) else {
+            panic!("not read back");
+        };
+        assert_eq!(r.len(), 122);
+    }
+}

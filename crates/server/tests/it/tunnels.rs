@@ -1,0 +1,176 @@
+//! Any node serves any client: three real `hostwire serve` processes on
+//! one PostgreSQL and one real `nats-server`. A client that reaches a node
+//! which does not own its unit is carried to the owner over NATS and plays
+//! as on one server; the owner `kill -9`ed, the carried clients are closed
+//! with 1012, reconnect, and go on where the room was taken over.
+//!
+//! Time is never waited for by sleeping: outcomes are polled for with a
+//! deadline.
+
+use crate::cluster::Nats;
+use crate::failover::{
+    attach, attach_until, create, host_frame, join_frame, metric, until_frame, Attach,
+};
+use crate::support::process::Process;
+use crate::support::relay::{temp_dir, Client, ORIGIN};
+use crate::support::server::GUARD;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+/// A node `id` on PostgreSQL `url` and `nats`, its leases lasting `ttl`.
+fn node(url: &str, nats: &Nats, id: &str, ttl: &str, dir: &tempfile::TempDir) -> Process {
+    Process::serve(
+        dir.path(),
+        &[
+            "--postgres-url",
+            url,
+            "--nats-url",
+            &nats.url(),
+            "--node-id",
+            id,
+            "--lease-ttl",
+            ttl,
+        ],
+        &[("ALLOWED_ORIGINS", ORIGIN)],
+    )
+}
+
+async fn health(p: &Process) -> Value {
+    crate::support::http::call("GET", &format!("{}/api/health", p.http()), None, None)
+        .await
+        .1
+}
+
+/// Waits until each node lists the others as peers (the owner must be
+/// heard of before a client can be carried to it).
+async fn until_peers(nodes: &[&Process]) {
+    let deadline = tokio::time::Instant::now() + GUARD;
+    for p in nodes {
+        loop {
+            let h = health(p).await;
+            if h["peers"].as_array().map_or(0, Vec::len) == nodes.len() - 1 {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "peers: {h}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The close code `c` ends with (frames before it skipped).
+async fn closed_with(c: &mut Client) -> u16 {
+    loop {
+        match tokio::time::timeout(GUARD, c.ws.next()).await {
+            Ok(Some(Ok(Message::Close(f)))) => return f.map_or(1005, |f| u16::from(f.code)),
+            Ok(Some(Ok(_))) => continue,
+            other => panic!("no close: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_relay_game_with_the_host_on_one_node_and_players_on_two_others() {
+    let Some(url) = hostwire_store::testing::fresh_database("tunnel_relay") else {
+        return;
+    };
+    let Some(nats) = Nats::start("tunnel_relay") else {
+        return;
+    };
+    let dirs = [temp_dir("tn-a"), temp_dir("tn-b"), temp_dir("tn-c")];
+    let mut a = node(&url, &nats, "a", "2s", &dirs[0]);
+    let b = node(&url, &nats, "b", "2s", &dirs[1]);
+    let c = node(&url, &nats, "c", "2s", &dirs[2]);
+    until_peers(&[&a, &b, &c]).await;
+    let (pin, token) = create(&a).await;
+    let (mut host, _) = attach_until(&a, host_frame(&pin, &token), "hosting").await;
+    // Ann reaches b and Bob reaches c: both are carried to a.
+    let (mut ann, ann_v) = attach_until(&b, join_frame(&pin, "Ann", None), "joined").await;
+    let (mut bob, bob_v) = attach_until(&c, join_frame(&pin, "Bob", None), "joined").await;
+    let joined = until_frame(&mut host, "presence").await;
+    assert_eq!(joined["event"], "join", "{joined}");
+    // Frames both ways, in order.
+    for n in 0..20 {
+        host.send(json!({"t": "to", "to": ann_v["playerId"], "data": {"n": n}}))
+            .await;
+        host.send(json!({"t": "to", "to": bob_v["playerId"], "data": {"n": n}}))
+            .await;
+    }
+    for n in 0..20 {
+        assert_eq!(until_frame(&mut ann, "data").await["data"]["n"], n);
+        assert_eq!(until_frame(&mut bob, "data").await["data"]["n"], n);
+    }
+    ann.send(json!({"t": "up", "data": {"answer": 42}})).await;
+    let from = until_frame(&mut host, "from").await;
+    assert_eq!(
+        (&from["from"], &from["data"]["answer"]),
+        (&ann_v["playerId"], &json!(42)),
+        "{from}"
+    );
+    bob.send(json!({"t": "up", "data": {"answer": 7}})).await;
+    assert_eq!(until_frame(&mut host, "from").await["data"]["answer"], 7);
+    // The relay's own answers come back through the tunnel too.
+    bob.send(json!({"t": "ping"})).await;
+    until_frame(&mut bob, "pong").await;
+    // The owner counts the carried clients as its own players.
+    let (status, v) =
+        crate::support::http::call("GET", &format!("{}/api/rooms/{pin}", a.http()), None, None)
+            .await;
+    assert_eq!((status, &v["players"]), (200, &json!(2)), "{v}");
+    assert!(metric(&b, "hostwire_cluster_frames_sent_total").await >= 2);
+    assert!(metric(&a, "hostwire_cluster_tunnels_accepted_total").await >= 2);
+    let h = health(&b).await;
+    assert!(
+        h["tunnels"]["framesReceived"].as_u64().unwrap() >= 20,
+        "{h}"
+    );
+    // A kick on the owner reaches the carried player with its close.
+    host.send(json!({"t": "kick", "playerId": bob_v["playerId"]}))
+        .await;
+    let kicked = until_frame(&mut bob, "closed").await;
+    assert_eq!(kicked["reason"], "kicked", "{kicked}");
+    assert_eq!(closed_with(&mut bob).await, 1000, "the relay's own close");
+
+    // The owner dies: the carried client is told to reconnect (1012)
+    // within the peer expiry, and finds the room on its new owner.
+    a.kill_9();
+    assert_eq!(closed_with(&mut ann).await, 1012);
+    let (mut host, _) = attach_until(&b, host_frame(&pin, &token), "hosting").await;
+    let (mut ann, v) = attach_until(
+        &c,
+        join_frame(&pin, "Ann", ann_v["token"].as_str()),
+        "joined",
+    )
+    .await;
+    assert_eq!(v["playerId"], ann_v["playerId"], "{v}");
+    host.send(json!({"t": "to", "to": ann_v["playerId"], "data": "again"}))
+        .await;
+    assert_eq!(until_frame(&mut ann, "data").await["data"], "again");
+}
+
+#[tokio::test]
+async fn a_carried_client_is_refused_as_before_when_the_owner_does_not_answer() {
+    let Some(url) = hostwire_store::testing::fresh_database("tunnel_refused") else {
+        return;
+    };
+    let Some(nats) = Nats::start("tunnel_refused") else {
+        return;
+    };
+    let dirs = [temp_dir("tr-a"), temp_dir("tr-b")];
+    let a = node(&url, &nats, "a", "60s", &dirs[0]);
+    let b = node(&url, &nats, "b", "60s", &dirs[1]);
+    until_peers(&[&a, &b]).await;
+    let (pin, _) = create(&a).await;
+    // a paused: its lease is live, but nobody answers the opening.
+    crate::failover::signal(&a, libc::SIGSTOP);
+    let refused = attach(&b, &join_frame(&pin, "Ann", None)).await;
+    crate::failover::signal(&a, libc::SIGCONT);
+    match refused {
+        Attach::Closed(code) => assert_eq!(code, crate::failover::CLOSE_ROOM_ELSEWHERE),
+        Attach::Frame(_, v) => panic!("answered while the owner was paused: {v}"),
+    }
+    assert_eq!(
+        metric(&b, "hostwire_cluster_tunnels_refused_total").await,
+        1
+    );
+}
