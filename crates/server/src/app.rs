@@ -297,7 +297,9 @@ impl App {
         let app = router(Arc::clone(&relay), metrics)
             .merge(ggui::router(Arc::clone(&ggui)))
             .merge(playerthree::router(Arc::clone(&playerthree)))
-            .merge(sessions::router(Arc::clone(&sessions)))
+            .merge(sessions::router(Arc::clone(&sessions)));
+        // Inside the body budget: what it reads to carry is counted.
+        let app = carry_requests(app, &cluster)
             // One budget of request-body bytes over every protocol's API.
             .layer(axum::middleware::from_fn(crate::http::body_budget))
             // Every protocol's handlers check credentials through it.
@@ -305,7 +307,7 @@ impl App {
             // `/api/health` shows this node and its peers.
             .layer(axum::Extension(Arc::clone(&cluster)));
         let sockets = crate::ws::Sockets::default();
-        carry_clients(&cluster, &sockets, &relay);
+        carry_clients(&cluster, &sockets, &relay, &app);
         cluster.start(addr, stop.subscribe());
         tokio::spawn(Arc::clone(&relay).sweep_timer(stop.subscribe()));
         if let Some(l) = &leases {
@@ -390,10 +392,28 @@ fn start_relay(
 
 /// With NATS: clients of units owned elsewhere are carried to their
 /// owners, and other nodes' clients are served here, in `sockets`.
-fn carry_clients(cluster: &Cluster, sockets: &crate::ws::Sockets, relay: &Arc<Relay>) {
+fn carry_clients(
+    cluster: &Cluster,
+    sockets: &crate::ws::Sockets,
+    relay: &Arc<Relay>,
+    app: &axum::Router,
+) {
     if let Some(t) = cluster.tunnels() {
         t.set_sockets(sockets.clone());
+        t.set_router(app.clone());
         relay.use_tunnels(Arc::clone(t));
+    }
+}
+
+/// With NATS: an API request for a unit another node owns is carried
+/// there (see `cluster::tunnel::http`).
+fn carry_requests(app: axum::Router, cluster: &Cluster) -> axum::Router {
+    match cluster.tunnels() {
+        Some(t) => app.layer(axum::middleware::from_fn_with_state(
+            Arc::clone(t),
+            crate::cluster::tunnel::http::carry_http,
+        )),
+        None => app,
     }
 }
 

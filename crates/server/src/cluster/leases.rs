@@ -323,7 +323,11 @@ impl Leases {
                 tracing::warn!(error = %e, %kind, key, "lease not acquired");
                 TakeOver::Failed
             }
-            Ok(Err(held)) => TakeOver::Elsewhere(held),
+            Ok(Err(held)) => {
+                // An HTTP request asking for it is carried to its owner.
+                super::tunnel::http::note_owner(&held.owner);
+                TakeOver::Elsewhere(held)
+            }
             Ok(Ok(generation)) => match holder.restore(key).await {
                 Restored::Serving => {
                     self.metrics.taken_over.fetch_add(1, Relaxed);

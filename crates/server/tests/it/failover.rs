@@ -130,7 +130,7 @@ pub(crate) async fn metric(p: &Process, name: &str) -> u64 {
     crate::support::http::metric(&p.http(), name).await
 }
 
-async fn upload(p: &Process, pin: &str, token: &str, app: &str) -> Value {
+pub(crate) async fn upload(p: &Process, pin: &str, token: &str, app: &str) -> Value {
     let html =
         format!(r#"<script type="application/oqse-manifest+json">{{"appName":"{app}"}}</script>"#);
     let (status, v) = crate::support::http::call(

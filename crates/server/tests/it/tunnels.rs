@@ -9,7 +9,7 @@
 
 use crate::cluster::Nats;
 use crate::failover::{
-    attach, attach_until, create, host_frame, join_frame, metric, until_frame, Attach,
+    attach, attach_until, create, host_frame, info, join_frame, metric, until_frame, upload, Attach,
 };
 use crate::support::process::Process;
 use crate::support::relay::{temp_dir, Client, ORIGIN};
@@ -112,11 +112,30 @@ async fn a_relay_game_with_the_host_on_one_node_and_players_on_two_others() {
     // The relay's own answers come back through the tunnel too.
     bob.send(json!({"t": "ping"})).await;
     until_frame(&mut bob, "pong").await;
-    // The owner counts the carried clients as its own players.
-    let (status, v) =
-        crate::support::http::call("GET", &format!("{}/api/rooms/{pin}", a.http()), None, None)
-            .await;
-    assert_eq!((status, &v["players"]), (200, &json!(2)), "{v}");
+    // The owner counts the carried clients as its own players, and every
+    // node answers the room's API as the owner does.
+    for p in [&a, &b, &c] {
+        let (status, v) = info(p, &pin).await;
+        assert_eq!((status, &v["players"]), (200, &json!(2)), "{v}");
+    }
+    // A bundle uploaded through b and read through c: bigger than one
+    // frame between nodes, the owner's headers kept.
+    let big = "x".repeat(300_000);
+    assert_eq!(upload(&b, &pin, &token, &big).await["version"], 1);
+    let bundle = reqwest::get(format!("{}/api/rooms/{pin}/bundle", c.http()))
+        .await
+        .unwrap();
+    assert_eq!(bundle.status(), 200);
+    assert_eq!(bundle.headers()["x-bundle-version"], "1");
+    assert!(bundle.text().await.unwrap().contains(&big));
+    let (status, v) = crate::support::http::call(
+        "PUT",
+        &format!("{}/api/rooms/{pin}/bundle", c.http()),
+        Some("not the host token"),
+        Some(&json!({"pluginHtml": "<p>", "set": {"items": []}})),
+    )
+    .await;
+    assert_eq!(status, 403, "the owner's refusal comes back as it is: {v}");
     assert!(metric(&b, "hostwire_cluster_frames_sent_total").await >= 2);
     assert!(metric(&a, "hostwire_cluster_tunnels_accepted_total").await >= 2);
     let h = health(&b).await;

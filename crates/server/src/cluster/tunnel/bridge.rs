@@ -68,7 +68,7 @@ impl Tunnels {
     }
 
     /// Asks the owner to open its side: true once it answered `ok`.
-    async fn open_there(&self, id: &str, route: &Route<'_>) -> bool {
+    pub(super) async fn open_there(&self, id: &str, route: &Route<'_>) -> bool {
         let open = Open {
             tunnel: id.to_owned(),
             protocol: route.protocol.to_owned(),

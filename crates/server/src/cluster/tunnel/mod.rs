@@ -25,6 +25,7 @@
 //!   again is refused as a client would be.
 
 mod bridge;
+pub mod http;
 pub mod wire;
 
 use crate::metrics::{write_counter, write_gauge, Render};
@@ -128,6 +129,8 @@ pub struct Tunnels {
     acceptors: Mutex<HashMap<&'static str, Arc<Acceptor>>>,
     open: Mutex<HashMap<String, Entry>>,
     sockets: OnceLock<ws::Sockets>,
+    /// The node's router, for the HTTP requests other nodes carry here.
+    router: OnceLock<axum::Router>,
     pub metrics: TunnelMetrics,
 }
 
@@ -139,6 +142,7 @@ impl Tunnels {
             acceptors: Mutex::default(),
             open: Mutex::default(),
             sockets: OnceLock::new(),
+            router: OnceLock::new(),
             metrics: TunnelMetrics::default(),
         })
     }
@@ -155,6 +159,12 @@ impl Tunnels {
     /// shutdown with the others (their clients get the 1001).
     pub fn set_sockets(&self, sockets: ws::Sockets) {
         let _ = self.sockets.set(sockets);
+    }
+
+    /// The router carried HTTP requests are served by (the node's whole
+    /// API).
+    pub fn set_router(&self, router: axum::Router) {
+        let _ = self.router.set(router);
     }
 
     fn open_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
@@ -346,6 +356,9 @@ impl Tunnels {
         let Ok(open) = serde_json::from_slice::<Open>(payload) else {
             return "malformed opening";
         };
+        if open.protocol == http::HTTP_PROTOCOL {
+            return self.open_http(open);
+        }
         let acceptor = self
             .acceptors
             .lock()
@@ -383,6 +396,25 @@ impl Tunnels {
             },
             span,
         ));
+        "ok"
+    }
+
+    /// The owner's side of a carried HTTP request.
+    fn open_http(self: &Arc<Self>, open: Open) -> &'static str {
+        if self.router.get().is_none() {
+            return "no router";
+        }
+        let (in_tx, in_rx) = mpsc::channel(TUNNEL_FRAMES);
+        if !self.register(&open.tunnel, &open.from, in_tx) {
+            self.metrics.refused.fetch_add(1, Relaxed);
+            return "too many tunnels";
+        }
+        self.metrics.opened_in.fetch_add(1, Relaxed);
+        let (out_tx, out_rx) = mpsc::channel(TUNNEL_FRAMES);
+        tokio::spawn(Arc::clone(self).send_frames(open.from, open.tunnel.clone(), out_rx));
+        let tunnels = Arc::clone(self);
+        let id = open.tunnel;
+        self.serve_carried(in_rx, out_tx, open.ip, move || tunnels.remove(&id));
         "ok"
     }
 
