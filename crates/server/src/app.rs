@@ -307,7 +307,7 @@ impl App {
             // `/api/health` shows this node and its peers.
             .layer(axum::Extension(Arc::clone(&cluster)));
         let sockets = crate::ws::Sockets::default();
-        carry_clients(&cluster, &sockets, &relay, &app);
+        carry_clients(&cluster, &sockets, &relay, &playerthree, &app);
         cluster.start(addr, stop.subscribe());
         tokio::spawn(Arc::clone(&relay).sweep_timer(stop.subscribe()));
         if let Some(l) = &leases {
@@ -396,12 +396,14 @@ fn carry_clients(
     cluster: &Cluster,
     sockets: &crate::ws::Sockets,
     relay: &Arc<Relay>,
+    playerthree: &Arc<PlayerThree>,
     app: &axum::Router,
 ) {
     if let Some(t) = cluster.tunnels() {
         t.set_sockets(sockets.clone());
         t.set_router(app.clone());
         relay.use_tunnels(Arc::clone(t));
+        playerthree.use_tunnels(Arc::clone(t));
     }
 }
 

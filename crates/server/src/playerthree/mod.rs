@@ -203,6 +203,8 @@ pub struct PlayerThree {
     /// The matches this node owns on a cluster (PostgreSQL); `None`: one
     /// node.
     leases: Option<Arc<Leases>>,
+    /// How a client reaches a match another node owns (with NATS).
+    tunnels: std::sync::OnceLock<Arc<crate::cluster::tunnel::Tunnels>>,
 }
 
 /// What looking a match up on this node found.
@@ -216,6 +218,15 @@ impl Units for PlayerThree {
 
     async fn restore_unit(self: Arc<Self>, key: &str) -> Restored {
         self.restore_one(key).await
+    }
+}
+
+impl PlayerThree {
+    /// Carries clients of matches owned elsewhere to their owners through
+    /// `tunnels`, and serves the clients other nodes carry here.
+    pub fn use_tunnels(self: &Arc<Self>, tunnels: Arc<crate::cluster::tunnel::Tunnels>) {
+        tunnels.accept(ws::TUNNEL_PROTOCOL, ws::acceptor(self));
+        let _ = self.tunnels.set(tunnels);
     }
 }
 
@@ -266,6 +277,7 @@ impl PlayerThree {
             mcp: std::sync::OnceLock::new(),
             store,
             leases,
+            tunnels: std::sync::OnceLock::new(),
         });
         if let Some(leases) = &p3.leases {
             leases.register(

@@ -111,6 +111,28 @@ async fn ws_upgrade(
     ws.on_upgrade(config, move |c| connection(p3, c))
 }
 
+/// PlayerThree's name on a tunnel between nodes.
+pub(super) const TUNNEL_PROTOCOL: &str = "playerthree";
+
+/// How this node serves a PlayerThree client another node carries here.
+pub(super) fn acceptor(p3: &Arc<PlayerThree>) -> crate::cluster::tunnel::Acceptor {
+    let p3 = Arc::clone(p3);
+    crate::cluster::tunnel::Acceptor {
+        config: Arc::new(socket_config(p3.config.outbound_queue)),
+        run: Box::new(move |c, _ip| Box::pin(connection(Arc::clone(&p3), c))),
+    }
+}
+
+/// What the join came to.
+enum Joined {
+    Match(MatchHandle, TokenHash),
+    /// Another node owns the token's match: carry the connection there,
+    /// starting with the join.
+    Elsewhere(String, Utf8Bytes),
+    /// The connection ends (its error and close are queued).
+    No,
+}
+
 /// The join message.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -128,23 +150,54 @@ async fn connection(p3: Arc<PlayerThree>, c: ws::Connection) {
     let conn = p3.next_conn();
     p3.metrics.connections.fetch_add(1, Relaxed);
     let out = ConnOut(out);
-    if let Some((handle, token)) = join(&p3, conn, &mut reader, &out).await {
-        read_loop(&p3, conn, &mut reader, &out, &handle, &token).await;
-        let _ = handle.tx.send(MatchCmd::Leave { conn }).await;
+    match join(&p3, conn, &mut reader, &out).await {
+        Joined::Match(handle, token) => {
+            read_loop(&p3, conn, &mut reader, &out, &handle, &token).await;
+            let _ = handle.tx.send(MatchCmd::Leave { conn }).await;
+        }
+        Joined::Elsewhere(owner, first) => {
+            drop(out);
+            Box::pin(carry(&p3, reader, owner, first)).await;
+            p3.metrics.connections.fetch_sub(1, Relaxed);
+            return;
+        }
+        Joined::No => {}
     }
     drop(out);
     reader.finish().await;
     p3.metrics.connections.fetch_sub(1, Relaxed);
 }
 
+/// The join's refusal of a match served by another node (the client
+/// reconnects).
+fn refuse_elsewhere(out: &ws::Outbound) {
+    let code = ServerErrorCode::Busy;
+    let _ = out.send(error_frame(
+        code,
+        "token: its match is served by another node; try again",
+    ));
+    out.close((code.join_refused_close(), "join refused"));
+}
+
+/// Carries a connection whose match another node owns to that node.
+async fn carry(p3: &PlayerThree, reader: ws::Reader, owner: String, first: Utf8Bytes) {
+    let Some(t) = p3.tunnels.get() else {
+        refuse_elsewhere(reader.out());
+        return reader.finish().await;
+    };
+    let route = crate::cluster::tunnel::Route {
+        owner: &owner,
+        protocol: TUNNEL_PROTOCOL,
+        ip: "",
+    };
+    Arc::clone(t)
+        .bridge(route, vec![first], reader, refuse_elsewhere)
+        .await;
+}
+
 /// Reads the join message and joins the token's match; `None` when the
 /// connection is to end (its error and close are queued).
-async fn join(
-    p3: &Arc<PlayerThree>,
-    conn: u64,
-    reader: &mut ws::Reader,
-    out: &ConnOut,
-) -> Option<(MatchHandle, TokenHash)> {
+async fn join(p3: &Arc<PlayerThree>, conn: u64, reader: &mut ws::Reader, out: &ConnOut) -> Joined {
     let refuse = |code: ServerErrorCode, message: &str, close: u16| {
         out.frame(error_frame(code, message), &p3.metrics);
         out.close(close, "join refused");
@@ -152,9 +205,9 @@ async fn join(
     let first = match tokio::time::timeout(JOIN_TIMEOUT, reader.next()).await {
         Err(_) => {
             out.close(CLOSE_JOIN_TIMEOUT, "no join in time");
-            return None;
+            return Joined::No;
         }
-        Ok(ws::Event::End) => return None,
+        Ok(ws::Event::End) => return Joined::No,
         Ok(ws::Event::Oversized) => {
             p3.metrics.oversized.fetch_add(1, Relaxed);
             out.frame(
@@ -164,7 +217,7 @@ async fn join(
                 ),
                 &p3.metrics,
             );
-            return None;
+            return Joined::No;
         }
         Ok(ws::Event::Text(t)) => t,
         Ok(ws::Event::Binary(_)) => {
@@ -173,7 +226,7 @@ async fn join(
                 "message: the join must be a text message",
                 CLOSE_POLICY,
             );
-            return None;
+            return Joined::No;
         }
     };
     if first.len() > MAX_MESSAGE_BYTES {
@@ -182,7 +235,7 @@ async fn join(
             "message: over MAX_MESSAGE_BYTES",
             CLOSE_POLICY,
         );
-        return None;
+        return Joined::No;
     }
     let token = match serde_json::from_str::<Join>(first.as_str()) {
         Ok(j) if j.op == "join" => j.token,
@@ -192,7 +245,7 @@ async fn join(
                 "op: the first message must be join",
                 CLOSE_POLICY,
             );
-            return None;
+            return Joined::No;
         }
         Err(e) => {
             refuse(
@@ -200,7 +253,7 @@ async fn join(
                 &format!("join: expected {{\"op\":\"join\",\"token\":…}}: {e}"),
                 CLOSE_POLICY,
             );
-            return None;
+            return Joined::No;
         }
     };
     // The shape first: malformed text is never looked up.
@@ -208,13 +261,16 @@ async fn join(
         match p3.find_by_token(&token).await {
             Find::Here(h) => Some(h),
             Find::NotFound => None,
+            Find::Elsewhere(owner) if !out.0.is_piped() && p3.tunnels.get().is_some() => {
+                return Joined::Elsewhere(owner, first);
+            }
             Find::Elsewhere(_) | Find::Unavailable => {
                 refuse(
                     ServerErrorCode::Busy,
                     "token: its match is served by another node; try again",
                     ServerErrorCode::Busy.join_refused_close(),
                 );
-                return None;
+                return Joined::No;
             }
         }
     } else {
@@ -226,7 +282,7 @@ async fn join(
             "token: not a live token",
             CLOSE_BAD_TOKEN,
         );
-        return None;
+        return Joined::No;
     };
     let (reply, answer) = oneshot::channel();
     let hash = TokenHash::of(&token);
@@ -238,15 +294,15 @@ async fn join(
     };
     if handle.tx.send(cmd).await.is_err() {
         out.close(CLOSE_GOING_AWAY, "match closed");
-        return None;
+        return Joined::No;
     }
     match answer.await {
-        Ok(Ok(())) => Some((handle, hash)),
+        Ok(Ok(())) => Joined::Match(handle, hash),
         Ok(Err(e)) => {
             refuse(e.code, &e.message, e.code.join_refused_close());
-            None
+            Joined::No
         }
-        Err(_) => None,
+        Err(_) => Joined::No,
     }
 }
 

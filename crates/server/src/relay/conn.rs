@@ -170,7 +170,9 @@ async fn carry(reader: Reader, socket: ws::Reader, owner: String, first: Utf8Byt
             ip: &ip,
         };
         Arc::clone(t)
-            .bridge(route, vec![first], socket, super::CLOSE_ROOM_ELSEWHERE)
+            .bridge(route, vec![first], socket, |out| {
+                out.close(super::CLOSE_ROOM_ELSEWHERE)
+            })
             .await;
     }
     relay.metrics.connections.fetch_sub(1, Relaxed);

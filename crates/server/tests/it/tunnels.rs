@@ -32,7 +32,10 @@ fn node(url: &str, nats: &Nats, id: &str, ttl: &str, dir: &tempfile::TempDir) ->
             "--lease-ttl",
             ttl,
         ],
-        &[("ALLOWED_ORIGINS", ORIGIN)],
+        &[
+            ("ALLOWED_ORIGINS", ORIGIN),
+            ("HOSTWIRE_OPERATOR_TOKEN", crate::support::server::OPERATOR),
+        ],
     )
 }
 
@@ -192,4 +195,55 @@ async fn a_carried_client_is_refused_as_before_when_the_owner_does_not_answer() 
         metric(&b, "hostwire_cluster_tunnels_refused_total").await,
         1
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_playerthree_match_is_played_through_nodes_that_do_not_own_it() {
+    use crate::support::playerthree::{create_match, mint, PlayerThreeFrames};
+    let Some(url) = hostwire_store::testing::fresh_database("tunnel_match") else {
+        return;
+    };
+    let Some(nats) = Nats::start("tunnel_match") else {
+        return;
+    };
+    let dirs = [temp_dir("tm-a"), temp_dir("tm-b"), temp_dir("tm-c")];
+    let a = node(&url, &nats, "a", "2s", &dirs[0]);
+    let b = node(&url, &nats, "b", "2s", &dirs[1]);
+    let c = node(&url, &nats, "c", "2s", &dirs[2]);
+    until_peers(&[&a, &b, &c]).await;
+    let (id, op) = create_match(&a.http()).await;
+    // The operator's API answers on a node that does not own the match.
+    let red = mint(&b.http(), &id, &op, json!({"kind": "team", "team": "red"})).await;
+    // The team's client joins through c, and its calls reach the match.
+    let mut o = crate::support::relay::Client::connect(&c.ws("/playerthree/ws"), None)
+        .await
+        .unwrap();
+    o.send(json!({"op": "join", "token": red})).await;
+    assert_eq!(o.recv().await["ok"], true);
+    let seat = o
+        .expect_ok(json!({"op": "mint", "seq": 1, "role": "red-scout"}))
+        .await["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    o.expect_ok(json!({"op": "controller", "seq": 2, "role": "red-scout", "controller": {"kind": "agent", "supervised": true}}))
+        .await;
+    // A seat minted over the tunnel joins through b.
+    let mut s = crate::support::relay::Client::connect(&b.ws("/playerthree/ws"), None)
+        .await
+        .unwrap();
+    s.send(json!({"op": "join", "token": seat})).await;
+    assert_eq!(s.recv().await["ok"], true);
+    let p = s
+        .expect_ok(json!({"op": "call", "seq": 1, "role": "red-scout", "method": "hold"}))
+        .await;
+    assert!(p["proposal"].is_string(), "{p}");
+    assert!(metric(&a, "hostwire_cluster_tunnels_accepted_total").await >= 3);
+    // A token no node knows is refused as on one node.
+    let mut x = crate::support::relay::Client::connect(&b.ws("/playerthree/ws"), None)
+        .await
+        .unwrap();
+    x.send(json!({"op": "join", "token": "p3t_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}))
+        .await;
+    assert_ne!(x.recv().await["ok"], true);
 }

@@ -25,21 +25,22 @@ impl Tunnels {
     /// Carries `reader`'s connection to `route.owner`: first `first` (the
     /// frames already read here that named the unit), then every message
     /// of the client, while the owner's frames come back. When the owner
-    /// cannot be reached the connection is closed with `refused`. Returns
+    /// cannot be reached, `refused` answers the client (as the protocol
+    /// refuses a unit served elsewhere, for it to reconnect). Returns
     /// once the connection has ended ([`ws::Reader::finish`] is called).
     pub async fn bridge(
         self: Arc<Self>,
         route: Route<'_>,
         first: Vec<Utf8Bytes>,
         reader: ws::Reader,
-        refused: ws::Close,
+        refused: impl FnOnce(&ws::Outbound),
     ) {
         let id = Tunnels::new_id();
         let (tx, rx) = mpsc::channel(TUNNEL_FRAMES);
         if !self.register(&id, route.owner, tx) || !self.open_there(&id, &route).await {
             self.remove(&id);
             self.metrics.refused.fetch_add(1, Relaxed);
-            reader.out().close(refused);
+            refused(reader.out());
             reader.finish().await;
             return;
         }
