@@ -307,7 +307,7 @@ impl App {
             // `/api/health` shows this node and its peers.
             .layer(axum::Extension(Arc::clone(&cluster)));
         let sockets = crate::ws::Sockets::default();
-        carry_clients(&cluster, &sockets, &relay, &playerthree, &app);
+        carry_clients(&cluster, &sockets, &relay, &playerthree, &sessions, &app);
         cluster.start(addr, stop.subscribe());
         tokio::spawn(Arc::clone(&relay).sweep_timer(stop.subscribe()));
         if let Some(l) = &leases {
@@ -397,6 +397,7 @@ fn carry_clients(
     sockets: &crate::ws::Sockets,
     relay: &Arc<Relay>,
     playerthree: &Arc<PlayerThree>,
+    sessions: &Arc<sessions::Sessions>,
     app: &axum::Router,
 ) {
     if let Some(t) = cluster.tunnels() {
@@ -404,6 +405,7 @@ fn carry_clients(
         t.set_router(app.clone());
         relay.use_tunnels(Arc::clone(t));
         playerthree.use_tunnels(Arc::clone(t));
+        sessions.use_tunnels(Arc::clone(t));
     }
 }
 

@@ -119,7 +119,7 @@ pub(super) fn acceptor(p3: &Arc<PlayerThree>) -> crate::cluster::tunnel::Accepto
     let p3 = Arc::clone(p3);
     crate::cluster::tunnel::Acceptor {
         config: Arc::new(socket_config(p3.config.outbound_queue)),
-        run: Box::new(move |c, _ip| Box::pin(connection(Arc::clone(&p3), c))),
+        run: Box::new(move |c, _client| Box::pin(connection(Arc::clone(&p3), c))),
     }
 }
 
@@ -189,6 +189,7 @@ async fn carry(p3: &PlayerThree, reader: ws::Reader, owner: String, first: Utf8B
         owner: &owner,
         protocol: TUNNEL_PROTOCOL,
         ip: "",
+        handshake: "",
     };
     Arc::clone(t)
         .bridge(route, vec![first], reader, refuse_elsewhere)

@@ -79,7 +79,7 @@ pub(super) fn acceptor(relay: &Arc<Relay>) -> crate::cluster::tunnel::Acceptor {
     let r = Arc::clone(relay);
     crate::cluster::tunnel::Acceptor {
         config: Arc::clone(&relay.socket_config),
-        run: Box::new(move |c, ip| Box::pin(handle_socket(Arc::clone(&r), c, ip))),
+        run: Box::new(move |c, client| Box::pin(handle_socket(Arc::clone(&r), c, client.ip))),
     }
 }
 
@@ -168,6 +168,7 @@ async fn carry(reader: Reader, socket: ws::Reader, owner: String, first: Utf8Byt
             owner: &owner,
             protocol: TUNNEL_PROTOCOL,
             ip: &ip,
+            handshake: "",
         };
         Arc::clone(t)
             .bridge(route, vec![first], socket, |out| {

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use hostwire_memizy::View;
 use hostwire_worker_rpc::codes;
 use hostwire_worker_rpc::frame::{parse_frame_bytes, ErrorEnvelope, Frame, PROTOCOL_VERSION};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, LazyLock};
@@ -45,7 +45,7 @@ static SOCKET_CONFIG: LazyLock<Arc<ws::Config>> = LazyLock::new(|| {
     })
 });
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 pub struct Attach {
     session: String,
     view: String,
@@ -80,10 +80,23 @@ pub async fn ws_upgrade(
         }
     };
     // A bearer header (non-browser clients) wins over the query.
-    let token = crate::http::bearer(&headers).map(str::to_owned).or(q.token);
+    let q = Attach {
+        token: crate::http::bearer(&headers).map(str::to_owned).or(q.token),
+        ..q
+    };
     // After a restart the session comes back at its first use.
-    let handle = match super::restore::running(&sessions, &q.session).await {
+    let (found, owner) =
+        crate::cluster::tunnel::http::owner_of(super::restore::running(&sessions, &q.session))
+            .await;
+    let handle = match found {
         Ok(Some(h)) => h,
+        // Another node owns it: the device is carried there.
+        Err(_) if owner.is_some() && sessions.tunnels().is_some() => {
+            let (owner, sessions) = (owner.unwrap_or_default(), Arc::clone(&sessions));
+            return ws.on_upgrade(Arc::clone(&SOCKET_CONFIG), move |c| {
+                carry(sessions, owner, q, c)
+            });
+        }
         Err((status, m)) => return json_response(status, &json!({ "error": m })),
         Ok(None) => {
             return json_response(
@@ -93,8 +106,67 @@ pub async fn ws_upgrade(
         }
     };
     ws.on_upgrade(Arc::clone(&SOCKET_CONFIG), move |c| {
-        handle_socket(sessions, handle.tx, view, q.address, token, c)
+        handle_socket(sessions, handle.tx, view, q.address, q.token, c)
     })
+}
+
+/// The hosted sessions' name on a tunnel between nodes.
+pub(super) const TUNNEL_PROTOCOL: &str = "memizy-session";
+
+/// The close of a device whose session is served by a node that could
+/// not be reached: no goodbye (that would be final), so that it
+/// reconnects, as when its session moves (1012).
+fn refuse_elsewhere(out: &ws::Outbound) {
+    out.close((
+        ws::CLOSE_TOO_SLOW,
+        "session served by another node; try again",
+    ));
+}
+
+/// Carries a device whose session another node owns to that node, with
+/// its handshake (the session, view, address and token it attached with).
+async fn carry(sessions: Arc<Sessions>, owner: String, q: Attach, c: ws::Connection) {
+    let Some(t) = sessions.tunnels() else { return };
+    let handshake = serde_json::to_string(&q).unwrap_or_default();
+    let route = crate::cluster::tunnel::Route {
+        owner: &owner,
+        protocol: TUNNEL_PROTOCOL,
+        ip: "",
+        handshake: &handshake,
+    };
+    Arc::clone(t)
+        .bridge(route, Vec::new(), c.reader, refuse_elsewhere)
+        .await;
+}
+
+/// How this node serves a device another node carries here: its
+/// handshake is checked again, and the session must be this node's.
+pub(super) fn acceptor(sessions: &Arc<Sessions>) -> crate::cluster::tunnel::Acceptor {
+    let sessions = Arc::clone(sessions);
+    crate::cluster::tunnel::Acceptor {
+        config: Arc::clone(&SOCKET_CONFIG),
+        run: Box::new(move |c, client| {
+            Box::pin(carried(Arc::clone(&sessions), c, client.handshake))
+        }),
+    }
+}
+
+async fn carried(sessions: Arc<Sessions>, c: ws::Connection, handshake: String) {
+    let q = serde_json::from_str::<Attach>(&handshake).ok();
+    let view = q
+        .as_ref()
+        .and_then(|q| serde_json::from_value::<View>(json!(q.view)).ok());
+    let (Some(q), Some(view)) = (q, view) else {
+        c.out.close((1008, "malformed handshake"));
+        return c.reader.finish().await;
+    };
+    match super::restore::running(&sessions, &q.session).await {
+        Ok(Some(h)) => handle_socket(sessions, h.tx, view, q.address, q.token, c).await,
+        _ => {
+            refuse_elsewhere(&c.out);
+            c.reader.finish().await;
+        }
+    }
 }
 
 async fn handle_socket(

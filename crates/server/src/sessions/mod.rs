@@ -175,6 +175,8 @@ pub struct Sessions {
     /// The sessions this node owns on a cluster (PostgreSQL); unset: one
     /// node.
     leases: std::sync::OnceLock<Arc<Leases>>,
+    /// How a device reaches a session another node owns (with NATS).
+    tunnels: std::sync::OnceLock<Arc<crate::cluster::tunnel::Tunnels>>,
 }
 
 impl Sessions {
@@ -221,6 +223,7 @@ impl Sessions {
             restoring: tokio::sync::Mutex::new(()),
             plugin_sdk,
             leases: std::sync::OnceLock::new(),
+            tunnels: std::sync::OnceLock::new(),
             config,
             clock,
         })
@@ -240,6 +243,17 @@ impl Sessions {
     /// The node's leases, on a cluster.
     pub(crate) fn leases(&self) -> Option<&Arc<Leases>> {
         self.leases.get()
+    }
+
+    /// Carries devices of sessions owned elsewhere to their owners through
+    /// `tunnels`, and serves the devices other nodes carry here.
+    pub fn use_tunnels(self: &Arc<Self>, tunnels: Arc<crate::cluster::tunnel::Tunnels>) {
+        tunnels.accept(conn::TUNNEL_PROTOCOL, conn::acceptor(self));
+        let _ = self.tunnels.set(tunnels);
+    }
+
+    pub(crate) fn tunnels(&self) -> Option<&Arc<crate::cluster::tunnel::Tunnels>> {
+        self.tunnels.get()
     }
 
     /// The session was lost to another node: it leaves `live` now (nothing

@@ -36,7 +36,7 @@ fn node(url: &str, id: &str, ttl: &str, dir: &tempfile::TempDir) -> Process {
     )
 }
 
-fn api(p: &Process) -> Api {
+pub(crate) fn api(p: &Process) -> Api {
     Api {
         http: p.http(),
         ws: p.ws(""),
@@ -45,7 +45,7 @@ fn api(p: &Process) -> Api {
 }
 
 /// The ids of the players a status lists, in roster order.
-fn roster(status: &Value) -> Vec<String> {
+pub(crate) fn roster(status: &Value) -> Vec<String> {
     status["players"]
         .as_array()
         .map(|ps| {

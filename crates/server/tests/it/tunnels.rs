@@ -247,3 +247,46 @@ async fn a_playerthree_match_is_played_through_nodes_that_do_not_own_it() {
         .await;
     assert_ne!(x.recv().await["ok"], true);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosted_session_is_driven_and_played_through_nodes_that_do_not_own_it() {
+    use crate::failover_units::{api, roster};
+    use crate::support::session::presenter_body;
+    let Some(url) = hostwire_store::testing::fresh_database("tunnel_session") else {
+        return;
+    };
+    let Some(nats) = Nats::start("tunnel_session") else {
+        return;
+    };
+    let dirs = [temp_dir("ts-a"), temp_dir("ts-b"), temp_dir("ts-c")];
+    let a = node(&url, &nats, "a", "2s", &dirs[0]);
+    let b = node(&url, &nats, "b", "2s", &dirs[1]);
+    let c = node(&url, &nats, "c", "2s", &dirs[2]);
+    until_peers(&[&a, &b, &c]).await;
+    let (on_a, on_b, on_c) = (api(&a), api(&b), api(&c));
+    let (sid, token) = on_a.create(&presenter_body(2)).await;
+    for other in [&on_b, &on_c] {
+        *other.tokens.lock().unwrap() = on_a.tokens.lock().unwrap().clone();
+    }
+    let path = format!("/memizy/sessions/{sid}");
+    // The host's page drives the session through b and c.
+    let (st, v) = on_b
+        .request(
+            "POST",
+            &format!("{path}/players"),
+            Some(&token),
+            Some(&json!({"id": "p3", "name": "Cyd"})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(roster(&v), ["p1", "p2", "p3"], "{v}");
+    let (st, v) = on_c.op(&sid, &token, "start").await;
+    assert_eq!(st, 200, "{v}");
+    // The board attaches through b: its hello and its calls reach a.
+    let (board, _) = on_b.device(&sid, "board", "board").await;
+    board.call("ready", json!([])).await.unwrap();
+    let after = on_c.status(&sid, &token).await;
+    assert_eq!(after["instances"], 1, "the board, carried to a: {after}");
+    assert_eq!(after, on_a.status(&sid, &token).await);
+    assert!(metric(&a, "hostwire_cluster_tunnels_accepted_total").await >= 4);
+}

@@ -75,6 +75,7 @@ impl Tunnels {
             protocol: route.protocol.to_owned(),
             ip: route.ip.to_owned(),
             from: self.node.clone(),
+            handshake: route.handshake.to_owned(),
         };
         let Ok(payload) = serde_json::to_vec(&open) else {
             return false;

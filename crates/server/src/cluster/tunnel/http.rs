@@ -60,6 +60,17 @@ pub fn note_owner(owner: &str) {
     let _ = OWNER.try_with(|o| *o.borrow_mut() = Some(owner.to_owned()));
 }
 
+/// Runs `f` (which looks a unit up), and says which live node owns the
+/// unit when it is another's (what [`note_owner`] noted meanwhile).
+pub async fn owner_of<F: std::future::Future>(f: F) -> (F::Output, Option<String>) {
+    OWNER
+        .scope(RefCell::new(None), async {
+            let r = f.await;
+            (r, OWNER.with(|o| o.borrow_mut().take()))
+        })
+        .await
+}
+
 /// The mark of a request another node carried here.
 #[derive(Clone, Copy)]
 pub struct Carried;
@@ -116,12 +127,7 @@ pub async fn carry_http(State(tunnels): State<Arc<Tunnels>>, req: Request, next:
         .map(|c| c.0.to_string())
         .unwrap_or_default();
     let req = Request::from_parts(parts, Body::from(bytes.clone()));
-    let (answer, owner) = OWNER
-        .scope(RefCell::new(None), async {
-            let r = next.run(req).await;
-            (r, OWNER.with(|o| o.borrow_mut().take()))
-        })
-        .await;
+    let (answer, owner) = owner_of(next.run(req)).await;
     match owner {
         Some(owner) if answer.status() == StatusCode::SERVICE_UNAVAILABLE => tunnels
             .carry_request(&owner, head, bytes, &peer)
@@ -161,6 +167,7 @@ impl Tunnels {
             owner,
             protocol: HTTP_PROTOCOL,
             ip: peer,
+            handshake: "",
         };
         if !self.open_there(&id, &route).await {
             self.metrics

@@ -84,13 +84,23 @@ fn hex(s: &str) -> String {
 }
 
 /// What a protocol runs a piped connection with: its socket settings and
-/// its connection code, given the connection and the client's IP.
+/// its connection code, given the connection and what the client node
+/// knew of the client.
 pub struct Acceptor {
     pub config: Arc<ws::Config>,
     #[allow(clippy::type_complexity)]
     pub run: Box<
-        dyn Fn(ws::Connection, Box<str>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync,
+        dyn Fn(ws::Connection, Client) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync,
     >,
+}
+
+/// What the client node knew of a carried client.
+pub struct Client {
+    /// Its IP, as the client node's per-IP limits count it.
+    pub ip: Box<str>,
+    /// What its protocol read before the first frame (a device's
+    /// handshake query, say), as the protocol wrote it; empty for most.
+    pub handshake: String,
 }
 
 /// An opening, as the client node asks it.
@@ -101,6 +111,8 @@ struct Open {
     protocol: String,
     ip: String,
     from: String,
+    #[serde(default)]
+    handshake: String,
 }
 
 /// One open tunnel on this node: where its frames go in.
@@ -384,7 +396,13 @@ impl Tunnels {
             pipe,
             Arc::clone(&acceptor.config),
             self.sockets.get().cloned(),
-            move |c| (acceptor.run)(c, open.ip.into_boxed_str()),
+            move |c| {
+                let client = Client {
+                    ip: open.ip.into_boxed_str(),
+                    handshake: open.handshake,
+                };
+                (acceptor.run)(c, client)
+            },
         );
         let tunnels = Arc::clone(self);
         let id = open.tunnel;
@@ -459,11 +477,13 @@ impl Tunnels {
     }
 }
 
-/// A tunnel's client IP and protocol, for the opening.
+/// Where a tunnel goes and what it says of its client, for the opening.
 pub struct Route<'a> {
     pub owner: &'a str,
     pub protocol: &'static str,
     pub ip: &'a str,
+    /// See [`Client::handshake`].
+    pub handshake: &'a str,
 }
 
 /// Close reasons that came over a tunnel, as the `'static` strings the

@@ -28,6 +28,11 @@ pub(super) async fn add_player(
         Ok(s) => s,
         Err(r) => return r,
     };
+    // A session another node serves is answered there: nothing is written
+    // here first.
+    if let Err((status, m)) = crate::sessions::restore::running(&sessions, &id).await {
+        return error(status, m);
+    }
     let p: PlayerIn = match serde_json::from_slice(&body) {
         Ok(p) => p,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("body: {e}")),
