@@ -101,6 +101,10 @@ pub const CLOSE_GOING_AWAY: u16 = 1001;
 /// refused (1011, the server's own error): it subscribes again and is
 /// replayed what was stored.
 pub const CLOSE_STORE_FAILED: u16 = 1011;
+/// Close code for a connection whose session another node of a cluster
+/// now serves (1012, "service restart"): it reconnects, and finds the
+/// session there.
+pub const CLOSE_SESSION_MOVED: u16 = 1012;
 
 /// The reason sent with a close the channel asks for ([`Output::Close`]):
 /// a fixed text per code, whatever the message that came with it.
@@ -110,6 +114,7 @@ pub fn close_reason(code: u16) -> &'static str {
         CLOSE_POLICY_VIOLATION => "rate limit exceeded",
         CLOSE_UPGRADE_REQUIRED => "upgrade required",
         CLOSE_GOING_AWAY => "going away",
+        CLOSE_SESSION_MOVED => "session moved to another node",
         _ => "closed",
     }
 }
@@ -1861,6 +1866,33 @@ impl Channel {
             if let Some(c) = self.conns.get_mut(&conn) {
                 c.subscribed = None;
             }
+        }
+        true
+    }
+
+    /// Lets go of a session another node now serves (nothing is recorded:
+    /// the store keeps it for that node): the connections subscribed or
+    /// bound to it are closed with [`CLOSE_SESSION_MOVED`]. `false`: no
+    /// such session.
+    pub fn drop_session(&mut self, session_id: &str) -> bool {
+        if self.sessions.remove(session_id).is_none() {
+            return false;
+        }
+        let mut conns: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.subscribed.as_deref() == Some(session_id)
+                    || c.bound.as_ref().is_some_and(|(s, _)| s == session_id)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        conns.sort_by_key(|c| c.0);
+        for conn in conns {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.subscribed = None;
+            }
+            self.close(conn, CLOSE_SESSION_MOVED, close_reason(CLOSE_SESSION_MOVED));
         }
         true
     }

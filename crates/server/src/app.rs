@@ -255,11 +255,12 @@ impl App {
             Arc::clone(&store_metrics),
             leases.clone(),
         )?;
-        let ggui = Ggui::start(
+        let ggui = Ggui::start_leased(
             ggui_config,
             Arc::clone(&clock),
             stores.ggui,
             Arc::clone(&store_metrics),
+            leases.clone(),
         )?;
         let sessions = sessions::Sessions::new(
             sessions_config,
@@ -292,7 +293,6 @@ impl App {
         .chain(leases.clone().map(|l| l as Arc<dyn Render>))
         .collect();
         let addr = listener.local_addr()?;
-        // Without TCP_NODELAY, small frames wait for delayed ACKs (~40 ms).
         let (stop, mut stopped) = watch::channel(false);
         let app = router(Arc::clone(&relay), metrics)
             .merge(ggui::router(Arc::clone(&ggui)))

@@ -135,6 +135,10 @@ impl StoreWrite for GguiChange {
 pub trait GguiStore: UnitStore<GguiChange> {
     /// Every session, with its ledger and stream buffer.
     fn ggui_load(&self) -> Result<Vec<GguiStoredSession>, StoreError>;
+    /// One session, with its ledger and stream buffer (`None`: no such
+    /// session, or a row without its record): what a node taking the
+    /// session over reads.
+    fn ggui_load_session(&self, session_id: &str) -> Result<Option<GguiStoredSession>, StoreError>;
     /// Applies changes in order, all or nothing.
     fn ggui_apply(&self, changes: &[GguiChange]) -> Result<(), StoreError>;
 }
@@ -192,6 +196,40 @@ impl GguiStore for SqliteStore {
             }
         }
         Ok(sessions)
+    }
+
+    fn ggui_load_session(&self, session_id: &str) -> Result<Option<GguiStoredSession>, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let mut stmt = conn.prepare(
+            "SELECT session_id, record, ledger_last, stream_seq, drained_up_to, host_context
+             FROM ggui_sessions WHERE record IS NOT NULL AND session_id = ?1",
+        )?;
+        let mut rows = stmt.query_map(params![session_id], |r| {
+            Ok(GguiStoredSession {
+                session_id: r.get(0)?,
+                record: r.get(1)?,
+                ledger_last: r.get::<_, i64>(2)? as u64,
+                stream_seq: r.get::<_, i64>(3)? as u64,
+                drained_up_to: r.get::<_, i64>(4)? as u64,
+                host_context: r.get(5)?,
+                ..Default::default()
+            })
+        })?;
+        let Some(s) = rows.next() else {
+            return Ok(None);
+        };
+        let mut s = s?;
+        let mut ledger =
+            conn.prepare("SELECT event FROM ggui_ledger WHERE session_id = ?1 ORDER BY seq")?;
+        for e in ledger.query_map(params![session_id], |r| r.get::<_, String>(0))? {
+            s.ledger.push(e?);
+        }
+        let mut stream =
+            conn.prepare("SELECT entry FROM ggui_stream WHERE session_id = ?1 ORDER BY seq")?;
+        for e in stream.query_map(params![session_id], |r| r.get::<_, String>(0))? {
+            s.stream.push(e?);
+        }
+        Ok(Some(s))
     }
 
     fn ggui_apply(&self, changes: &[GguiChange]) -> Result<(), StoreError> {

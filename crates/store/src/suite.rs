@@ -841,6 +841,13 @@ fn ggui_counters_never_go_back_and_rows_without_a_record_are_not_loaded<B: Backe
     let loaded = store.ggui_load().unwrap();
     assert_eq!(loaded.len(), 1);
     assert_eq!(loaded[0].stream_seq, 9);
+    // One session read alone is what the whole load has of it.
+    assert_eq!(
+        store.ggui_load_session(&id()).unwrap().as_ref(),
+        Some(&loaded[0])
+    );
+    assert_eq!(store.ggui_load_session("orphan").unwrap(), None);
+    assert_eq!(store.ggui_load_session("nobody").unwrap(), None);
 }
 
 // PlayerThree.

@@ -1297,3 +1297,28 @@ fn each_close_the_channel_asks_for_has_its_reason() {
     );
     assert_eq!(close_reason(CLOSE_STORE_FAILED), "closed");
 }
+
+#[test]
+fn a_session_dropped_for_another_node_closes_its_connections_and_records_nothing() {
+    let mut h = Harness::new();
+    let (a, b, other) = (h.open(1), h.open(2), h.open(3));
+    h.subscribe(a, json!({"sessionId": "moving"}));
+    // b is bound to the session by its UI token, not subscribed yet.
+    h.ch.bind_connection(b, "moving".into(), "conformance".into());
+    h.subscribe(other, json!({"sessionId": "staying"}));
+    h.records.clear();
+    assert!(h.ch.drop_session("moving"));
+    h.drain(a);
+    assert_eq!(
+        h.closes,
+        vec![(a, CLOSE_SESSION_MOVED), (b, CLOSE_SESSION_MOVED)]
+    );
+    assert!(h.records.is_empty(), "{:?}", h.records);
+    assert!(h.ch.read_session("moving").is_none());
+    assert_eq!(h.ch.subscriber_count("staying"), 1);
+    assert_eq!(
+        close_reason(CLOSE_SESSION_MOVED),
+        "session moved to another node"
+    );
+    assert!(!h.ch.drop_session("moving"));
+}

@@ -33,6 +33,7 @@
 
 mod actor;
 pub mod api;
+mod leased;
 mod records;
 use actor::{run_actor, Validations};
 use records::restored;
@@ -44,6 +45,7 @@ pub use hostwire_ggui::durable::{
     EXPIRY_SWEEP_MS, HOST_CONTEXT_COALESCE_COMMANDS, MAX_BATCH_COMMANDS, MAX_BATCH_FRAME_BYTES,
 };
 
+use crate::cluster::leases::{Leases, Weakly};
 use crate::http::AllowedOrigins;
 use crate::metrics::{write_counter, write_gauge, Render};
 use crate::metrics::{StoreMetrics, StoreProtocol};
@@ -56,6 +58,7 @@ use hostwire_ggui::durable::DurableChannel;
 use hostwire_ggui::ValidatedAction;
 use hostwire_ggui::{Channel, ChannelConfig, ConnId};
 use hostwire_store::ggui::{GguiChange, GguiStore};
+use hostwire_store::lease::UnitKind;
 use hostwire_store::{UnitResults, UnitStore};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -255,6 +258,8 @@ pub(crate) struct Core {
     /// A command that waits for the writes under way (see `Core::defers`).
     deferred: Option<Cmd>,
     metrics: Arc<GguiMetrics>,
+    /// The node's leases on a cluster: an expired session lets its go.
+    leases: Option<Arc<Leases>>,
 }
 
 impl Core {
@@ -282,6 +287,11 @@ pub struct Ggui {
     pub(crate) tx: mpsc::Sender<Cmd>,
     pub metrics: Arc<GguiMetrics>,
     writer: Option<StoreWriter<GguiChange>>,
+    /// The store, for a session taken over alone (a cluster's).
+    store: Option<Arc<dyn GguiStore>>,
+    /// The sessions this node owns on a cluster (PostgreSQL); `None`: one
+    /// node.
+    leases: Option<Arc<Leases>>,
     next_conn: AtomicU64,
     /// The UI tokens minted through the agent API.
     pub(crate) ui_tokens: api::UiTokens,
@@ -306,12 +316,37 @@ impl Ggui {
         store: Option<Arc<dyn GguiStore>>,
         store_metrics: Arc<StoreMetrics>,
     ) -> anyhow::Result<Arc<Ggui>> {
+        Self::start_leased(config, clock, store, store_metrics, None)
+    }
+
+    /// [`start`](Self::start) on a cluster: each session is served by the
+    /// node holding its lease, and its writes are fenced by it (see
+    /// `leased.rs`).
+    pub fn start_leased(
+        config: GguiConfig,
+        clock: Arc<dyn Clock>,
+        store: Option<Arc<dyn GguiStore>>,
+        store_metrics: Arc<StoreMetrics>,
+        leases: Option<Arc<Leases>>,
+    ) -> anyhow::Result<Arc<Ggui>> {
         let metrics = Arc::new(GguiMetrics::default());
         let mut channel_config = config.channel.clone();
         channel_config.defer_validation = true;
         let mut channel = Channel::new(channel_config);
+        let mut unowned = Vec::new();
         if let Some(store) = &store {
-            for s in store.ggui_load()? {
+            let stored = store.ggui_load()?;
+            // On a cluster the stored sessions nobody holds are taken
+            // (below, once the channel runs); the others left to their
+            // owners.
+            let stored = match &leases {
+                Some(_) => {
+                    unowned = stored.into_iter().map(|s| s.session_id).collect();
+                    Vec::new()
+                }
+                None => stored,
+            };
+            for s in stored {
                 let id = s.session_id.clone();
                 match restored(s)
                     .and_then(|r| channel.restore_session(r).map_err(|e| e.to_string()))
@@ -328,11 +363,17 @@ impl Ggui {
             .store(channel.session_count() as u64, Relaxed);
         let stores = store.is_some();
         // Without a store nothing is written: the unit hands out no write.
+        let kept = store.clone();
         let store = store.map_or_else(
             || Arc::new(NoStore) as Arc<dyn UnitStore<GguiChange>>,
             |s| s as Arc<dyn UnitStore<GguiChange>>,
         );
-        let unit_writer = StoreWriter::start(store, StoreProtocol::Ggui, store_metrics);
+        let unit_writer = StoreWriter::start_fenced(
+            store,
+            StoreProtocol::Ggui,
+            store_metrics,
+            leases.as_ref().map(|l| l.fence(UnitKind::GguiSession)),
+        );
         let writer = stores.then(|| unit_writer.clone());
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         let now = clock.now_ms();
@@ -345,6 +386,7 @@ impl Ggui {
             stored_answer: None,
             deferred: None,
             metrics: Arc::clone(&metrics),
+            leases: leases.clone(),
         };
         let validations = Validations::new(config.validation_workers, tx.downgrade());
         // One task serves every ggui session: its lines about one session
@@ -353,14 +395,24 @@ impl Ggui {
             run_actor(core, rx, validations, clock, unit_writer),
             tracing::info_span!(parent: None, "ggui"),
         ));
-        Ok(Arc::new(Ggui {
+        let ggui = Arc::new(Ggui {
             config,
             tx,
             metrics,
             writer,
+            store: kept,
+            leases,
             next_conn: AtomicU64::new(1),
             ui_tokens: api::UiTokens::default(),
-        }))
+        });
+        if let Some(l) = &ggui.leases {
+            l.register(
+                UnitKind::GguiSession,
+                Arc::new(Weakly(Arc::downgrade(&ggui))),
+            );
+        }
+        leased::take_over_stored(&ggui, unowned);
+        Ok(ggui)
     }
 
     /// Removes the sessions nobody used for `idle_ttl_ms` now (the actor

@@ -284,3 +284,81 @@ async fn a_paused_owner_of_a_hosted_session_is_fenced_changes_nothing_and_moves_
         .await;
     assert_eq!(st, 503, "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_owner_of_a_ggui_session_is_fenced_changes_nothing_and_moves_its_sockets() {
+    let Some(url) = hostwire_store::testing::fresh_database("failover_ggui") else {
+        return;
+    };
+    let dirs = [temp_dir("fog-a"), temp_dir("fog-b")];
+    let serve = |id: &str, ttl: &str, dir: &tempfile::TempDir| {
+        Process::serve(
+            dir.path(),
+            &["--postgres-url", &url, "--node-id", id, "--lease-ttl", ttl],
+            &[("GGUI_APPS", "notes=notes-agent-credential-0123456789")],
+        )
+    };
+    let agent = |p: &Process, method: &'static str, path: &str, body: Option<Value>| {
+        let url = format!("{}/ggui/sessions/{path}", p.http());
+        async move {
+            crate::support::http::call(
+                method,
+                &url,
+                Some("notes-agent-credential-0123456789"),
+                body.as_ref(),
+            )
+            .await
+        }
+    };
+    // a renews only every 20 s: after it wakes, its next act is the
+    // agent's write, not a renewal.
+    let a = serve("a", "60s", &dirs[0]);
+    let b = serve("b", "1s", &dirs[1]);
+    let (st, v) = agent(&a, "PUT", "notes-1", Some(json!({}))).await;
+    assert_eq!(st, 201, "{v}");
+    let (st, v) = agent(&a, "POST", "notes-1/ui-tokens", None).await;
+    assert_eq!(st, 201, "{v}");
+    let ws = format!(
+        "{}?token={}",
+        a.ws("/ggui/ws"),
+        v["token"].as_str().unwrap()
+    );
+    let mut ui = crate::support::relay::Client::connect(&ws, None)
+        .await
+        .unwrap();
+    ui.send(json!({"type": "subscribe", "payload": {"sessionId": "notes-1"}, "requestId": "sub"}))
+        .await;
+    assert_eq!(ui.recv().await["type"], "ack");
+    // While a lives, b does not serve it.
+    let (st, v) = agent(&b, "GET", "notes-1", None).await;
+    assert_eq!(st, 503, "{v}");
+
+    signal(&a, libc::SIGSTOP);
+    run_out_leases(&url).await;
+    let (st, v) = agent(
+        &b,
+        "POST",
+        "notes-1/props",
+        Some(json!({"props": {"n": 5}})),
+    )
+    .await;
+    assert_eq!(st, 200, "b takes it over when asked: {v}");
+    signal(&a, libc::SIGCONT);
+
+    // a's late write is fenced: not acknowledged, and its socket moves.
+    let (st, v) = agent(
+        &a,
+        "POST",
+        "notes-1/props",
+        Some(json!({"props": {"n": 9}})),
+    )
+    .await;
+    assert_ne!(st, 200, "a fenced write was acknowledged: {v}");
+    assert_eq!(ui.ended().await, crate::support::ws::Ended::Closed(1012));
+    let (st, v) = agent(&b, "GET", "notes-1", None).await;
+    assert_eq!((st, &v["props"]["n"]), (200, &json!(5)), "{v}");
+    assert_eq!(
+        crate::support::http::metric(&a.http(), "hostwire_cluster_leases_lost_total").await,
+        1
+    );
+}

@@ -18,6 +18,20 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
+/// The ggui app of these tests, with its agent credential.
+const GGUI_APP: &str = "notes=notes-agent-credential-0123456789";
+
+/// A ggui agent API call on `p`.
+async fn ggui(p: &Process, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    crate::support::http::call(
+        method,
+        &format!("{}/ggui/sessions/{path}", p.http()),
+        Some("notes-agent-credential-0123456789"),
+        body.as_ref(),
+    )
+    .await
+}
+
 /// A node `id` on PostgreSQL `url` and `nats`, its leases lasting `ttl`.
 fn node(url: &str, nats: &Nats, id: &str, ttl: &str, dir: &tempfile::TempDir) -> Process {
     Process::serve(
@@ -33,6 +47,7 @@ fn node(url: &str, nats: &Nats, id: &str, ttl: &str, dir: &tempfile::TempDir) ->
             ttl,
         ],
         &[
+            ("GGUI_APPS", GGUI_APP),
             ("ALLOWED_ORIGINS", ORIGIN),
             ("HOSTWIRE_OPERATOR_TOKEN", crate::support::server::OPERATOR),
         ],
@@ -289,4 +304,64 @@ async fn a_hosted_session_is_driven_and_played_through_nodes_that_do_not_own_it(
     assert_eq!(after["instances"], 1, "the board, carried to a: {after}");
     assert_eq!(after, on_a.status(&sid, &token).await);
     assert!(metric(&a, "hostwire_cluster_tunnels_accepted_total").await >= 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ggui_session_is_leased_served_through_any_node_and_taken_over_after_a_kill_9() {
+    let Some(url) = hostwire_store::testing::fresh_database("tunnel_ggui") else {
+        return;
+    };
+    let Some(nats) = Nats::start("tunnel_ggui") else {
+        return;
+    };
+    let dirs = [temp_dir("tg-a"), temp_dir("tg-b"), temp_dir("tg-c")];
+    let mut a = node(&url, &nats, "a", "2s", &dirs[0]);
+    let b = node(&url, &nats, "b", "2s", &dirs[1]);
+    let c = node(&url, &nats, "c", "2s", &dirs[2]);
+    until_peers(&[&a, &b, &c]).await;
+    let (st, v) = ggui(&a, "PUT", "notes-1", Some(json!({}))).await;
+    assert_eq!(st, 201, "{v}");
+    assert_eq!(metric(&a, "hostwire_cluster_units_owned").await, 1);
+    // Every node answers for it as a does; only a holds it.
+    let (st, v) = ggui(
+        &b,
+        "POST",
+        "notes-1/props",
+        Some(json!({"props": {"n": 1}})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = ggui(&c, "GET", "notes-1", None).await;
+    assert_eq!((st, &v["props"]["n"]), (200, &json!(1)), "{v}");
+    assert_eq!(metric(&b, "hostwire_cluster_units_owned").await, 0);
+    assert_eq!(metric(&c, "hostwire_cluster_units_owned").await, 0);
+    // Creating it again through c is answered by a (it exists: 200).
+    let (st, v) = ggui(&c, "PUT", "notes-1", Some(json!({}))).await;
+    assert_eq!((st, &v["created"]), (200, &json!(false)), "{v}");
+
+    a.kill_9();
+
+    // b takes it over once a's lease has run out, with what a stored.
+    let deadline = tokio::time::Instant::now() + GUARD * 2;
+    loop {
+        let (st, v) = ggui(&b, "GET", "notes-1", None).await;
+        if st == 200 {
+            assert_eq!(v["props"]["n"], 1, "{v}");
+            break;
+        }
+        assert_eq!(st, 503, "{v}");
+        assert!(tokio::time::Instant::now() < deadline, "still refused: {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(metric(&b, "hostwire_cluster_units_owned").await, 1);
+    let (st, v) = ggui(
+        &c,
+        "POST",
+        "notes-1/props",
+        Some(json!({"props": {"n": 2}})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = ggui(&b, "GET", "notes-1", None).await;
+    assert_eq!((st, &v["props"]["n"]), (200, &json!(2)), "{v}");
 }

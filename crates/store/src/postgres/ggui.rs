@@ -56,6 +56,45 @@ impl GguiStore for PgStore {
         })
     }
 
+    fn ggui_load_session(&self, session_id: &str) -> Result<Option<GguiStoredSession>, StoreError> {
+        self.read(|tx| {
+            let rows = tx.query(
+                "SELECT session_id, record, ledger_last, stream_seq, drained_up_to, host_context
+                 FROM ggui_sessions WHERE record IS NOT NULL AND session_id = $1",
+                &[&session_id],
+            )?;
+            let Some(r) = rows.first() else {
+                return Ok(None);
+            };
+            let mut s = GguiStoredSession {
+                session_id: r.get(0),
+                record: r.get(1),
+                ledger_last: r.get::<_, i64>(2) as u64,
+                stream_seq: r.get::<_, i64>(3) as u64,
+                drained_up_to: r.get::<_, i64>(4) as u64,
+                host_context: r.get(5),
+                ..Default::default()
+            };
+            s.ledger = tx
+                .query(
+                    "SELECT event FROM ggui_ledger WHERE session_id = $1 ORDER BY seq",
+                    &[&session_id],
+                )?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            s.stream = tx
+                .query(
+                    "SELECT entry FROM ggui_stream WHERE session_id = $1 ORDER BY seq",
+                    &[&session_id],
+                )?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            Ok(Some(s))
+        })
+    }
+
     fn ggui_apply(&self, changes: &[GguiChange]) -> Result<(), StoreError> {
         self.apply_all(changes, apply_ggui)
     }

@@ -78,6 +78,7 @@ impl Core {
             self.waiters.remove(id);
             session_span(id).in_scope(|| tracing::info!("idle ggui session expired"));
         }
+        crate::ggui::leased::release_expired(&self.leases, &expired);
         expired.len()
     }
 }

@@ -57,6 +57,12 @@ pub fn router(ggui: Arc<Ggui>) -> Router {
         .route("/{id}/version", put(set_version))
         .route("/{id}/ui-tokens", post(mint_ui_token))
         .layer(DefaultBodyLimit::max(API_BODY_LIMIT))
+        // Inside the credential check: nobody unknown reads the store or
+        // leases a session.
+        .route_layer(from_fn_with_state(
+            Arc::clone(&ggui),
+            super::leased::find_session,
+        ))
         .route_layer(from_fn_with_state(
             Arc::new(Semaphore::new(API_BODY_BUDGET_BYTES)),
             body_budget,
@@ -80,6 +86,12 @@ fn gone() -> Response {
         "SHUTTING_DOWN",
         "the server is shutting down",
     )
+}
+
+/// 503 `UNAVAILABLE`: the session cannot be served here now (another
+/// node serves it, or the store could not say); the agent tries again.
+pub(super) fn unavailable(message: &str) -> Response {
+    error(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", message)
 }
 
 fn invalid(message: String) -> Response {
