@@ -365,3 +365,55 @@ async fn a_ggui_session_is_leased_served_through_any_node_and_taken_over_after_a
     let (st, v) = ggui(&b, "GET", "notes-1", None).await;
     assert_eq!((st, &v["props"]["n"]), (200, &json!(2)), "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_restart_mid_game_moves_the_carried_players_and_loses_nothing_acknowledged() {
+    let Some(url) = hostwire_store::testing::fresh_database("tunnel_nats_restart") else {
+        return;
+    };
+    let Some(mut nats) = Nats::start("tunnel_nats_restart") else {
+        return;
+    };
+    let dirs = [temp_dir("tnr-a"), temp_dir("tnr-b")];
+    let a = node(&url, &nats, "a", "2s", &dirs[0]);
+    let b = node(&url, &nats, "b", "2s", &dirs[1]);
+    until_peers(&[&a, &b]).await;
+    let (pin, token) = create(&a).await;
+    let (mut host, _) = attach_until(&a, host_frame(&pin, &token), "hosting").await;
+    let (mut ann, ann_v) = attach_until(&b, join_frame(&pin, "Ann", None), "joined").await;
+    let (_eve, eve_v) = attach_until(&b, join_frame(&pin, "Eve", None), "joined").await;
+    // Acknowledged before NATS goes: a kick.
+    host.send(json!({"t": "kick", "playerId": eve_v["playerId"]}))
+        .await;
+    loop {
+        let p = until_frame(&mut host, "presence").await;
+        if p["event"] == "leave" {
+            break;
+        }
+    }
+
+    nats.stop();
+    // Ann's tunnel ends once b stops hearing a: she is told to reconnect.
+    assert_eq!(closed_with(&mut ann).await, 1012);
+    // a serves its own clients meanwhile: the host is still there.
+    host.send(json!({"t": "ping"})).await;
+    until_frame(&mut host, "pong").await;
+    nats.restart().unwrap();
+    until_peers(&[&a, &b]).await;
+
+    // Ann comes back through b as herself; Eve stays kicked.
+    let (mut ann, v) = attach_until(
+        &b,
+        join_frame(&pin, "Ann", ann_v["token"].as_str()),
+        "joined",
+    )
+    .await;
+    assert_eq!(v["playerId"], ann_v["playerId"], "{v}");
+    match attach(&b, &join_frame(&pin, "Eve", eve_v["token"].as_str())).await {
+        Attach::Frame(_, v) => assert_eq!(v["code"], "KICKED", "{v}"),
+        Attach::Closed(code) => panic!("closed {code}"),
+    }
+    host.send(json!({"t": "to", "to": ann_v["playerId"], "data": "after NATS"}))
+        .await;
+    assert_eq!(until_frame(&mut ann, "data").await["data"], "after NATS");
+}
