@@ -159,6 +159,10 @@ pub struct DurableChannel<T> {
     held_for: u32,
     /// The sessions of the refusable changes of the command being handled.
     changes: Vec<String>,
+    /// The sessions the command being handled wrote records of: its
+    /// answer waits for them (nothing is acknowledged before it is
+    /// stored).
+    recorded: Vec<String>,
     /// The session of the command's props update (the outputs after it
     /// tell of it).
     commit: Option<String>,
@@ -184,6 +188,7 @@ impl<T> DurableChannel<T> {
             host_contexts: Vec::new(),
             held_for: 0,
             changes: Vec::new(),
+            recorded: Vec::new(),
             commit: None,
             last_used: HashMap::new(),
             next_sweep: now + EXPIRY_SWEEP_MS,
@@ -213,6 +218,7 @@ impl<T> DurableChannel<T> {
         self.batch.commands += 1;
         self.batch.bytes += frame_bytes;
         self.changes.clear();
+        self.recorded.clear();
         self.commit = None;
     }
 
@@ -239,10 +245,13 @@ impl<T> DurableChannel<T> {
     }
 
     /// Answers `tag` once what the command just handled changed is
-    /// settled: at once if nothing waits.
+    /// settled (its refusable changes and the records it wrote, such as a
+    /// new session's): at once if nothing waits.
     pub fn answer(&mut self, tag: T) {
-        if self.batch.waits() {
-            let sessions = std::mem::take(&mut self.changes);
+        let wrote = self.stores && !self.recorded.is_empty();
+        if self.batch.waits() || wrote {
+            let mut sessions = std::mem::take(&mut self.changes);
+            sessions.append(&mut self.recorded);
             self.batch.held.push(Held::Answer { tag, sessions });
         } else {
             self.ready.push_back(Step::Answer { tag, stored: true });
@@ -325,9 +334,13 @@ impl<T> DurableChannel<T> {
             }
             Record::Session(rec) => {
                 self.host_contexts.retain(|(s, _)| *s != rec.session_id);
+                self.recorded.push(rec.session_id.clone());
                 self.batch.records.push(Record::Session(rec));
             }
-            r => self.batch.records.push(r),
+            r => {
+                self.recorded.push(r.session_id().to_owned());
+                self.batch.records.push(r)
+            }
         }
     }
 

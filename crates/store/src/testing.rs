@@ -17,7 +17,7 @@
 //! PostgreSQL test it did not run.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -93,74 +93,178 @@ fn is_root() -> bool {
 }
 
 fn start_cluster() -> Result<String, String> {
-    let bin = server_binaries().ok_or_else(|| {
-        format!("no PostgreSQL server binaries (install Debian's postgresql package, or set {TEST_URL_VAR})")
-    })?;
+    let bin = binaries()?;
     let mut last = String::new();
     for _ in 0..PORT_ATTEMPTS {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| format!("no free loopback port: {e}"))?
-            .port();
-        let mut cmd = if is_root() {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--", "sh"]);
-            c
-        } else {
-            Command::new("sh")
-        };
-        cmd.args([
-            "-c",
-            CLUSTER_SCRIPT,
-            "hostwire-test-pg",
-            &bin,
-            &port.to_string(),
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start PostgreSQL from {bin}: {e}"))?;
-        let stdin = child.stdin.take().expect("piped");
-        let stderr = child.stderr.take().expect("piped");
-        // Read the log until PostgreSQL is ready (or gone); then keep
-        // draining it so that PostgreSQL never blocks on a full pipe.
-        // Carries one message: the sender is dropped once it is used.
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut log = Vec::new();
-            let mut ready = Some(ready_tx);
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(tx) = &ready {
-                    if line.contains(READY) {
-                        let _ = tx.send(Ok(()));
-                        ready = None;
-                    } else {
-                        log.push(line);
-                    }
-                }
-            }
-            if let Some(tx) = ready {
-                let _ = tx.send(Err(log.join("\n")));
-            }
-        });
-        match ready_rx.recv() {
-            Ok(Ok(())) => {
+        let port = free_port()?;
+        match run_script(CLUSTER_SCRIPT, &[&bin, &port.to_string()]) {
+            Ok((child, stdin)) => {
                 // Held until the binary ends: its closing stops the cluster.
                 static KEEP: OnceLock<std::process::ChildStdin> = OnceLock::new();
                 let _ = KEEP.set(stdin);
                 drop(child);
                 return Ok(format!("postgresql://hostwire@127.0.0.1:{port}/postgres"));
             }
-            Ok(Err(log)) => last = log,
-            Err(_) => last = "the log reader stopped".to_owned(),
+            Err(log) => last = log,
         }
-        drop(stdin);
-        let _ = child.wait();
     }
     Err(format!("PostgreSQL from {bin} did not start: {last}"))
+}
+
+fn binaries() -> Result<String, String> {
+    server_binaries().ok_or_else(|| {
+        format!("no PostgreSQL server binaries (install Debian's postgresql package, or set {TEST_URL_VAR})")
+    })
+}
+
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free loopback port: {e}"))
+}
+
+/// Runs a server script (as the `postgres` user when root) until
+/// PostgreSQL is ready: the script and the pipe whose closing stops it;
+/// else PostgreSQL's log.
+fn run_script(script: &str, args: &[&str]) -> Result<(Child, ChildStdin), String> {
+    let mut cmd = if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--", "sh"]);
+        c
+    } else {
+        Command::new("sh")
+    };
+    cmd.args(["-c", script, "hostwire-test-pg"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start PostgreSQL: {e}"))?;
+    let stdin = child.stdin.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
+    // Read the log until PostgreSQL is ready (or gone); then keep draining
+    // it so that PostgreSQL never blocks on a full pipe. Carries one
+    // message: the sender is dropped once it is used.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut log = Vec::new();
+        let mut ready = Some(ready_tx);
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Some(tx) = &ready {
+                if line.contains(READY) {
+                    let _ = tx.send(Ok(()));
+                    ready = None;
+                } else {
+                    log.push(line);
+                }
+            }
+        }
+        if let Some(tx) = ready {
+            let _ = tx.send(Err(log.join("\n")));
+        }
+    });
+    let outcome = match ready_rx.recv() {
+        Ok(Ok(())) => return Ok((child, stdin)),
+        Ok(Err(log)) => log,
+        Err(_) => "the log reader stopped".to_owned(),
+    };
+    drop(stdin);
+    let _ = child.wait();
+    Err(outcome)
+}
+
+/// The script of a server of one test's own: creates the cluster in `$3`
+/// unless it is there, starts PostgreSQL on port `$2` and stops it when
+/// standard input closes, keeping the data for the next start.
+const OWN_SCRIPT: &str = r#"
+dir="$3"
+if [ ! -f "$dir/data/PG_VERSION" ]; then
+  mkdir -p "$dir" || exit 1
+  if ! "$1/initdb" -D "$dir/data" -A trust -U hostwire -E UTF8 --no-sync >"$dir/initdb.log" 2>&1; then
+    cat "$dir/initdb.log" >&2
+    exit 1
+  fi
+fi
+"$1/postgres" -D "$dir/data" -k "$dir" -h 127.0.0.1 -p "$2" \
+  -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+  -c max_connections=100 </dev/null &
+pid=$!
+cat >/dev/null || true
+kill -INT "$pid" 2>/dev/null || true
+wait "$pid" || true
+"#;
+
+/// A PostgreSQL server of one test's own, which the test stops and starts
+/// again on the same port and data: a database restart as the nodes see
+/// it. Stopped, and its data removed, when dropped.
+pub struct OwnServer {
+    bin: String,
+    dir: std::path::PathBuf,
+    port: u16,
+    run: Option<(Child, ChildStdin)>,
+}
+
+impl OwnServer {
+    /// A new server (its own cluster, on a free loopback port); `None`,
+    /// said loudly (a failure under CI), where none can be had.
+    pub fn start(test: &str) -> Option<OwnServer> {
+        let made = binaries().and_then(|bin| {
+            static NEXT: AtomicU64 = AtomicU64::new(0);
+            let dir = std::env::temp_dir().join(format!(
+                "hostwire-test-pg-own-{}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
+            let mut s = OwnServer {
+                bin,
+                dir,
+                port: free_port()?,
+                run: None,
+            };
+            s.restart()?;
+            Ok(s)
+        });
+        match made {
+            Ok(s) => Some(s),
+            Err(why) => {
+                unavailable(test, &why);
+                None
+            }
+        }
+    }
+
+    /// Its `postgres` database.
+    pub fn url(&self) -> String {
+        format!("postgresql://hostwire@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Stops PostgreSQL (a fast shutdown) and waits for it to be gone.
+    pub fn stop(&mut self) {
+        if let Some((mut child, stdin)) = self.run.take() {
+            drop(stdin);
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it (again) on its port and data; waits until it is ready.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.stop();
+        let dir = self.dir.display().to_string();
+        let run = run_script(OWN_SCRIPT, &[&self.bin, &self.port.to_string(), &dir])?;
+        self.run = Some(run);
+        Ok(())
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// Says loudly that a PostgreSQL test did not run (past the harness's

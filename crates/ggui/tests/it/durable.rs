@@ -327,3 +327,25 @@ fn the_sweep_on_the_units_timer_removes_an_idle_session_and_its_rows() {
     ]);
     assert!(folded.is_empty());
 }
+
+#[test]
+fn a_creation_is_answered_once_its_session_is_stored() {
+    let mut u = unit();
+    let create = |id: &str| CreateSession {
+        session_id: id.into(),
+        ..Default::default()
+    };
+    u.apply(|ch| ch.create_session(create("s3"), T0)).unwrap();
+    u.answer("refused");
+    assert!(drain(&mut u).answers.is_empty(), "answered unstored");
+    let ws = writes(&mut u);
+    assert_eq!(ws.len(), 1);
+    assert_eq!(ws[0].session_id, "s3");
+    u.ack(ws[0].id, false);
+    assert_eq!(drain(&mut u).answers, [("refused", false)]);
+    u.apply(|ch| ch.create_session(create("s4"), T0)).unwrap();
+    u.answer("stored");
+    let ws = writes(&mut u);
+    u.ack(ws[0].id, true);
+    assert_eq!(drain(&mut u).answers, [("stored", true)]);
+}

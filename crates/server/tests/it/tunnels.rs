@@ -417,3 +417,68 @@ async fn a_nats_restart_mid_game_moves_the_carried_players_and_loses_nothing_ack
         .await;
     assert_eq!(until_frame(&mut ann, "data").await["data"], "after NATS");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_restart_mid_game_refuses_what_it_cannot_store_and_keeps_what_it_acknowledged() {
+    let Some(mut pg) = hostwire_store::testing::OwnServer::start("tunnel_pg_restart") else {
+        return;
+    };
+    let Some(nats) = Nats::start("tunnel_pg_restart") else {
+        return;
+    };
+    let url = pg.url();
+    let dirs = [temp_dir("tpr-a"), temp_dir("tpr-b")];
+    let a = node(&url, &nats, "a", "2s", &dirs[0]);
+    let b = node(&url, &nats, "b", "2s", &dirs[1]);
+    until_peers(&[&a, &b]).await;
+    let (pin, token) = create(&a).await;
+    let (mut host, _) = attach_until(&a, host_frame(&pin, &token), "hosting").await;
+    let (_ann, ann_v) = attach_until(&b, join_frame(&pin, "Ann", None), "joined").await;
+    let (_eve, eve_v) = attach_until(&a, join_frame(&pin, "Eve", None), "joined").await;
+    host.send(json!({"t": "kick", "playerId": eve_v["playerId"]}))
+        .await;
+    loop {
+        let p = until_frame(&mut host, "presence").await;
+        if p["event"] == "leave" {
+            break;
+        }
+    }
+
+    pg.stop();
+    // What cannot be stored is refused, not acknowledged.
+    host.send(json!({"t": "kick", "playerId": ann_v["playerId"]}))
+        .await;
+    let e = until_frame(&mut host, "error").await;
+    assert_eq!(e["code"], "INTERNAL_ERROR", "{e}");
+    pg.restart().unwrap();
+
+    // The room goes on (on a, or on b if b took it while a could not
+    // renew): the host and Ann come back through b as themselves, Ann
+    // still in (her kick was refused), Eve still out.
+    let (mut host, v) = attach_until(&b, host_frame(&pin, &token), "hosting").await;
+    let ids: Vec<&str> = v["players"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [ann_v["playerId"].as_str().unwrap()], "{v}");
+    let (mut ann, v) = attach_until(
+        &b,
+        join_frame(&pin, "Ann", ann_v["token"].as_str()),
+        "joined",
+    )
+    .await;
+    assert_eq!(v["playerId"], ann_v["playerId"], "{v}");
+    match attach(&b, &join_frame(&pin, "Eve", eve_v["token"].as_str())).await {
+        Attach::Frame(_, v) => assert_eq!(v["code"], "KICKED", "{v}"),
+        Attach::Closed(code) => panic!("closed {code}"),
+    }
+    // And what is acknowledged now is stored again.
+    host.send(json!({"t": "to", "to": ann_v["playerId"], "data": "after PostgreSQL"}))
+        .await;
+    assert_eq!(
+        until_frame(&mut ann, "data").await["data"],
+        "after PostgreSQL"
+    );
+}

@@ -60,8 +60,11 @@ pub(super) async fn create_session(
         action_spec: body.action_spec.map(Value::Object),
         stream_spec: body.stream_spec.map(Value::Object),
     };
+    let sid_again = id.clone();
+    // Answered once the new session is stored: another node (or this one
+    // after a restart) must find what was acknowledged.
     let answer = ggui
-        .call(move |core| {
+        .call_stored(move |core| {
             let now = core.now_ms;
             core.touch(&id);
             core.unit
@@ -72,8 +75,22 @@ pub(super) async fn create_session(
         .await;
     match answer {
         None => gone(),
-        Some(Err(e)) => api_error(e),
-        Some(Ok((created, view))) => {
+        Some((Err(e), _)) => api_error(e),
+        Some((Ok((created, _)), false)) => {
+            // A session just made and not stored is not kept: it would
+            // answer as existing and be gone after a restart.
+            if created {
+                let _ = ggui
+                    .call(move |core| core.unit.channel.remove_session(&sid_again))
+                    .await;
+            }
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                codes::APPEND_FAILED,
+                "the session could not be stored; try again",
+            )
+        }
+        Some((Ok((created, view)), true)) => {
             let status = if created {
                 StatusCode::CREATED
             } else {

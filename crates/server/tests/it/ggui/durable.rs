@@ -244,3 +244,27 @@ async fn a_replay_of_changes_the_store_refused_closes_the_subscriber() {
     );
     s.stop().await;
 }
+
+#[tokio::test]
+async fn a_session_created_on_a_failing_store_is_not_acknowledged_and_not_kept() {
+    let mut s = Server::start().await;
+    db(&s.db)
+        .execute_batch(
+            "CREATE TRIGGER refuse_sessions BEFORE INSERT ON ggui_sessions
+             BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+        )
+        .unwrap();
+    let (status, v) = s.api("PUT", "c1", Some(json!({}))).await;
+    assert_eq!(status, 503, "a creation acknowledged unstored: {v}");
+    let (status, v) = s.api("GET", "c1", None).await;
+    assert_eq!(status, 404, "kept though not stored: {v}");
+    db(&s.db)
+        .execute_batch("DROP TRIGGER refuse_sessions;")
+        .unwrap();
+    let (status, v) = s.api("PUT", "c1", Some(json!({}))).await;
+    assert_eq!((status, &v["created"]), (201, &json!(true)), "{v}");
+    restart(&mut s).await;
+    let (status, v) = s.api("GET", "c1", None).await;
+    assert_eq!(status, 200, "an acknowledged creation lost: {v}");
+    s.stop().await;
+}
