@@ -72,15 +72,17 @@ pub struct ServeArgs {
     pub postgres_url: Option<String>,
     /// Join the other nodes on this NATS server (nats://HOST:PORT): each
     /// node announces itself there every second and lists the others in
-    /// /api/health. Unreachable at start-up: the start stops; lost later:
-    /// reconnected. Empty: a single node.
+    /// /api/health, and a client of a unit another node owns is carried
+    /// to that node over it. Unreachable at start-up: the start stops;
+    /// lost later: reconnected. Empty: a single node.
     #[arg(long, env = "HOSTWIRE_NATS_URL", hide_env_values = true)]
     pub nats_url: Option<String>,
     /// This node's id among its peers (1 to 64 letters, digits, '-', '_',
     /// '.'). Unset: a random one, made at each start and logged.
     #[arg(long, env = "HOSTWIRE_NODE_ID")]
     pub node_id: Option<String>,
-    /// On PostgreSQL, how long a node owns a unit (a relay room) without
+    /// On PostgreSQL, how long a node owns a unit (a relay room, a hosted
+    /// or ggui session, a PlayerThree match) without
     /// renewing its lease (e.g. 5s, 1500ms): a node that dies or is cut
     /// off loses its units to another node this long after its last
     /// renewal. Renewed every third of it.
