@@ -40,7 +40,13 @@ ALTER TABLE playerthree_records ADD COLUMN slot TEXT;
 ";
 const SLOT_INDEX: &str = "
 CREATE INDEX IF NOT EXISTS playerthree_records_by_slot ON playerthree_records (match_id, slot) WHERE slot IS NOT NULL;
+CREATE INDEX IF NOT EXISTS playerthree_records_by_token ON playerthree_records (json_extract(body, '$.tokenHash')) WHERE kind = 'token';
 ";
+
+/// Which match minted a token, by its hash: one lookup in
+/// `playerthree_records_by_token` (a client presenting a token a node does
+/// not know must not cost a scan of every token).
+pub(crate) const MATCH_OF_TOKEN_SQL: &str = "SELECT match_id FROM playerthree_records WHERE kind = 'token' AND json_extract(body, '$.tokenHash') = ?1 LIMIT 1";
 
 /// Creates the PlayerThree tables (the SQLite store calls it at open).
 pub(crate) fn create_tables(conn: &Connection) -> Result<(), StoreError> {
@@ -202,11 +208,9 @@ impl PlayerThreeStore for SqliteStore {
             return Ok(None);
         }
         let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
-        let mut stmt = conn.prepare(
-            "SELECT match_id FROM playerthree_records WHERE kind = 'token' AND instr(body, ?1) > 0 LIMIT 1",
-        )?;
+        let mut stmt = conn.prepare_cached(MATCH_OF_TOKEN_SQL)?;
         let found = stmt
-            .query_map([format!("\"{token_hash_hex}\"")], |r| r.get(0))?
+            .query_map([token_hash_hex], |r| r.get(0))?
             .next()
             .transpose()?;
         Ok(found)

@@ -22,6 +22,10 @@ trait Backend: Sized {
     }
     /// The first column of each row of `sql`, which must be text.
     fn texts(&self, sql: &str) -> Vec<String>;
+    /// The database's plan of `sql` run with the one parameter `param`,
+    /// as text (sequential scans made dear where the backend allows it, so
+    /// that an index that can serve is used even on a small table).
+    fn plan(&self, sql: &str, param: &str) -> String;
     /// Every write of the room `pin` fails inside the database, as a full
     /// disk or a lost connection would fail it.
     fn fail_writes_of_room(&self, pin: &str);
@@ -62,6 +66,17 @@ impl Backend for Sqlite {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap()
+    }
+
+    fn plan(&self, sql: &str, param: &str) -> String {
+        let c = rusqlite::Connection::open(&self.path).unwrap();
+        let mut st = c.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let rows: Vec<String> = st
+            .query_map([param], |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        rows.join("\n")
     }
 
     fn fail_writes_of_room(&self, pin: &str) {
@@ -117,6 +132,16 @@ impl Backend for Postgres {
             .iter()
             .map(|r| r.get(0))
             .collect()
+    }
+
+    fn plan(&self, sql: &str, param: &str) -> String {
+        let mut c = self.client();
+        c.batch_execute("SET enable_seqscan = off").unwrap();
+        let rows = c.query(&format!("EXPLAIN {sql}"), &[&param]).unwrap();
+        rows.iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     fn fail_writes_of_room(&self, pin: &str) {
@@ -927,6 +952,14 @@ fn one_match_is_loaded_as_all_matches_have_it_and_found_by_its_tokens_hash<B: Ba
     assert_eq!(s.match_of_token(&hash('c')).unwrap(), None);
     // Not a hash: never looked up (no pattern reaches the query).
     assert_eq!(s.match_of_token("%").unwrap(), None);
+    // One lookup in the token index, not a scan of every record.
+    let sql = if B::NAME == "SQLite" {
+        crate::playerthree::MATCH_OF_TOKEN_SQL
+    } else {
+        crate::postgres::playerthree::MATCH_OF_TOKEN_SQL
+    };
+    let plan = b.plan(sql, &hash('b'));
+    assert!(plan.contains("playerthree_records_by_token"), "{plan}");
 }
 
 fn a_record_of_no_match_fails_the_whole_batch<B: Backend>(b: B) {

@@ -33,7 +33,7 @@
 
 mod ggui;
 mod lease;
-mod playerthree;
+pub(crate) mod playerthree;
 mod sessions;
 
 use crate::lease::UnitKind;
@@ -198,6 +198,13 @@ CREATE TABLE unit_leases (
 );
 CREATE INDEX unit_leases_by_owner ON unit_leases (owner) WHERE owner IS NOT NULL;
 CREATE INDEX unit_leases_by_expiry ON unit_leases (expires_at) WHERE owner IS NOT NULL;
+",
+    // 3: a PlayerThree token's match found by the token's hash in one
+    // lookup (a node asked to join a token it does not know asks the
+    // store), not a scan of every token record.
+    "
+CREATE INDEX playerthree_records_by_token ON playerthree_records ((body::jsonb ->> 'tokenHash'))
+    WHERE kind = 'token';
 ",
 ];
 
@@ -807,7 +814,7 @@ mod tests {
     /// A database an older hostwire left at schema 1 gains the lease table
     /// and keeps its rows.
     #[test]
-    fn a_schema_1_database_migrates_to_the_lease_table_keeping_its_rows() {
+    fn a_schema_1_database_migrates_to_the_newest_keeping_its_rows() {
         let Some(url) = crate::testing::fresh_database("migrate_from_1") else {
             return;
         };
@@ -823,12 +830,25 @@ mod tests {
         c.batch_execute(
             "INSERT INTO hostwire_schema (version) VALUES (1);
              INSERT INTO relay_rooms (pin, host_token, created_at_ms, open)
-             VALUES ('666666', 'h', 1, TRUE);",
+             VALUES ('666666', 'h', 1, TRUE);
+             INSERT INTO playerthree_matches (id, game, operator_token, created_at_ms)
+             VALUES ('m1', 'g', 'o', 1);",
+        )
+        .unwrap();
+        let hash = "e".repeat(64);
+        c.execute(
+            "INSERT INTO playerthree_records (match_id, kind, body) VALUES ('m1', 'token', $1)",
+            &[&format!(
+                "{{\"record\":\"token\",\"tokenHash\":\"{hash}\"}}"
+            )],
         )
         .unwrap();
         let store = PgStore::connect(&url).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 2);
+        assert_eq!(store.schema_version().unwrap(), PG_SCHEMA_VERSION);
         assert_eq!(store.load_rooms().unwrap()[0].record.pin, "666666");
+        // Version 3's index covers the tokens stored before it.
+        let found = crate::playerthree::PlayerThreeStore::match_of_token(&store, &hash).unwrap();
+        assert_eq!(found.as_deref(), Some("m1"));
         let leases: i64 = c
             .query_one("SELECT COUNT(*) FROM unit_leases", &[])
             .unwrap()

@@ -69,14 +69,9 @@ impl PlayerThreeStore for PgStore {
         if !crate::playerthree::is_hash_hex(token_hash_hex) {
             return Ok(None);
         }
-        let needle = format!("\"{token_hash_hex}\"");
         self.read(|tx| {
             Ok(tx
-                .query_opt(
-                    "SELECT match_id FROM playerthree_records
-                     WHERE kind = 'token' AND strpos(body, $1) > 0 LIMIT 1",
-                    &[&needle],
-                )?
+                .query_opt(MATCH_OF_TOKEN_SQL, &[&token_hash_hex])?
                 .map(|r| r.get(0)))
         })
     }
@@ -85,6 +80,11 @@ impl PlayerThreeStore for PgStore {
         self.apply_all(writes, apply_playerthree)
     }
 }
+
+/// Which match minted a token, by its hash: one lookup in
+/// `playerthree_records_by_token` (schema version 3).
+pub(crate) const MATCH_OF_TOKEN_SQL: &str = "SELECT match_id FROM playerthree_records
+     WHERE kind = 'token' AND (body::jsonb ->> 'tokenHash') = $1 LIMIT 1";
 
 impl UnitStore<PlayerThreeWrite> for PgStore {
     fn apply_units(&self, units: &[Unit<'_, PlayerThreeWrite>]) -> UnitResults {
