@@ -304,8 +304,14 @@ impl Reader {
                 already_attached,
             } => {
                 // Counted per client IP over all its connections, before
-                // the PIN is looked up: a guess costs a token too.
-                if let Err(retry) = self.relay.joins.try_take(&self.ip, now) {
+                // the PIN is looked up: a guess costs a token too. A
+                // connection carried here was counted by the node it
+                // reached.
+                let counted = self.out.0.is_piped();
+                if let Err(retry) = match counted {
+                    true => Ok(()),
+                    false => self.relay.joins.try_take(&self.ip, now),
+                } {
                     self.relay.metrics.rate_limited.fetch_add(1, Relaxed);
                     return self.act(self.state.attach_rate_limited(&msg, retry.seconds));
                 }

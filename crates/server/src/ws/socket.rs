@@ -25,6 +25,9 @@ pub enum Socket {
 pub struct Pipe {
     pub from_peer: mpsc::Receiver<Result<Message, axum::Error>>,
     pub to_peer: PollSender<Message>,
+    /// Told the bytes of each text or binary message the connection takes
+    /// (the tunnel grants its sender that much more).
+    pub taken: Box<dyn FnMut(usize) + Send>,
 }
 
 /// The error the WebSocket layer reports for a message over the frame
@@ -45,7 +48,15 @@ impl Stream for Socket {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         match self.get_mut() {
             Socket::Ws(ws) => ws.poll_next_unpin(cx),
-            Socket::Pipe(p) => p.from_peer.poll_recv(cx),
+            Socket::Pipe(p) => {
+                let next = p.from_peer.poll_recv(cx);
+                if let Poll::Ready(Some(Ok(Message::Text(t)))) = &next {
+                    (p.taken)(t.len());
+                } else if let Poll::Ready(Some(Ok(Message::Binary(b)))) = &next {
+                    (p.taken)(b.len());
+                }
+                next
+            }
         }
     }
 }

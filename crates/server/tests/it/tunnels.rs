@@ -62,7 +62,7 @@ async fn health(p: &Process) -> Value {
 
 /// Waits until each node lists the others as peers (the owner must be
 /// heard of before a client can be carried to it).
-async fn until_peers(nodes: &[&Process]) {
+pub(crate) async fn until_peers(nodes: &[&Process]) {
     let deadline = tokio::time::Instant::now() + GUARD;
     for p in nodes {
         loop {

@@ -4,7 +4,10 @@
 //! frames and close come back to it.
 
 use super::wire::Wire;
-use super::{intern_reason, Open, Route, Tunnels, CLOSE_LOST, OPEN_TIMEOUT, TUNNEL_FRAMES};
+use super::{
+    intern_reason, Open, Route, Tunnels, CLOSE_LOST, OPEN_TIMEOUT, TUNNEL_FRAMES, WINDOW_BYTES,
+    WINDOW_FRAMES,
+};
 use crate::ws;
 use axum::extract::ws::{Message, Utf8Bytes};
 use bytes::Bytes;
@@ -49,10 +52,11 @@ impl Tunnels {
             tunnels: &self,
             subject: super::frame_subject(route.owner, &id),
             seq: 0,
+            in_flight: (0, 0),
         };
         let mut ok = true;
         for f in first {
-            ok = ok && carried.send(Wire::Text(Bytes::from(f))).await;
+            ok = ok && carried.frame(true, Bytes::from(f)).await;
         }
         let mut reader = reader;
         let ended = if ok {
@@ -103,6 +107,8 @@ struct Carried<'a> {
     tunnels: &'a Tunnels,
     subject: String,
     seq: u64,
+    /// Frames and bytes sent that the owner has not credited yet.
+    in_flight: (u64, u64),
 }
 
 impl Carried<'_> {
@@ -113,8 +119,37 @@ impl Carried<'_> {
             .publish(self.subject.clone(), w.encode(self.seq))
             .await;
         self.seq += 1;
-        self.tunnels.metrics.frames_out.fetch_add(1, Relaxed);
         sent.is_ok()
+    }
+
+    /// A text or binary frame, in fragments when long; counted against
+    /// the window.
+    async fn frame(&mut self, text: bool, body: Bytes) -> bool {
+        self.in_flight.0 += 1;
+        self.in_flight.1 += body.len() as u64;
+        self.tunnels.metrics.frames_out.fetch_add(1, Relaxed);
+        for w in Wire::frame(text, body) {
+            if !self.send(w).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether the owner's credit lets another frame of the client go.
+    fn may_send(&self) -> bool {
+        self.in_flight.0 < WINDOW_FRAMES && self.in_flight.1 < WINDOW_BYTES
+    }
+
+    /// A credit of the owner (a pong of 16 bytes: frames, then bytes).
+    fn credit(&mut self, b: &[u8]) {
+        let Ok(n) = <[u8; 16]>::try_from(b) else {
+            return;
+        };
+        let frames = u64::from_be_bytes(n[..8].try_into().expect("8 bytes"));
+        let bytes = u64::from_be_bytes(n[8..].try_into().expect("8 bytes"));
+        self.in_flight.0 = self.in_flight.0.saturating_sub(frames);
+        self.in_flight.1 = self.in_flight.1.saturating_sub(bytes);
     }
 
     /// Both ways until one side ends.
@@ -134,10 +169,12 @@ impl Carried<'_> {
         loop {
             let until = grace.unwrap_or_else(|| tokio::time::Instant::now() + c.close_grace);
             tokio::select! {
-                ev = poll_fn(|cx| reader.poll_event(cx)), if grace.is_none() => {
+                // Past the window the client is not read: its TCP window
+                // fills, as it would on a direct connection.
+                ev = poll_fn(|cx| reader.poll_event(cx)), if grace.is_none() && self.may_send() => {
                     let sent = match ev {
-                        ws::Event::Text(t) => self.send(Wire::Text(Bytes::from(t))).await,
-                        ws::Event::Binary(b) => self.send(Wire::Binary(b)).await,
+                        ws::Event::Text(t) => self.frame(true, Bytes::from(t)).await,
+                        ws::Event::Binary(b) => self.frame(false, b).await,
                         ws::Event::Oversized => {
                             grace = Some(tokio::time::Instant::now() + c.close_grace);
                             self.send(Wire::Oversized(c.max_message_bytes as u64 + 1)).await
@@ -162,6 +199,7 @@ impl Carried<'_> {
                         out.close((code, reason));
                         return Ended::Owner;
                     }
+                    Some(Ok(Message::Pong(b))) => self.credit(&b),
                     Some(Ok(_)) => {}
                     Some(Err(_)) | None => {
                         out.close(CLOSE_LOST);

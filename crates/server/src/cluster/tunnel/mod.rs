@@ -47,8 +47,30 @@ use wire::{Wire, OUT_OF_BAND};
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Frames a tunnel's receiving side holds, not yet taken by its
-/// connection; one more ends the tunnel as too slow.
+/// connection; one more ends the tunnel as too slow. A client's frames
+/// never fill it: its node sends at most [`WINDOW_FRAMES`] ahead of the
+/// owner's credit.
 pub const TUNNEL_FRAMES: usize = 256;
+
+/// Frames a client's node sends to the owner ahead of the owner's credit
+/// (then it reads no more of the client, whose TCP window fills: the
+/// backpressure of a direct connection).
+pub const WINDOW_FRAMES: u64 = 128;
+
+/// Bytes a client's node sends to the owner ahead of the owner's credit
+/// (past it, after the frame that passed it, it reads no more of the
+/// client): what one carried client can hold in flight is at most this
+/// plus one message of its protocol.
+pub const WINDOW_BYTES: u64 = 1024 * 1024;
+
+/// The owner grants credit after this many frames taken, or
+/// [`CREDIT_BYTES`], whichever comes first.
+const CREDIT_FRAMES: u64 = 16;
+const CREDIT_BYTES: u64 = 128 * 1024;
+
+/// The largest frame put back together from fragments; a longer one ends
+/// the tunnel (every protocol's message limit is below it).
+pub const MAX_CARRIED_FRAME: usize = 16 * 1024 * 1024;
 
 /// Tunnels one node holds open, as client node and as owner together;
 /// past it an opening is refused (the client reconnects).
@@ -120,6 +142,8 @@ struct Entry {
     peer: String,
     tx: mpsc::Sender<Result<Message, axum::Error>>,
     next_seq: u64,
+    /// The fragments of the frame being put back together.
+    partial: Option<bytes::BytesMut>,
 }
 
 /// Counters of the tunnels.
@@ -200,6 +224,7 @@ impl Tunnels {
                 peer: peer.to_owned(),
                 tx,
                 next_seq: 0,
+                partial: None,
             },
         );
         true
@@ -289,8 +314,25 @@ impl Tunnels {
             entry.next_seq += 1;
         }
         self.metrics.frames_in.fetch_add(1, Relaxed);
+        let joined = |entry: &mut Entry, last: Bytes| match entry.partial.take() {
+            None => last,
+            Some(mut p) => {
+                p.extend_from_slice(&last);
+                p.freeze()
+            }
+        };
         let item = match wire {
-            Wire::Text(b) => match Utf8Bytes::try_from(b) {
+            Wire::Fragment(b) => {
+                let p = entry.partial.get_or_insert_with(bytes::BytesMut::new);
+                if p.len() + b.len() > MAX_CARRIED_FRAME {
+                    open.remove(id);
+                    self.metrics.lost.fetch_add(1, Relaxed);
+                } else {
+                    p.extend_from_slice(&b);
+                }
+                return;
+            }
+            Wire::Text(b) => match Utf8Bytes::try_from(joined(entry, b)) {
                 Ok(t) => Ok(Message::Text(t)),
                 Err(_) => {
                     open.remove(id);
@@ -298,10 +340,17 @@ impl Tunnels {
                     return;
                 }
             },
-            Wire::Binary(b) => Ok(Message::Binary(b)),
+            Wire::Binary(b) => Ok(Message::Binary(joined(entry, b))),
             Wire::Oversized(n) => Err(ws::oversized(n as usize, 0)),
             // A pong is what the driver counts as the peer's sign of life.
             Wire::Keepalive => Ok(Message::Pong(Bytes::new())),
+            // A credit reaches the bridge as a pong of its 16 bytes.
+            Wire::Credit { frames, bytes } => {
+                let mut b = Vec::with_capacity(16);
+                b.extend_from_slice(&frames.to_be_bytes());
+                b.extend_from_slice(&bytes.to_be_bytes());
+                Ok(Message::Pong(b.into()))
+            }
             Wire::Close(code, reason) => Ok(Message::Close(Some(CloseFrame {
                 code,
                 reason: Utf8Bytes::from(reason),
@@ -387,11 +436,29 @@ impl Tunnels {
         }
         self.metrics.opened_in.fetch_add(1, Relaxed);
         let (out_tx, out_rx) = mpsc::channel(TUNNEL_FRAMES);
+        // Credits are few (one per CREDIT_FRAMES frames taken, and the
+        // client's node sends at most WINDOW_FRAMES ahead): unbounded, so
+        // that one is never lost for want of room.
+        let (credit_tx, credit_rx) = mpsc::unbounded_channel();
+        let (mut frames, mut bytes) = (0u64, 0u64);
         let pipe = ws::Pipe {
             from_peer: in_rx,
             to_peer: tokio_util::sync::PollSender::new(out_tx),
+            taken: Box::new(move |n| {
+                frames += 1;
+                bytes += n as u64;
+                if frames >= CREDIT_FRAMES || bytes >= CREDIT_BYTES {
+                    let _ = credit_tx.send((frames, bytes));
+                    (frames, bytes) = (0, 0);
+                }
+            }),
         };
-        tokio::spawn(Arc::clone(self).send_frames(open.from.clone(), open.tunnel.clone(), out_rx));
+        tokio::spawn(Arc::clone(self).send_frames(
+            open.from.clone(),
+            open.tunnel.clone(),
+            out_rx,
+            Some(credit_rx),
+        ));
         let run = ws::Connection::over_pipe(
             pipe,
             Arc::clone(&acceptor.config),
@@ -429,7 +496,7 @@ impl Tunnels {
         }
         self.metrics.opened_in.fetch_add(1, Relaxed);
         let (out_tx, out_rx) = mpsc::channel(TUNNEL_FRAMES);
-        tokio::spawn(Arc::clone(self).send_frames(open.from, open.tunnel.clone(), out_rx));
+        tokio::spawn(Arc::clone(self).send_frames(open.from, open.tunnel.clone(), out_rx, None));
         let tunnels = Arc::clone(self);
         let id = open.tunnel;
         self.serve_carried(in_rx, out_tx, open.ip, move || tunnels.remove(&id));
@@ -437,37 +504,44 @@ impl Tunnels {
     }
 
     /// Publishes what the owner's connection sends, in order, to the
-    /// client node, until the connection lets go of its pipe.
+    /// client node, with the credits its connection grants, until the
+    /// connection lets go of its pipe.
     async fn send_frames(
         self: Arc<Self>,
         peer: String,
         tunnel: String,
         mut rx: mpsc::Receiver<Message>,
+        mut credits: Option<mpsc::UnboundedReceiver<(u64, u64)>>,
     ) {
         let subject = frame_subject(&peer, &tunnel);
         let mut seq = 0u64;
-        while let Some(m) = rx.recv().await {
-            let wire = match m {
-                Message::Text(t) => Wire::Text(Bytes::from(t)),
-                Message::Binary(b) => Wire::Binary(b),
-                Message::Ping(_) => Wire::Keepalive,
-                Message::Pong(_) => continue,
-                Message::Close(f) => {
-                    let (code, reason) = f.map_or((1005, String::new()), |f| {
-                        (f.code, f.reason.as_str().to_owned())
-                    });
-                    Wire::Close(code, reason)
-                }
+        loop {
+            let wires = tokio::select! {
+                m = rx.recv() => match m {
+                    Some(m) => match wire_of(m) {
+                        Some(w) => w,
+                        None => continue,
+                    },
+                    None => return,
+                },
+                Some((frames, bytes)) = async {
+                    match credits.as_mut() {
+                        Some(c) => c.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => vec![Wire::Credit { frames, bytes }],
             };
-            if self
-                .client
-                .publish(subject.clone(), wire.encode(seq))
-                .await
-                .is_err()
-            {
-                return;
+            for w in wires {
+                if self
+                    .client
+                    .publish(subject.clone(), w.encode(seq))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                seq += 1;
             }
-            seq += 1;
             self.metrics.frames_out.fetch_add(1, Relaxed);
         }
     }
@@ -475,6 +549,23 @@ impl Tunnels {
     fn new_id() -> String {
         hostwire_core::token::random_base64url(TUNNEL_ID_BYTES)
     }
+}
+
+/// The messages that carry what a connection sends (a pong carries
+/// nothing: the driver's own answer, not the protocol's).
+fn wire_of(m: Message) -> Option<Vec<Wire>> {
+    Some(match m {
+        Message::Text(t) => Wire::frame(true, Bytes::from(t)),
+        Message::Binary(b) => Wire::frame(false, b),
+        Message::Ping(_) => vec![Wire::Keepalive],
+        Message::Pong(_) => return None,
+        Message::Close(f) => {
+            let (code, reason) = f.map_or((1005, String::new()), |f| {
+                (f.code, f.reason.as_str().to_owned())
+            });
+            vec![Wire::Close(code, reason)]
+        }
+    })
 }
 
 /// Where a tunnel goes and what it says of its client, for the opening.

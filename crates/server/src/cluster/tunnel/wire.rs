@@ -15,6 +15,11 @@ pub const OUT_OF_BAND: u64 = u64::MAX;
 /// The longest close reason carried (RFC 6455: 123 bytes).
 const MAX_REASON: usize = 123;
 
+/// The most bytes of a frame one message carries: a longer frame goes as
+/// [`Wire::Fragment`]s and a last part (NATS refuses a message over its
+/// `max_payload`, 1 MB by default).
+pub const FRAGMENT_BYTES: usize = 256 * 1024;
+
 /// What one tunnel message carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wire {
@@ -30,6 +35,33 @@ pub enum Wire {
     Close(u16, String),
     /// The client is gone: nothing more comes.
     End,
+    /// The first bytes of the next text or binary frame, whose last part
+    /// comes as that frame's message.
+    Fragment(Bytes),
+    /// The receiver took this many more frames and bytes from its queue:
+    /// the sender may send that much more (see `bridge.rs`).
+    Credit {
+        frames: u64,
+        bytes: u64,
+    },
+}
+
+impl Wire {
+    /// A text or binary frame (`text`: which) as the messages that carry
+    /// it: fragments of [`FRAGMENT_BYTES`], then its last part.
+    pub fn frame(text: bool, body: Bytes) -> Vec<Wire> {
+        let last = |b: Bytes| if text { Wire::Text(b) } else { Wire::Binary(b) };
+        if body.len() <= FRAGMENT_BYTES {
+            return vec![last(body)];
+        }
+        let mut out = Vec::with_capacity(body.len().div_ceil(FRAGMENT_BYTES));
+        let mut rest = body;
+        while rest.len() > FRAGMENT_BYTES {
+            out.push(Wire::Fragment(rest.split_to(FRAGMENT_BYTES)));
+        }
+        out.push(last(rest));
+        out
+    }
 }
 
 const TEXT: u8 = b'T';
@@ -38,6 +70,8 @@ const OVERSIZED: u8 = b'O';
 const KEEPALIVE: u8 = b'K';
 const CLOSE: u8 = b'C';
 const END: u8 = b'E';
+const FRAGMENT: u8 = b'F';
+const CREDIT: u8 = b'A';
 
 /// Why a message was not read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +84,8 @@ pub enum Malformed {
 impl Wire {
     pub fn encode(&self, seq: u64) -> Bytes {
         let body_len = match self {
-            Wire::Text(b) | Wire::Binary(b) => b.len(),
+            Wire::Text(b) | Wire::Binary(b) | Wire::Fragment(b) => b.len(),
+            Wire::Credit { .. } => 16,
             Wire::Oversized(_) => 8,
             Wire::Close(_, r) => 2 + r.len().min(MAX_REASON),
             Wire::Keepalive | Wire::End => 0,
@@ -59,6 +94,8 @@ impl Wire {
         let (kind, body): (u8, &[u8]) = match self {
             Wire::Text(b) => (TEXT, b),
             Wire::Binary(b) => (BINARY, b),
+            Wire::Fragment(b) => (FRAGMENT, b),
+            Wire::Credit { .. } => (CREDIT, &[]),
             Wire::Oversized(_) => (OVERSIZED, &[]),
             Wire::Keepalive => (KEEPALIVE, &[]),
             Wire::Close(..) => (CLOSE, &[]),
@@ -69,6 +106,10 @@ impl Wire {
         out.put_slice(body);
         match self {
             Wire::Oversized(n) => out.put_u64(*n),
+            Wire::Credit { frames, bytes } => {
+                out.put_u64(*frames);
+                out.put_u64(*bytes);
+            }
             Wire::Close(code, reason) => {
                 out.put_u16(*code);
                 out.put_slice(truncate(reason, MAX_REASON).as_bytes());
@@ -88,6 +129,14 @@ impl Wire {
         let wire = match payload[0] {
             TEXT => Wire::Text(body),
             BINARY => Wire::Binary(body),
+            FRAGMENT => Wire::Fragment(body),
+            CREDIT => {
+                let n: [u8; 16] = body[..].try_into().map_err(|_| Malformed::BadBody)?;
+                Wire::Credit {
+                    frames: u64::from_be_bytes(n[..8].try_into().expect("8 bytes")),
+                    bytes: u64::from_be_bytes(n[8..].try_into().expect("8 bytes")),
+                }
+            }
             OVERSIZED => {
                 let n: [u8; 8] = body[..].try_into().map_err(|_| Malformed::BadBody)?;
                 Wire::Oversized(u64::from_be_bytes(n))
@@ -131,6 +180,11 @@ mod tests {
             Wire::Keepalive,
             Wire::Close(1013, "room served by another node".to_owned()),
             Wire::End,
+            Wire::Fragment(Bytes::from_static(b"{\"t\":")),
+            Wire::Credit {
+                frames: 32,
+                bytes: 1 << 20,
+            },
         ];
         for (seq, w) in all.into_iter().enumerate() {
             let b = w.encode(seq as u64);
@@ -155,6 +209,30 @@ mod tests {
         assert_eq!(Wire::decode(&m.into()), Err(Malformed::BadBody));
         let m = Wire::Oversized(1).encode(0);
         assert_eq!(Wire::decode(&m.slice(..12)), Err(Malformed::BadBody));
+    }
+
+    #[test]
+    fn a_long_frame_goes_in_fragments_that_join_back() {
+        let body = Bytes::from(vec![7u8; 2 * FRAGMENT_BYTES + 5]);
+        let parts = Wire::frame(true, body.clone());
+        assert_eq!(parts.len(), 3);
+        let mut joined = Vec::new();
+        for p in &parts[..2] {
+            let Wire::Fragment(b) = p else {
+                panic!("not a fragment: {p:?}")
+            };
+            assert_eq!(b.len(), FRAGMENT_BYTES);
+            joined.extend_from_slice(b);
+        }
+        let Wire::Text(last) = &parts[2] else {
+            panic!("not the last part")
+        };
+        joined.extend_from_slice(last);
+        assert_eq!(joined, body);
+        assert_eq!(
+            Wire::frame(false, Bytes::from_static(b"x")),
+            [Wire::Binary(Bytes::from_static(b"x"))]
+        );
     }
 
     #[test]

@@ -95,6 +95,57 @@ async fn a_python_client_written_from_the_documents_alone() {
     run(script(&python, &relay, &[]), "").await;
 }
 
+/// The same client through a node that owns none of its rooms: three
+/// real nodes on PostgreSQL and NATS, rooms created on one, every socket
+/// opened on another and carried to the owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_client_through_a_node_that_does_not_own_its_rooms() {
+    let python = python();
+    let Some(url) = hostwire_store::testing::fresh_database("python_tunnel") else {
+        return;
+    };
+    let Some(nats) = crate::cluster::Nats::start("python_tunnel") else {
+        return;
+    };
+    let dirs = [
+        crate::support::relay::temp_dir("py-a"),
+        crate::support::relay::temp_dir("py-b"),
+    ];
+    let node = |id: &str, dir: &tempfile::TempDir| {
+        crate::support::process::Process::serve(
+            dir.path(),
+            &[
+                "--postgres-url",
+                &url,
+                "--nats-url",
+                &nats.url(),
+                "--node-id",
+                id,
+            ],
+            &[("ALLOWED_ORIGINS", ORIGIN)],
+        )
+    };
+    let (a, b) = (node("a", &dirs[0]), node("b", &dirs[1]));
+    crate::tunnels::until_peers(&[&a, &b]).await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/relay_client.py");
+    let mut cmd = tokio::process::Command::new(&python);
+    cmd.arg(&script)
+        .args([
+            "--http",
+            &a.http(),
+            "--ws",
+            &b.ws("/ws"),
+            "--origin",
+            ORIGIN,
+        ])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .kill_on_drop(true);
+    run(cmd, "through a node that does not own its rooms").await;
+    assert!(
+        crate::support::http::metric(&b.http(), "hostwire_cluster_tunnels_opened_total").await > 0
+    );
+}
+
 /// The script makes a room's state and says READY; the server stops (its
 /// sockets must close with 1001) and starts again on the same database;
 /// the script finds the room, its players, kicks and bundle again.
