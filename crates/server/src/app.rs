@@ -248,30 +248,14 @@ impl App {
             config.server_limits.trusted_proxy_hops,
         ));
         let store_metrics = Arc::new(StoreMetrics::default());
-        let playerthree = PlayerThree::start_leased(
-            p3_config,
-            Arc::clone(&clock),
-            stores.playerthree,
-            Arc::clone(&store_metrics),
-            leases.clone(),
-        )?;
-        let ggui = Ggui::start_leased(
-            ggui_config,
-            Arc::clone(&clock),
-            stores.ggui,
-            Arc::clone(&store_metrics),
-            leases.clone(),
-        )?;
-        let sessions = sessions::Sessions::new(
-            sessions_config,
-            Arc::clone(&clock),
-            stores.sessions,
-            Arc::clone(&store_metrics),
-        );
-        if let Some(l) = &leases {
-            sessions.use_leases(Arc::clone(l));
-        }
-        sessions.start_expiry_sweep();
+        let started = Started {
+            clock: &clock,
+            store_metrics: &store_metrics,
+            leases: &leases,
+        };
+        let playerthree = started.playerthree(p3_config, stores.playerthree)?;
+        let ggui = started.ggui(ggui_config, stores.ggui)?;
+        let sessions = started.sessions(sessions_config, stores.sessions);
         let relay_metrics = Arc::new(RelayMetrics::default());
         let serve_limits = config.server_limits.serve();
         let (relay, loaded) = start_relay(
@@ -307,7 +291,15 @@ impl App {
             // `/api/health` shows this node and its peers.
             .layer(axum::Extension(Arc::clone(&cluster)));
         let sockets = crate::ws::Sockets::default();
-        carry_clients(&cluster, &sockets, &relay, &playerthree, &sessions, &app);
+        carry_clients(
+            &cluster,
+            &sockets,
+            &relay,
+            &playerthree,
+            &sessions,
+            &ggui,
+            &app,
+        );
         cluster.start(addr, stop.subscribe());
         tokio::spawn(Arc::clone(&relay).sweep_timer(stop.subscribe()));
         if let Some(l) = &leases {
@@ -390,6 +382,61 @@ fn start_relay(
     Ok((relay, loaded))
 }
 
+/// What every protocol is started with.
+struct Started<'a> {
+    clock: &'a Arc<dyn Clock>,
+    store_metrics: &'a Arc<StoreMetrics>,
+    leases: &'a Option<Arc<Leases>>,
+}
+
+impl Started<'_> {
+    fn playerthree(
+        &self,
+        config: PlayerThreeConfig,
+        store: Arc<dyn hostwire_store::playerthree::PlayerThreeStore>,
+    ) -> anyhow::Result<Arc<PlayerThree>> {
+        PlayerThree::start_leased(
+            config,
+            Arc::clone(self.clock),
+            store,
+            Arc::clone(self.store_metrics),
+            self.leases.clone(),
+        )
+    }
+
+    fn ggui(
+        &self,
+        config: GguiConfig,
+        store: Option<Arc<dyn hostwire_store::ggui::GguiStore>>,
+    ) -> anyhow::Result<Arc<Ggui>> {
+        Ggui::start_leased(
+            config,
+            Arc::clone(self.clock),
+            store,
+            Arc::clone(self.store_metrics),
+            self.leases.clone(),
+        )
+    }
+
+    fn sessions(
+        &self,
+        config: sessions::SessionsConfig,
+        store: Arc<dyn hostwire_store::sessions::SessionStore>,
+    ) -> Arc<sessions::Sessions> {
+        let sessions = sessions::Sessions::new(
+            config,
+            Arc::clone(self.clock),
+            store,
+            Arc::clone(self.store_metrics),
+        );
+        if let Some(l) = self.leases {
+            sessions.use_leases(Arc::clone(l));
+        }
+        sessions.start_expiry_sweep();
+        sessions
+    }
+}
+
 /// With NATS: clients of units owned elsewhere are carried to their
 /// owners, and other nodes' clients are served here, in `sockets`.
 fn carry_clients(
@@ -398,6 +445,7 @@ fn carry_clients(
     relay: &Arc<Relay>,
     playerthree: &Arc<PlayerThree>,
     sessions: &Arc<sessions::Sessions>,
+    ggui: &Arc<Ggui>,
     app: &axum::Router,
 ) {
     if let Some(t) = cluster.tunnels() {
@@ -406,6 +454,7 @@ fn carry_clients(
         relay.use_tunnels(Arc::clone(t));
         playerthree.use_tunnels(Arc::clone(t));
         sessions.use_tunnels(Arc::clone(t));
+        ggui.use_tunnels(Arc::clone(t));
     }
 }
 

@@ -12,8 +12,10 @@
 //!   node. A session that expires lets its lease go.
 //!
 //! UI sockets (`/ggui/ws`) are admitted by UI tokens, which each node
-//! keeps in memory: a UI reaches its session through the node that
-//! minted its token, as after a restart (where the agent mints new ones).
+//! keeps in memory (after a restart the agent mints new ones). On a
+//! cluster with NATS a token's text begins with the hex of the node that
+//! minted it and a '.': a node that does not know a token carries its
+//! socket to that node, which checks the token.
 
 use super::records::restored;
 use super::{session_span, Cmd, Ggui};
@@ -202,4 +204,95 @@ pub(super) fn release_expired(
             leases.release(UnitKind::GguiSession, &id).await;
         }
     });
+}
+
+/// The ggui live channel's name on a tunnel between nodes.
+const TUNNEL_PROTOCOL: &str = "ggui";
+
+impl Ggui {
+    /// Carries UI sockets whose token another node minted there, and
+    /// serves the sockets other nodes carry here.
+    pub fn use_tunnels(self: &Arc<Self>, tunnels: Arc<crate::cluster::tunnel::Tunnels>) {
+        let ggui = Arc::clone(self);
+        tunnels.accept(
+            TUNNEL_PROTOCOL,
+            crate::cluster::tunnel::Acceptor {
+                config: Arc::new(super::ws::socket_config(self.config.outbound_queue)),
+                run: Box::new(move |c, client| Box::pin(carried(Arc::clone(&ggui), c, client))),
+            },
+        );
+        let _ = self.tunnels.set(tunnels);
+    }
+
+    /// What this node's UI tokens begin with: on a cluster with NATS, its
+    /// id in hex and a '.'; else nothing.
+    pub(super) fn token_prefix(&self) -> String {
+        match self.tunnels.get() {
+            Some(t) => format!("{}.", crate::cluster::tunnel::hex(t.node())),
+            None => String::new(),
+        }
+    }
+
+    /// The node that minted `token`, when it is another live node's and
+    /// this node can carry the socket there.
+    pub(super) fn minted_elsewhere(&self, token: &str) -> Option<String> {
+        let t = self.tunnels.get()?;
+        let (hex, _) = token.split_once('.')?;
+        let node = unhex(hex)?;
+        (node != t.node()).then_some(node)
+    }
+
+    /// Carries a UI socket to the node that minted its token.
+    pub(super) async fn carry_ui(
+        self: Arc<Self>,
+        owner: String,
+        token: String,
+        c: crate::ws::Connection,
+    ) {
+        let Some(t) = self.tunnels.get() else { return };
+        let route = crate::cluster::tunnel::Route {
+            owner: &owner,
+            protocol: TUNNEL_PROTOCOL,
+            ip: "",
+            handshake: &token,
+        };
+        Arc::clone(t)
+            .bridge(route, Vec::new(), c.reader, |out| {
+                out.close((
+                    crate::ws::CLOSE_TOO_SLOW,
+                    "the node of this UI token cannot be reached; try again",
+                ))
+            })
+            .await;
+    }
+}
+
+fn unhex(s: &str) -> Option<String> {
+    if s.is_empty()
+        || !s.len().is_multiple_of(2)
+        || s.len() > 2 * crate::cluster::peers::MAX_NODE_ID_LEN
+    {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
+}
+
+/// A UI socket another node carried here: its token is checked here,
+/// where it was minted.
+async fn carried(
+    ggui: Arc<Ggui>,
+    c: crate::ws::Connection,
+    client: crate::cluster::tunnel::Client,
+) {
+    match ggui.ui_tokens.lookup(&client.handshake) {
+        Some(bound) => super::ws::handle_socket(ggui, c, bound).await,
+        None => {
+            c.out.close((1008, "a UI token of the session is required"));
+            c.reader.finish().await;
+        }
+    }
 }

@@ -292,6 +292,8 @@ pub struct Ggui {
     /// The sessions this node owns on a cluster (PostgreSQL); `None`: one
     /// node.
     leases: Option<Arc<Leases>>,
+    /// How a UI socket reaches the node that minted its token (with NATS).
+    tunnels: std::sync::OnceLock<Arc<crate::cluster::tunnel::Tunnels>>,
     next_conn: AtomicU64,
     /// The UI tokens minted through the agent API.
     pub(crate) ui_tokens: api::UiTokens,
@@ -402,6 +404,7 @@ impl Ggui {
             writer,
             store: kept,
             leases,
+            tunnels: std::sync::OnceLock::new(),
             next_conn: AtomicU64::new(1),
             ui_tokens: api::UiTokens::default(),
         });

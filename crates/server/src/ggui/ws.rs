@@ -34,7 +34,7 @@ pub const CLOSE_TOO_SLOW: u16 = ws::CLOSE_TOO_SLOW;
 
 /// The live channel's socket settings (its frame bound in frames from the
 /// configuration).
-fn socket_config(outbound_frames: usize) -> ws::Config {
+pub(super) fn socket_config(outbound_frames: usize) -> ws::Config {
     ws::Config {
         // Envelopes out may carry props the agent API took (bodies up to
         // `API_BODY_LIMIT`): unsent bytes must hold two of them.
@@ -99,6 +99,19 @@ pub(crate) async fn ws_upgrade(
         .token
         .clone()
         .or_else(|| query.get("token").cloned());
+    // A token another node minted: the socket is carried there, which
+    // checks it.
+    if let Some(t) = given.as_deref() {
+        if ggui.ui_tokens.lookup(t).is_none() {
+            if let Some(node) = ggui.minted_elsewhere(t) {
+                let (token, config) = (
+                    t.to_owned(),
+                    Arc::new(socket_config(ggui.config.outbound_queue)),
+                );
+                return ws.on_upgrade(config, move |c| ggui.carry_ui(node, token, c));
+            }
+        }
+    }
     let bound = match presented.gate.check(&presented.ip, given.as_deref(), |t| {
         ggui.ui_tokens.lookup(t)
     }) {
@@ -116,7 +129,7 @@ pub(crate) async fn ws_upgrade(
     ws.on_upgrade(config, move |c| handle_socket(ggui, c, bound))
 }
 
-async fn handle_socket(ggui: Arc<Ggui>, c: ws::Connection, bound: (String, String)) {
+pub(super) async fn handle_socket(ggui: Arc<Ggui>, c: ws::Connection, bound: (String, String)) {
     let ws::Connection { mut reader, out } = c;
     // The UI token admitted it (checked at the upgrade).
     let authenticated = true;

@@ -107,6 +107,7 @@ fn read_loop(
         relay,
         conn,
         ip,
+        first_join_counted: out.0.is_piped(),
         out,
     };
     // An async block, not an async fn: what it captures is used in place,
@@ -205,6 +206,9 @@ struct Reader {
     ip: Box<str>,
     out: Outbound,
     state: ConnectionState<RoomHandle>,
+    /// A connection carried from another node: its first `join` or `host`
+    /// was counted against the IP's rate there.
+    first_join_counted: bool,
 }
 
 /// What the reader does after a message (rare cases boxed, to keep this
@@ -304,10 +308,10 @@ impl Reader {
                 already_attached,
             } => {
                 // Counted per client IP over all its connections, before
-                // the PIN is looked up: a guess costs a token too. A
-                // connection carried here was counted by the node it
-                // reached.
-                let counted = self.out.0.is_piped();
+                // the PIN is looked up: a guess costs a token too. The
+                // first of a connection carried here was counted by the
+                // node it reached; its later ones are counted here.
+                let counted = std::mem::take(&mut self.first_join_counted);
                 if let Err(retry) = match counted {
                     true => Ok(()),
                     false => self.relay.joins.try_take(&self.ip, now),

@@ -338,6 +338,45 @@ async fn a_ggui_session_is_leased_served_through_any_node_and_taken_over_after_a
     // Creating it again through c is answered by a (it exists: 200).
     let (st, v) = ggui(&c, "PUT", "notes-1", Some(json!({}))).await;
     assert_eq!((st, &v["created"]), (200, &json!(false)), "{v}");
+    // A UI token minted through b (by a, which serves the session) opens a
+    // socket on c, carried to a; an update pushed through b reaches it.
+    let (st, v) = ggui(&b, "POST", "notes-1/ui-tokens", None).await;
+    assert_eq!(st, 201, "{v}");
+    let ws = format!(
+        "{}?token={}",
+        c.ws("/ggui/ws"),
+        v["token"].as_str().unwrap()
+    );
+    let mut ui = Client::connect(&ws, None).await.unwrap();
+    ui.send(json!({"type": "subscribe", "payload": {"sessionId": "notes-1"}, "requestId": "sub"}))
+        .await;
+    assert_eq!(ui.recv().await["type"], "ack");
+    let (st, v) = ggui(
+        &b,
+        "POST",
+        "notes-1/props",
+        Some(json!({"props": {"n": 3}})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    loop {
+        let f = ui.recv().await;
+        if f["payload"]["props"]["n"] == 3 {
+            break;
+        }
+    }
+    // A made-up token of a's is refused by a.
+    let forged = format!("{}?token=61.not-a-token", c.ws("/ggui/ws"));
+    let mut x = Client::connect(&forged, None).await.unwrap();
+    assert_eq!(closed_with(&mut x).await, 1008);
+    let (st, v) = ggui(
+        &c,
+        "POST",
+        "notes-1/props",
+        Some(json!({"props": {"n": 1}})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
 
     a.kill_9();
 

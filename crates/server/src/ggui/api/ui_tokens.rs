@@ -29,9 +29,11 @@ impl UiTokens {
         self.by_hash.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A new token for `session` of `app`.
-    pub(super) fn mint(&self, session: &str, app: &str) -> hostwire_core::Token {
-        let token = hostwire_core::Token::generate();
+    /// A new token for `session` of `app`, its text led by `prefix` (on a
+    /// cluster: which node minted it, so that any node can carry its
+    /// socket there).
+    pub(super) fn mint(&self, session: &str, app: &str, prefix: &str) -> String {
+        let token = format!("{prefix}{}", hostwire_core::Token::generate().as_str());
         let mut t = self.lock();
         let of_session: Vec<TokenHash> = t
             .iter()
@@ -43,10 +45,7 @@ impl UiTokens {
         if of_session.len() >= MAX_UI_TOKENS_PER_SESSION {
             t.remove(&of_session[0]);
         }
-        t.insert(
-            TokenHash::of(token.as_str()),
-            (session.to_owned(), app.to_owned()),
-        );
+        t.insert(TokenHash::of(&token), (session.to_owned(), app.to_owned()));
         token
     }
 
@@ -70,10 +69,10 @@ pub(super) async fn mint_ui_token(
         None => gone(),
         Some(Err(e)) => api_error(e),
         Some(Ok(())) => {
-            let token = ggui.ui_tokens.mint(&id, &app);
+            let token = ggui.ui_tokens.mint(&id, &app, &ggui.token_prefix());
             json_response(
                 StatusCode::CREATED,
-                &json!({ "token": token.as_str(), "sessionId": id }),
+                &json!({ "token": token, "sessionId": id }),
             )
         }
     }
