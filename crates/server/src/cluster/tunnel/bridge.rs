@@ -53,6 +53,7 @@ impl Tunnels {
             subject: super::frame_subject(route.owner, &id),
             seq: 0,
             in_flight: (0, 0),
+            taken: (0, 0),
         };
         let mut ok = true;
         for f in first {
@@ -109,6 +110,8 @@ struct Carried<'a> {
     seq: u64,
     /// Frames and bytes sent that the owner has not credited yet.
     in_flight: (u64, u64),
+    /// Frames and bytes of the owner taken and not yet credited back.
+    taken: (u64, u64),
 }
 
 impl Carried<'_> {
@@ -134,6 +137,16 @@ impl Carried<'_> {
             }
         }
         true
+    }
+
+    /// Notes a frame of the owner's taken; the credit to grant when one is
+    /// due.
+    fn took(&mut self, bytes: u64) -> Option<(u64, u64)> {
+        self.taken = (self.taken.0 + 1, self.taken.1 + bytes);
+        if self.taken.0 >= super::CREDIT_FRAMES || self.taken.1 >= super::CREDIT_BYTES {
+            return Some(std::mem::take(&mut self.taken));
+        }
+        None
     }
 
     /// Whether the owner's credit lets another frame of the client go.
@@ -188,8 +201,16 @@ impl Carried<'_> {
                 }
                 m = from_owner.recv() => match m {
                     Some(Ok(Message::Text(t))) => {
+                        let n = t.len() as u64;
                         if out.send(t).is_err() {
                             return Ended::Client;
+                        }
+                        // Taken: the owner may send that much more.
+                        if let Some((frames, bytes)) = self.took(n) {
+                            if !self.send(Wire::Credit { frames, bytes }).await {
+                                out.close(CLOSE_LOST);
+                                return Ended::Owner;
+                            }
                         }
                     }
                     Some(Ok(Message::Close(f))) => {

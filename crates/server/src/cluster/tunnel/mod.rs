@@ -146,6 +146,9 @@ struct Entry {
     next_seq: u64,
     /// The fragments of the frame being put back together.
     partial: Option<bytes::BytesMut>,
+    /// Where the peer's credits go when this side's sender is not the
+    /// one reading `tx` (the owner's: its publisher); `None`: into `tx`.
+    credits: Option<mpsc::UnboundedSender<(u64, u64)>>,
 }
 
 /// Counters of the tunnels.
@@ -232,9 +235,17 @@ impl Tunnels {
                 tx,
                 next_seq: 0,
                 partial: None,
+                credits: None,
             },
         );
         true
+    }
+
+    /// Sends the peer's credits of tunnel `id` to `to` (see [`Entry`]).
+    fn route_credits(&self, id: &str, to: mpsc::UnboundedSender<(u64, u64)>) {
+        if let Some(e) = self.open_map().get_mut(id) {
+            e.credits = Some(to);
+        }
     }
 
     fn remove(&self, id: &str) {
@@ -351,6 +362,12 @@ impl Tunnels {
             Wire::Oversized(n) => Err(ws::oversized(n as usize, 0)),
             // A pong is what the driver counts as the peer's sign of life.
             Wire::Keepalive => Ok(Message::Pong(Bytes::new())),
+            Wire::Credit { frames, bytes } if entry.credits.is_some() => {
+                if let Some(c) = &entry.credits {
+                    let _ = c.send((frames, bytes));
+                }
+                return;
+            }
             // A credit reaches the bridge as a pong of its 16 bytes.
             Wire::Credit { frames, bytes } => {
                 let mut b = Vec::with_capacity(16);

@@ -72,11 +72,15 @@ impl Tunnels {
                 }
             }),
         };
+        // What the client's node grants back: the owner sends at most a
+        // window ahead of it.
+        let (granted_tx, granted_rx) = mpsc::unbounded_channel();
+        self.route_credits(&open.tunnel, granted_tx);
         tokio::spawn(Arc::clone(self).send_frames(
             open.from.clone(),
             open.tunnel.clone(),
             out_rx,
-            Some(credit_rx),
+            Some((credit_rx, granted_rx)),
         ));
         let run = ws::Connection::over_pipe(
             pipe,
@@ -124,31 +128,57 @@ impl Tunnels {
 
     /// Publishes what the owner's connection sends, in order, to the
     /// client node, with the credits its connection grants, until the
-    /// connection lets go of its pipe.
+    /// connection lets go of its pipe. With `credits` (a carried
+    /// WebSocket: the grants of this side, and those of the client's
+    /// node) it sends at most [`WINDOW_FRAMES`] / [`WINDOW_BYTES`] ahead
+    /// of the client node's grants, and then takes no more of the
+    /// connection's frames: its outbound queue fills, and the protocol's
+    /// own rule for a slow client applies.
     pub(super) async fn send_frames(
         self: Arc<Self>,
         peer: String,
         tunnel: String,
         mut rx: mpsc::Receiver<Message>,
-        mut credits: Option<mpsc::UnboundedReceiver<(u64, u64)>>,
+        credits: Option<(Credits, Credits)>,
     ) {
         let subject = frame_subject(&peer, &tunnel);
         let mut seq = 0u64;
+        let windowed = credits.is_some();
+        let (mut grants, mut granted) = match credits {
+            Some((a, b)) => (Some(a), Some(b)),
+            None => (None, None),
+        };
+        let mut in_flight = (0u64, 0u64);
         loop {
+            let open = !windowed || (in_flight.0 < WINDOW_FRAMES && in_flight.1 < WINDOW_BYTES);
             let wires = tokio::select! {
-                m = rx.recv() => match m {
-                    Some(m) => match wire_of(m) {
-                        Some(w) => w,
-                        None => continue,
-                    },
+                m = rx.recv(), if open => match m {
+                    Some(m) => {
+                        if let Message::Text(t) = &m {
+                            in_flight = (in_flight.0 + 1, in_flight.1 + t.len() as u64);
+                        }
+                        match wire_of(m) {
+                            Some(w) => w,
+                            None => continue,
+                        }
+                    }
                     None => return,
                 },
                 Some((frames, bytes)) = async {
-                    match credits.as_mut() {
-                        Some(c) => c.recv().await,
+                    match grants.as_mut() {
+                        Some(g) => g.recv().await,
                         None => std::future::pending().await,
                     }
                 } => vec![Wire::Credit { frames, bytes }],
+                Some((frames, bytes)) = async {
+                    match granted.as_mut() {
+                        Some(g) => g.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    in_flight = (in_flight.0.saturating_sub(frames), in_flight.1.saturating_sub(bytes));
+                    continue;
+                }
             };
             for w in wires {
                 if self
@@ -165,6 +195,9 @@ impl Tunnels {
         }
     }
 }
+
+/// Credits (frames, bytes) on their way between a tunnel's tasks.
+type Credits = mpsc::UnboundedReceiver<(u64, u64)>;
 
 /// The messages that carry what a connection sends (a pong carries
 /// nothing: the driver's own answer, not the protocol's).

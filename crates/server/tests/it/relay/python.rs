@@ -138,6 +138,11 @@ async fn a_python_client_through_a_node_that_does_not_own_its_rooms() {
             "--origin",
             ORIGIN,
         ])
+        // Per-IP limits are counted by each node (docs/cluster.md): a
+        // carried connection's first join by the node it reached, its
+        // later ones by the owner, so one IP's joins are not one count
+        // here, which this case expects exactly.
+        .args(["--skip", "joins_past_the_ip_burst"])
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .kill_on_drop(true);
     run(cmd, "through a node that does not own its rooms").await;
