@@ -1,0 +1,280 @@
+//! The cluster section of docs/BENCHMARKS.md (`bench/cluster.sh`): one
+//! node against three in the same run: classroom CPU per delivered frame
+//! and latency, a `kill -9` of the owner, and idle connections.
+
+use crate::results::load;
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// The target: three nodes spend at most this many times one node's CPU
+/// per delivered frame.
+pub const CPU_RATIO_TARGET: f64 = 1.5;
+
+/// The target: every client has a frame again within the lease plus this.
+pub const FAILOVER_MARGIN_S: f64 = 1.0;
+
+/// Microseconds of CPU per delivered frame: `pct` percent of a core over
+/// `per_s` frames a second.
+pub fn us_per_frame(pct: f64, per_s: f64) -> Option<f64> {
+    (per_s > 0.0).then(|| pct / 100.0 * 1e6 / per_s)
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0)
+}
+
+fn ms(us: &Value) -> String {
+    format!("{:.2} ms", f(us) / 1e3)
+}
+
+fn s_of(us: &Value) -> String {
+    format!("{:.2} s", f(us) / 1e6)
+}
+
+/// A classroom result's row; its CPU per frame (servers, and with the
+/// processes beside them).
+fn classroom_row(s: &mut String, what: &str, r: &Value, base: Option<f64>) -> Option<f64> {
+    let per_s = f(&r["delivered_per_s"]);
+    let cpu = f(&r["server_cpu"]["total_pct"]);
+    let side = r["side_cpu"]["total_pct"].as_f64();
+    let us = us_per_frame(cpu, per_s);
+    let us_all = us_per_frame(cpu + side.unwrap_or(0.0), per_s);
+    let ratio = |x: Option<f64>| match (x, base) {
+        (Some(x), Some(b)) if b > 0.0 => format!("{:.2}×", x / b),
+        _ => "1 (baseline)".into(),
+    };
+    let _ = writeln!(
+        s,
+        "| {what} | {:.0} of {:.0} | {cpu:.1} % | {} | {} | {} | {} | {} | {} |",
+        per_s,
+        f(&r["offered_per_s"]),
+        side.map_or("–".into(), |c| format!("{c:.1} %")),
+        us.map_or("–".into(), |u| format!("{u:.2} µs")),
+        ratio(us),
+        if side.is_some() {
+            format!(
+                "{} ({})",
+                us_all.map_or("–".into(), |u| format!("{u:.2} µs")),
+                ratio(us_all)
+            )
+        } else {
+            "–".into()
+        },
+        ms(&r["latency"]["p50_us"]),
+        ms(&r["latency"]["p99_us"]),
+    );
+    us
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "missed"
+    }
+}
+
+/// The section, or nothing without the cluster's results.
+pub fn section(results: &Path, command: &str) -> String {
+    let setup = load(results, "cluster-setup.json").unwrap_or(Value::Null);
+    let one = load(results, "cluster-one-classroom.json");
+    let three = load(results, "cluster-three-classroom.json");
+    let failover = load(results, "cluster-failover.json");
+    let idle_one = load(results, "cluster-one-idle.json");
+    let idle_three = load(results, "cluster-three-idle.json");
+    if one.is_none() && three.is_none() && failover.is_none() && idle_three.is_none() {
+        return String::new();
+    }
+    let mut s = String::new();
+    let lease = f(&setup["lease_ttl_s"]);
+    let _ = writeln!(
+        s,
+        "\n## Cluster: three nodes against one (issue 24)\n\nCommand: `{command}` ({}). One run: a private PostgreSQL ({}) and `nats-server` ({}) on loopback ports; every `hostwire serve` on core 1, the generator on core 0. The one node is `--postgres-url` alone (no NATS): the same store as the three, so that the ratio is what the cross-node hop costs. The three nodes (A, B, C) share that PostgreSQL and NATS, leases of {lease} s (`--lease-ttl`); rooms are created on A and hosted there, players connect to B and C in turn, so every frame crosses from one node to another over NATS.\n",
+        setup["date"].as_str().unwrap_or("date not recorded"),
+        setup["postgres"].as_str().unwrap_or("version not recorded"),
+        setup["nats"].as_str().unwrap_or("version not recorded"),
+    );
+    if let (Some(one), Some(three)) = (&one, &three) {
+        let (o, t) = (&one["result"], &three["result"]);
+        let _ = writeln!(
+            s,
+            "**Classroom** ({} rooms × {} players, host {} Hz to each player, players {} Hz; CPU from /proc over the measured window, summed over the nodes; nats-server's CPU apart, then added):\n\n| set-up | delivered of offered frames/s | server CPU (summed) | nats-server CPU | server CPU per frame | ratio | with nats-server (ratio) | p50 | p99 |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            o["rooms"], o["players"], o["host_hz"], o["player_hz"]
+        );
+        let base = classroom_row(&mut s, "one node", o, None);
+        let us = classroom_row(
+            &mut s,
+            "three nodes: hosts on A, players on B and C",
+            t,
+            base,
+        );
+        let ratio = us.zip(base).map(|(u, b)| u / b);
+        let with_nats = us_per_frame(
+            f(&t["server_cpu"]["total_pct"]) + f(&t["side_cpu"]["total_pct"]),
+            f(&t["delivered_per_s"]),
+        )
+        .zip(base)
+        .map(|(u, b)| u / b);
+        let hop = f(&t["latency"]["p99_us"]) - f(&o["latency"]["p99_us"]);
+        let _ = writeln!(
+            s,
+            "\nThree nodes spend {} the one node's CPU per delivered frame ({} with nats-server's): target ≤ {CPU_RATIO_TARGET}×, {}. The cross-node hop adds {:.2} ms to p99 ({} against {}) and {:.2} ms to p50. Errors: one node {}, three {}.\n",
+            ratio.map_or("–".into(), |r| format!("{r:.2}×")),
+            with_nats.map_or("–".into(), |r| format!("{r:.2}×")),
+            ratio.map_or("not measured", |r| verdict(r <= CPU_RATIO_TARGET)),
+            hop / 1e3,
+            ms(&t["latency"]["p99_us"]),
+            ms(&o["latency"]["p99_us"]),
+            (f(&t["latency"]["p50_us"]) - f(&o["latency"]["p50_us"])) / 1e3,
+            o["errors"],
+            t["errors"],
+        );
+    }
+    if let Some(v) = &failover {
+        let r = &v["result"];
+        let target = lease + FAILOVER_MARGIN_S;
+        let p99 = f(&r["first_frame"]["p99_us"]) / 1e6;
+        let _ = writeln!(
+            s,
+            "**Failover** (`hostwire-bench failover`): {} rooms × {} players on A, players through B and C, traffic as above; A is killed with SIGKILL; each host reconnects to B or C (by room, in turn), each player to the node it used, and rejoins with its token (`hostToken`, the player's `token`), retrying every {} ms while refused. From the kill, per client:\n\n| from the kill to | clients | p50 | p99 | max |\n| --- | --- | --- | --- | --- |",
+            r["rooms"], r["players"], crate::failover::RETRY.as_millis()
+        );
+        for (what, l) in [
+            ("the `hosting` / `joined` answer", &r["rejoined"]),
+            ("the first frame after it, every client", &r["first_frame"]),
+            ("… hosts (were on A)", &r["first_frame_hosts"]),
+            (
+                "… players (carried through B and C)",
+                &r["first_frame_players"],
+            ),
+        ] {
+            let _ = writeln!(
+                s,
+                "| {what} | {} | {} | {} | {} |",
+                l["samples"],
+                s_of(&l["p50_us"]),
+                s_of(&l["p99_us"]),
+                s_of(&l["max_us"])
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\n{} of {} clients had a frame again; p99 {p99:.2} s against the target of the lease + {FAILOVER_MARGIN_S} s = {target:.1} s: {}. Attempts {} (refused: {}){}.\n",
+            r["recovered"],
+            r["clients"],
+            verdict(p99 <= target && r["recovered"] == r["clients"]),
+            r["attempts"],
+            r["refusals"],
+            match r["failures"].as_object() {
+                Some(m) if !m.is_empty() => format!("; failures {}", r["failures"]),
+                _ => String::new(),
+            }
+        );
+    }
+    if let (Some(one), Some(three)) = (&idle_one, &idle_three) {
+        let (o, t) = (&one["result"], &three["result"]);
+        let _ = writeln!(
+            s,
+            "**Idle connections** (`hostwire-bench idle`, joined and silent, rooms of 100 created on A; on three nodes the connections go to A, B and C in turn, so two in three are carried to A, and the RSS growth is summed over the three):\n\n| set-up | connections (still answering) | RSS growth | per connection | ratio |\n| --- | --- | --- | --- | --- |"
+        );
+        let per = |r: &Value| f(&r["bytes_per_connection"]);
+        for (what, r) in [("one node", o), ("three nodes", t)] {
+            let _ = writeln!(
+                s,
+                "| {what} | {} ({}) | {:.1} MiB | {:.0} B | {} |",
+                r["connections"],
+                r["still_open"],
+                (f(&r["rss_kb_after"]) - f(&r["rss_kb_before"])) / 1024.0,
+                per(r),
+                if std::ptr::eq(r, o) {
+                    "1 (baseline)".into()
+                } else {
+                    format!("{:.2}×", per(r) / per(o).max(1.0))
+                }
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nA connection carried to another node is held twice: its socket on the node it reached, and the owner's end of its tunnel.\n"
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn classroom(delivered: f64, cpu: f64, side: Option<f64>, p99: u64) -> Value {
+        let mut r = json!({"scenario": "classroom", "result": {
+            "rooms": 10, "players": 20, "host_hz": 20.0, "player_hz": 5.0,
+            "offered_per_s": 5000.0, "delivered_per_s": delivered,
+            "latency": {"p50_us": 300, "p99_us": p99, "max_us": p99 * 2, "samples": 10},
+            "server_cpu": {"total_pct": cpu}, "errors": {}, "servers": 1}});
+        if let Some(c) = side {
+            r["result"]["side_cpu"] = json!({"total_pct": c});
+        }
+        r
+    }
+
+    #[test]
+    fn cpu_per_frame_is_a_share_of_a_core_over_the_frames() {
+        assert_eq!(us_per_frame(10.0, 5000.0), Some(20.0));
+        assert_eq!(us_per_frame(10.0, 0.0), None);
+    }
+
+    #[test]
+    fn the_section_compares_three_nodes_with_one_and_judges_the_targets() {
+        let dir = tempfile::tempdir().unwrap();
+        let w =
+            |name: &str, v: Value| std::fs::write(dir.path().join(name), v.to_string()).unwrap();
+        assert_eq!(section(dir.path(), "x"), "", "no results, no section");
+        w(
+            "cluster-setup.json",
+            json!({"lease_ttl_s": 2, "postgres": "17", "nats": "2.10"}),
+        );
+        w(
+            "cluster-one-classroom.json",
+            classroom(5000.0, 10.0, None, 1000),
+        );
+        // 20 µs a frame against 40: 2×, and nats-server adds 10 µs.
+        w(
+            "cluster-three-classroom.json",
+            classroom(5000.0, 40.0, Some(5.0), 3500),
+        );
+        w(
+            "cluster-failover.json",
+            json!({"result": {"rooms": 2, "players": 3, "clients": 8, "recovered": 8,
+                "rejoined": {"p50_us": 1_000_000, "p99_us": 2_000_000, "max_us": 2_100_000, "samples": 8},
+                "first_frame": {"p50_us": 1_500_000, "p99_us": 2_900_000, "max_us": 2_950_000, "samples": 8},
+                "first_frame_hosts": {"p50_us": 1, "p99_us": 1, "max_us": 1, "samples": 2},
+                "first_frame_players": {"p50_us": 1, "p99_us": 1, "max_us": 1, "samples": 6},
+                "attempts": 30, "refusals": {"close 1013": 22}, "failures": {}}}),
+        );
+        let idle = |before: u64, after: u64, per: f64| json!({"result": {"connections": 100, "still_open": 100, "rss_kb_before": before, "rss_kb_after": after, "bytes_per_connection": per}});
+        w("cluster-one-idle.json", idle(1000, 1400, 4096.0));
+        w("cluster-three-idle.json", idle(3000, 4200, 12288.0));
+        let s = section(dir.path(), "CLUSTER=1 bench/run.sh");
+        assert!(s.contains("`CLUSTER=1 bench/run.sh`"), "{s}");
+        assert!(s.contains("| 20.00 µs | 1 (baseline) |"), "{s}");
+        assert!(s.contains("| 80.00 µs | 4.00× | 90.00 µs (4.50×) |"), "{s}");
+        assert!(s.contains("target ≤ 1.5×, missed"), "{s}");
+        assert!(s.contains("adds 2.50 ms to p99"), "{s}");
+        assert!(
+            s.contains("p99 2.90 s against the target of the lease + 1 s = 3.0 s: met"),
+            "{s}"
+        );
+        assert!(s.contains("| 12288 B | 3.00× |"), "{s}");
+        assert!(s.contains("| 1.2 MiB |"), "{s}");
+        // A client that never came back misses the target whatever p99 says.
+        w(
+            "cluster-failover.json",
+            json!({"result": {"clients": 8, "recovered": 7, "first_frame": {"p99_us": 100}, "failures": {"not rejoined": 1}}}),
+        );
+        let s = section(dir.path(), "x");
+        assert!(s.contains(": missed. "), "{s}");
+        assert!(s.contains("failures {\"not rejoined\":1}"), "{s}");
+    }
+}
