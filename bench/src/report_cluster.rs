@@ -2,7 +2,7 @@
 //! node against three in the same run: classroom CPU per delivered frame
 //! and latency, a `kill -9` of the owner, and idle connections.
 
-use crate::results::load;
+use crate::results::{load, runs};
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -67,6 +67,28 @@ fn classroom_row(s: &mut String, what: &str, r: &Value, base: Option<f64>) -> Op
     us
 }
 
+/// The median of `v` (the mean of the middle two for an even count).
+pub fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// ", runs 1.1–1.3×" for several ratios; nothing for one.
+fn spread_of(v: &[f64]) -> String {
+    if v.len() < 2 {
+        return String::new();
+    }
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!(" (runs {lo:.2}–{hi:.2}×)")
+}
+
 fn verdict(met: bool) -> &'static str {
     if met {
         "met"
@@ -78,12 +100,14 @@ fn verdict(met: bool) -> &'static str {
 /// The section, or nothing without the cluster's results.
 pub fn section(results: &Path, command: &str) -> String {
     let setup = load(results, "cluster-setup.json").unwrap_or(Value::Null);
-    let one = load(results, "cluster-one-classroom.json");
-    let three = load(results, "cluster-three-classroom.json");
+    let pairs: Vec<(Value, Value)> = runs(results, "cluster-classroom", "one")
+        .into_iter()
+        .zip(runs(results, "cluster-classroom", "three"))
+        .collect();
     let failover = load(results, "cluster-failover.json");
     let idle_one = load(results, "cluster-one-idle.json");
     let idle_three = load(results, "cluster-three-idle.json");
-    if one.is_none() && three.is_none() && failover.is_none() && idle_three.is_none() {
+    if pairs.is_empty() && failover.is_none() && idle_three.is_none() {
         return String::new();
     }
     let mut s = String::new();
@@ -95,40 +119,54 @@ pub fn section(results: &Path, command: &str) -> String {
         setup["postgres"].as_str().unwrap_or("version not recorded"),
         setup["nats"].as_str().unwrap_or("version not recorded"),
     );
-    if let (Some(one), Some(three)) = (&one, &three) {
-        let (o, t) = (&one["result"], &three["result"]);
+    if !pairs.is_empty() {
+        let o0 = &pairs[0].0["result"];
         let _ = writeln!(
             s,
-            "**Classroom** ({} rooms × {} players, host {} Hz to each player, players {} Hz; CPU from /proc over the measured window, summed over the nodes; nats-server's CPU apart, then added):\n\n| set-up | delivered of offered frames/s | server CPU (summed) | nats-server CPU | server CPU per frame | ratio | with nats-server (ratio) | p50 | p99 |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-            o["rooms"], o["players"], o["host_hz"], o["player_hz"]
+            "**Classroom** ({} rooms × {} players, host {} Hz to each player, players {} Hz; {} paired run{}, one node then three; CPU from /proc over the measured window, summed over the nodes; nats-server's CPU apart, then added):\n\n| run | set-up | delivered of offered frames/s | server CPU (summed) | nats-server CPU | server CPU per frame | ratio | with nats-server (ratio) | p50 | p99 |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            o0["rooms"], o0["players"], o0["host_hz"], o0["player_hz"], pairs.len(),
+            if pairs.len() == 1 { "" } else { "s" }
         );
-        let base = classroom_row(&mut s, "one node", o, None);
-        let us = classroom_row(
-            &mut s,
-            "three nodes: hosts on A, players on B and C",
-            t,
-            base,
-        );
-        let ratio = us.zip(base).map(|(u, b)| u / b);
-        let with_nats = us_per_frame(
-            f(&t["server_cpu"]["total_pct"]) + f(&t["side_cpu"]["total_pct"]),
-            f(&t["delivered_per_s"]),
-        )
-        .zip(base)
-        .map(|(u, b)| u / b);
-        let hop = f(&t["latency"]["p99_us"]) - f(&o["latency"]["p99_us"]);
+        let (mut ratios, mut with_nats, mut hops, mut hops50) = (vec![], vec![], vec![], vec![]);
+        for (i, (one, three)) in pairs.iter().enumerate() {
+            let (o, t) = (&one["result"], &three["result"]);
+            let run = i + 1;
+            let base = classroom_row(&mut s, &format!("{run} | one node"), o, None);
+            let us = classroom_row(
+                &mut s,
+                &format!("{run} | three nodes: hosts on A, players on B and C"),
+                t,
+                base,
+            );
+            if let Some((u, b)) = us.zip(base).filter(|(_, b)| *b > 0.0) {
+                ratios.push(u / b);
+                let all = us_per_frame(
+                    f(&t["server_cpu"]["total_pct"]) + f(&t["side_cpu"]["total_pct"]),
+                    f(&t["delivered_per_s"]),
+                );
+                with_nats.extend(all.map(|a| a / b));
+            }
+            hops.push(f(&t["latency"]["p99_us"]) - f(&o["latency"]["p99_us"]));
+            hops50.push(f(&t["latency"]["p50_us"]) - f(&o["latency"]["p50_us"]));
+        }
+        let ratio = median(&ratios);
+        let errors: Vec<String> = pairs
+            .iter()
+            .flat_map(|(o, t)| [&o["result"]["errors"], &t["result"]["errors"]])
+            .filter(|e| e.as_object().is_some_and(|m| !m.is_empty()))
+            .map(Value::to_string)
+            .collect();
         let _ = writeln!(
             s,
-            "\nThree nodes spend {} the one node's CPU per delivered frame ({} with nats-server's): target ≤ {CPU_RATIO_TARGET}×, {}. The cross-node hop adds {:.2} ms to p99 ({} against {}) and {:.2} ms to p50. Errors: one node {}, three {}.\n",
+            "\nThree nodes spend {} the one node's CPU per delivered frame{} ({} with nats-server's): target ≤ {CPU_RATIO_TARGET}×, {}. The cross-node hop adds {} to p99 and {} to p50{}. Errors: {}.\n",
             ratio.map_or("–".into(), |r| format!("{r:.2}×")),
-            with_nats.map_or("–".into(), |r| format!("{r:.2}×")),
+            spread_of(&ratios),
+            median(&with_nats).map_or("–".into(), |r| format!("{r:.2}×")),
             ratio.map_or("not measured", |r| verdict(r <= CPU_RATIO_TARGET)),
-            hop / 1e3,
-            ms(&t["latency"]["p99_us"]),
-            ms(&o["latency"]["p99_us"]),
-            (f(&t["latency"]["p50_us"]) - f(&o["latency"]["p50_us"])) / 1e3,
-            o["errors"],
-            t["errors"],
+            median(&hops).map_or("–".into(), |h| format!("{:.2} ms", h / 1e3)),
+            median(&hops50).map_or("–".into(), |h| format!("{:.2} ms", h / 1e3)),
+            if pairs.len() > 1 { " (medians of the paired runs)" } else { "" },
+            if errors.is_empty() { "none".into() } else { errors.join(", ") },
         );
     }
     if let Some(v) = &failover {
@@ -220,6 +258,13 @@ mod tests {
     }
 
     #[test]
+    fn medians_of_odd_and_even_counts() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+    }
+
+    #[test]
     fn cpu_per_frame_is_a_share_of_a_core_over_the_frames() {
         assert_eq!(us_per_frame(10.0, 5000.0), Some(20.0));
         assert_eq!(us_per_frame(10.0, 0.0), None);
@@ -236,12 +281,12 @@ mod tests {
             json!({"lease_ttl_s": 2, "postgres": "17", "nats": "2.10"}),
         );
         w(
-            "cluster-one-classroom.json",
+            "cluster-classroom-one.json",
             classroom(5000.0, 10.0, None, 1000),
         );
-        // 20 µs a frame against 40: 2×, and nats-server adds 10 µs.
+        // 20 µs a frame against 80: 4×, and nats-server adds 10 µs.
         w(
-            "cluster-three-classroom.json",
+            "cluster-classroom-three.json",
             classroom(5000.0, 40.0, Some(5.0), 3500),
         );
         w(
@@ -258,6 +303,7 @@ mod tests {
         w("cluster-three-idle.json", idle(3000, 4200, 12288.0));
         let s = section(dir.path(), "CLUSTER=1 bench/run.sh");
         assert!(s.contains("`CLUSTER=1 bench/run.sh`"), "{s}");
+        assert!(s.contains("| 1 | one node |"), "{s}");
         assert!(s.contains("| 20.00 µs | 1 (baseline) |"), "{s}");
         assert!(s.contains("| 80.00 µs | 4.00× | 90.00 µs (4.50×) |"), "{s}");
         assert!(s.contains("target ≤ 1.5×, missed"), "{s}");
@@ -268,6 +314,24 @@ mod tests {
         );
         assert!(s.contains("| 12288 B | 3.00× |"), "{s}");
         assert!(s.contains("| 1.2 MiB |"), "{s}");
+        // Paired runs: the median ratio and their range.
+        for (i, cpu) in [(1, 20.0), (2, 40.0), (3, 30.0)] {
+            w(
+                &format!("cluster-classroom-one-{i}.json"),
+                classroom(5000.0, 10.0, None, 1000),
+            );
+            w(
+                &format!("cluster-classroom-three-{i}.json"),
+                classroom(5000.0, cpu, None, 2000),
+            );
+        }
+        let s = section(dir.path(), "x");
+        assert!(s.contains("| 3 | three nodes"), "{s}");
+        assert!(
+            s.contains("spend 3.00× the one node's CPU per delivered frame (runs 2.00–4.00×)"),
+            "{s}"
+        );
+        assert!(s.contains("adds 1.00 ms to p99"), "{s}");
         // A client that never came back misses the target whatever p99 says.
         w(
             "cluster-failover.json",
