@@ -128,6 +128,7 @@ pub fn section(results: &Path, command: &str) -> String {
             if pairs.len() == 1 { "" } else { "s" }
         );
         let (mut ratios, mut with_nats, mut hops, mut hops50) = (vec![], vec![], vec![], vec![]);
+        let (mut user, mut system) = (vec![], vec![]);
         for (i, (one, three)) in pairs.iter().enumerate() {
             let (o, t) = (&one["result"], &three["result"]);
             let run = i + 1;
@@ -146,6 +147,14 @@ pub fn section(results: &Path, command: &str) -> String {
                 );
                 with_nats.extend(all.map(|a| a / b));
             }
+            // Per frame, user and system time apart: where the extra goes.
+            let per =
+                |r: &Value, k: &str| us_per_frame(f(&r["server_cpu"][k]), f(&r["delivered_per_s"]));
+            for (k, v) in [("user_pct", &mut user), ("system_pct", &mut system)] {
+                if let Some((x, b)) = per(t, k).zip(per(o, k)).filter(|(_, b)| *b > 0.0) {
+                    v.push(x / b);
+                }
+            }
             hops.push(f(&t["latency"]["p99_us"]) - f(&o["latency"]["p99_us"]));
             hops50.push(f(&t["latency"]["p50_us"]) - f(&o["latency"]["p50_us"]));
         }
@@ -158,11 +167,13 @@ pub fn section(results: &Path, command: &str) -> String {
             .collect();
         let _ = writeln!(
             s,
-            "\nThree nodes spend {} the one node's CPU per delivered frame{} ({} with nats-server's): target ≤ {CPU_RATIO_TARGET}×, {}. The cross-node hop adds {} to p99 and {} to p50{}. Errors: {}.\n",
+            "\nThree nodes spend {} the one node's CPU per delivered frame{} ({} with nats-server's): target ≤ {CPU_RATIO_TARGET}×, {}. Of it, user time {} and system time {} the one node's. The cross-node hop adds {} to p99 and {} to p50{}. Errors: {}.\n",
             ratio.map_or("–".into(), |r| format!("{r:.2}×")),
             spread_of(&ratios),
             median(&with_nats).map_or("–".into(), |r| format!("{r:.2}×")),
             ratio.map_or("not measured", |r| verdict(r <= CPU_RATIO_TARGET)),
+            median(&user).map_or("–".into(), |r| format!("{r:.2}×")),
+            median(&system).map_or("–".into(), |r| format!("{r:.2}×")),
             median(&hops).map_or("–".into(), |h| format!("{:.2} ms", h / 1e3)),
             median(&hops50).map_or("–".into(), |h| format!("{:.2} ms", h / 1e3)),
             if pairs.len() > 1 { " (medians of the paired runs)" } else { "" },
@@ -250,7 +261,8 @@ mod tests {
             "rooms": 10, "players": 20, "host_hz": 20.0, "player_hz": 5.0,
             "offered_per_s": 5000.0, "delivered_per_s": delivered,
             "latency": {"p50_us": 300, "p99_us": p99, "max_us": p99 * 2, "samples": 10},
-            "server_cpu": {"total_pct": cpu}, "errors": {}, "servers": 1}});
+            "server_cpu": {"total_pct": cpu, "user_pct": cpu / 2.0, "system_pct": cpu / 2.0},
+            "errors": {}, "servers": 1}});
         if let Some(c) = side {
             r["result"]["side_cpu"] = json!({"total_pct": c});
         }
@@ -306,7 +318,10 @@ mod tests {
         assert!(s.contains("| 1 | one node |"), "{s}");
         assert!(s.contains("| 20.00 µs | 1 (baseline) |"), "{s}");
         assert!(s.contains("| 80.00 µs | 4.00× | 90.00 µs (4.50×) |"), "{s}");
-        assert!(s.contains("target ≤ 1.5×, missed"), "{s}");
+        assert!(
+            s.contains("target ≤ 1.5×, missed. Of it, user time 4.00× and system time 4.00×"),
+            "{s}"
+        );
         assert!(s.contains("adds 2.50 ms to p99"), "{s}");
         assert!(
             s.contains("p99 2.90 s against the target of the lease + 1 s = 3.0 s: met"),
