@@ -13,13 +13,14 @@
 #   QUICK=1          shorter runs
 #   LEASE_TTL=2s     the nodes' --lease-ttl (the failover target is it + 1 s)
 #   CLUSTER_PORT     the first of the nodes' ports (default 18790)
+#   CLUSTER_LOG      the nodes' RUST_LOG (default warn; logs in $OUT/cluster-DB-node-N.log)
 # Called by bench/run.sh with CLUSTER=1 (after its build), or alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 OUT=${OUT:-target/bench-results}
 mkdir -p "$OUT"
-rm -f "$OUT"/cluster-*.json
+rm -f "$OUT"/cluster-*.json "$OUT"/cluster-*.log
 QUICK=${QUICK:-0}
 LEASE_TTL=${LEASE_TTL:-2s}
 # 10 rooms of 20 players offer 5,000 frames a second: below what one core
@@ -105,11 +106,11 @@ start_node() {
     --postgres-url "$(pg_url "$db")" --lease-ttl "$LEASE_TTL" --node-id "node-$n")
   [ "$3" = nats ] && args+=(--nats-url "nats://127.0.0.1:$NATS_PORT")
   ROOMS_PER_IP_PER_HOUR=100000000 JOINS_PER_IP_PER_SECOND=0 LOOKUPS_PER_IP_PER_SECOND=0 CONNECTIONS_PER_IP=100000 \
-    RUST_LOG=warn taskset -c 1 "$BIN/hostwire" "${args[@]}" > "$OUT/cluster-node-$n.log" 2>&1 &
+    RUST_LOG=${CLUSTER_LOG:-warn} taskset -c 1 "$BIN/hostwire" "${args[@]}" > "$OUT/cluster-$db-node-$n.log" 2>&1 &
   NODE=$!
   NODES+=("$NODE")
   for _ in $(seq 100); do
-    kill -0 "$NODE" 2>/dev/null || { echo "node $n exited: $(tail -3 "$OUT/cluster-node-$n.log")" >&2; exit 1; }
+    kill -0 "$NODE" 2>/dev/null || { echo "node $n exited: $(tail -3 "$OUT/cluster-$db-node-$n.log")" >&2; exit 1; }
     curl -sf "$(url_of "$n")/api/health" >/dev/null && return
     sleep 0.1
   done

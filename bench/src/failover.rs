@@ -60,6 +60,8 @@ pub struct FailoverResult {
     /// (a close code, `connect`, `timeout`, or an `error` frame's code).
     pub attempts: u64,
     pub refusals: BTreeMap<String, u64>,
+    /// How long a refused attempt took, from connecting to its refusal.
+    pub refusal_time: Latency,
     /// Clients whose connection ended before the kill, or that got no
     /// frame after it.
     pub failures: BTreeMap<String, u64>,
@@ -73,6 +75,7 @@ struct Shared {
     refusals: Mutex<BTreeMap<String, u64>>,
     failures: Mutex<BTreeMap<String, u64>>,
     rejoined: Mutex<Histogram<u64>>,
+    refused: Mutex<Histogram<u64>>,
     hosts: Mutex<Histogram<u64>>,
     players: Mutex<Histogram<u64>>,
 }
@@ -178,9 +181,14 @@ async fn rejoin(c: &Client, shared: &Shared) -> Option<crate::load::Ws> {
             return None;
         }
         shared.attempts.fetch_add(1, Relaxed);
+        let began = Instant::now();
         match attempt(c).await {
             Ok(ws) => return Some(ws),
-            Err(why) => bump(&shared.refusals, &why),
+            Err(why) => {
+                bump(&shared.refusals, &why);
+                let us = began.elapsed().as_micros() as u64;
+                let _ = shared.refused.lock().unwrap().record(us.max(1));
+            }
         }
         tokio::select! {
             () = stopped(&mut stop) => return None,
@@ -273,6 +281,7 @@ pub async fn run(spread: &Spread, p: &Params) -> Result<FailoverResult> {
         refusals: Mutex::default(),
         failures: Mutex::default(),
         rejoined: Mutex::new(histogram()),
+        refused: Mutex::new(histogram()),
         hosts: Mutex::new(histogram()),
         players: Mutex::new(histogram()),
     });
@@ -379,6 +388,7 @@ pub async fn run(spread: &Spread, p: &Params) -> Result<FailoverResult> {
     }
     let rejoined = shared.rejoined.lock().unwrap().clone();
     let refusals = shared.refusals.lock().unwrap().clone();
+    let refused = shared.refused.lock().unwrap().clone();
     Ok(FailoverResult {
         rooms: p.rooms,
         players: p.players,
@@ -391,6 +401,7 @@ pub async fn run(spread: &Spread, p: &Params) -> Result<FailoverResult> {
         first_frame_players: latency(&Some(players)),
         attempts: shared.attempts.load(Relaxed) as u64,
         refusals,
+        refusal_time: latency(&Some(refused)),
         failures,
     })
 }
