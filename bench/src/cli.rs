@@ -780,6 +780,8 @@ pub fn main() -> Result<()> {
             );
             for (name, l) in [
                 ("kill → rejoined", &r.rejoined),
+                ("  hosts", &r.rejoined_hosts),
+                ("  players", &r.rejoined_players),
                 ("kill → first frame", &r.first_frame),
                 ("  hosts", &r.first_frame_hosts),
                 ("  players", &r.first_frame_players),

@@ -50,8 +50,12 @@ pub struct FailoverResult {
     /// Clients that had a frame after the kill within the guard.
     pub recovered: usize,
     pub guard_s: f64,
+    /// When the owner was killed (Unix ms), to read beside the nodes' logs.
+    pub killed_at_unix_ms: u64,
     /// Kill → the `hosting` / `joined` answer on the new connection.
     pub rejoined: Latency,
+    pub rejoined_hosts: Latency,
+    pub rejoined_players: Latency,
     /// Kill → the first frame from the other side after that.
     pub first_frame: Latency,
     pub first_frame_hosts: Latency,
@@ -74,7 +78,8 @@ struct Shared {
     attempts: AtomicUsize,
     refusals: Mutex<BTreeMap<String, u64>>,
     failures: Mutex<BTreeMap<String, u64>>,
-    rejoined: Mutex<Histogram<u64>>,
+    rejoined_hosts: Mutex<Histogram<u64>>,
+    rejoined_players: Mutex<Histogram<u64>>,
     refused: Mutex<Histogram<u64>>,
     hosts: Mutex<Histogram<u64>>,
     players: Mutex<Histogram<u64>>,
@@ -112,14 +117,17 @@ enum Ended {
 }
 
 /// Sends at `c.hz` and reads until the connection ends or the run stops;
-/// with `first` set, notes the first frame from the other side.
+/// with `first` set, records there the time from the kill to the first
+/// frame from the other side, as it arrives (the run ends once every
+/// client has one), and says whether it came.
 async fn traffic(
     ws: &mut crate::load::Ws,
     c: &Client,
     pad: &str,
     shared: &Shared,
-    mut first: Option<&mut Option<u64>>,
-) -> Ended {
+    mut first: Option<&Mutex<Histogram<u64>>>,
+) -> (Ended, bool) {
+    let mut got = false;
     let period = Duration::from_secs_f64(1.0 / c.hz.max(0.001));
     let start = tokio::time::Instant::now() + period.mul_f64(c.phase);
     let mut tick = tokio::time::interval_at(start, period);
@@ -127,7 +135,7 @@ async fn traffic(
     let mut stop = shared.stop.subscribe();
     loop {
         tokio::select! {
-            () = stopped(&mut stop) => return Ended::Stopped,
+            () = stopped(&mut stop) => return (Ended::Stopped, got),
             _ = tick.tick() => {
                 let frames: Vec<String> = if c.to.is_empty() {
                     vec![format!("{{\"t\":\"up\",\"data\":{}}}", data(pad))]
@@ -138,22 +146,23 @@ async fn traffic(
                 };
                 for f in frames {
                     if ws.feed(Message::Text(f.into())).await.is_err() {
-                        return Ended::Closed;
+                        return (Ended::Closed, got);
                     }
                 }
                 if ws.flush().await.is_err() {
-                    return Ended::Closed;
+                    return (Ended::Closed, got);
                 }
             }
             m = ws.next() => match m {
                 Some(Ok(Message::Text(t))) => {
-                    if let Some(f) = first.as_deref_mut() {
-                        if f.is_none() && t.contains("\"ts\":") {
-                            *f = Some(since_kill_us(shared));
+                    if t.contains("\"ts\":") {
+                        if let Some(h) = first.take() {
+                            let _ = h.lock().unwrap().record(since_kill_us(shared));
+                            got = true;
                         }
                     }
                 }
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return Ended::Closed,
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return (Ended::Closed, got),
                 Some(Ok(_)) => {}
             },
         }
@@ -227,7 +236,7 @@ async fn attempt(c: &Client) -> Result<crate::load::Ws, String> {
 }
 
 async fn run_client(mut ws: crate::load::Ws, c: Client, pad: Arc<String>, shared: Arc<Shared>) {
-    if let Ended::Stopped = traffic(&mut ws, &c, &pad, &shared, None).await {
+    if let (Ended::Stopped, _) = traffic(&mut ws, &c, &pad, &shared, None).await {
         return;
     }
     if shared.killed.get().is_none() {
@@ -239,29 +248,16 @@ async fn run_client(mut ws: crate::load::Ws, c: Client, pad: Arc<String>, shared
         bump(&shared.failures, "not rejoined");
         return;
     };
-    let _ = shared
-        .rejoined
-        .lock()
-        .unwrap()
-        .record(since_kill_us(&shared));
-    let mut first = None;
-    let ended = traffic(&mut ws, &c, &pad, &shared, Some(&mut first)).await;
-    match first {
-        Some(us) => {
-            let h = if c.to.is_empty() {
-                &shared.players
-            } else {
-                &shared.hosts
-            };
-            let _ = h.lock().unwrap().record(us);
-        }
-        None => bump(
-            &shared.failures,
-            match ended {
-                Ended::Closed => "closed again before a frame",
-                Ended::Stopped => "no frame after rejoining",
-            },
-        ),
+    let (rejoined, h) = if c.to.is_empty() {
+        (&shared.rejoined_players, &shared.players)
+    } else {
+        (&shared.rejoined_hosts, &shared.hosts)
+    };
+    let _ = rejoined.lock().unwrap().record(since_kill_us(&shared));
+    match traffic(&mut ws, &c, &pad, &shared, Some(h)).await {
+        (_, true) => {}
+        (Ended::Closed, false) => bump(&shared.failures, "closed again before a frame"),
+        (Ended::Stopped, false) => bump(&shared.failures, "no frame after rejoining"),
     }
 }
 
@@ -280,7 +276,8 @@ pub async fn run(spread: &Spread, p: &Params) -> Result<FailoverResult> {
         attempts: AtomicUsize::new(0),
         refusals: Mutex::default(),
         failures: Mutex::default(),
-        rejoined: Mutex::new(histogram()),
+        rejoined_hosts: Mutex::new(histogram()),
+        rejoined_players: Mutex::new(histogram()),
         refused: Mutex::new(histogram()),
         hosts: Mutex::new(histogram()),
         players: Mutex::new(histogram()),
@@ -342,6 +339,9 @@ pub async fn run(spread: &Spread, p: &Params) -> Result<FailoverResult> {
         .collect();
     tokio::time::sleep(p.warmup).await;
     let _ = shared.killed.set(Instant::now());
+    let killed_at_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     // SAFETY: kill(2) with a plain PID and signal has no memory effects.
     if unsafe { libc::kill(p.kill_pid as libc::pid_t, libc::SIGKILL) } != 0 {
         shared.stop.send_replace(true);
@@ -386,7 +386,10 @@ pub async fn run(spread: &Spread, p: &Params) -> Result<FailoverResult> {
     if accounted < n {
         failures.insert("no frame within the guard".into(), (n - accounted) as u64);
     }
-    let rejoined = shared.rejoined.lock().unwrap().clone();
+    let rejoined_hosts = shared.rejoined_hosts.lock().unwrap().clone();
+    let rejoined_players = shared.rejoined_players.lock().unwrap().clone();
+    let mut rejoined = rejoined_hosts.clone();
+    let _ = rejoined.add(&rejoined_players);
     let refusals = shared.refusals.lock().unwrap().clone();
     let refused = shared.refused.lock().unwrap().clone();
     Ok(FailoverResult {
@@ -395,7 +398,10 @@ pub async fn run(spread: &Spread, p: &Params) -> Result<FailoverResult> {
         clients: n,
         recovered,
         guard_s: p.guard.as_secs_f64(),
+        killed_at_unix_ms,
         rejoined: latency(&Some(rejoined)),
+        rejoined_hosts: latency(&Some(rejoined_hosts)),
+        rejoined_players: latency(&Some(rejoined_players)),
         first_frame: latency(&Some(all)),
         first_frame_hosts: latency(&Some(hosts)),
         first_frame_players: latency(&Some(players)),

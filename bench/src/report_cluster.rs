@@ -190,14 +190,22 @@ pub fn section(results: &Path, command: &str) -> String {
             r["rooms"], r["players"], crate::failover::RETRY.as_millis()
         );
         for (what, l) in [
-            ("the `hosting` / `joined` answer", &r["rejoined"]),
-            ("the first frame after it, every client", &r["first_frame"]),
-            ("… hosts (were on A)", &r["first_frame_hosts"]),
+            (
+                "the `hosting` / `joined` answer, every client",
+                &r["rejoined"],
+            ),
+            ("… hosts (were on A)", &r["rejoined_hosts"]),
             (
                 "… players (carried through B and C)",
-                &r["first_frame_players"],
+                &r["rejoined_players"],
             ),
+            ("the first frame after it, every client", &r["first_frame"]),
+            ("… hosts (a player's `up`)", &r["first_frame_hosts"]),
+            ("… players (the host's `to`)", &r["first_frame_players"]),
         ] {
+            if l.is_null() {
+                continue;
+            }
             let _ = writeln!(
                 s,
                 "| {what} | {} | {} | {} | {} |",
@@ -209,12 +217,14 @@ pub fn section(results: &Path, command: &str) -> String {
         }
         let _ = writeln!(
             s,
-            "\n{} of {} clients had a frame again; p99 {p99:.2} s against the target of the lease + {FAILOVER_MARGIN_S} s = {target:.1} s: {}. Attempts {} (refused: {}){}.\n",
+            "\n{} of {} clients had a frame again; p99 {p99:.2} s against the target of the lease + {FAILOVER_MARGIN_S} s = {target:.1} s: {}. Attempts {} (refused: {}; a refusal took p50 {:.1} ms, p99 {:.1} ms){}.\n",
             r["recovered"],
             r["clients"],
             verdict(p99 <= target && r["recovered"] == r["clients"]),
             r["attempts"],
             r["refusals"],
+            f(&r["refusal_time"]["p50_us"]) / 1e3,
+            f(&r["refusal_time"]["p99_us"]) / 1e3,
             match r["failures"].as_object() {
                 Some(m) if !m.is_empty() => format!("; failures {}", r["failures"]),
                 _ => String::new(),
@@ -308,6 +318,7 @@ mod tests {
                 "first_frame": {"p50_us": 1_500_000, "p99_us": 2_900_000, "max_us": 2_950_000, "samples": 8},
                 "first_frame_hosts": {"p50_us": 1, "p99_us": 1, "max_us": 1, "samples": 2},
                 "first_frame_players": {"p50_us": 1, "p99_us": 1, "max_us": 1, "samples": 6},
+                "rejoined_hosts": {"p50_us": 1_200_000, "p99_us": 1_400_000, "max_us": 1_400_000, "samples": 2},
                 "attempts": 30, "refusals": {"close 1013": 22}, "failures": {}}}),
         );
         let idle = |before: u64, after: u64, per: f64| json!({"result": {"connections": 100, "still_open": 100, "rss_kb_before": before, "rss_kb_after": after, "bytes_per_connection": per}});
@@ -326,6 +337,14 @@ mod tests {
         assert!(
             s.contains("p99 2.90 s against the target of the lease + 1 s = 3.0 s: met"),
             "{s}"
+        );
+        assert!(
+            s.contains("| … hosts (were on A) | 2 | 1.20 s | 1.40 s | 1.40 s |"),
+            "{s}"
+        );
+        assert!(
+            !s.contains("… players (carried through B and C)"),
+            "no row without its figures: {s}"
         );
         assert!(s.contains("| 12288 B | 3.00× |"), "{s}");
         assert!(s.contains("| 1.2 MiB |"), "{s}");
