@@ -11,6 +11,11 @@ use std::path::Path;
 /// per delivered frame.
 pub const CPU_RATIO_TARGET: f64 = 1.5;
 
+/// A classroom run that delivered less than this share of its offered
+/// frames is shown but left out of the ratios: its generator did not offer
+/// the load (a shared machine), so its CPU per frame measured something else.
+pub const DELIVERED_SHARE: f64 = 0.95;
+
 /// The target: every client has a frame again within the lease plus this.
 pub const FAILOVER_MARGIN_S: f64 = 1.0;
 
@@ -128,7 +133,7 @@ pub fn section(results: &Path, command: &str) -> String {
             if pairs.len() == 1 { "" } else { "s" }
         );
         let (mut ratios, mut with_nats, mut hops, mut hops50) = (vec![], vec![], vec![], vec![]);
-        let (mut user, mut system) = (vec![], vec![]);
+        let (mut user, mut system, mut left_out) = (vec![], vec![], vec![]);
         for (i, (one, three)) in pairs.iter().enumerate() {
             let (o, t) = (&one["result"], &three["result"]);
             let run = i + 1;
@@ -139,6 +144,24 @@ pub fn section(results: &Path, command: &str) -> String {
                 t,
                 base,
             );
+            // A run whose generator could not offer the load (the machine
+            // was taken by something else) measured another thing.
+            let short: Vec<String> = [("one node", o), ("three nodes", t)]
+                .iter()
+                .filter(|(_, r)| {
+                    f(&r["delivered_per_s"]) < DELIVERED_SHARE * f(&r["offered_per_s"])
+                })
+                .map(|(who, r)| {
+                    format!(
+                        "{who} delivered {:.0} % of the offered frames",
+                        100.0 * f(&r["delivered_per_s"]) / f(&r["offered_per_s"]).max(1.0)
+                    )
+                })
+                .collect();
+            if !short.is_empty() {
+                left_out.push(format!("run {run} ({})", short.join(", ")));
+                continue;
+            }
             if let Some((u, b)) = us.zip(base).filter(|(_, b)| *b > 0.0) {
                 ratios.push(u / b);
                 let all = us_per_frame(
@@ -159,6 +182,13 @@ pub fn section(results: &Path, command: &str) -> String {
             hops50.push(f(&t["latency"]["p50_us"]) - f(&o["latency"]["p50_us"]));
         }
         let ratio = median(&ratios);
+        if !left_out.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nLeft out of the figures below: {}.",
+                left_out.join("; ")
+            );
+        }
         let errors: Vec<String> = pairs
             .iter()
             .flat_map(|(o, t)| [&o["result"]["errors"], &t["result"]["errors"]])
@@ -176,7 +206,7 @@ pub fn section(results: &Path, command: &str) -> String {
             median(&system).map_or("–".into(), |r| format!("{r:.2}×")),
             median(&hops).map_or("–".into(), |h| format!("{:.2} ms", h / 1e3)),
             median(&hops50).map_or("–".into(), |h| format!("{:.2} ms", h / 1e3)),
-            if pairs.len() > 1 { " (medians of the paired runs)" } else { "" },
+            if ratios.len() > 1 { " (medians of the paired runs)" } else { "" },
             if errors.is_empty() { "none".into() } else { errors.join(", ") },
         );
     }
@@ -359,8 +389,22 @@ mod tests {
                 classroom(5000.0, cpu, None, 2000),
             );
         }
+        // A run that did not deliver its load is shown, not counted.
+        w(
+            "cluster-classroom-one-4.json",
+            classroom(3000.0, 10.0, None, 1000),
+        );
+        w(
+            "cluster-classroom-three-4.json",
+            classroom(5000.0, 90.0, None, 2000),
+        );
         let s = section(dir.path(), "x");
-        assert!(s.contains("| 3 | three nodes"), "{s}");
+        assert!(
+            s.contains("spend 3.00× the one node's CPU per delivered frame (runs 2.00–4.00×)"),
+            "run 4 is not counted: {s}"
+        );
+        assert!(s.contains("| 4 | three nodes"), "{s}");
+        assert!(s.contains("Left out of the figures below: run 4 (one node delivered 60 % of the offered frames)."), "{s}");
         assert!(
             s.contains("spend 3.00× the one node's CPU per delivered frame (runs 2.00–4.00×)"),
             "{s}"
