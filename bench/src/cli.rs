@@ -811,3 +811,61 @@ pub fn main() -> Result<()> {
         Command::Report(args) => report::run(&args),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn players_and_nodes_come_from_repeated_flags() {
+        let cli = Cli::try_parse_from([
+            "hostwire-bench",
+            "classroom",
+            "--url",
+            "http://127.0.0.1:1",
+            "--player-url",
+            "http://127.0.0.1:2",
+            "--player-url",
+            "http://127.0.0.1:3",
+            "--server-pid",
+            "10",
+            "--node-pid",
+            "11",
+            "--node-pid",
+            "12",
+            "--side-pid",
+            "20",
+        ])
+        .unwrap();
+        let Command::Classroom {
+            common, player_url, ..
+        } = cli.command
+        else {
+            panic!("not classroom");
+        };
+        let spread = common.spread(&player_url);
+        assert_eq!(spread.host.ws, "ws://127.0.0.1:1/ws");
+        let ws: Vec<&str> = (0..3).map(|k| spread.player(k).ws.as_str()).collect();
+        assert_eq!(
+            ws,
+            [
+                "ws://127.0.0.1:2/ws",
+                "ws://127.0.0.1:3/ws",
+                "ws://127.0.0.1:2/ws"
+            ]
+        );
+        let watch = common.watch();
+        assert_eq!((watch.servers, watch.side), (vec![10, 11, 12], vec![20]));
+        // Without --player-url every client goes to --url.
+        assert_eq!(common.spread(&[]).player(1).ws, "ws://127.0.0.1:1/ws");
+        // failover needs the other nodes and the owner's PID.
+        assert!(Cli::try_parse_from(["hostwire-bench", "failover", "--kill-pid", "1"]).is_err());
+        assert!(Cli::try_parse_from([
+            "hostwire-bench",
+            "failover",
+            "--player-url",
+            "http://127.0.0.1:2"
+        ])
+        .is_err());
+    }
+}
