@@ -10,6 +10,8 @@
 #   RELAY_ONLY=1             only the kernel floor and the classroom, max and
 #                            idle rounds (no criterion, peers or other
 #                            scenarios), then the report
+#   CLUSTER=1                also one node against three on PostgreSQL and
+#                            NATS (bench/cluster.sh)
 set -euo pipefail
 # The operator's path, before the working directory changes.
 REFERENCE_RELAY=${REFERENCE_RELAY:+$(cd "$REFERENCE_RELAY" && pwd)}
@@ -225,6 +227,10 @@ GGUI_N="20000 2000"; [ "$QUICK" = 1 ] && GGUI_N="5000 500"
 cargo bench -p hostwire-ggui --bench ggui -- $CRIT
 cargo bench -p hostwire-store --bench ggui_apply -- $CRIT
 cargo bench -p hostwire-bench --bench ggui_live -- $GGUI_N --repeat $REPEAT --json "$PWD/$OUT/ggui-live.json"
+fi
+
+if [ "${CLUSTER:-0}" = 1 ]; then
+  OUT="$OUT" QUICK="$QUICK" CLUSTER_BUILD=0 bench/cluster.sh
 fi
 
 "$BIN/hostwire-bench" report --results "$OUT" --out docs/BENCHMARKS.md --plots docs/bench --command "bench/run.sh"

@@ -2,8 +2,10 @@
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use hostwire_bench::load::{self, Classroom, RunResult, Target};
-use hostwire_bench::{floor, forwarder, p3match, procstat, report, sessions};
+use hostwire_bench::load::{self, Classroom, RunResult, Spread, Target, Watch};
+use hostwire_bench::{
+    failover, floor, forwarder, p3match, procstat, report, report_cluster, sessions,
+};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -29,6 +31,14 @@ struct Common {
     /// The server's PID: its CPU (user, system) and RSS are read from /proc.
     #[arg(long)]
     server_pid: Option<u32>,
+    /// Another node of a cluster (repeatable): its CPU and RSS are added to
+    /// --server-pid's.
+    #[arg(long)]
+    node_pid: Vec<u32>,
+    /// A process beside the servers (repeatable; nats-server): its CPU is
+    /// summed apart.
+    #[arg(long)]
+    side_pid: Vec<u32>,
     /// Pin as GENERATOR_CORE,SERVER_CORE (the server only with --server-pid).
     #[arg(long, value_parser = parse_pin)]
     pin: Option<(usize, usize)>,
@@ -38,6 +48,38 @@ struct Common {
     /// No progress line.
     #[arg(long)]
     quiet: bool,
+}
+
+impl Common {
+    /// Every server process of the run: --server-pid, then each --node-pid.
+    fn servers(&self) -> Vec<u32> {
+        self.server_pid
+            .into_iter()
+            .chain(self.node_pid.iter().copied())
+            .collect()
+    }
+
+    fn watch(&self) -> Watch {
+        Watch {
+            servers: self.servers(),
+            side: self.side_pid.clone(),
+        }
+    }
+
+    /// Hosts (and rooms) on --url, players round-robin over `players`, or
+    /// on --url without any.
+    fn spread(&self, players: &[String]) -> Spread {
+        let host = Target::new(&self.url, &self.origin);
+        let players = if players.is_empty() {
+            vec![host.clone()]
+        } else {
+            players
+                .iter()
+                .map(|u| Target::new(u, &self.origin))
+                .collect()
+        };
+        Spread { host, players }
+    }
 }
 
 fn parse_pin(s: &str) -> Result<(usize, usize), String> {
@@ -96,6 +138,49 @@ enum Command {
         common: Common,
         #[command(flatten)]
         traffic: Traffic,
+        /// Where the players connect (repeatable: round-robin over them);
+        /// the hosts and rooms stay on --url. Without it, on --url.
+        #[arg(long)]
+        player_url: Vec<String>,
+    },
+    /// Rooms hosted on --url with players through --player-url; the owner
+    /// (--kill-pid) is killed with SIGKILL mid-game, and every client
+    /// reconnects and rejoins with its token: the time from the kill to
+    /// each client's first frame after it.
+    Failover {
+        #[command(flatten)]
+        common: Common,
+        /// The other nodes (repeatable): players connect round-robin, and
+        /// each room's host reconnects to one of them.
+        #[arg(long, required = true)]
+        player_url: Vec<String>,
+        /// The owner's PID, killed after the warm-up.
+        #[arg(long)]
+        kill_pid: u32,
+        #[arg(long, default_value_t = 10)]
+        rooms: usize,
+        #[arg(long, default_value_t = 20)]
+        players: usize,
+        #[arg(long, default_value_t = 20.0)]
+        host_hz: f64,
+        #[arg(long, default_value_t = 5.0)]
+        player_hz: f64,
+        #[arg(long, default_value_t = 200)]
+        payload: usize,
+        #[arg(long, default_value_t = 3.0)]
+        warmup_s: f64,
+        /// How long after the kill the clients have to come back.
+        #[arg(long, default_value_t = 30.0)]
+        guard_s: f64,
+    },
+    /// The cluster section of docs/BENCHMARKS.md, from a run's results.
+    ClusterReport {
+        /// The results directory (cluster-*.json).
+        #[arg(long, default_value = "target/bench-results")]
+        results: PathBuf,
+        /// The command that made them, quoted on the page.
+        #[arg(long, default_value = "CLUSTER=1 bench/run.sh")]
+        command: String,
     },
     /// Raise the offered load step by step until the server saturates a core
     /// or p99 passes the bound; report the last good step.
@@ -126,6 +211,10 @@ enum Command {
         connections: usize,
         #[arg(long, default_value_t = 5.0)]
         hold_s: f64,
+        /// Where the connections go (repeatable: round-robin); rooms are
+        /// created on --url. Without it, on --url.
+        #[arg(long)]
+        player_url: Vec<String>,
     },
     /// One player floods at 10× its limit while the others play: their p99
     /// with and without the flood.
@@ -348,6 +437,12 @@ fn table(title: &str, r: &RunResult) {
     if let Some(rss) = r.server_rss_kb {
         println!("  server RSS             {rss} KiB");
     }
+    if r.servers > 1 {
+        println!("  (CPU and RSS summed over {} servers)", r.servers);
+    }
+    if let Some(c) = r.side_cpu {
+        println!("  beside the servers     {:.1} % of a core", c.total_pct);
+    }
     println!("  errors                 {:?}", r.errors);
     println!("  closes                 {:?}", r.closes);
 }
@@ -364,13 +459,16 @@ pub fn main() -> Result<()> {
             axum::serve(l, forwarder::router_with(one_task)).await?;
             Ok(())
         }),
-        Command::Classroom { common, traffic } => {
+        Command::Classroom {
+            common,
+            traffic,
+            player_url,
+        } => {
             setup(&common);
-            let t = Target::new(&common.url, &common.origin);
-            let r = runtime().block_on(load::classroom(
-                &t,
+            let r = runtime().block_on(load::classroom_spread(
+                &common.spread(&player_url),
                 &traffic.classroom(common.quiet),
-                common.server_pid,
+                &common.watch(),
             ))?;
             table("classroom", &r);
             write_json(&common.json, &json!({"scenario": "classroom", "result": r}))
@@ -491,17 +589,17 @@ pub fn main() -> Result<()> {
             common,
             connections,
             hold_s,
+            player_url,
         } => {
             setup(&common);
-            let pid = common.server_pid.ok_or_else(|| {
-                anyhow::anyhow!("idle needs --server-pid to read the server's memory")
-            })?;
-            let t = Target::new(&common.url, &common.origin);
-            let r = runtime().block_on(load::idle(
-                &t,
+            if common.server_pid.is_none() {
+                anyhow::bail!("idle needs --server-pid to read the server's memory");
+            }
+            let r = runtime().block_on(load::idle_spread(
+                &common.spread(&player_url),
                 connections,
                 Duration::from_secs_f64(hold_s),
-                pid,
+                &common.servers(),
                 common.quiet,
             ))?;
             println!("idle");
@@ -651,6 +749,123 @@ pub fn main() -> Result<()> {
             }
             write_json(&common.json, &json!({"scenario": "match", "result": r}))
         }
+        Command::Failover {
+            common,
+            player_url,
+            kill_pid,
+            rooms,
+            players,
+            host_hz,
+            player_hz,
+            payload,
+            warmup_s,
+            guard_s,
+        } => {
+            setup(&common);
+            let p = failover::Params {
+                rooms,
+                players,
+                host_hz,
+                player_hz,
+                payload,
+                warmup: Duration::from_secs_f64(warmup_s),
+                kill_pid,
+                guard: Duration::from_secs_f64(guard_s),
+                quiet: common.quiet,
+            };
+            let r = runtime().block_on(failover::run(&common.spread(&player_url), &p))?;
+            println!(
+                "failover ({} rooms × {} players, {} clients)",
+                r.rooms, r.players, r.clients
+            );
+            for (name, l) in [
+                ("kill → rejoined", &r.rejoined),
+                ("  hosts", &r.rejoined_hosts),
+                ("  players", &r.rejoined_players),
+                ("kill → first frame", &r.first_frame),
+                ("  hosts", &r.first_frame_hosts),
+                ("  players", &r.first_frame_players),
+            ] {
+                println!(
+                    "  {name:<22} p50 {:.0} ms  p99 {:.0} ms  max {:.0} ms ({} clients)",
+                    l.p50_us as f64 / 1e3,
+                    l.p99_us as f64 / 1e3,
+                    l.max_us as f64 / 1e3,
+                    l.samples
+                );
+            }
+            println!("  recovered              {} of {}", r.recovered, r.clients);
+            println!(
+                "  attempts               {} (refused: {:?})",
+                r.attempts, r.refusals
+            );
+            if !r.failures.is_empty() {
+                println!("  failures               {:?}", r.failures);
+            }
+            write_json(&common.json, &json!({"scenario": "failover", "result": r}))
+        }
+        Command::ClusterReport { results, command } => {
+            print!("{}", report_cluster::section(&results, &command));
+            Ok(())
+        }
         Command::Report(args) => report::run(&args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn players_and_nodes_come_from_repeated_flags() {
+        let cli = Cli::try_parse_from([
+            "hostwire-bench",
+            "classroom",
+            "--url",
+            "http://127.0.0.1:1",
+            "--player-url",
+            "http://127.0.0.1:2",
+            "--player-url",
+            "http://127.0.0.1:3",
+            "--server-pid",
+            "10",
+            "--node-pid",
+            "11",
+            "--node-pid",
+            "12",
+            "--side-pid",
+            "20",
+        ])
+        .unwrap();
+        let Command::Classroom {
+            common, player_url, ..
+        } = cli.command
+        else {
+            panic!("not classroom");
+        };
+        let spread = common.spread(&player_url);
+        assert_eq!(spread.host.ws, "ws://127.0.0.1:1/ws");
+        let ws: Vec<&str> = (0..3).map(|k| spread.player(k).ws.as_str()).collect();
+        assert_eq!(
+            ws,
+            [
+                "ws://127.0.0.1:2/ws",
+                "ws://127.0.0.1:3/ws",
+                "ws://127.0.0.1:2/ws"
+            ]
+        );
+        let watch = common.watch();
+        assert_eq!((watch.servers, watch.side), (vec![10, 11, 12], vec![20]));
+        // Without --player-url every client goes to --url.
+        assert_eq!(common.spread(&[]).player(1).ws, "ws://127.0.0.1:1/ws");
+        // failover needs the other nodes and the owner's PID.
+        assert!(Cli::try_parse_from(["hostwire-bench", "failover", "--kill-pid", "1"]).is_err());
+        assert!(Cli::try_parse_from([
+            "hostwire-bench",
+            "failover",
+            "--player-url",
+            "http://127.0.0.1:2"
+        ])
+        .is_err());
     }
 }

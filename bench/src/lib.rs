@@ -4,6 +4,7 @@
 #![cfg(target_os = "linux")]
 
 pub mod churn;
+pub mod failover;
 pub mod floor;
 pub mod forwarder;
 pub mod load;
@@ -11,6 +12,7 @@ pub mod p3match;
 pub mod procstat;
 pub mod report;
 pub mod report_churn;
+pub mod report_cluster;
 pub mod report_delta;
 pub mod report_ggui;
 pub mod report_match;

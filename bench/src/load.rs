@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Where the server is.
 #[derive(Debug, Clone)]
@@ -40,6 +40,51 @@ impl Target {
             http,
             ws,
             origin: origin.to_owned(),
+        }
+    }
+}
+
+/// Where a run's clients go: each room's host to `host`, its players
+/// round-robin over `players` (several nodes of a cluster; one server when
+/// they are the host's).
+#[derive(Debug, Clone)]
+pub struct Spread {
+    pub host: Target,
+    pub players: Vec<Target>,
+}
+
+impl Spread {
+    /// Every client to `t`.
+    pub fn one(t: &Target) -> Spread {
+        Spread {
+            host: t.clone(),
+            players: vec![t.clone()],
+        }
+    }
+
+    /// The target of the run's `k`th player (counted over every room, so
+    /// that each room has players on each target).
+    pub fn player(&self, k: usize) -> &Target {
+        self.players
+            .get(k % self.players.len().max(1))
+            .unwrap_or(&self.host)
+    }
+}
+
+/// The processes whose CPU and memory a run reads from /proc: the servers'
+/// (summed: one node, or every node of a cluster) and those beside them
+/// (NATS), summed apart.
+#[derive(Debug, Clone, Default)]
+pub struct Watch {
+    pub servers: Vec<u32>,
+    pub side: Vec<u32>,
+}
+
+impl Watch {
+    pub fn server(pid: Option<u32>) -> Watch {
+        Watch {
+            servers: pid.into_iter().collect(),
+            side: Vec::new(),
         }
     }
 }
@@ -190,11 +235,24 @@ async fn next_json(ws: &mut Ws) -> Result<Value> {
 /// A room ready for traffic.
 pub struct Room {
     pub pin: String,
+    pub host_token: String,
     pub host: Ws,
     pub players: Vec<(Ws, String)>,
 }
 
 pub async fn open_room(http: &reqwest::Client, t: &Target, players: usize) -> Result<Room> {
+    Ok(open_room_spread(http, &Spread::one(t), players, 0).await?.0)
+}
+
+/// A room whose host is on `spread.host` and whose players are spread
+/// from the run's `first`th player on; also each player's rejoin token.
+pub async fn open_room_spread(
+    http: &reqwest::Client,
+    spread: &Spread,
+    players: usize,
+    first: usize,
+) -> Result<(Room, Vec<String>)> {
+    let t = &spread.host;
     let (pin, token) = create_room(http, t).await?;
     let mut host = connect(t).await?;
     host.send(Message::Text(
@@ -208,8 +266,9 @@ pub async fn open_room(http: &reqwest::Client, t: &Target, players: usize) -> Re
         bail!("host attach failed: {v}");
     }
     let mut list = Vec::with_capacity(players);
+    let mut tokens = Vec::with_capacity(players);
     for i in 0..players {
-        let mut p = connect(t).await?;
+        let mut p = connect(spread.player(first + i)).await?;
         p.send(Message::Text(
             json!({"t": "join", "protocol": 1, "pin": pin, "name": format!("p{i}")})
                 .to_string()
@@ -221,17 +280,22 @@ pub async fn open_room(http: &reqwest::Client, t: &Target, players: usize) -> Re
             .as_str()
             .ok_or_else(|| anyhow!("join failed: {v}"))?
             .to_owned();
+        tokens.push(v["token"].as_str().unwrap_or_default().to_owned());
         list.push((p, id));
     }
     // The host's presence frames.
     for _ in 0..players {
         next_json(&mut host).await?;
     }
-    Ok(Room {
-        pin,
-        host,
-        players: list,
-    })
+    Ok((
+        Room {
+            pin,
+            host_token: token,
+            host,
+            players: list,
+        },
+        tokens,
+    ))
 }
 
 fn record(frame: &str, c: &Counters, h: &mut Histogram<u64>, count_flood: bool) {
@@ -422,6 +486,10 @@ pub struct RunResult {
     pub closes: BTreeMap<String, u64>,
     pub server_cpu: Option<CpuUse>,
     pub server_rss_kb: Option<u64>,
+    /// How many server processes `server_cpu` and `server_rss_kb` sum.
+    pub servers: usize,
+    /// The processes beside the servers (NATS), summed apart.
+    pub side_cpu: Option<CpuUse>,
 }
 
 #[derive(Debug, Clone)]
@@ -443,6 +511,13 @@ pub struct Classroom {
 
 /// Runs classroom traffic and measures it.
 pub async fn classroom(t: &Target, p: &Classroom, server_pid: Option<u32>) -> Result<RunResult> {
+    classroom_spread(&Spread::one(t), p, &Watch::server(server_pid)).await
+}
+
+/// Classroom traffic with the hosts and players where `spread` puts them,
+/// the CPU of every process of `watch`.
+pub async fn classroom_spread(spread: &Spread, p: &Classroom, watch: &Watch) -> Result<RunResult> {
+    let t = &spread.host;
     let http = reqwest::Client::new();
     let pad = Arc::new("x".repeat(p.payload.saturating_sub(40).max(1)));
     let c = Arc::new(Counters::default());
@@ -450,9 +525,10 @@ pub async fn classroom(t: &Target, p: &Classroom, server_pid: Option<u32>) -> Re
     let mut rooms = Vec::new();
     for i in 0..p.rooms {
         rooms.push(
-            open_room(&http, t, p.players)
+            open_room_spread(&http, spread, p.players, i * p.players)
                 .await
-                .with_context(|| format!("opening room {i}"))?,
+                .with_context(|| format!("opening room {i}"))?
+                .0,
         );
         if !p.quiet {
             eprint!("\rrooms ready: {}/{}", i + 1, p.rooms);
@@ -528,12 +604,12 @@ pub async fn classroom(t: &Target, p: &Classroom, server_pid: Option<u32>) -> Re
             &c,
             expected as f64 / seconds,
             seconds,
-            None,
-            None,
+            Measured::default(),
         ));
     }
     tokio::time::sleep(p.warmup).await;
-    let before: Option<ProcSample> = server_pid.and_then(procstat::sample);
+    let before = procstat::sample_all(&watch.servers);
+    let side_before = procstat::sample_all(&watch.side);
     let start = Instant::now();
     c.phase.store(MEASURE, Relaxed);
     let mut last = c.delivered.load(Relaxed);
@@ -553,7 +629,8 @@ pub async fn classroom(t: &Target, p: &Classroom, server_pid: Option<u32>) -> Re
     }
     c.stop();
     let seconds = start.elapsed().as_secs_f64();
-    let after: Option<ProcSample> = server_pid.and_then(procstat::sample);
+    let after = procstat::sample_all(&watch.servers);
+    let side_after = procstat::sample_all(&watch.side);
     if !p.quiet {
         eprintln!();
     }
@@ -561,27 +638,28 @@ pub async fn classroom(t: &Target, p: &Classroom, server_pid: Option<u32>) -> Re
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
     }
     let offered = p.rooms as f64 * p.players as f64 * (p.host_hz + p.player_hz);
-    let cpu = before
-        .zip(after)
-        .map(|(a, b)| procstat::cpu_between(a, b, seconds));
-    Ok(run_result(
-        p,
-        &c,
-        offered,
-        seconds,
-        cpu,
-        after.map(|a| a.rss_kb),
-    ))
+    let between = |a: Option<ProcSample>, b: Option<ProcSample>| {
+        a.zip(b).map(|(a, b)| procstat::cpu_between(a, b, seconds))
+    };
+    let m = Measured {
+        cpu: between(before, after),
+        rss: after.map(|a| a.rss_kb),
+        servers: watch.servers.len(),
+        side_cpu: between(side_before, side_after),
+    };
+    Ok(run_result(p, &c, offered, seconds, m))
 }
 
-fn run_result(
-    p: &Classroom,
-    c: &Counters,
-    offered: f64,
-    seconds: f64,
+/// What /proc said of the watched processes over a run.
+#[derive(Default)]
+struct Measured {
     cpu: Option<CpuUse>,
     rss: Option<u64>,
-) -> RunResult {
+    servers: usize,
+    side_cpu: Option<CpuUse>,
+}
+
+fn run_result(p: &Classroom, c: &Counters, offered: f64, seconds: f64, m: Measured) -> RunResult {
     let hist = c.hist.lock().unwrap().clone();
     let errors = c.errors.lock().unwrap().clone();
     let closes = c.closes.lock().unwrap().clone();
@@ -596,8 +674,10 @@ fn run_result(
         latency: latency(&hist),
         errors,
         closes,
-        server_cpu: cpu,
-        server_rss_kb: rss,
+        server_cpu: m.cpu,
+        server_rss_kb: m.rss,
+        servers: m.servers,
+        side_cpu: m.side_cpu,
     }
 }
 
@@ -636,8 +716,21 @@ pub async fn idle(
     server_pid: u32,
     quiet: bool,
 ) -> Result<IdleResult> {
+    idle_spread(&Spread::one(t), n, hold, &[server_pid], quiet).await
+}
+
+/// Idle connections spread over `spread`'s player targets (rooms created on
+/// its host's); memory summed over `servers` (every node of a cluster).
+pub async fn idle_spread(
+    spread: &Spread,
+    n: usize,
+    hold: Duration,
+    servers: &[u32],
+    quiet: bool,
+) -> Result<IdleResult> {
+    let t = &spread.host;
     let http = reqwest::Client::new();
-    let before = procstat::sample(server_pid).context("reading the server's /proc")?;
+    let before = procstat::sample_all(servers).context("reading the servers' /proc")?;
     let mut conns: Vec<Ws> = Vec::with_capacity(n);
     let per_room = 100usize;
     let mut pin = String::new();
@@ -645,7 +738,7 @@ pub async fn idle(
         if i % per_room == 0 {
             pin = create_room(&http, t).await?.0;
         }
-        let mut p = connect(t)
+        let mut p = connect(spread.player(i))
             .await
             .with_context(|| format!("connection {i}"))?;
         p.send(Message::Text(
@@ -668,7 +761,7 @@ pub async fn idle(
     }
     let start = Instant::now();
     tokio::time::sleep(hold).await;
-    let after = procstat::sample(server_pid).context("reading the server's /proc")?;
+    let after = procstat::sample_all(servers).context("reading the servers' /proc")?;
     // Every connection is still usable: a ping on each.
     let mut open = 0;
     for ws in conns.iter_mut() {

@@ -42,6 +42,23 @@ pub fn sample(pid: u32) -> Option<ProcSample> {
     })
 }
 
+/// The sum of every process of `pids` (the nodes of a cluster): `None`
+/// for no pids, or when one of them cannot be read (a sum that silently
+/// left a node out would flatter it).
+pub fn sample_all(pids: &[u32]) -> Option<ProcSample> {
+    if pids.is_empty() {
+        return None;
+    }
+    pids.iter().try_fold(ProcSample::default(), |sum, &pid| {
+        let s = sample(pid)?;
+        Some(ProcSample {
+            user_s: sum.user_s + s.user_s,
+            system_s: sum.system_s + s.system_s,
+            rss_kb: sum.rss_kb + s.rss_kb,
+        })
+    })
+}
+
 /// CPU use between two samples, in percent of one core.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct CpuUse {
@@ -97,4 +114,24 @@ pub fn raise_fd_limit() -> u64 {
         }
     }
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sum_of_processes_adds_each_and_refuses_a_missing_one() {
+        let me = std::process::id();
+        let one = sample(me).unwrap();
+        let two = sample_all(&[me, me]).unwrap();
+        assert!(
+            two.rss_kb >= 2 * one.rss_kb.saturating_sub(1024),
+            "{one:?} {two:?}"
+        );
+        assert!(two.user_s + two.system_s >= 2.0 * (one.user_s + one.system_s) - 0.1);
+        assert!(sample_all(&[]).is_none());
+        // PIDs above the kernel's pid_max (at most 2^22) name no process.
+        assert!(sample_all(&[me, u32::MAX]).is_none());
+    }
 }

@@ -669,6 +669,10 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<()> {
 
     s.push_str(&crate::report_sessions::section(&a.results));
     s.push_str(&crate::report_churn::section(&a.results));
+    s.push_str(&crate::report_cluster::section(
+        &a.results,
+        "CLUSTER=1 bench/run.sh",
+    ));
     s.push_str(&crate::report_ggui::section(&a.results, &crit));
 
     // Plots.

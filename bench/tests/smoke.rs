@@ -73,6 +73,52 @@ async fn classroom_against_hostwire_and_the_forwarder() {
     assert_eq!(r.latency.samples, 60, "{r:?}");
 }
 
+/// Hosts on one URL, players round-robin over others (here two names of
+/// the same server: a cluster's nodes need real processes, bench/cluster.sh).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classroom_and_idle_with_the_players_on_other_urls() {
+    let server = hostwire_relay().await;
+    let port = server.addr.port();
+    let origin = "http://localhost:5180";
+    let spread = load::Spread {
+        host: Target::new(&format!("http://127.0.0.1:{port}"), origin),
+        players: vec![
+            Target::new(&format!("http://localhost:{port}"), origin),
+            Target::new(&format!("http://127.0.0.1:{port}/"), origin),
+        ],
+    };
+    // Each room has players on each URL, counted over the run.
+    assert_eq!(spread.player(0).http, format!("http://localhost:{port}"));
+    assert_eq!(spread.player(1).http, format!("http://127.0.0.1:{port}"));
+    assert_eq!(spread.player(4).http, spread.player(0).http);
+    let me = std::process::id();
+    let watch = load::Watch {
+        servers: vec![me, me],
+        side: vec![me],
+    };
+    let r = load::classroom_spread(&spread, &tiny(), &watch)
+        .await
+        .unwrap();
+    assert_eq!(r.latency.samples, 60, "{r:?}");
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let r = load::idle_spread(&spread, 12, Duration::ZERO, &[me, me], true)
+        .await
+        .unwrap();
+    assert_eq!((r.connections, r.still_open), (12, 12));
+    assert!(
+        r.rss_kb_after >= 2 * load_rss_floor(),
+        "summed over both: {r:?}"
+    );
+}
+
+/// Some of this process's memory: a sum over it twice is at least twice.
+fn load_rss_floor() -> u64 {
+    hostwire_bench::procstat::sample(std::process::id())
+        .unwrap()
+        .rss_kb
+        / 2
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_and_proc_samples() {
     let server = hostwire_relay().await;
