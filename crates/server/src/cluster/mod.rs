@@ -41,6 +41,16 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
 /// A peer unheard for this many heartbeat intervals is dropped.
 pub const PEER_EXPIRY_HEARTBEATS: u32 = 3;
 
+/// A peer with open tunnels unheard for this long is asked whether it is
+/// still there (a NATS request on its opening subject): NATS answers at
+/// once "no responders" for a node whose connection is gone, and the peer
+/// is dropped then, its tunnels' clients told to reconnect, well before
+/// the expiry.
+pub const PROBE_LATE_AFTER: Duration = Duration::from_millis(1_500);
+
+/// How long a probe of a late peer waits for its answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The longest the first connection to NATS (TCP, handshake) may take
 /// before the start-up stops.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -248,6 +258,7 @@ impl Cluster {
                 _ = stop.wait_for(|s| *s) => return,
             }
             self.sweep();
+            self.probe_late(&client);
             // While NATS is away a heartbeat would only wait in the
             // client's buffer and arrive stale.
             if client.connection_state() != async_nats::connection::State::Connected {
@@ -307,6 +318,45 @@ impl Cluster {
             }
         }
         observed
+    }
+
+    /// Asks each peer with open tunnels unheard for [`PROBE_LATE_AFTER`]
+    /// whether it is there; one NATS finds gone is dropped at once.
+    fn probe_late(self: &Arc<Self>, client: &async_nats::Client) {
+        let Some(tunnels) = &self.tunnels else {
+            return;
+        };
+        let now = self.clock.now_ms();
+        let late = self
+            .peers
+            .lock()
+            .expect("peers")
+            .late(now, PROBE_LATE_AFTER.as_millis() as u64);
+        for peer in late.into_iter().filter(|p| tunnels.has_peer(p)) {
+            let (cluster, client) = (Arc::clone(self), client.clone());
+            tokio::spawn(async move {
+                let asked = client.request(
+                    tunnel::open_subject(&peer),
+                    bytes::Bytes::from_static(b"probe"),
+                );
+                if let Ok(Err(e)) = tokio::time::timeout(PROBE_TIMEOUT, asked).await {
+                    if e.kind() == async_nats::client::RequestErrorKind::NoResponders {
+                        cluster.gone(&peer);
+                    }
+                }
+            });
+        }
+    }
+
+    /// Peer `id` was found gone: dropped now, its tunnels ended.
+    fn gone(&self, id: &str) {
+        if self.peers.lock().expect("peers").forget(id) {
+            tracing::info!(peer = %id, "peer dropped: NATS has no responder for it");
+            self.metrics.peers_dropped.fetch_add(1, Relaxed);
+            if let Some(t) = &self.tunnels {
+                t.peer_gone(id);
+            }
+        }
     }
 
     /// Drops the peers unheard for longer than [`PEER_EXPIRY_HEARTBEATS`]

@@ -166,6 +166,20 @@ impl Peers {
         gone
     }
 
+    /// The peers alive at `now_ms` but unheard for longer than `after_ms`.
+    pub fn late(&self, now_ms: u64, after_ms: u64) -> Vec<String> {
+        self.seen
+            .values()
+            .filter(|p| self.alive(p, now_ms) && now_ms.saturating_sub(p.last_seen_ms) > after_ms)
+            .map(|p| p.heartbeat.node.clone())
+            .collect()
+    }
+
+    /// Drops peer `id` now (it was found gone); whether it was there.
+    pub fn forget(&mut self, id: &str) -> bool {
+        self.seen.remove(id).is_some()
+    }
+
     /// The peers alive at `now_ms`, by id.
     pub fn list(&self, now_ms: u64) -> Vec<Peer> {
         let mut v: Vec<Peer> = self
@@ -190,6 +204,20 @@ mod tests {
             started_ms: 5,
             units: vec![],
         }
+    }
+
+    #[test]
+    fn a_late_peer_is_listed_until_its_expiry_and_one_found_gone_is_forgotten() {
+        let mut p = Peers::new("me", 3_000);
+        p.observe(hb("a"), 1_000).unwrap();
+        p.observe(hb("b"), 2_000).unwrap();
+        assert!(p.late(2_400, 1_500).is_empty());
+        assert_eq!(p.late(2_600, 1_500), ["a"]);
+        // Past the expiry it is the expiry's, not late.
+        assert_eq!(p.late(4_100, 1_500), ["b"]);
+        assert!(p.forget("b"));
+        assert!(!p.forget("b"));
+        assert_eq!(p.list(2_600).len(), 1);
     }
 
     #[test]

@@ -261,6 +261,11 @@ impl Tunnels {
         self.len() == 0
     }
 
+    /// Whether a tunnel to or from `peer` is open.
+    pub fn has_peer(&self, peer: &str) -> bool {
+        self.open_map().values().any(|e| e.peer == peer)
+    }
+
     /// Ends every tunnel to `peer` (it missed its heartbeats): their
     /// queues close, so each side ends as if the other went.
     pub fn peer_gone(&self, peer: &str) {
