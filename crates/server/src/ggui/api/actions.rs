@@ -102,7 +102,7 @@ pub(super) async fn drain_actions(
         return invalid("upTo must be an actionId (a non-negative integer)".into());
     };
     let answer = ggui
-        .call(move |core| {
+        .call_stored(move |core| {
             owned(core, &app, &id)?;
             let now = core.now_ms;
             core.unit.channel.drain_actions(&id, up_to, now)
@@ -110,7 +110,8 @@ pub(super) async fn drain_actions(
         .await;
     match answer {
         None => gone(),
-        Some(Err(e)) => api_error(e),
-        Some(Ok(n)) => json_response(StatusCode::OK, &json!({ "drained": n })),
+        Some((Err(e), _)) => api_error(e),
+        Some((Ok(_), false)) => super::not_stored("the drain"),
+        Some((Ok(n), true)) => json_response(StatusCode::OK, &json!({ "drained": n })),
     }
 }

@@ -39,8 +39,10 @@ pub(super) async fn emit(
         payload,
         ..
     } = body;
+    // Answered once what it kept (the envelope, per the channel's replay
+    // policy) is stored.
     let answer = ggui
-        .call(move |core| {
+        .call_stored(move |core| {
             owned(core, &app, &id)?;
             core.unit
                 .channel
@@ -49,8 +51,9 @@ pub(super) async fn emit(
         .await;
     match answer {
         None => gone(),
-        Some(Err(e)) => api_error(e),
-        Some(Ok(envelope)) => json_response(StatusCode::OK, &json!(envelope)),
+        Some((Err(e), _)) => api_error(e),
+        Some((Ok(_), false)) => super::not_stored("the envelope"),
+        Some((Ok(envelope), true)) => json_response(StatusCode::OK, &json!(envelope)),
     }
 }
 

@@ -88,6 +88,16 @@ fn gone() -> Response {
     )
 }
 
+/// 503 `APPEND_FAILED`: `what` could not be stored, and is not
+/// acknowledged; the agent tries again.
+fn not_stored(what: &str) -> Response {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        codes::APPEND_FAILED,
+        format!("{what} could not be stored; try again"),
+    )
+}
+
 /// 503 `UNAVAILABLE`: the session cannot be served here now (another
 /// node serves it, or the store could not say); the agent tries again.
 pub(super) fn unavailable(message: &str) -> Response {

@@ -136,7 +136,7 @@ pub(super) async fn set_version(
         Err(r) => return r,
     };
     let answer = ggui
-        .call(move |core| {
+        .call_stored(move |core| {
             owned(core, &app, &id)?;
             core.unit
                 .channel
@@ -146,7 +146,8 @@ pub(super) async fn set_version(
         .await;
     match answer {
         None => gone(),
-        Some(Err(e)) => api_error(e),
-        Some(Ok(view)) => json_response(StatusCode::OK, &json!(view)),
+        Some((Err(e), _)) => api_error(e),
+        Some((Ok(_), false)) => super::not_stored("the version"),
+        Some((Ok(view), true)) => json_response(StatusCode::OK, &json!(view)),
     }
 }

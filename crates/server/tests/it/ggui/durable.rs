@@ -268,3 +268,35 @@ async fn a_session_created_on_a_failing_store_is_not_acknowledged_and_not_kept()
     assert_eq!(status, 200, "an acknowledged creation lost: {v}");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn an_emit_and_a_version_on_a_failing_store_are_not_acknowledged() {
+    let mut s = Server::start().await;
+    s.create("e1", json!({"streamSpec": {"log": {"replay": "all"}}}))
+        .await;
+    db(&s.db)
+        .execute_batch(
+            "CREATE TRIGGER refuse_stream BEFORE INSERT ON ggui_stream
+             BEGIN SELECT RAISE(ABORT, 'disk full'); END;
+             CREATE TRIGGER refuse_rows BEFORE UPDATE ON ggui_sessions
+             BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+        )
+        .unwrap();
+    let (status, v) = s
+        .api(
+            "POST",
+            "e1/emit",
+            Some(json!({"channel": "log", "payload": {"n": 1}})),
+        )
+        .await;
+    assert_eq!((status, &v["code"]), (503, &json!("APPEND_FAILED")), "{v}");
+    let (status, v) = s
+        .api("PUT", "e1/version", Some(json!({"version": "v9"})))
+        .await;
+    assert_eq!((status, &v["code"]), (503, &json!("APPEND_FAILED")), "{v}");
+    db(&s.db)
+        .execute_batch("DROP TRIGGER refuse_stream; DROP TRIGGER refuse_rows;")
+        .unwrap();
+    s.emit("e1", "log", json!({"n": 2})).await;
+    s.stop().await;
+}
