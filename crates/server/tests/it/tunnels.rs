@@ -137,8 +137,9 @@ async fn a_relay_game_with_the_host_on_one_node_and_players_on_two_others() {
         assert_eq!((status, &v["players"]), (200, &json!(2)), "{v}");
     }
     // A bundle uploaded through b and read through c: bigger than one
-    // frame between nodes, the owner's headers kept.
-    let big = "x".repeat(300_000);
+    // frame between nodes and than NATS's 1 MB message, the owner's
+    // headers kept.
+    let big = "x".repeat(3_000_000);
     assert_eq!(upload(&b, &pin, &token, &big).await["version"], 1);
     let bundle = reqwest::get(format!("{}/api/rooms/{pin}/bundle", c.http()))
         .await

@@ -38,11 +38,16 @@ use tokio::sync::mpsc;
 /// The protocol name of an HTTP exchange on a tunnel.
 pub const HTTP_PROTOCOL: &str = "http";
 
-/// The longest request body carried to another node.
-pub const MAX_CARRIED_REQUEST: usize = 1024 * 1024;
+/// The longest request body carried to another node: above the largest
+/// API body (a relay bundle's 8 MiB, in its JSON); read here first within
+/// the server's request-body budget.
+pub const MAX_CARRIED_REQUEST: usize = 12 * 1024 * 1024;
 
 /// The bytes of one frame of a carried body.
 pub const CHUNK: usize = 64 * 1024;
+
+// The owner's queue for the tunnel holds a whole carried body.
+const _: () = assert!(MAX_CARRIED_REQUEST <= TUNNEL_FRAMES * CHUNK);
 
 /// How long the owner may take to start its answer.
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
