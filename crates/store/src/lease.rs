@@ -157,6 +157,19 @@ pub trait LeaseStore: Send + Sync + 'static {
         generation: u64,
     ) -> Result<(), crate::StoreError>;
 
+    /// Hands the unit to whichever node takes it next (this node stops):
+    /// its lease runs out now but keeps its owner, so that it is listed by
+    /// [`LeaseStore::expired`] and another node's sweep takes it over even
+    /// if no client asks for it (its timers must run somewhere). Fenced
+    /// when `node` no longer holds `generation`.
+    fn hand_over(
+        &self,
+        kind: UnitKind,
+        key: &str,
+        node: &str,
+        generation: u64,
+    ) -> Result<(), crate::StoreError>;
+
     /// The leases `node` holds (expired ones included, until taken over).
     fn owned_by(&self, node: &str) -> Result<Vec<LeaseEntry>, crate::StoreError>;
 

@@ -274,16 +274,26 @@ impl Leases {
         }
     }
 
-    /// Every lease this node holds let go (SIGTERM: the units' writes are
-    /// flushed before).
+    /// Every lease this node holds handed over (SIGTERM: the units' writes
+    /// are flushed before): each runs out now, so another node takes the
+    /// unit the moment a client asks, or at its next sweep if none does.
     pub async fn release_all(&self) {
-        let all: Vec<(UnitKind, String)> =
-            self.held.lock().expect("leases").keys().cloned().collect();
-        for (kind, key) in &all {
-            self.release(*kind, key).await;
+        let all: Vec<((UnitKind, String), Held)> =
+            self.held.lock().expect("leases").drain().collect();
+        for ((kind, key), h) in &all {
+            let (store, k, node, g, kd) = (
+                Arc::clone(&self.store),
+                key.clone(),
+                self.node.clone(),
+                h.generation,
+                *kind,
+            );
+            if let Err(e) = blocking(move || store.hand_over(kd, &k, &node, g)).await {
+                tracing::warn!(error = %e, %kind, key = %key, "lease not handed over: it runs out instead");
+            }
         }
         if !all.is_empty() {
-            tracing::info!(units = all.len(), "leases released");
+            tracing::info!(units = all.len(), "leases handed over");
         }
     }
 

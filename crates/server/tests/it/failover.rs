@@ -412,3 +412,23 @@ async fn serve_help_names_the_lease_ttl_and_a_bad_one_stops_the_start_naming_it(
         assert!(stderr.contains("--lease-ttl"), "{bad}: {stderr}");
     }
 }
+
+#[tokio::test]
+async fn a_stopped_nodes_rooms_are_taken_over_though_nobody_asks_for_them() {
+    let Some(url) = hostwire_store::testing::fresh_database("failover_handover") else {
+        return;
+    };
+    let dirs = [temp_dir("fh-a"), temp_dir("fh-b")];
+    let mut a = node(&url, "a", "60s", &dirs[0]);
+    // b's sweep runs every third of its lease.
+    let b = node(&url, "b", "1s", &dirs[1]);
+    let (pin, _) = create(&a).await;
+    assert!(a.sigterm().success());
+    // No client comes back: b's sweep takes the room so that its timers
+    // (its expiry) run somewhere.
+    metric_until(&b, "hostwire_cluster_units_owned", |n| n == 1).await;
+    let store = PgStore::connect(&url).unwrap();
+    let owners = store.owned_by("b").unwrap();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    assert_eq!(owners[0].key, pin);
+}

@@ -162,6 +162,26 @@ impl LeaseStore for PgStore {
         })
     }
 
+    fn hand_over(
+        &self,
+        kind: UnitKind,
+        key: &str,
+        node: &str,
+        generation: u64,
+    ) -> Result<(), StoreError> {
+        self.leases.with(|c| {
+            let n = c.execute(
+                "UPDATE unit_leases SET expires_at = now()
+                 WHERE kind = $1 AND key = $2 AND owner = $3 AND generation = $4",
+                &[&kind.as_str(), &key, &node, &(generation as i64)],
+            )?;
+            if n == 1 {
+                return Ok(());
+            }
+            Err(lost(c, kind, key, generation))
+        })
+    }
+
     fn owned_by(&self, node: &str) -> Result<Vec<LeaseEntry>, StoreError> {
         let rows = self.leases.with(|c| {
             Ok(c.query(
