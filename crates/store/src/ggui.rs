@@ -159,76 +159,65 @@ fn ensure_row(tx: &Connection, session_id: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The columns every load reads of a session row.
+const SESSION_COLUMNS: &str =
+    "session_id, record, ledger_last, stream_seq, drained_up_to, host_context";
+
+fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GguiStoredSession> {
+    Ok(GguiStoredSession {
+        session_id: r.get(0)?,
+        record: r.get(1)?,
+        ledger_last: r.get::<_, i64>(2)? as u64,
+        stream_seq: r.get::<_, i64>(3)? as u64,
+        drained_up_to: r.get::<_, i64>(4)? as u64,
+        host_context: r.get(5)?,
+        ..Default::default()
+    })
+}
+
+/// Reads a session's ledger and stream buffer into it.
+fn load_children(conn: &Connection, s: &mut GguiStoredSession) -> Result<(), StoreError> {
+    let mut ledger =
+        conn.prepare_cached("SELECT event FROM ggui_ledger WHERE session_id = ?1 ORDER BY seq")?;
+    for e in ledger.query_map(params![s.session_id], |r| r.get::<_, String>(0))? {
+        s.ledger.push(e?);
+    }
+    let mut stream =
+        conn.prepare_cached("SELECT entry FROM ggui_stream WHERE session_id = ?1 ORDER BY seq")?;
+    for e in stream.query_map(params![s.session_id], |r| r.get::<_, String>(0))? {
+        s.stream.push(e?);
+    }
+    Ok(())
+}
+
 impl GguiStore for SqliteStore {
     fn ggui_load(&self) -> Result<Vec<GguiStoredSession>, StoreError> {
         let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
-        let mut sessions = Vec::new();
-        {
-            let mut stmt = conn.prepare(
-                "SELECT session_id, record, ledger_last, stream_seq, drained_up_to, host_context
-                 FROM ggui_sessions WHERE record IS NOT NULL ORDER BY rowid",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                Ok(GguiStoredSession {
-                    session_id: r.get(0)?,
-                    record: r.get(1)?,
-                    ledger_last: r.get::<_, i64>(2)? as u64,
-                    stream_seq: r.get::<_, i64>(3)? as u64,
-                    drained_up_to: r.get::<_, i64>(4)? as u64,
-                    host_context: r.get(5)?,
-                    ..Default::default()
-                })
-            })?;
-            for row in rows {
-                sessions.push(row?);
-            }
-        }
-        let mut ledger =
-            conn.prepare("SELECT event FROM ggui_ledger WHERE session_id = ?1 ORDER BY seq")?;
-        let mut stream =
-            conn.prepare("SELECT entry FROM ggui_stream WHERE session_id = ?1 ORDER BY seq")?;
+        let mut sessions = conn
+            .prepare(&format!(
+                "SELECT {SESSION_COLUMNS} FROM ggui_sessions WHERE record IS NOT NULL ORDER BY rowid"
+            ))?
+            .query_map([], session_row)?
+            .collect::<Result<Vec<_>, _>>()?;
         for s in &mut sessions {
-            for e in ledger.query_map(params![s.session_id], |r| r.get::<_, String>(0))? {
-                s.ledger.push(e?);
-            }
-            for e in stream.query_map(params![s.session_id], |r| r.get::<_, String>(0))? {
-                s.stream.push(e?);
-            }
+            load_children(&conn, s)?;
         }
         Ok(sessions)
     }
 
     fn ggui_load_session(&self, session_id: &str) -> Result<Option<GguiStoredSession>, StoreError> {
         let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
-        let mut stmt = conn.prepare(
-            "SELECT session_id, record, ledger_last, stream_seq, drained_up_to, host_context
-             FROM ggui_sessions WHERE record IS NOT NULL AND session_id = ?1",
-        )?;
-        let mut rows = stmt.query_map(params![session_id], |r| {
-            Ok(GguiStoredSession {
-                session_id: r.get(0)?,
-                record: r.get(1)?,
-                ledger_last: r.get::<_, i64>(2)? as u64,
-                stream_seq: r.get::<_, i64>(3)? as u64,
-                drained_up_to: r.get::<_, i64>(4)? as u64,
-                host_context: r.get(5)?,
-                ..Default::default()
-            })
-        })?;
-        let Some(s) = rows.next() else {
+        let found = conn
+            .prepare(&format!(
+                "SELECT {SESSION_COLUMNS} FROM ggui_sessions WHERE record IS NOT NULL AND session_id = ?1"
+            ))?
+            .query_map(params![session_id], session_row)?
+            .next()
+            .transpose()?;
+        let Some(mut s) = found else {
             return Ok(None);
         };
-        let mut s = s?;
-        let mut ledger =
-            conn.prepare("SELECT event FROM ggui_ledger WHERE session_id = ?1 ORDER BY seq")?;
-        for e in ledger.query_map(params![session_id], |r| r.get::<_, String>(0))? {
-            s.ledger.push(e?);
-        }
-        let mut stream =
-            conn.prepare("SELECT entry FROM ggui_stream WHERE session_id = ?1 ORDER BY seq")?;
-        for e in stream.query_map(params![session_id], |r| r.get::<_, String>(0))? {
-            s.stream.push(e?);
-        }
+        load_children(&conn, &mut s)?;
         Ok(Some(s))
     }
 

@@ -149,17 +149,13 @@ impl LeaseStore for PgStore {
         node: &str,
         generation: u64,
     ) -> Result<(), StoreError> {
-        self.leases.with(|c| {
-            let n = c.execute(
-                "UPDATE unit_leases SET owner = NULL, expires_at = now()
-                 WHERE kind = $1 AND key = $2 AND owner = $3 AND generation = $4",
-                &[&kind.as_str(), &key, &node, &(generation as i64)],
-            )?;
-            if n == 1 {
-                return Ok(());
-            }
-            Err(lost(c, kind, key, generation))
-        })
+        self.end_lease(
+            "owner = NULL, expires_at = now()",
+            kind,
+            key,
+            node,
+            generation,
+        )
     }
 
     fn hand_over(
@@ -169,17 +165,7 @@ impl LeaseStore for PgStore {
         node: &str,
         generation: u64,
     ) -> Result<(), StoreError> {
-        self.leases.with(|c| {
-            let n = c.execute(
-                "UPDATE unit_leases SET expires_at = now()
-                 WHERE kind = $1 AND key = $2 AND owner = $3 AND generation = $4",
-                &[&kind.as_str(), &key, &node, &(generation as i64)],
-            )?;
-            if n == 1 {
-                return Ok(());
-            }
-            Err(lost(c, kind, key, generation))
-        })
+        self.end_lease("expires_at = now()", kind, key, node, generation)
     }
 
     fn owned_by(&self, node: &str) -> Result<Vec<LeaseEntry>, StoreError> {
@@ -207,6 +193,33 @@ impl LeaseStore for PgStore {
             )?)
         })?;
         Ok(entries(rows))
+    }
+}
+
+impl PgStore {
+    /// Ends `node`'s lease `generation` of a unit now (`set`: the columns
+    /// changed); fenced when it no longer holds that generation.
+    fn end_lease(
+        &self,
+        set: &str,
+        kind: UnitKind,
+        key: &str,
+        node: &str,
+        generation: u64,
+    ) -> Result<(), StoreError> {
+        self.leases.with(|c| {
+            let n = c.execute(
+                &format!(
+                    "UPDATE unit_leases SET {set}
+                     WHERE kind = $1 AND key = $2 AND owner = $3 AND generation = $4"
+                ),
+                &[&kind.as_str(), &key, &node, &(generation as i64)],
+            )?;
+            if n == 1 {
+                return Ok(());
+            }
+            Err(lost(c, kind, key, generation))
+        })
     }
 }
 

@@ -148,6 +148,9 @@ struct Entry {
     partial: Option<bytes::BytesMut>,
     /// Where the peer's credits go when this side's sender is not the
     /// one reading `tx` (the owner's: its publisher); `None`: into `tx`.
+    /// Unbounded, and bounded by the window: the peer grants one credit per
+    /// `CREDIT_FRAMES` frames it took, and it took at most `WINDOW_FRAMES`
+    /// more than were credited, so few are ever waiting.
     credits: Option<mpsc::UnboundedSender<(u64, u64)>>,
 }
 

@@ -73,7 +73,8 @@ impl Tunnels {
             }),
         };
         // What the client's node grants back: the owner sends at most a
-        // window ahead of it.
+        // window ahead of it. Unbounded, and bounded by that window (a
+        // credit per CREDIT_FRAMES frames of at most WINDOW_FRAMES sent).
         let (granted_tx, granted_rx) = mpsc::unbounded_channel();
         self.route_credits(&open.tunnel, granted_tx);
         tokio::spawn(Arc::clone(self).send_frames(
