@@ -16,41 +16,61 @@ fn ensure_row(tx: &mut Tx<'_, '_>, session_id: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The columns every load reads of a session row.
+const SESSION_COLUMNS: &str =
+    "session_id, record, ledger_last, stream_seq, drained_up_to, host_context";
+
+fn session_row(r: &::postgres::Row) -> GguiStoredSession {
+    GguiStoredSession {
+        session_id: r.get(0),
+        record: r.get(1),
+        ledger_last: r.get::<_, i64>(2) as u64,
+        stream_seq: r.get::<_, i64>(3) as u64,
+        drained_up_to: r.get::<_, i64>(4) as u64,
+        host_context: r.get(5),
+        ..Default::default()
+    }
+}
+
+/// Reads a session's ledger and stream buffer into it.
+fn load_children(
+    tx: &mut ::postgres::Transaction<'_>,
+    s: &mut GguiStoredSession,
+) -> Result<(), StoreError> {
+    s.ledger = tx
+        .query(
+            "SELECT event FROM ggui_ledger WHERE session_id = $1 ORDER BY seq",
+            &[&s.session_id],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    s.stream = tx
+        .query(
+            "SELECT entry FROM ggui_stream WHERE session_id = $1 ORDER BY seq",
+            &[&s.session_id],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    Ok(())
+}
+
 impl GguiStore for PgStore {
     fn ggui_load(&self) -> Result<Vec<GguiStoredSession>, StoreError> {
         self.read(|tx| {
             let mut sessions: Vec<GguiStoredSession> = tx
                 .query(
-                    "SELECT session_id, record, ledger_last, stream_seq, drained_up_to, host_context
-                     FROM ggui_sessions WHERE record IS NOT NULL ORDER BY ord",
+                    &format!(
+                        "SELECT {SESSION_COLUMNS} FROM ggui_sessions WHERE record IS NOT NULL ORDER BY ord"
+                    ),
                     &[],
                 )?
                 .iter()
-                .map(|r| GguiStoredSession {
-                    session_id: r.get(0),
-                    record: r.get(1),
-                    ledger_last: r.get::<_, i64>(2) as u64,
-                    stream_seq: r.get::<_, i64>(3) as u64,
-                    drained_up_to: r.get::<_, i64>(4) as u64,
-                    host_context: r.get(5),
-                    ..Default::default()
-                })
+                .map(session_row)
                 .collect();
-            let ledger =
-                tx.prepare("SELECT event FROM ggui_ledger WHERE session_id = $1 ORDER BY seq")?;
-            let stream =
-                tx.prepare("SELECT entry FROM ggui_stream WHERE session_id = $1 ORDER BY seq")?;
             for s in &mut sessions {
-                s.ledger = tx
-                    .query(&ledger, &[&s.session_id])?
-                    .iter()
-                    .map(|r| r.get(0))
-                    .collect();
-                s.stream = tx
-                    .query(&stream, &[&s.session_id])?
-                    .iter()
-                    .map(|r| r.get(0))
-                    .collect();
+                load_children(tx, s)?;
             }
             Ok(sessions)
         })
@@ -59,38 +79,15 @@ impl GguiStore for PgStore {
     fn ggui_load_session(&self, session_id: &str) -> Result<Option<GguiStoredSession>, StoreError> {
         self.read(|tx| {
             let rows = tx.query(
-                "SELECT session_id, record, ledger_last, stream_seq, drained_up_to, host_context
-                 FROM ggui_sessions WHERE record IS NOT NULL AND session_id = $1",
+                &format!(
+                    "SELECT {SESSION_COLUMNS} FROM ggui_sessions WHERE record IS NOT NULL AND session_id = $1"
+                ),
                 &[&session_id],
             )?;
-            let Some(r) = rows.first() else {
+            let Some(mut s) = rows.first().map(session_row) else {
                 return Ok(None);
             };
-            let mut s = GguiStoredSession {
-                session_id: r.get(0),
-                record: r.get(1),
-                ledger_last: r.get::<_, i64>(2) as u64,
-                stream_seq: r.get::<_, i64>(3) as u64,
-                drained_up_to: r.get::<_, i64>(4) as u64,
-                host_context: r.get(5),
-                ..Default::default()
-            };
-            s.ledger = tx
-                .query(
-                    "SELECT event FROM ggui_ledger WHERE session_id = $1 ORDER BY seq",
-                    &[&session_id],
-                )?
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
-            s.stream = tx
-                .query(
-                    "SELECT entry FROM ggui_stream WHERE session_id = $1 ORDER BY seq",
-                    &[&session_id],
-                )?
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
+            load_children(tx, &mut s)?;
             Ok(Some(s))
         })
     }
