@@ -432,6 +432,8 @@ impl Cluster {
                 "open": t.len(),
                 "framesSent": m.frames_out.load(Relaxed),
                 "framesReceived": m.frames_in.load(Relaxed),
+                "batchesSent": m.batches_out.load(Relaxed),
+                "batchesReceived": m.batches_in.load(Relaxed),
             });
         }
         h

@@ -35,7 +35,7 @@ mod writer;
 pub use crate::outbound::{Close, Refused};
 pub use config::*;
 pub use reader::{Event, Reader};
-pub use socket::{oversized, Pipe, Socket};
+pub use socket::{closed, oversized, Pipe, Socket, ToPeer};
 pub use sockets::Sockets;
 pub use writer::{Outbound, Parked};
 

@@ -9,7 +9,6 @@ use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
-use tokio_util::sync::PollSender;
 
 /// A connection's socket. The WebSocket, by far the common one, is kept
 /// inline: boxing it would cost every connection an allocation.
@@ -19,15 +18,20 @@ pub enum Socket {
     Pipe(Pipe),
 }
 
-/// A socket made of two channels: what the peer sent (a message, or an
-/// error such as [`oversized`]) comes in on `from_peer`, and what the
-/// connection sends goes out on `to_peer`, each bounded by its channel.
+/// A socket made of a channel and a sink: what the peer sent (a message,
+/// or an error such as [`oversized`]) comes in on `from_peer`, bounded by
+/// the channel, and what the connection sends goes to `to_peer`, which
+/// says when it has room ([`Sink::poll_ready`]).
 pub struct Pipe {
     pub from_peer: mpsc::Receiver<Result<Message, axum::Error>>,
-    pub to_peer: PollSender<Message>,
+    pub to_peer: Box<dyn ToPeer>,
+}
+
+/// Where a pipe's connection sends.
+pub trait ToPeer: Sink<Message, Error = axum::Error> + Send + Unpin {
     /// Told the bytes of each text or binary message the connection takes
-    /// (the tunnel grants its sender that much more).
-    pub taken: Box<dyn FnMut(usize) + Send>,
+    /// from `from_peer` (the tunnel grants its sender that much more).
+    fn taken(&mut self, bytes: usize);
 }
 
 /// The error the WebSocket layer reports for a message over the frame
@@ -38,7 +42,8 @@ pub fn oversized(size: usize, max_size: usize) -> axum::Error {
     ))
 }
 
-fn closed() -> axum::Error {
+/// The error of a pipe whose peer is gone.
+pub fn closed() -> axum::Error {
     axum::Error::new(tungstenite::Error::ConnectionClosed)
 }
 
@@ -51,9 +56,9 @@ impl Stream for Socket {
             Socket::Pipe(p) => {
                 let next = p.from_peer.poll_recv(cx);
                 if let Poll::Ready(Some(Ok(Message::Text(t)))) = &next {
-                    (p.taken)(t.len());
+                    p.to_peer.taken(t.len());
                 } else if let Poll::Ready(Some(Ok(Message::Binary(b)))) = &next {
-                    (p.taken)(b.len());
+                    p.to_peer.taken(b.len());
                 }
                 next
             }
@@ -67,28 +72,28 @@ impl Sink<Message> for Socket {
     fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         match self.get_mut() {
             Socket::Ws(ws) => ws.poll_ready_unpin(cx),
-            Socket::Pipe(p) => p.to_peer.poll_ready_unpin(cx).map_err(|_| closed()),
+            Socket::Pipe(p) => p.to_peer.poll_ready_unpin(cx),
         }
     }
 
     fn start_send(self: Pin<&mut Self>, item: Message) -> Result<(), Self::Error> {
         match self.get_mut() {
             Socket::Ws(ws) => ws.start_send_unpin(item),
-            Socket::Pipe(p) => p.to_peer.start_send_unpin(item).map_err(|_| closed()),
+            Socket::Pipe(p) => p.to_peer.start_send_unpin(item),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         match self.get_mut() {
             Socket::Ws(ws) => ws.poll_flush_unpin(cx),
-            Socket::Pipe(p) => p.to_peer.poll_flush_unpin(cx).map_err(|_| closed()),
+            Socket::Pipe(p) => p.to_peer.poll_flush_unpin(cx),
         }
     }
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         match self.get_mut() {
             Socket::Ws(ws) => ws.poll_close_unpin(cx),
-            Socket::Pipe(p) => p.to_peer.poll_close_unpin(cx).map_err(|_| closed()),
+            Socket::Pipe(p) => p.to_peer.poll_close_unpin(cx),
         }
     }
 }

@@ -1,20 +1,19 @@
 //! The client node's side of a tunnel: the client's WebSocket stays here,
 //! under this node's driver (its idle timeout, pings, frame limit and
 //! outbound bound); its messages go to the owner in order, and the owner's
-//! frames and close come back to it.
+//! frames and close come back to it (put on its outbound queue by the
+//! dispatcher, `dispatch.rs`, with no task between).
 
+use super::dispatch::{ClientEnd, To};
 use super::wire::Wire;
-use super::{
-    intern_reason, Open, Route, Tunnels, CLOSE_LOST, OPEN_TIMEOUT, TUNNEL_FRAMES, WINDOW_BYTES,
-    WINDOW_FRAMES,
-};
+use super::{Open, Route, Tunnels, Window, CLOSE_LOST, OPEN_TIMEOUT};
 use crate::ws;
-use axum::extract::ws::{Message, Utf8Bytes};
+use axum::extract::ws::Utf8Bytes;
 use bytes::Bytes;
 use std::future::poll_fn;
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
-use tokio::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
 
 /// How a bridge ended.
 enum Ended {
@@ -39,8 +38,18 @@ impl Tunnels {
         refused: impl FnOnce(&ws::Outbound),
     ) {
         let id = Tunnels::new_id();
-        let (tx, rx) = mpsc::channel(TUNNEL_FRAMES);
-        if !self.register(&id, route.owner, tx) || !self.open_there(&id, &route).await {
+        let end = Arc::new(ClientEnd {
+            out: reader.out().clone(),
+            sender: Mutex::new(self.sender(route.owner, &id)),
+            ended: Notify::new(),
+            done: AtomicBool::new(false),
+        });
+        let to = To::Client {
+            end: Arc::clone(&end),
+            taken: (0, 0),
+        };
+        if !self.register(&id, route.owner, to) || !self.open_there(&id, &route).await {
+            end.done.store(true, Relaxed);
             self.remove(&id);
             self.metrics.refused.fetch_add(1, Relaxed);
             refused(reader.out());
@@ -48,26 +57,26 @@ impl Tunnels {
             return;
         }
         self.metrics.opened_out.fetch_add(1, Relaxed);
-        let mut carried = Carried {
+        let window = Arc::new(Window::default());
+        self.route_credits(&id, Arc::clone(&window));
+        let carried = Carried {
             tunnels: &self,
-            subject: super::frame_subject(route.owner, &id),
-            seq: 0,
-            in_flight: (0, 0),
-            taken: (0, 0),
+            end: &end,
+            window: &window,
         };
-        let mut ok = true;
-        for f in first {
-            ok = ok && carried.frame(true, Bytes::from(f)).await;
-        }
+        let ok = first
+            .into_iter()
+            .all(|f| carried.frame(true, Bytes::from(f)));
         let mut reader = reader;
         let ended = if ok {
-            carried.run(&mut reader, rx).await
+            carried.run(&mut reader).await
         } else {
             reader.out().close(CLOSE_LOST);
             Ended::Owner
         };
+        end.done.store(true, Relaxed);
         if let Ended::Client = ended {
-            let _ = carried.send(Wire::End).await;
+            end.sender().send(&Wire::End);
         }
         self.remove(&id);
         reader.finish().await;
@@ -106,71 +115,26 @@ impl Tunnels {
 /// The client's messages on their way to the owner.
 struct Carried<'a> {
     tunnels: &'a Tunnels,
-    subject: String,
-    seq: u64,
-    /// Frames and bytes sent that the owner has not credited yet.
-    in_flight: (u64, u64),
-    /// Frames and bytes of the owner taken and not yet credited back.
-    taken: (u64, u64),
+    end: &'a ClientEnd,
+    /// What was sent that the owner has not credited yet.
+    window: &'a Window,
 }
 
 impl Carried<'_> {
-    async fn send(&mut self, w: Wire) -> bool {
-        let sent = self
-            .tunnels
-            .client
-            .publish(self.subject.clone(), w.encode(self.seq))
-            .await;
-        self.seq += 1;
-        sent.is_ok()
-    }
-
     /// A text or binary frame, in fragments when long; counted against
     /// the window.
-    async fn frame(&mut self, text: bool, body: Bytes) -> bool {
-        self.in_flight.0 += 1;
-        self.in_flight.1 += body.len() as u64;
+    fn frame(&self, text: bool, body: Bytes) -> bool {
+        self.window.sent(body.len() as u64);
         self.tunnels.metrics.frames_out.fetch_add(1, Relaxed);
-        for w in Wire::frame(text, body) {
-            if !self.send(w).await {
-                return false;
-            }
-        }
-        true
+        self.end.sender().frame(text, body)
     }
 
-    /// Notes a frame of the owner's taken; the credit to grant when one is
-    /// due.
-    fn took(&mut self, bytes: u64) -> Option<(u64, u64)> {
-        self.taken = (self.taken.0 + 1, self.taken.1 + bytes);
-        if self.taken.0 >= super::CREDIT_FRAMES || self.taken.1 >= super::CREDIT_BYTES {
-            return Some(std::mem::take(&mut self.taken));
-        }
-        None
-    }
-
-    /// Whether the owner's credit lets another frame of the client go.
-    fn may_send(&self) -> bool {
-        self.in_flight.0 < WINDOW_FRAMES && self.in_flight.1 < WINDOW_BYTES
-    }
-
-    /// A credit of the owner (a pong of 16 bytes: frames, then bytes).
-    fn credit(&mut self, b: &[u8]) {
-        let Ok(n) = <[u8; 16]>::try_from(b) else {
-            return;
-        };
-        let frames = u64::from_be_bytes(n[..8].try_into().expect("8 bytes"));
-        let bytes = u64::from_be_bytes(n[8..].try_into().expect("8 bytes"));
-        self.in_flight.0 = self.in_flight.0.saturating_sub(frames);
-        self.in_flight.1 = self.in_flight.1.saturating_sub(bytes);
+    fn send(&self, w: &Wire) -> bool {
+        self.end.sender().send(w)
     }
 
     /// Both ways until one side ends.
-    async fn run(
-        &mut self,
-        reader: &mut ws::Reader,
-        mut from_owner: mpsc::Receiver<Result<Message, axum::Error>>,
-    ) -> Ended {
+    async fn run(&self, reader: &mut ws::Reader) -> Ended {
         let out = reader.out().clone();
         let c = *reader.config();
         let mut beat = tokio::time::interval(c.ping_interval.min(c.idle_timeout / 3));
@@ -179,18 +143,24 @@ impl Carried<'_> {
         // After the client's oversized message: only the owner's answer
         // and close are still awaited, for at most the close grace.
         let mut grace: Option<tokio::time::Instant> = None;
+        let link = Arc::clone(&self.end.sender().link);
         loop {
             let until = grace.unwrap_or_else(|| tokio::time::Instant::now() + c.close_grace);
             tokio::select! {
-                // Past the window the client is not read: its TCP window
-                // fills, as it would on a direct connection.
-                ev = poll_fn(|cx| reader.poll_event(cx)), if grace.is_none() && self.may_send() => {
+                // Past the owner's credit the client is not read: its TCP
+                // window fills, as it would on a direct connection. So is
+                // it while the link to the owner is full.
+                ev = async {
+                    poll_fn(|cx| self.window.poll_open(cx)).await;
+                    poll_fn(|cx| link.poll_room(cx)).await;
+                    poll_fn(|cx| reader.poll_event(cx)).await
+                }, if grace.is_none() => {
                     let sent = match ev {
-                        ws::Event::Text(t) => self.frame(true, Bytes::from(t)).await,
-                        ws::Event::Binary(b) => self.frame(false, b).await,
+                        ws::Event::Text(t) => self.frame(true, Bytes::from(t)),
+                        ws::Event::Binary(b) => self.frame(false, b),
                         ws::Event::Oversized => {
                             grace = Some(tokio::time::Instant::now() + c.close_grace);
-                            self.send(Wire::Oversized(c.max_message_bytes as u64 + 1)).await
+                            self.send(&Wire::Oversized(c.max_message_bytes as u64 + 1))
                         }
                         ws::Event::End => return Ended::Client,
                     };
@@ -199,36 +169,11 @@ impl Carried<'_> {
                         return Ended::Owner;
                     }
                 }
-                m = from_owner.recv() => match m {
-                    Some(Ok(Message::Text(t))) => {
-                        let n = t.len() as u64;
-                        if out.send(t).is_err() {
-                            return Ended::Client;
-                        }
-                        // Taken: the owner may send that much more.
-                        if let Some((frames, bytes)) = self.took(n) {
-                            if !self.send(Wire::Credit { frames, bytes }).await {
-                                out.close(CLOSE_LOST);
-                                return Ended::Owner;
-                            }
-                        }
-                    }
-                    Some(Ok(Message::Close(f))) => {
-                        let (code, reason) = f.map_or((1000, "closed"), |f| {
-                            (f.code, intern_reason(f.reason.as_str()))
-                        });
-                        out.close((code, reason));
-                        return Ended::Owner;
-                    }
-                    Some(Ok(Message::Pong(b))) => self.credit(&b),
-                    Some(Ok(_)) => {}
-                    Some(Err(_)) | None => {
-                        out.close(CLOSE_LOST);
-                        return Ended::Owner;
-                    }
-                },
+                // The dispatcher closed the client (the owner's close, or
+                // the tunnel lost).
+                _ = self.end.ended.notified() => return Ended::Owner,
                 _ = beat.tick() => {
-                    if !self.send(Wire::Keepalive).await {
+                    if !self.send(&Wire::Keepalive) {
                         out.close(CLOSE_LOST);
                         return Ended::Owner;
                     }

@@ -164,7 +164,7 @@ impl Tunnels {
     ) -> Option<Response> {
         let id = Tunnels::new_id();
         let (tx, mut rx) = mpsc::channel(TUNNEL_FRAMES);
-        if !self.register(&id, owner, tx) {
+        if !self.register(&id, owner, super::dispatch::To::Queue(tx)) {
             return None;
         }
         let open = Ends(Arc::clone(self), id.clone());
@@ -180,17 +180,15 @@ impl Tunnels {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return None;
         }
-        let subject = super::frame_subject(owner, &id);
+        let mut sender = self.sender(owner, &id);
         let head = Bytes::from(serde_json::to_vec(&head).ok()?);
         let frames = std::iter::once(head).chain(chunks(body));
         let wires = frames
             .map(super::wire::Wire::Binary)
             .chain([super::wire::Wire::End]);
-        for (seq, f) in (0u64..).zip(wires) {
-            self.client
-                .publish(subject.clone(), f.encode(seq))
-                .await
-                .ok()?;
+        for w in wires {
+            std::future::poll_fn(|cx| sender.poll_room(cx)).await;
+            sender.send(&w).then_some(())?;
         }
         let first = tokio::time::timeout(ANSWER_TIMEOUT, rx.recv())
             .await

@@ -9,11 +9,15 @@
 //!   tunnel, the protocol and the client's IP (what per-IP limits count),
 //!   answered `ok` once the owner's side is ready, within [`OPEN_TIMEOUT`];
 //!   otherwise the client is refused as before (1013, and it reconnects).
-//! - Frames: each node subscribes once to its [`frame_subject`] prefix and
-//!   hands each message to its tunnel's queue, bounded at
+//! - Frames: all the tunnels from one node to another share one
+//!   [`link::Link`], which publishes their messages in batches, one NATS
+//!   message per batch, on the receiving node's [`frame_subject`]; each
+//!   node subscribes to its own once and hands each message of a batch to
+//!   its tunnel: on the owner, to the queue its pipe reads, bounded at
 //!   [`TUNNEL_FRAMES`] frames (each within the protocol's message limit,
-//!   checked by the client node's WebSocket layer); a full queue ends the
-//!   tunnel (1013 to the client, as a full outbound queue does). Every
+//!   checked by the client node's WebSocket layer), a full queue ending the
+//!   tunnel (1013 to the client, as a full outbound queue does); on the
+//!   client's node, straight to the client's outbound queue. Every
 //!   message carries its sender's sequence number: a gap (NATS lost one)
 //!   ends the tunnel with [`CLOSE_LOST`] and the client reconnects.
 //! - Liveness: both sides beat ([`wire::Wire::Keepalive`]) at the
@@ -25,7 +29,9 @@
 //!   again is refused as a client would be.
 
 mod bridge;
+mod dispatch;
 pub mod http;
+pub mod link;
 mod owner;
 pub mod wire;
 
@@ -39,10 +45,10 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
-use wire::{Wire, OUT_OF_BAND};
 
 /// How long the owner may take to answer an opening.
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -97,9 +103,9 @@ pub fn open_subject(node: &str) -> String {
     format!("hostwire.tunnel.open.{}", hex(node))
 }
 
-/// The subject of the frames for `node`'s side of `tunnel`.
-pub fn frame_subject(node: &str, tunnel: &str) -> String {
-    format!("hostwire.tunnel.frames.{}.{tunnel}", hex(node))
+/// The subject of the batches of frames for `node`.
+pub fn frame_subject(node: &str) -> String {
+    format!("hostwire.tunnel.frames.{}", hex(node))
 }
 
 /// `s`'s bytes in lowercase hex (a node id in a subject or a token).
@@ -142,16 +148,52 @@ struct Open {
 /// One open tunnel on this node: where its frames go in.
 struct Entry {
     peer: String,
-    tx: mpsc::Sender<Result<Message, axum::Error>>,
+    to: dispatch::To,
     next_seq: u64,
     /// The fragments of the frame being put back together.
     partial: Option<bytes::BytesMut>,
     /// Where the peer's credits go when this side's sender is not the
-    /// one reading `tx` (the owner's: its publisher); `None`: into `tx`.
-    /// Unbounded, and bounded by the window: the peer grants one credit per
-    /// `CREDIT_FRAMES` frames it took, and it took at most `WINDOW_FRAMES`
-    /// more than were credited, so few are ever waiting.
-    credits: Option<mpsc::UnboundedSender<(u64, u64)>>,
+    /// one reading its queue (the owner's: its pipe's sink; the client's
+    /// node: the bridge reading its client).
+    window: Option<Arc<Window>>,
+}
+
+/// What one side of a tunnel has sent that the other has not credited
+/// yet: past [`WINDOW_FRAMES`] or [`WINDOW_BYTES`] it sends no more.
+#[derive(Default)]
+pub(super) struct Window {
+    state: Mutex<(u64, u64, Option<Waker>)>,
+}
+
+impl Window {
+    fn state(&self) -> std::sync::MutexGuard<'_, (u64, u64, Option<Waker>)> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ready while the window is open; otherwise woken by the next credit.
+    pub(super) fn poll_open(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut s = self.state();
+        if s.0 < WINDOW_FRAMES && s.1 < WINDOW_BYTES {
+            return Poll::Ready(());
+        }
+        s.2 = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    pub(super) fn sent(&self, bytes: u64) {
+        let mut s = self.state();
+        s.0 += 1;
+        s.1 += bytes;
+    }
+
+    pub(super) fn credit(&self, frames: u64, bytes: u64) {
+        let mut s = self.state();
+        s.0 = s.0.saturating_sub(frames);
+        s.1 = s.1.saturating_sub(bytes);
+        if let Some(w) = s.2.take() {
+            w.wake();
+        }
+    }
 }
 
 /// Counters of the tunnels.
@@ -164,6 +206,9 @@ pub struct TunnelMetrics {
     pub frames_in: AtomicU64,
     pub lost: AtomicU64,
     pub too_slow: AtomicU64,
+    /// NATS messages of frames (batches: see [`link`]) sent and taken.
+    pub batches_out: AtomicU64,
+    pub batches_in: AtomicU64,
 }
 
 /// A node's tunnels, both ways.
@@ -172,10 +217,12 @@ pub struct Tunnels {
     client: async_nats::Client,
     acceptors: Mutex<HashMap<&'static str, Arc<Acceptor>>>,
     open: Mutex<HashMap<String, Entry>>,
+    /// The links to other nodes, each while a tunnel holds it.
+    links: Mutex<HashMap<String, Weak<link::Link>>>,
     sockets: OnceLock<ws::Sockets>,
     /// The node's router, for the HTTP requests other nodes carry here.
     router: OnceLock<axum::Router>,
-    pub metrics: TunnelMetrics,
+    pub metrics: Arc<TunnelMetrics>,
 }
 
 impl Tunnels {
@@ -185,9 +232,10 @@ impl Tunnels {
             client,
             acceptors: Mutex::default(),
             open: Mutex::default(),
+            links: Mutex::default(),
             sockets: OnceLock::new(),
             router: OnceLock::new(),
-            metrics: TunnelMetrics::default(),
+            metrics: Arc::default(),
         })
     }
 
@@ -221,12 +269,7 @@ impl Tunnels {
     }
 
     /// Registers a tunnel's receiving queue; false past [`MAX_TUNNELS`].
-    fn register(
-        &self,
-        id: &str,
-        peer: &str,
-        tx: mpsc::Sender<Result<Message, axum::Error>>,
-    ) -> bool {
+    fn register(&self, id: &str, peer: &str, to: dispatch::To) -> bool {
         let mut open = self.open_map();
         if open.len() >= MAX_TUNNELS {
             return false;
@@ -235,20 +278,43 @@ impl Tunnels {
             id.to_owned(),
             Entry {
                 peer: peer.to_owned(),
-                tx,
+                to,
                 next_seq: 0,
                 partial: None,
-                credits: None,
+                window: None,
             },
         );
         true
     }
 
-    /// Sends the peer's credits of tunnel `id` to `to` (see [`Entry`]).
-    fn route_credits(&self, id: &str, to: mpsc::UnboundedSender<(u64, u64)>) {
+    /// Sends the peer's credits of tunnel `id` to `window` (see [`Entry`]).
+    fn route_credits(&self, id: &str, window: Arc<Window>) {
         if let Some(e) = self.open_map().get_mut(id) {
-            e.credits = Some(to);
+            e.window = Some(window);
         }
+    }
+
+    /// The link to `peer`, started if no tunnel holds one.
+    pub(super) fn link(&self, peer: &str) -> Arc<link::Link> {
+        let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = links.get(peer).and_then(Weak::upgrade) {
+            return l;
+        }
+        // Links of peers no tunnel holds any more go (peer names come
+        // from openings: they must not pile up).
+        links.retain(|_, l| l.strong_count() > 0);
+        let l = link::Link::start(
+            self.client.clone(),
+            frame_subject(peer),
+            Arc::clone(&self.metrics),
+        );
+        links.insert(peer.to_owned(), Arc::downgrade(&l));
+        l
+    }
+
+    /// How a tunnel to `peer` sends.
+    pub(super) fn sender(&self, peer: &str, tunnel: &str) -> link::Sender {
+        link::Sender::new(self.link(peer), tunnel.to_owned())
     }
 
     fn remove(&self, id: &str) {
@@ -272,152 +338,27 @@ impl Tunnels {
     /// Ends every tunnel to `peer` (it missed its heartbeats): their
     /// queues close, so each side ends as if the other went.
     pub fn peer_gone(&self, peer: &str) {
-        let mut open = self.open_map();
-        let before = open.len();
-        open.retain(|_, e| e.peer != peer);
-        let ended = (before - open.len()) as u64;
+        let (mut gone, mut ended) = (Vec::new(), 0);
+        self.open_map().retain(|_, e| {
+            if e.peer != peer {
+                return true;
+            }
+            ended += 1;
+            if let dispatch::To::Client { end, .. } = &e.to {
+                gone.push(Arc::clone(end));
+            }
+            false
+        });
         self.metrics.lost.fetch_add(ended, Relaxed);
+        for end in gone {
+            end.lost();
+        }
     }
 
     /// Takes openings and frames until `stop` turns true.
     pub fn start(self: &Arc<Self>, stop: watch::Receiver<bool>) {
         tokio::spawn(Arc::clone(self).take_frames(stop.clone()));
         tokio::spawn(Arc::clone(self).take_openings(stop));
-    }
-
-    async fn take_frames(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let subject = format!("hostwire.tunnel.frames.{}.*", hex(&self.node));
-        let mut sub = match self.client.subscribe(subject).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot take frames between nodes: clients of units owned elsewhere will be refused");
-                return;
-            }
-        };
-        loop {
-            tokio::select! {
-                m = sub.next() => match m {
-                    Some(m) => self.take_frame(&m.subject, &m.payload),
-                    None => return,
-                },
-                _ = stop.wait_for(|s| *s) => return,
-            }
-        }
-    }
-
-    /// Hands one message to its tunnel's queue.
-    fn take_frame(&self, subject: &str, payload: &Bytes) {
-        let Some(id) = subject.rsplit('.').next() else {
-            return;
-        };
-        let decoded = Wire::decode(payload);
-        let mut open = self.open_map();
-        let Some(entry) = open.get_mut(id) else {
-            // Its tunnel ended: what was on the way is dropped.
-            return;
-        };
-        let (seq, wire) = match decoded {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(tunnel = id, error = ?e, "malformed message between nodes: tunnel ended");
-                open.remove(id);
-                self.metrics.lost.fetch_add(1, Relaxed);
-                return;
-            }
-        };
-        if seq != OUT_OF_BAND {
-            if seq != entry.next_seq {
-                tracing::warn!(
-                    tunnel = id,
-                    expected = entry.next_seq,
-                    got = seq,
-                    "a frame between nodes was lost: tunnel ended"
-                );
-                open.remove(id);
-                self.metrics.lost.fetch_add(1, Relaxed);
-                return;
-            }
-            entry.next_seq += 1;
-        }
-        self.metrics.frames_in.fetch_add(1, Relaxed);
-        let joined = |entry: &mut Entry, last: Bytes| match entry.partial.take() {
-            None => last,
-            Some(mut p) => {
-                p.extend_from_slice(&last);
-                p.freeze()
-            }
-        };
-        let item = match wire {
-            Wire::Fragment(b) => {
-                let p = entry.partial.get_or_insert_with(bytes::BytesMut::new);
-                if p.len() + b.len() > MAX_CARRIED_FRAME {
-                    open.remove(id);
-                    self.metrics.lost.fetch_add(1, Relaxed);
-                } else {
-                    p.extend_from_slice(&b);
-                }
-                return;
-            }
-            Wire::Text(b) => match Utf8Bytes::try_from(joined(entry, b)) {
-                Ok(t) => Ok(Message::Text(t)),
-                Err(_) => {
-                    open.remove(id);
-                    self.metrics.lost.fetch_add(1, Relaxed);
-                    return;
-                }
-            },
-            Wire::Binary(b) => Ok(Message::Binary(joined(entry, b))),
-            Wire::Oversized(n) => Err(ws::oversized(n as usize, 0)),
-            // A pong is what the driver counts as the peer's sign of life.
-            Wire::Keepalive => Ok(Message::Pong(Bytes::new())),
-            Wire::Credit { frames, bytes } if entry.credits.is_some() => {
-                if let Some(c) = &entry.credits {
-                    let _ = c.send((frames, bytes));
-                }
-                return;
-            }
-            // A credit reaches the bridge as a pong of its 16 bytes.
-            Wire::Credit { frames, bytes } => {
-                let mut b = Vec::with_capacity(16);
-                b.extend_from_slice(&frames.to_be_bytes());
-                b.extend_from_slice(&bytes.to_be_bytes());
-                Ok(Message::Pong(b.into()))
-            }
-            Wire::Close(code, reason) => Ok(Message::Close(Some(CloseFrame {
-                code,
-                reason: Utf8Bytes::from(reason),
-            }))),
-            Wire::End => {
-                open.remove(id);
-                return;
-            }
-        };
-        match entry.tx.try_send(item) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                let peer = entry.peer.clone();
-                open.remove(id);
-                drop(open);
-                self.metrics.too_slow.fetch_add(1, Relaxed);
-                let (code, reason) = CLOSE_TOO_SLOW;
-                self.publish_detached(
-                    &peer,
-                    id,
-                    Wire::Close(code, reason.to_owned()).encode(OUT_OF_BAND),
-                );
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                open.remove(id);
-            }
-        }
-    }
-
-    fn publish_detached(&self, peer: &str, tunnel: &str, payload: Bytes) {
-        let client = self.client.clone();
-        let subject = frame_subject(peer, tunnel);
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(OPEN_TIMEOUT, client.publish(subject, payload)).await;
-        });
     }
 
     fn new_id() -> String {
@@ -489,6 +430,16 @@ impl Render for Tunnels {
                 "hostwire_cluster_frames_received_total",
                 "Frames this node took from tunnels (cross-node frames).",
                 &m.frames_in,
+            ),
+            (
+                "hostwire_cluster_batches_sent_total",
+                "NATS messages of frames this node sent (each a batch of one or more).",
+                &m.batches_out,
+            ),
+            (
+                "hostwire_cluster_batches_received_total",
+                "NATS messages of frames this node took (each a batch of one or more).",
+                &m.batches_in,
             ),
             (
                 "hostwire_cluster_tunnels_lost_total",

@@ -1,7 +1,7 @@
 //! The owner's side of a tunnel: openings taken, a carried connection run
 //! over a pipe with the protocol's own code (or a carried HTTP request
-//! through this node's router), and what it sends published back in order
-//! with the credit its connection grants.
+//! through this node's router), and what it sends put on the link to the
+//! client's node in order, with the credit its connection grants.
 
 use super::wire::Wire;
 use super::*;
@@ -49,40 +49,24 @@ impl Tunnels {
             return "unknown protocol";
         };
         let (in_tx, in_rx) = mpsc::channel(TUNNEL_FRAMES);
-        if !self.register(&open.tunnel, &open.from, in_tx) {
+        if !self.register(&open.tunnel, &open.from, dispatch::To::Queue(in_tx)) {
             self.metrics.refused.fetch_add(1, Relaxed);
             return "too many tunnels";
         }
         self.metrics.opened_in.fetch_add(1, Relaxed);
-        let (out_tx, out_rx) = mpsc::channel(TUNNEL_FRAMES);
-        // Credits are few (one per CREDIT_FRAMES frames taken, and the
-        // client's node sends at most WINDOW_FRAMES ahead): unbounded, so
-        // that one is never lost for want of room.
-        let (credit_tx, credit_rx) = mpsc::unbounded_channel();
-        let (mut frames, mut bytes) = (0u64, 0u64);
+        // What the client's node grants back: the owner sends at most a
+        // window ahead of it.
+        let window = Arc::new(Window::default());
+        self.route_credits(&open.tunnel, Arc::clone(&window));
         let pipe = ws::Pipe {
             from_peer: in_rx,
-            to_peer: tokio_util::sync::PollSender::new(out_tx),
-            taken: Box::new(move |n| {
-                frames += 1;
-                bytes += n as u64;
-                if frames >= CREDIT_FRAMES || bytes >= CREDIT_BYTES {
-                    let _ = credit_tx.send((frames, bytes));
-                    (frames, bytes) = (0, 0);
-                }
+            to_peer: Box::new(ToClient {
+                sender: self.sender(&open.from, &open.tunnel),
+                window,
+                taken: (0, 0),
+                tunnels: Arc::clone(self),
             }),
         };
-        // What the client's node grants back: the owner sends at most a
-        // window ahead of it. Unbounded, and bounded by that window (a
-        // credit per CREDIT_FRAMES frames of at most WINDOW_FRAMES sent).
-        let (granted_tx, granted_rx) = mpsc::unbounded_channel();
-        self.route_credits(&open.tunnel, granted_tx);
-        tokio::spawn(Arc::clone(self).send_frames(
-            open.from.clone(),
-            open.tunnel.clone(),
-            out_rx,
-            Some((credit_rx, granted_rx)),
-        ));
         let run = ws::Connection::over_pipe(
             pipe,
             Arc::clone(&acceptor.config),
@@ -114,91 +98,88 @@ impl Tunnels {
             return "no router";
         }
         let (in_tx, in_rx) = mpsc::channel(TUNNEL_FRAMES);
-        if !self.register(&open.tunnel, &open.from, in_tx) {
+        if !self.register(&open.tunnel, &open.from, dispatch::To::Queue(in_tx)) {
             self.metrics.refused.fetch_add(1, Relaxed);
             return "too many tunnels";
         }
         self.metrics.opened_in.fetch_add(1, Relaxed);
         let (out_tx, out_rx) = mpsc::channel(TUNNEL_FRAMES);
-        tokio::spawn(Arc::clone(self).send_frames(open.from, open.tunnel.clone(), out_rx, None));
+        tokio::spawn(forward(self.sender(&open.from, &open.tunnel), out_rx));
         let tunnels = Arc::clone(self);
         let id = open.tunnel;
         self.serve_carried(in_rx, out_tx, open.ip, move || tunnels.remove(&id));
         "ok"
     }
+}
 
-    /// Publishes what the owner's connection sends, in order, to the
-    /// client node, with the credits its connection grants, until the
-    /// connection lets go of its pipe. With `credits` (a carried
-    /// WebSocket: the grants of this side, and those of the client's
-    /// node) it sends at most [`WINDOW_FRAMES`] / [`WINDOW_BYTES`] ahead
-    /// of the client node's grants, and then takes no more of the
-    /// connection's frames: its outbound queue fills, and the protocol's
-    /// own rule for a slow client applies.
-    pub(super) async fn send_frames(
-        self: Arc<Self>,
-        peer: String,
-        tunnel: String,
-        mut rx: mpsc::Receiver<Message>,
-        credits: Option<(Credits, Credits)>,
-    ) {
-        let subject = frame_subject(&peer, &tunnel);
-        let mut seq = 0u64;
-        let windowed = credits.is_some();
-        let (mut grants, mut granted) = match credits {
-            Some((a, b)) => (Some(a), Some(b)),
-            None => (None, None),
+/// What a carried connection sends, on its way to the client's node: in
+/// order on the link, at most [`WINDOW_FRAMES`] / [`WINDOW_BYTES`] ahead
+/// of that node's credit, past which it is not ready and the connection's
+/// outbound queue fills (the protocol's own rule for a slow client then
+/// applies), and with this side's credit for what the connection took.
+struct ToClient {
+    sender: link::Sender,
+    window: Arc<Window>,
+    /// Frames and bytes taken and not yet credited.
+    taken: (u64, u64),
+    tunnels: Arc<Tunnels>,
+}
+
+impl futures_util::Sink<Message> for ToClient {
+    type Error = axum::Error;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        std::task::ready!(self.window.poll_open(cx));
+        std::task::ready!(self.sender.poll_room(cx));
+        Poll::Ready(Ok(()))
+    }
+
+    fn start_send(self: Pin<&mut Self>, m: Message) -> Result<(), Self::Error> {
+        let this = self.get_mut();
+        if let Message::Text(t) = &m {
+            this.window.sent(t.len() as u64);
+            this.tunnels.metrics.frames_out.fetch_add(1, Relaxed);
+        }
+        let Some(wires) = wire_of(m) else {
+            return Ok(());
         };
-        let mut in_flight = (0u64, 0u64);
-        loop {
-            let open = !windowed || (in_flight.0 < WINDOW_FRAMES && in_flight.1 < WINDOW_BYTES);
-            let wires = tokio::select! {
-                m = rx.recv(), if open => match m {
-                    Some(m) => {
-                        if let Message::Text(t) = &m {
-                            in_flight = (in_flight.0 + 1, in_flight.1 + t.len() as u64);
-                        }
-                        match wire_of(m) {
-                            Some(w) => w,
-                            None => continue,
-                        }
-                    }
-                    None => return,
-                },
-                Some((frames, bytes)) = async {
-                    match grants.as_mut() {
-                        Some(g) => g.recv().await,
-                        None => std::future::pending().await,
-                    }
-                } => vec![Wire::Credit { frames, bytes }],
-                Some((frames, bytes)) = async {
-                    match granted.as_mut() {
-                        Some(g) => g.recv().await,
-                        None => std::future::pending().await,
-                    }
-                } => {
-                    in_flight = (in_flight.0.saturating_sub(frames), in_flight.1.saturating_sub(bytes));
-                    continue;
-                }
-            };
-            for w in wires {
-                if self
-                    .client
-                    .publish(subject.clone(), w.encode(seq))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-                seq += 1;
-            }
-            self.metrics.frames_out.fetch_add(1, Relaxed);
+        match wires.iter().all(|w| this.sender.send(w)) {
+            true => Ok(()),
+            false => Err(ws::closed()),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // The link publishes on its own.
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl ws::ToPeer for ToClient {
+    fn taken(&mut self, bytes: usize) {
+        self.taken = (self.taken.0 + 1, self.taken.1 + bytes as u64);
+        if self.taken.0 >= CREDIT_FRAMES || self.taken.1 >= CREDIT_BYTES {
+            let (frames, bytes) = std::mem::take(&mut self.taken);
+            self.sender.send(&Wire::Credit { frames, bytes });
         }
     }
 }
 
-/// Credits (frames, bytes) on their way between a tunnel's tasks.
-type Credits = mpsc::UnboundedReceiver<(u64, u64)>;
+/// Sends what a carried HTTP request's answer sends, in order, until its
+/// server lets go of the channel.
+pub(super) async fn forward(mut sender: link::Sender, mut rx: mpsc::Receiver<Message>) {
+    while let Some(m) = rx.recv().await {
+        std::future::poll_fn(|cx| sender.poll_room(cx)).await;
+        let Some(wires) = wire_of(m) else { continue };
+        if !wires.iter().all(|w| sender.send(w)) {
+            return;
+        }
+    }
+}
 
 /// The messages that carry what a connection sends (a pong carries
 /// nothing: the driver's own answer, not the protocol's).

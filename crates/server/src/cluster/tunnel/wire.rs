@@ -4,6 +4,11 @@
 //! at most once: a slow consumer or a reconnect can drop one): a gap ends
 //! the tunnel, and its client reconnects, rather than a frame going
 //! missing unseen.
+//!
+//! Messages travel in batches, one NATS message per batch for all the
+//! tunnels between two nodes (see `link.rs`): each message of a batch is
+//! a record of its tunnel's id (one byte of length, then the id) and the
+//! message (four bytes of length, big-endian, then the message).
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -83,14 +88,25 @@ pub enum Malformed {
 
 impl Wire {
     pub fn encode(&self, seq: u64) -> Bytes {
-        let body_len = match self {
+        let mut out = BytesMut::with_capacity(self.encoded_len());
+        self.encode_into(seq, &mut out);
+        out.freeze()
+    }
+
+    /// The bytes [`Wire::encode`] gives.
+    pub fn encoded_len(&self) -> usize {
+        9 + match self {
             Wire::Text(b) | Wire::Binary(b) | Wire::Fragment(b) => b.len(),
             Wire::Credit { .. } => 16,
             Wire::Oversized(_) => 8,
-            Wire::Close(_, r) => 2 + r.len().min(MAX_REASON),
+            Wire::Close(_, r) => 2 + truncate(r, MAX_REASON).len(),
             Wire::Keepalive | Wire::End => 0,
-        };
-        let mut out = BytesMut::with_capacity(9 + body_len);
+        }
+    }
+
+    /// Appends the message to `out`.
+    pub fn encode_into(&self, seq: u64, out: &mut BytesMut) {
+        out.reserve(self.encoded_len());
         let (kind, body): (u8, &[u8]) = match self {
             Wire::Text(b) => (TEXT, b),
             Wire::Binary(b) => (BINARY, b),
@@ -116,7 +132,6 @@ impl Wire {
             }
             _ => {}
         }
-        out.freeze()
     }
 
     /// Reads one message; the frame bodies share `payload`'s bytes.
@@ -152,6 +167,69 @@ impl Wire {
             _ => return Err(Malformed::UnknownKind),
         };
         Ok((seq, wire))
+    }
+}
+
+/// The longest tunnel id a record holds (one byte of length).
+pub const MAX_TUNNEL_ID: usize = 255;
+
+/// Appends one record of a batch: `tunnel`'s message `w`. False (nothing
+/// appended) when the id is longer than [`MAX_TUNNEL_ID`].
+pub fn put_record(out: &mut BytesMut, tunnel: &str, seq: u64, w: &Wire) -> bool {
+    let Ok(id_len) = u8::try_from(tunnel.len()) else {
+        return false;
+    };
+    let Ok(len) = u32::try_from(w.encoded_len()) else {
+        return false;
+    };
+    out.reserve(1 + tunnel.len() + 4 + len as usize);
+    out.put_u8(id_len);
+    out.put_slice(tunnel.as_bytes());
+    out.put_u32(len);
+    w.encode_into(seq, out);
+    true
+}
+
+/// The records of a batch, in order: each tunnel id and its message (read
+/// with [`Wire::decode`]), sharing `batch`'s bytes. A record cut short or
+/// an id that is not UTF-8 ends the reading with [`Malformed`].
+pub fn records(batch: &Bytes) -> Records<'_> {
+    Records { batch, at: 0 }
+}
+
+pub struct Records<'a> {
+    batch: &'a Bytes,
+    at: usize,
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Result<(&'a str, Bytes), Malformed>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let b = &self.batch[self.at..];
+        if b.is_empty() {
+            return None;
+        }
+        let id_len = b[0] as usize;
+        let Some(id) = b.get(1..1 + id_len) else {
+            self.at = self.batch.len();
+            return Some(Err(Malformed::TooShort));
+        };
+        let Some(len) = b.get(1 + id_len..5 + id_len) else {
+            self.at = self.batch.len();
+            return Some(Err(Malformed::TooShort));
+        };
+        let len = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
+        let start = self.at + 5 + id_len;
+        if self.batch.len() - start < len {
+            self.at = self.batch.len();
+            return Some(Err(Malformed::TooShort));
+        }
+        self.at = start + len;
+        let Ok(id) = std::str::from_utf8(id) else {
+            return Some(Err(Malformed::BadBody));
+        };
+        Some(Ok((id, self.batch.slice(start..start + len))))
     }
 }
 
@@ -233,6 +311,39 @@ mod tests {
             Wire::frame(false, Bytes::from_static(b"x")),
             [Wire::Binary(Bytes::from_static(b"x"))]
         );
+    }
+
+    #[test]
+    fn a_batch_reads_back_record_by_record() {
+        let mut batch = BytesMut::new();
+        assert!(put_record(&mut batch, "abc", 0, &Wire::Keepalive));
+        assert!(put_record(
+            &mut batch,
+            "de",
+            7,
+            &Wire::Text(Bytes::from_static(b"hi"))
+        ));
+        assert!(!put_record(&mut batch, &"x".repeat(256), 0, &Wire::End));
+        let batch = batch.freeze();
+        let read: Vec<_> = records(&batch)
+            .map(|r| r.map(|(id, m)| (id.to_owned(), Wire::decode(&m))))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                Ok(("abc".to_owned(), Ok((0, Wire::Keepalive)))),
+                Ok((
+                    "de".to_owned(),
+                    Ok((7, Wire::Text(Bytes::from_static(b"hi"))))
+                )),
+            ]
+        );
+        // Cut anywhere inside its last record, a batch ends with an error.
+        for cut in batch.len() - 12..batch.len() {
+            let short = batch.slice(..cut);
+            let last = records(&short).last();
+            assert_eq!(last, Some(Err(Malformed::TooShort)), "cut at {cut}");
+        }
     }
 
     #[test]
