@@ -14,13 +14,16 @@
 #   LEASE_TTL=2s     the nodes' --lease-ttl (the failover target is it + 1 s)
 #   CLUSTER_PORT     the first of the nodes' ports (default 18790)
 #   CLUSTER_LOG      the nodes' RUST_LOG (default warn; logs in $OUT/cluster-DB-node-N.log)
+#   CLUSTER_PERF=1   perf record (CLUSTER_PERF_ARGS, default -g) of the three nodes for 4 s of each
+#                    three-node classroom ($OUT/cluster-perf-N.data)
+#   CLUSTER_ONLY=classroom   the classroom runs alone (no failover, no idle)
 # Called by bench/run.sh with CLUSTER=1 (after its build), or alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 OUT=${OUT:-target/bench-results}
 mkdir -p "$OUT"
-rm -f "$OUT"/cluster-*.json "$OUT"/cluster-*.log
+rm -f "$OUT"/cluster-*.json "$OUT"/cluster-*.log "$OUT"/cluster-*.batches
 QUICK=${QUICK:-0}
 LEASE_TTL=${LEASE_TTL:-2s}
 # 10 rooms of 20 players offer 5,000 frames a second: below what one core
@@ -151,11 +154,25 @@ for i in $(seq $REPEAT); do
   stop_nodes
   echo "== cluster: classroom, three nodes (hosts on A, players on B and C), run $i of $REPEAT"
   three_nodes bench_three_$i
+  if [ "${CLUSTER_PERF:-0}" = 1 ]; then
+    (sleep $((WARM + 1)); perf record -q ${CLUSTER_PERF_ARGS:--g} -o "$OUT/cluster-perf-$i.data" -p "$A,$B,$C" -- sleep 4 >/dev/null 2>&1) &
+  fi
   gen classroom --url "$(url_of 0)" --player-url "$(url_of 1)" --player-url "$(url_of 2)" \
     --server-pid "$A" --node-pid "$B" --node-pid "$C" --side-pid "$NATS_PID" \
     --rooms $ROOMS --players $PLAYERS --warmup-s $WARM --duration-s $DUR --json "$OUT/cluster-classroom-three-$i.json"
+  # Frames and the NATS messages (batches) that carried them, summed over
+  # the three nodes: how many frames a batch held.
+  for n in 0 1 2; do curl -sf "$(url_of $n)/metrics"; done \
+    | awk '/^hostwire_cluster_frames_sent_total/ {f += $2} /^hostwire_cluster_batches_sent_total/ {b += $2}
+           END {printf "%d %d\n", f, b}' > "$OUT/cluster-classroom-three-$i.batches"
   stop_nodes
 done
+if [ "${CLUSTER_ONLY:-}" = classroom ]; then
+  for f in "$OUT"/cluster-classroom-three-*.batches; do
+    read -r frames batches < "$f"; echo "$(basename "$f" .batches): $frames frames sent in $batches NATS messages"
+  done
+  exit 0
+fi
 
 echo "== cluster: failover (A killed with SIGKILL, leases of $LEASE_TTL)"
 three_nodes bench_failover
@@ -177,4 +194,11 @@ stop_nodes
 
 CMD="bench/cluster.sh"; [ "$QUICK" = 1 ] && CMD="QUICK=1 $CMD"; [ "$LEASE_TTL" != 2s ] && CMD="LEASE_TTL=$LEASE_TTL $CMD"
 "$BIN/hostwire-bench" cluster-report --results "$OUT" --command "$CMD" > "$OUT/cluster.md"
+{
+  echo
+  for f in "$OUT"/cluster-classroom-three-*.batches; do
+    read -r frames batches < "$f"
+    echo "Frames between nodes, $(basename "$f" .batches | sed 's/cluster-classroom-three-/run /'): $frames sent in $batches NATS messages (summed over A, B and C)."
+  done
+} >> "$OUT/cluster.md"
 cat "$OUT/cluster.md"

@@ -522,3 +522,61 @@ async fn a_postgres_restart_mid_game_refuses_what_it_cannot_store_and_keeps_what
         "after PostgreSQL"
     );
 }
+
+#[tokio::test]
+async fn a_carried_player_that_stops_reading_is_closed_as_too_slow_and_the_others_go_on() {
+    use crate::support::relay::RelayFrames;
+    use crate::support::ws::Ended;
+    let Some(url) = hostwire_store::testing::fresh_database("tunnel_slow") else {
+        return;
+    };
+    let Some(nats) = Nats::start("tunnel_slow") else {
+        return;
+    };
+    let dirs = [temp_dir("ts-a"), temp_dir("ts-b"), temp_dir("ts-c")];
+    let a = node(&url, &nats, "a", "60s", &dirs[0]);
+    let b = node(&url, &nats, "b", "60s", &dirs[1]);
+    let c = node(&url, &nats, "c", "60s", &dirs[2]);
+    until_peers(&[&a, &b, &c]).await;
+    let (pin, token) = create(&a).await;
+    let (mut host, _) = attach_until(&a, host_frame(&pin, &token), "hosting").await;
+    // The slow player reaches b with a small receive buffer and stops
+    // reading; Bob reaches c and reads.
+    let mut slow = Client::connect_with_receive_buffer(&b.ws("/ws"), Some(ORIGIN), 16 * 1024).await;
+    slow.send(join_frame(&pin, "Slow", None)).await;
+    let slow_id = until_frame(&mut slow, "joined").await["playerId"].clone();
+    let (mut bob, bob_v) = attach_until(&c, join_frame(&pin, "Bob", None), "joined").await;
+    // Frames of 256 KiB (each in fragments between the nodes): the slow
+    // player's node takes them only as its outbound queue (8 MiB) has
+    // room, and the owner sends at most a window ahead of that.
+    let chunk = "y".repeat(256 * 1024);
+    let mut closed = false;
+    for i in 0..400 {
+        host.send(json!({"t": "to", "to": slow_id, "data": chunk}))
+            .await;
+        if i % 10 == 9 {
+            let seen = host.until_pong().await;
+            if seen
+                .iter()
+                .any(|p| p["event"] == "disconnect" && p["player"]["id"] == slow_id)
+            {
+                closed = true;
+                break;
+            }
+        }
+    }
+    assert!(closed, "the slow player was never closed");
+    // Reading now, it gets what was on its way, then the relay's close for
+    // a slow reader, from the node it reached.
+    assert_eq!(slow.ended().await, Ended::Closed(1013));
+    // Bob, carried to the same owner through another node, goes on.
+    host.send(json!({"t": "to", "to": bob_v["playerId"], "data": "still here"}))
+        .await;
+    assert_eq!(until_frame(&mut bob, "data").await["data"], "still here");
+    assert_eq!(
+        metric(&a, "hostwire_cluster_tunnels_too_slow_total").await
+            + metric(&b, "hostwire_cluster_tunnels_too_slow_total").await,
+        0,
+        "no queue between the nodes overflowed: the window held the owner back"
+    );
+}
