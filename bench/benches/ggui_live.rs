@@ -25,7 +25,7 @@
 //! persistence behind it as in production), with the per-connection rate
 //! limit raised so that the channel, not the limiter, is measured.
 //!
-//! `cargo bench -p hostwire-bench --bench ggui_live -- [ACTIONS ENVELOPES] [--repeat N] [--json PATH]`
+//! `cargo bench -p hostwire-bench --bench ggui_live -- [ACTIONS ENVELOPES] [--repeat N] [--json PATH] [--spaced-only]`
 
 use axum::extract::ws::{Message as AxMessage, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -267,6 +267,32 @@ fn threads_cpu_ns(prefix: &str) -> u64 {
     total
 }
 
+/// Voluntary context switches so far of this process's threads whose name
+/// starts with `prefix` (`/proc/self/task/*/status`): each is a thread
+/// going to sleep for want of work, so per spaced action it counts the
+/// thread wakes the action cost.
+fn threads_sleeps(prefix: &str) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let dir = task.path();
+        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
+            continue;
+        };
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(dir.join("status")) else {
+            continue;
+        };
+        total += status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    total
+}
+
 /// The agent's contract for the actions the bench sends (the ggui server
 /// only).
 async fn register_contract(t: &Target, client: &reqwest::Client, session: &str) {
@@ -329,10 +355,23 @@ where
     }
 }
 
-/// The server's CPU per action, in microseconds: `n` actions sent one at
-/// a time `gap` apart (each ack awaited before the next), then `n` in one
-/// burst on the same socket. Returns (spaced, burst).
-async fn spaced_and_burst(t: &Target, session: &str, n: usize, gap: Duration) -> (f64, f64) {
+/// What one action cost the server, spaced and in a burst.
+struct PerAction {
+    /// Server CPU per action (µs), one at a time `gap` apart.
+    spaced: f64,
+    /// The same in one burst.
+    burst: f64,
+    /// Server threads' sleeps (voluntary context switches) per spaced
+    /// action: the thread wakes it cost.
+    spaced_sleeps: f64,
+    /// The same in one burst.
+    burst_sleeps: f64,
+}
+
+/// The server's CPU per action: `n` actions sent one at a time `gap`
+/// apart (each ack awaited before the next), then `n` in one burst on the
+/// same socket.
+async fn spaced_and_burst(t: &Target, session: &str, n: usize, gap: Duration) -> PerAction {
     let client = reqwest::Client::new();
     register_contract(t, &client, session).await;
     let mut ws = subscribe(&ws_url(t, session).await, session).await;
@@ -340,7 +379,10 @@ async fn spaced_and_burst(t: &Target, session: &str, n: usize, gap: Duration) ->
     // clicked by a person.
     let mut tick = tokio::time::interval(gap);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let before = threads_cpu_ns(SERVER_THREADS);
+    let (before, slept) = (
+        threads_cpu_ns(SERVER_THREADS),
+        threads_sleeps(SERVER_THREADS),
+    );
     let mut last = 0;
     for i in 0..n {
         tick.tick().await;
@@ -350,9 +392,13 @@ async fn spaced_and_burst(t: &Target, session: &str, n: usize, gap: Duration) ->
         last = ack_sequence(&mut ws).await;
     }
     let spaced = threads_cpu_ns(SERVER_THREADS) - before;
+    let spaced_sleeps = threads_sleeps(SERVER_THREADS) - slept;
     drain(t, &client, session, last).await;
     // The same count in one burst, pipelined.
-    let before = threads_cpu_ns(SERVER_THREADS);
+    let (before, slept) = (
+        threads_cpu_ns(SERVER_THREADS),
+        threads_sleeps(SERVER_THREADS),
+    );
     for i in 0..n {
         ws.feed(Message::Text(action_frame(session, n + i, i).into()))
             .await
@@ -363,9 +409,15 @@ async fn spaced_and_burst(t: &Target, session: &str, n: usize, gap: Duration) ->
         last = ack_sequence(&mut ws).await;
     }
     let burst = threads_cpu_ns(SERVER_THREADS) - before;
+    let burst_sleeps = threads_sleeps(SERVER_THREADS) - slept;
     drain(t, &client, session, last).await;
     let per = |ns: u64| ns as f64 / n as f64 / 1000.0;
-    (per(spaced), per(burst))
+    PerAction {
+        spaced: per(spaced),
+        burst: per(burst),
+        spaced_sleeps: spaced_sleeps as f64 / n as f64,
+        burst_sleeps: burst_sleeps as f64 / n as f64,
+    }
 }
 
 // ----- the baseline: the same stack with no protocol work ---------------
@@ -461,11 +513,14 @@ fn main() {
     let mut numbers = Vec::new();
     let mut json_out = None;
     let mut repeat = 3usize;
+    // Only the spaced and burst runs (for a profile of them alone).
+    let mut spaced_only = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--json" => json_out = args.next(),
             "--repeat" => repeat = args.next().and_then(|n| n.parse().ok()).unwrap_or(3),
+            "--spaced-only" => spaced_only = true,
             // `cargo bench` passes `--bench`; criterion-style flags are ignored.
             _ => numbers.extend(a.parse::<usize>().ok()),
         }
@@ -557,6 +612,15 @@ fn main() {
         let mut spaced_runs = Vec::new();
         for i in 1..=repeat {
             // Turns alternate so that each pair sees the machine alike.
+            if spaced_only {
+                let ours = spaced_and_burst(&ggui, &format!("s-{i}"), SPACED_ACTIONS, SPACED_GAP).await;
+                let bare = spaced_and_burst(&bare, "bare", SPACED_ACTIONS, SPACED_GAP).await;
+                println!(
+                    "run {i}: spaced {:.1} µs ({:.2} sleeps), burst {:.1} µs; bare spaced {:.1} µs ({:.2} sleeps)",
+                    ours.spaced, ours.spaced_sleeps, ours.burst, bare.spaced, bare.spaced_sleeps
+                );
+                continue;
+            }
             let ours = actions(&ggui, &format!("bench-actions-{i}"), total_actions).await;
             // The bare server is so much faster that the same count would
             // be over in milliseconds: it gets five times the frames.
@@ -569,29 +633,49 @@ fn main() {
                 "run {i}: envelopes to {SUBSCRIBERS} subscribers: {ours:.0} deliveries/s ({ours_emits:.0} emits/s); bare: {base:.0} deliveries/s ({base_emits:.0} emits/s) ({:.2}×)",
                 ours / base
             );
-            let (spaced, burst) =
-                spaced_and_burst(&ggui, &format!("bench-spaced-{i}"), SPACED_ACTIONS, SPACED_GAP).await;
-            let (memory_spaced, memory_burst) = spaced_and_burst(
+            let sp = spaced_and_burst(
+                &ggui,
+                &format!("bench-spaced-{i}"),
+                SPACED_ACTIONS,
+                SPACED_GAP,
+            )
+            .await;
+            let sp_memory = spaced_and_burst(
                 &memory,
                 &format!("bench-spaced-memory-{i}"),
                 SPACED_ACTIONS,
                 SPACED_GAP,
             )
             .await;
-            let (bare_spaced, bare_burst) =
-                spaced_and_burst(&bare, "bare", SPACED_ACTIONS, SPACED_GAP).await;
+            let sp_bare = spaced_and_burst(&bare, "bare", SPACED_ACTIONS, SPACED_GAP).await;
             println!(
-                "run {i}: the same without a ggui store: {memory_spaced:.1} µs spaced, {memory_burst:.1} µs in a burst"
+                "run {i}: the same without a ggui store: {:.1} µs spaced ({:.2} sleeps), {:.1} µs in a burst",
+                sp_memory.spaced, sp_memory.spaced_sleeps, sp_memory.burst
             );
             println!(
-                "run {i}: server CPU per action, one every {SPACED_GAP:?}: {spaced:.1} µs, in a burst: {burst:.1} µs ({:.2}×); bare: {bare_spaced:.1} µs / {bare_burst:.1} µs ({:.2}×)",
-                spaced / burst,
-                bare_spaced / bare_burst
+                "run {i}: server CPU per action, one every {SPACED_GAP:?}: {:.1} µs ({:.2} sleeps), in a burst: {:.1} µs ({:.3} sleeps) ({:.2}×); bare: {:.1} µs ({:.2} sleeps) / {:.1} µs ({:.2}×)",
+                sp.spaced,
+                sp.spaced_sleeps,
+                sp.burst,
+                sp.burst_sleeps,
+                sp.spaced / sp.burst,
+                sp_bare.spaced,
+                sp_bare.spaced_sleeps,
+                sp_bare.burst,
+                sp_bare.spaced / sp_bare.burst
+            );
+            println!(
+                "run {i}: spaced ÷ bare spaced: {:.2}× (no store: {:.2}×)",
+                sp.spaced / sp_bare.spaced,
+                sp_memory.spaced / sp_bare.spaced
             );
             spaced_runs.push(json!({
-                "ggui_spaced_us": spaced, "ggui_burst_us": burst,
-                "memory_spaced_us": memory_spaced, "memory_burst_us": memory_burst,
-                "bare_spaced_us": bare_spaced, "bare_burst_us": bare_burst,
+                "ggui_spaced_us": sp.spaced, "ggui_burst_us": sp.burst,
+                "ggui_spaced_sleeps": sp.spaced_sleeps, "ggui_burst_sleeps": sp.burst_sleeps,
+                "memory_spaced_us": sp_memory.spaced, "memory_burst_us": sp_memory.burst,
+                "memory_spaced_sleeps": sp_memory.spaced_sleeps,
+                "bare_spaced_us": sp_bare.spaced, "bare_burst_us": sp_bare.burst,
+                "bare_spaced_sleeps": sp_bare.spaced_sleeps,
             }));
             fan_runs.push(json!({
                 "ggui_deliveries_per_s": ours, "ggui_emits_per_s": ours_emits,

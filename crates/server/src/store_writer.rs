@@ -11,6 +11,12 @@
 //! Each unit that asked is answered once it is durable or failed
 //! ([`Durable`]); failures are counted per protocol in `/metrics`.
 //!
+//! A lone small unit asked for while the writer has nothing unanswered is
+//! committed by its caller at once, on the caller's task (see
+//! `StoreWriter::write_now`): no wake of the writer's task there, none of
+//! the caller's for the answer. It keeps the order of a key's units, as
+//! it never runs while an earlier unit is still with the writer.
+//!
 //! The queue is bounded twice: [`STORE_QUEUE`] units and
 //! [`STORE_QUEUE_BYTES`] bytes of records waiting. A full queue makes the
 //! unit that writes wait (back-pressure instead of unbounded memory), and
@@ -24,7 +30,7 @@
 
 use crate::metrics::{StoreMetrics, StoreProtocol};
 use hostwire_store::{StoreError, StoreWrite, Unit, UnitStore};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
@@ -60,6 +66,53 @@ const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 pub const INLINE_BATCH_UNITS: usize = 4;
 /// See [`INLINE_BATCH_UNITS`] (16 KiB of records).
 pub const INLINE_BATCH_BYTES: usize = 16 * 1024;
+
+/// What the writer's task and the units that commit on their own task
+/// share.
+struct Shared<W> {
+    store: Arc<dyn UnitStore<W>>,
+    protocol: StoreProtocol,
+    metrics: Arc<StoreMetrics>,
+    /// The leases its units are written under (a cluster's).
+    fence: Option<Arc<dyn Fence>>,
+    /// Units handed to the writer's task and not answered yet (queued or
+    /// in its batch): a unit commits on its caller's task only while this
+    /// is 0, so it never overtakes an earlier unit of its key.
+    pending: AtomicUsize,
+    /// Held by the writer's task while it writes a batch, and by a caller
+    /// committing a lone unit: one of them writes at a time.
+    turn: tokio::sync::Mutex<()>,
+}
+
+impl<W: StoreWrite> Shared<W> {
+    /// Counts a written batch and its failures, reports the fenced units,
+    /// and answers each unit that asked.
+    fn answer(&self, units: Vec<Queued<W>>, results: hostwire_store::UnitResults) {
+        for (unit, r) in units.into_iter().zip(results) {
+            self.report(&unit.key, unit.writes.len(), &r);
+            if let Some(a) = unit.ack {
+                let _ = a.send(r.is_ok());
+            }
+        }
+    }
+
+    fn report(&self, key: &str, writes: usize, r: &Result<(), StoreError>) {
+        let protocol = self.protocol;
+        if let (Err(StoreError::Fenced { held, .. }), Some(f)) = (r, &self.fence) {
+            // Not a failure of the store: the unit is another node's now.
+            f.fenced(key, *held);
+        } else if let Err(e) = r {
+            self.metrics.error(protocol);
+            tracing::error!(
+                error = %e,
+                protocol = crate::metrics::Label::name(protocol),
+                unit = %key,
+                writes,
+                "store write failed"
+            );
+        }
+    }
+}
 
 type Written<W> = (
     Vec<Queued<W>>,
@@ -141,6 +194,13 @@ enum Msg<W> {
 pub struct Durable(Option<oneshot::Receiver<bool>>);
 
 impl Durable {
+    /// The answer of a unit already written.
+    fn answered(durable: bool) -> Durable {
+        let (tx, rx) = oneshot::channel();
+        let _ = tx.send(durable);
+        Durable(Some(rx))
+    }
+
     /// `true` once durable; `false` if the write failed (or the writer is
     /// gone). The writer answers every unit it takes.
     pub async fn wait(self) -> bool {
@@ -170,8 +230,7 @@ pub struct StoreWriter<W> {
     bytes: Arc<Semaphore>,
     /// Units in the batch being written now (0 while idle).
     in_batch: Arc<AtomicUsize>,
-    /// The leases its units are written under (a cluster's).
-    fence: Option<Arc<dyn Fence>>,
+    shared: Arc<Shared<W>>,
 }
 
 impl<W> Clone for StoreWriter<W> {
@@ -180,7 +239,7 @@ impl<W> Clone for StoreWriter<W> {
             tx: self.tx.clone(),
             bytes: Arc::clone(&self.bytes),
             in_batch: Arc::clone(&self.in_batch),
-            fence: self.fence.clone(),
+            shared: Arc::clone(&self.shared),
         }
     }
 }
@@ -203,12 +262,24 @@ impl<W: StoreWrite + Sync> StoreWriter<W> {
         metrics: Arc<StoreMetrics>,
         fence: Option<Arc<dyn Fence>>,
     ) -> StoreWriter<W> {
-        let reports = fence.clone();
         let (tx, mut rx) = mpsc::channel::<Msg<W>>(STORE_QUEUE);
         let in_batch = Arc::new(AtomicUsize::new(0));
         let batch_len = Arc::clone(&in_batch);
+        let shared = Arc::new(Shared {
+            store,
+            protocol,
+            metrics,
+            fence,
+            pending: AtomicUsize::new(0),
+            turn: tokio::sync::Mutex::new(()),
+        });
+        let task = Arc::clone(&shared);
         tokio::spawn(async move {
+            let shared = task;
             while let Some(first) = rx.recv().await {
+                // A lone unit committing on its caller's task finishes
+                // first (a short wait: a small commit).
+                let turn = shared.turn.lock().await;
                 let mut units = Vec::new();
                 let mut flushes = Vec::new();
                 let mut bytes = 0;
@@ -225,46 +296,29 @@ impl<W: StoreWrite + Sync> StoreWriter<W> {
                         next = rx.try_recv().ok();
                     }
                 }
+                let taken = units.len();
                 if !units.is_empty() {
                     batch_len.store(units.len(), Relaxed);
-                    let written = match write_inline(&*store, &units, bytes) {
+                    let written = match write_inline(&*shared.store, &units, bytes) {
                         Some((results, took)) => Ok((units, results, took)),
-                        None => write_blocking(Arc::clone(&store), units).await,
+                        None => write_blocking(Arc::clone(&shared.store), units).await,
                     };
                     match written {
                         Ok((units, results, took)) => {
-                            metrics.write(took.as_micros() as u64);
-                            for (unit, r) in units.into_iter().zip(results) {
-                                if let (Err(StoreError::Fenced { held, .. }), Some(f)) =
-                                    (&r, &reports)
-                                {
-                                    // Not a failure of the store: the unit
-                                    // is another node's now.
-                                    f.fenced(&unit.key, *held);
-                                } else if let Err(e) = &r {
-                                    metrics.error(protocol);
-                                    tracing::error!(
-                                        error = %e,
-                                        protocol = crate::metrics::Label::name(protocol),
-                                        unit = %unit.key,
-                                        writes = unit.writes.len(),
-                                        "store write failed"
-                                    );
-                                }
-                                if let Some(a) = unit.ack {
-                                    let _ = a.send(r.is_ok());
-                                }
-                            }
+                            shared.metrics.write(took.as_micros() as u64);
+                            shared.answer(units, results);
                         }
                         Err(e) => {
                             // The write panicked: nothing of it is known
                             // to be stored. Dropped acks answer `false`.
-                            metrics.error(protocol);
+                            shared.metrics.error(protocol);
                             tracing::error!(error = %e, protocol = crate::metrics::Label::name(protocol), "store write failed");
                         }
                     }
                     batch_len.store(0, Relaxed);
                 }
+                shared.pending.fetch_sub(taken, SeqCst);
+                drop(turn);
                 for f in flushes {
                     let _ = f.send(());
                 }
@@ -274,13 +328,51 @@ impl<W: StoreWrite + Sync> StoreWriter<W> {
             tx,
             bytes: Arc::new(Semaphore::new(STORE_QUEUE_BYTES)),
             in_batch,
-            fence,
+            shared,
         }
+    }
+
+    /// Commits one small unit on the caller's task when the writer is
+    /// idle (nothing handed to it unanswered) and the store can start at
+    /// once: a lone unit then costs no wake of the writer's task and none
+    /// of the caller's for the answer (a spaced ggui action paid both).
+    /// `Err` gives the writes back, to be queued.
+    fn write_now(&self, key: &str, writes: Vec<W>) -> Result<bool, Vec<W>> {
+        let bytes: usize = writes.iter().map(StoreWrite::bytes).sum();
+        if bytes > INLINE_BATCH_BYTES || writes.is_empty() {
+            return Err(writes);
+        }
+        let Ok(_turn) = self.shared.turn.try_lock() else {
+            return Err(writes);
+        };
+        // Under the turn: a unit handed over before this is still counted
+        // (the count falls only once it is answered), so this one never
+        // overtakes an earlier unit of its key.
+        if self.shared.pending.load(SeqCst) != 0 {
+            return Err(writes);
+        }
+        let unit = Unit {
+            key,
+            writes: &writes,
+            fence: self.fence_of(key),
+        };
+        let t = Instant::now();
+        let Some(results) = self.shared.store.try_apply_units_now(&[unit]) else {
+            return Err(writes);
+        };
+        self.shared.metrics.write(t.elapsed().as_micros() as u64);
+        let r = results
+            .into_iter()
+            .next()
+            .unwrap_or(Err(StoreError::Commit("no result".into())));
+        self.shared.report(key, writes.len(), &r);
+        Ok(r.is_ok())
     }
 
     /// The generation `key`'s writes carry now.
     fn fence_of(&self, key: &str) -> Option<u64> {
-        self.fence
+        self.shared
+            .fence
             .as_ref()
             .map(|f| f.generation(key).unwrap_or(NO_GENERATION))
     }
@@ -304,7 +396,29 @@ impl<W: StoreWrite + Sync> StoreWriter<W> {
             ack,
             _bytes: permit,
         };
-        self.tx.send(Msg::Unit(unit)).await.is_ok()
+        self.hand_over(unit).await
+    }
+
+    /// Queues `unit` for the writer's task, counted as pending from before
+    /// it is in the queue until it is answered.
+    async fn hand_over(&self, unit: Queued<W>) -> bool {
+        self.shared.pending.fetch_add(1, SeqCst);
+        let sent = self.tx.send(Msg::Unit(unit)).await.is_ok();
+        if !sent {
+            self.shared.pending.fetch_sub(1, SeqCst);
+        }
+        sent
+    }
+
+    /// [`StoreWriter::hand_over`] without waiting; `false` if the queue is
+    /// full.
+    fn try_hand_over(&self, unit: Queued<W>) -> bool {
+        self.shared.pending.fetch_add(1, SeqCst);
+        let sent = self.tx.try_send(Msg::Unit(unit)).is_ok();
+        if !sent {
+            self.shared.pending.fetch_sub(1, SeqCst);
+        }
+        sent
     }
 
     /// Queues one unit's writes; waits only while the queue is full.
@@ -331,12 +445,16 @@ impl<W: StoreWrite + Sync> StoreWriter<W> {
             ack: None,
             _bytes: permit,
         };
-        self.tx.try_send(Msg::Unit(unit)).is_ok()
+        self.try_hand_over(unit)
     }
 
     /// Queues one unit without waiting and returns its answer; `None` if
     /// the queue is full.
     pub fn try_queue_acked(&self, key: &str, writes: Vec<W>) -> Option<Durable> {
+        let writes = match self.write_now(key, writes) {
+            Ok(durable) => return Some(Durable::answered(durable)),
+            Err(writes) => writes,
+        };
         let permit = Arc::clone(&self.bytes)
             .try_acquire_many_owned(Self::permits(&writes))
             .ok()?;
@@ -348,7 +466,9 @@ impl<W: StoreWrite + Sync> StoreWriter<W> {
             ack: Some(tx),
             _bytes: permit,
         };
-        self.tx.try_send(Msg::Unit(unit)).ok()?;
+        if !self.try_hand_over(unit) {
+            return None;
+        }
         Some(Durable(Some(rx)))
     }
 
@@ -361,6 +481,10 @@ impl<W: StoreWrite + Sync> StoreWriter<W> {
     /// its answer, to wait for now or later: what a unit queues is
     /// written in the order it queued it.
     pub async fn queue_acked(&self, key: &str, writes: Vec<W>) -> Durable {
+        let writes = match self.write_now(key, writes) {
+            Ok(durable) => return Durable::answered(durable),
+            Err(writes) => writes,
+        };
         let (tx, rx) = oneshot::channel();
         if !self.send(key, writes, Some(tx)).await {
             return Durable(None);

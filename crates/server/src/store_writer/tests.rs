@@ -237,3 +237,75 @@ async fn a_failed_unit_fails_itself_and_its_keys_later_units_only() {
         vec!["z".to_owned(), "b1".to_owned()]
     );
 }
+
+#[tokio::test]
+async fn a_lone_small_unit_is_committed_by_its_caller_without_waking_the_writer() {
+    let store = Arc::new(Recording::default());
+    let writer = StoreWriter::start(
+        Arc::clone(&store) as Arc<dyn UnitStore<W>>,
+        StoreProtocol::Ggui,
+        Arc::new(StoreMetrics::default()),
+    );
+    // The test's runtime has one thread, and nothing here yields to the
+    // writer's task: a unit it had to write would not be answered yet.
+    let mut durable = writer.queue_acked("lone", vec![W("l".into(), 100)]).await;
+    assert_eq!(durable.poll_now(), Some(true), "answered before any wake");
+    let mut durable = writer
+        .try_queue_acked("lone", vec![W("m".into(), 100)])
+        .expect("room in the queue");
+    assert_eq!(durable.poll_now(), Some(true));
+    let ways = store.ways.lock().unwrap().clone();
+    assert_eq!(ways.len(), 2, "{ways:?}");
+    assert!(ways.iter().all(|w| w.0 == "inline"), "{ways:?}");
+    // A large one still goes to the writer (and off the async threads).
+    let mut big = writer
+        .queue_acked("lone", vec![W("b".into(), INLINE_BATCH_BYTES + 1)])
+        .await;
+    assert_eq!(big.poll_now(), None);
+    assert!(big.wait().await);
+}
+
+/// Keeps every write's name in the order written; refuses to start at
+/// once while `busy`.
+#[derive(Default)]
+struct InOrder {
+    busy: std::sync::atomic::AtomicBool,
+    written: Mutex<Vec<String>>,
+}
+
+impl UnitStore<W> for InOrder {
+    fn apply_units(&self, units: &[Unit<'_, W>]) -> UnitResults {
+        let mut written = self.written.lock().unwrap();
+        for u in units {
+            written.extend(u.writes.iter().map(|w| w.0.clone()));
+        }
+        units.iter().map(|_| Ok(())).collect()
+    }
+
+    fn try_apply_units_now(&self, units: &[Unit<'_, W>]) -> Option<UnitResults> {
+        if self.busy.load(Relaxed) {
+            return None;
+        }
+        Some(self.apply_units(units))
+    }
+}
+
+#[tokio::test]
+async fn a_unit_never_overtakes_an_earlier_one_still_with_the_writer() {
+    let store = Arc::new(InOrder::default());
+    let writer = StoreWriter::start(
+        Arc::clone(&store) as Arc<dyn UnitStore<W>>,
+        StoreProtocol::Ggui,
+        Arc::new(StoreMetrics::default()),
+    );
+    // The first cannot start at once: it is handed to the writer's task,
+    // which has not run yet when the second comes, small and with the
+    // store free.
+    store.busy.store(true, Relaxed);
+    let first = writer.queue_acked("k", vec![W("1".into(), 100)]).await;
+    store.busy.store(false, Relaxed);
+    let second = writer.queue_acked("k", vec![W("2".into(), 100)]).await;
+    assert!(first.wait().await);
+    assert!(second.wait().await);
+    assert_eq!(*store.written.lock().unwrap(), ["1", "2"]);
+}
