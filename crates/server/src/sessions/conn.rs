@@ -41,6 +41,10 @@ static SOCKET_CONFIG: LazyLock<Arc<ws::Config>> = LazyLock::new(|| {
         outbound_bytes: DEVICE_OUTBOUND_BYTES,
         too_slow: CLOSE_TOO_SLOW,
         oversized: CLOSE_MESSAGE_TOO_BIG,
+        // One task per session writes to its own few devices: a routed
+        // call's frames leave from it at once, without a wake of each
+        // device's writer (as a relay room's do).
+        direct_write: true,
         ..ws::Config::new(MAX_DEVICE_FRAME_BYTES)
     })
 });
