@@ -157,16 +157,17 @@ pub async fn drive<U, D, C>(
         // A time that passed while commands kept the unit busy (or on a
         // clock that moved without the timer) is handled before more come.
         let now = clock.now_ms();
-        if unit.poll_timeout().is_some_and(|at| at <= now) {
+        // Asked once a turn: a unit's earliest deadline can cost a walk of
+        // its pending calls (a hosted session's devices).
+        let due = unit.poll_timeout();
+        if due.is_some_and(|at| at <= now) {
             unit.handle_timeout(now);
             continue;
         }
         if !open && acks.is_empty() {
             return;
         }
-        let timer = unit
-            .poll_timeout()
-            .map(|at| Duration::from_millis(at.saturating_sub(now)));
+        let timer = due.map(|at| Duration::from_millis(at.saturating_sub(now)));
         tokio::select! {
             biased;
             durable = async { acks.front_mut().expect("not empty").1.as_mut().await },
