@@ -243,54 +243,50 @@ async fn fan_out(t: &Target, session: &str, envelopes: usize) -> (f64, f64) {
     )
 }
 
-/// Nanoseconds of CPU run so far by this process's threads whose name
-/// starts with `prefix` (from `/proc/self/task/*/schedstat`, whose first
-/// field is the time on a CPU). Threads that ended are not counted: the
-/// server runtime keeps its blocking threads alive for the whole run.
-fn threads_cpu_ns(prefix: &str) -> u64 {
+/// The sum over this process's threads whose name starts with `prefix` of
+/// what `read` finds in the thread's `/proc/self/task/<id>` directory.
+/// Threads that ended are not counted: the server runtime keeps its
+/// blocking threads alive for the whole run.
+fn sum_over_threads(prefix: &str, read: impl Fn(&std::path::Path) -> Option<u64>) -> u64 {
     let mut total = 0;
     for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
         let dir = task.path();
         let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
             continue;
         };
-        if !comm.starts_with(prefix) {
-            continue;
-        }
-        if let Some(ns) = std::fs::read_to_string(dir.join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        {
-            total += ns;
+        if comm.starts_with(prefix) {
+            total += read(&dir).unwrap_or(0);
         }
     }
     total
 }
 
-/// Voluntary context switches so far of this process's threads whose name
-/// starts with `prefix` (`/proc/self/task/*/status`): each is a thread
-/// going to sleep for want of work, so per spaced action it counts the
-/// thread wakes the action cost.
+/// Nanoseconds of CPU run so far by the threads named `prefix…` (the
+/// first field of `schedstat` is the time on a CPU).
+fn threads_cpu_ns(prefix: &str) -> u64 {
+    sum_over_threads(prefix, |dir| {
+        std::fs::read_to_string(dir.join("schedstat"))
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+/// Voluntary context switches so far of the threads named `prefix…`
+/// (`status`): each is a thread going to sleep for want of work, so per
+/// spaced action it counts the thread wakes the action cost.
 fn threads_sleeps(prefix: &str) -> u64 {
-    let mut total = 0;
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let dir = task.path();
-        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
-            continue;
-        };
-        if !comm.starts_with(prefix) {
-            continue;
-        }
-        let Ok(status) = std::fs::read_to_string(dir.join("status")) else {
-            continue;
-        };
-        total += status
+    sum_over_threads(prefix, |dir| {
+        std::fs::read_to_string(dir.join("status"))
+            .ok()?
             .lines()
-            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    total
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
 /// The agent's contract for the actions the bench sends (the ggui server

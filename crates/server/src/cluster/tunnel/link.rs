@@ -99,6 +99,9 @@ impl Link {
     /// Appends `tunnel`'s message; false when nothing more can go (NATS
     /// refused a publish).
     pub fn push(&self, tunnel: &str, seq: u64, w: &Wire) -> bool {
+        if tunnel.len() > wire::MAX_TUNNEL_ID {
+            return false;
+        }
         let mut s = self.shared.state();
         if s.failed {
             return false;
@@ -113,9 +116,8 @@ impl Link {
                 .push_back(BytesMut::with_capacity(need.min(BATCH_BYTES)));
         }
         let batch = s.batches.back_mut().expect("a batch");
-        if !wire::put_record(batch, tunnel, seq, w) {
-            return false;
-        }
+        let put = wire::put_record(batch, tunnel, seq, w);
+        debug_assert!(put, "the id's length is checked above");
         s.bytes += need;
         drop(s);
         self.shared.ready.notify_one();
