@@ -15,7 +15,7 @@
 
 use crate::error::{codes, RpcError, DEFAULT_MAX_CAUSE_DEPTH};
 use crate::frame::*;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 /// Which end of the connection this peer is (for logs: the rules are the
@@ -212,6 +212,9 @@ pub struct PeerState {
     held: VecDeque<Transmit>,
     queued_bytes: usize,
     calls: HashMap<Id, Outgoing>,
+    /// The deadlines of `calls`, earliest first: the driver asks for the
+    /// earliest on every turn, and a host with many peers asks each.
+    deadlines: BTreeSet<(u64, Id)>,
     /// This side's cancelled calls whose late response is still due.
     cancelled: HashSet<Id>,
     serving: HashMap<Id, Serving>,
@@ -261,6 +264,7 @@ impl PeerState {
             held: VecDeque::new(),
             queued_bytes: 0,
             calls: HashMap::new(),
+            deadlines: BTreeSet::new(),
             cancelled: HashSet::new(),
             serving: HashMap::new(),
             events: VecDeque::new(),
@@ -299,17 +303,17 @@ impl PeerState {
     /// When [`PeerState::handle_timeout`] is next due: the earliest
     /// deadline of this side's calls.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.calls.values().filter_map(|c| c.deadline).min()
+        self.deadlines.first().map(|(at, _)| *at)
     }
 
     /// Every call whose deadline is at or before `now` fails with
     /// `TIMEOUT`, and the peer gets `cancel`.
     pub fn handle_timeout(&mut self, now: u64) {
         let due: Vec<Id> = self
-            .calls
+            .deadlines
             .iter()
-            .filter(|(_, c)| c.deadline.is_some_and(|d| d <= now))
-            .map(|(id, _)| *id)
+            .take_while(|(at, _)| *at <= now)
+            .map(|(_, id)| *id)
             .collect();
         for id in due {
             self.cancel_with(
@@ -508,6 +512,9 @@ impl PeerState {
             }
         };
         let text = self.encode(&frame)?;
+        if let Some(at) = deadline {
+            self.deadlines.insert((at, id));
+        }
         self.calls.insert(
             id,
             Outgoing {
@@ -519,10 +526,23 @@ impl PeerState {
         Ok(id)
     }
 
+    /// Ends one of this side's calls in the books: the call and its
+    /// deadline.
+    fn take_call(&mut self, id: Id) -> Option<Outgoing> {
+        let c = self.calls.remove(&id)?;
+        if let Some(at) = c.deadline {
+            self.deadlines.remove(&(at, id));
+        }
+        Some(c)
+    }
+
     /// Sets (or moves) the deadline of one of this side's calls.
     pub fn set_deadline(&mut self, id: Id, at: u64) {
         if let Some(c) = self.calls.get_mut(&id) {
-            c.deadline = Some(at);
+            if let Some(old) = c.deadline.replace(at) {
+                self.deadlines.remove(&(old, id));
+            }
+            self.deadlines.insert((at, id));
         }
     }
 
@@ -530,7 +550,7 @@ impl PeerState {
     /// [`Event::Response`]), the peer gets `cancel`, and its late response
     /// is expected. `false` if it had already ended.
     pub fn cancel_with(&mut self, id: Id, reason: &str, err: RpcError) -> bool {
-        if self.calls.remove(&id).is_none() {
+        if self.take_call(id).is_none() {
             return false;
         }
         if let Some(closed) = &self.closed {
@@ -614,7 +634,7 @@ impl PeerState {
             Err(e) => Outcome::Err(e.to_envelope_bounded(self.config.max_cause_depth)),
         };
         if let Err(e) = result {
-            if self.calls.remove(&id).is_some() {
+            if self.take_call(id).is_some() {
                 self.cancelled.insert(id);
                 self.events
                     .push_back(Event::Response { id, result: Err(e) });
@@ -742,7 +762,7 @@ impl PeerState {
         let mut ids: Vec<Id> = self.calls.keys().copied().collect();
         ids.sort_unstable();
         for id in ids {
-            let c = self.calls.remove(&id);
+            let c = self.take_call(id);
             if c.is_some_and(|c| c.stream.is_some()) {
                 self.events.push_back(Event::Credit { id });
             }
@@ -881,7 +901,7 @@ impl PeerState {
     /// `cancel` and expects its late response.
     fn fail_call(&mut self, id: Id, err: RpcError, answered: bool) {
         if answered {
-            if let Some(c) = self.calls.remove(&id) {
+            if let Some(c) = self.take_call(id) {
                 if c.stream.is_some() {
                     self.events.push_back(Event::Credit { id });
                 }
@@ -1053,7 +1073,7 @@ impl PeerState {
     }
 
     fn on_response(&mut self, id: Id, outcome: Outcome) {
-        if let Some(c) = self.calls.remove(&id) {
+        if let Some(c) = self.take_call(id) {
             // A stream's receiver answered: a sender waiting for credit
             // wakes up and finds the stream gone.
             if c.stream.is_some() {

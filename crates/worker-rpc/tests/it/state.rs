@@ -403,6 +403,8 @@ mod every_call_ends {
         Call(Option<u64>),
         /// The host cancels its n-th call.
         Cancel(usize),
+        /// The host moves its n-th call's deadline to `after` ms from now.
+        Move(usize, u64),
         /// The worker answers its n-th request.
         Answer(usize),
         /// Frames in flight are delivered.
@@ -417,6 +419,7 @@ mod every_call_ends {
         prop_oneof![
             3 => proptest::option::of(1u64..5_000).prop_map(Op::Call),
             1 => (0usize..8).prop_map(Op::Cancel),
+            1 => (0usize..8, 1u64..5_000).prop_map(|(n, a)| Op::Move(n, a)),
             2 => (0usize..8).prop_map(Op::Answer),
             3 => Just(Op::Deliver),
             2 => (0u64..3_000).prop_map(Op::Wait),
@@ -449,6 +452,11 @@ mod every_call_ends {
                     Op::Cancel(n) => {
                         if let Some(id) = calls.get(n) {
                             host.cancel(*id, "test");
+                        }
+                    }
+                    Op::Move(n, after) => {
+                        if let Some(id) = calls.get(n) {
+                            host.set_deadline(*id, now + after);
                         }
                     }
                     Op::Answer(n) => {
@@ -498,6 +506,8 @@ mod every_call_ends {
             }
             prop_assert_eq!(ends.len(), calls.len());
             prop_assert_eq!(host.pending(), 0);
+            // No deadline outlives its call.
+            prop_assert_eq!(host.poll_timeout(), None);
         }
     }
 }
