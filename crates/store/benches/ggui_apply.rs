@@ -4,7 +4,7 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use hostwire_store::ggui::{GguiChange, GguiStore};
-use hostwire_store::SqliteStore;
+use hostwire_store::{SqliteStore, Unit, UnitStore};
 
 const BATCH: u64 = 64;
 
@@ -50,5 +50,70 @@ fn ggui_apply(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, ggui_apply);
+/// A spaced action's write: one ledger entry committed alone, as the
+/// store writer commits a lone unit on its caller's task, beside the floor
+/// of one SQLite commit (one small row in a table of its own, same file
+/// settings, prepared statements) measured in the same run.
+fn lone_action(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("bench.sqlite")).expect("store");
+    let sid = "s-lone".to_owned();
+    // A session row the size of a small contract's, as a live session has.
+    let record = format!(
+        r#"{{"sessionId":"s-lone","contract":"{}"}}"#,
+        "x".repeat(1500)
+    );
+    store
+        .ggui_apply(&[GguiChange::PutSession {
+            session_id: sid.clone(),
+            record,
+        }])
+        .expect("session row");
+    let mut g = c.benchmark_group("store/lone_action");
+    let mut seq = 0;
+    g.bench_function("one ledger entry, one commit", |b| {
+        b.iter(|| {
+            seq += 1;
+            let w = [GguiChange::PutLedger {
+                session_id: sid.clone(),
+                seq,
+                event: format!(r#"{{"type":"action","seq":{seq},"payload":{{"choice":3}}}}"#),
+            }];
+            let u = [Unit::new(sid.as_str(), &w[..])];
+            // Past the WAL's bound the store takes the blocking path once,
+            // with its checkpoint: part of the cost, as in the server.
+            let r = store
+                .try_apply_units_now(&u)
+                .unwrap_or_else(|| store.apply_units(&u));
+            assert!(r.iter().all(Result::is_ok));
+        })
+    });
+    let floor = rusqlite::Connection::open(dir.path().join("floor.sqlite")).expect("floor");
+    floor
+        .execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;
+             CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL);",
+        )
+        .expect("floor schema");
+    let mut k = 0i64;
+    g.bench_function("floor: one row, one commit", |b| {
+        b.iter(|| {
+            k += 1;
+            floor
+                .prepare_cached("BEGIN IMMEDIATE")
+                .unwrap()
+                .execute([])
+                .unwrap();
+            floor
+                .prepare_cached("INSERT INTO t (k, v) VALUES (?1, ?2)")
+                .unwrap()
+                .execute(rusqlite::params![k, "{\"type\":\"action\"}"])
+                .unwrap();
+            floor.prepare_cached("COMMIT").unwrap().execute([]).unwrap();
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, ggui_apply, lone_action);
 criterion_main!(benches);

@@ -26,13 +26,13 @@ CREATE TABLE IF NOT EXISTS ggui_ledger (
     seq INTEGER NOT NULL,
     event TEXT NOT NULL,
     PRIMARY KEY (session_id, seq)
-);
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS ggui_stream (
     session_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
     entry TEXT NOT NULL,
     PRIMARY KEY (session_id, seq)
-);
+) WITHOUT ROWID;
 ";
 
 /// Creates the ggui tables (the SQLite store calls this at open).
@@ -45,6 +45,36 @@ pub(crate) fn create_tables(conn: &Connection) -> Result<(), StoreError> {
     if !has {
         conn.execute_batch("ALTER TABLE ggui_sessions ADD COLUMN host_context TEXT")?;
     }
+    for (table, value) in [("ggui_ledger", "event"), ("ggui_stream", "entry")] {
+        without_rowid(conn, table, value)?;
+    }
+    Ok(())
+}
+
+/// A file from before schema version 2 keeps the ledger and the stream in
+/// tables with a rowid: their rows are copied into the clustered form (one
+/// b-tree keyed by session and `seq`, so an entry's commit writes one page
+/// where it wrote two).
+fn without_rowid(conn: &Connection, table: &str, value: &str) -> Result<(), StoreError> {
+    let sql: String = conn.query_row(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        params![table],
+        |r| r.get(0),
+    )?;
+    if sql.contains("WITHOUT ROWID") {
+        return Ok(());
+    }
+    conn.execute_batch(&format!(
+        "CREATE TABLE {table}_v2 (
+             session_id TEXT NOT NULL,
+             seq INTEGER NOT NULL,
+             {value} TEXT NOT NULL,
+             PRIMARY KEY (session_id, seq)
+         ) WITHOUT ROWID;
+         INSERT INTO {table}_v2 SELECT session_id, seq, {value} FROM {table};
+         DROP TABLE {table};
+         ALTER TABLE {table}_v2 RENAME TO {table};"
+    ))?;
     Ok(())
 }
 
@@ -177,10 +207,17 @@ fn session_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GguiStoredSession> {
 
 /// Reads a session's ledger and stream buffer into it.
 fn load_children(conn: &Connection, s: &mut GguiStoredSession) -> Result<(), StoreError> {
-    let mut ledger =
-        conn.prepare_cached("SELECT event FROM ggui_ledger WHERE session_id = ?1 ORDER BY seq")?;
-    for e in ledger.query_map(params![s.session_id], |r| r.get::<_, String>(0))? {
-        s.ledger.push(e?);
+    let mut ledger = conn
+        .prepare_cached("SELECT seq, event FROM ggui_ledger WHERE session_id = ?1 ORDER BY seq")?;
+    let rows = ledger.query_map(params![s.session_id], |r| {
+        Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?))
+    })?;
+    for e in rows {
+        let (seq, event) = e?;
+        // The row's counter is raised only when entries are trimmed: the
+        // last entry kept says the rest.
+        s.ledger_last = s.ledger_last.max(seq);
+        s.ledger.push(event);
     }
     let mut stream =
         conn.prepare_cached("SELECT entry FROM ggui_stream WHERE session_id = ?1 ORDER BY seq")?;
@@ -263,21 +300,25 @@ fn apply_ggui(tx: &Connection, c: &GguiChange) -> Result<(), StoreError> {
             event,
         } => {
             ensure_row(tx, session_id)?;
+            // The session row is not rewritten for each entry (it holds the
+            // contract): its `ledger_last` is raised when entries leave.
             exec(
                 tx,
                 "INSERT OR REPLACE INTO ggui_ledger (session_id, seq, event) VALUES (?1, ?2, ?3)",
                 params![session_id, *seq as i64, event],
-            )?;
-            exec(
-                tx,
-                "UPDATE ggui_sessions SET ledger_last = MAX(ledger_last, ?2) WHERE session_id = ?1",
-                params![session_id, *seq as i64],
             )?;
         }
         GguiChange::TrimLedger {
             session_id,
             horizon,
         } => {
+            exec(
+                tx,
+                "UPDATE ggui_sessions SET ledger_last = MAX(ledger_last, COALESCE(
+                     (SELECT MAX(seq) FROM ggui_ledger WHERE session_id = ?1 AND seq <= ?2), 0))
+                 WHERE session_id = ?1",
+                params![session_id, *horizon as i64],
+            )?;
             exec(
                 tx,
                 "DELETE FROM ggui_ledger WHERE session_id = ?1 AND seq <= ?2",
@@ -335,4 +376,51 @@ fn apply_ggui(tx: &Connection, c: &GguiChange) -> Result<(), StoreError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file written by a hostwire of schema version 1 (the ledger and
+    /// the stream with rowids) opens with its entries, in the clustered
+    /// tables, at the current version.
+    #[test]
+    fn a_version_1_file_keeps_its_entries_in_tables_without_rowid() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            let v1 = SCHEMA.replace(") WITHOUT ROWID;", ");");
+            conn.execute_batch(&v1).unwrap();
+            conn.execute_batch(
+                "INSERT INTO ggui_sessions (session_id, record, ledger_last) VALUES ('s', '{}', 2);
+                 INSERT INTO ggui_ledger VALUES ('s', 1, 'e1'), ('s', 2, 'e2');
+                 INSERT INTO ggui_stream VALUES ('s', 7, 'x7');
+                 PRAGMA user_version = 1;",
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let s = &store.ggui_load().unwrap()[0];
+        assert_eq!(s.ledger, vec!["e1".to_owned(), "e2".to_owned()]);
+        assert_eq!(s.stream, vec!["x7".to_owned()]);
+        assert_eq!(s.ledger_last, 2);
+        drop(store);
+        let conn = Connection::open(&path).unwrap();
+        for table in ["ggui_ledger", "ggui_stream"] {
+            let sql: String = conn
+                .query_row(
+                    "SELECT sql FROM sqlite_master WHERE name = ?1",
+                    params![table],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert!(sql.contains("WITHOUT ROWID"), "{table}: {sql}");
+        }
+        let v: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, crate::SQLITE_SCHEMA_VERSION);
+    }
 }

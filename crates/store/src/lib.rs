@@ -365,7 +365,7 @@ CREATE TABLE IF NOT EXISTS relay_kicked (
 /// `user_version` (0: a file from before versions were kept, whose tables
 /// `open` brings up to date as it always did). Raise it with every change
 /// of the tables; a hostwire that finds a higher one refuses the file.
-pub const SQLITE_SCHEMA_VERSION: i64 = 1;
+pub const SQLITE_SCHEMA_VERSION: i64 = 2;
 
 /// Creates or brings up to date every table, in one transaction that
 /// holds the file's write lock (a second process opening the file waits),
@@ -619,6 +619,18 @@ fn apply_units_in<W>(
     let all_failed = |e: &rusqlite::Error, n: usize| -> UnitResults {
         (0..n).map(|_| Err(clone_error(e))).collect()
     };
+    if let [unit] = units {
+        // One unit is the whole transaction: no savepoint to set and
+        // release (a lone write's commit is most of its cost). A failed
+        // write rolls the transaction back as it is dropped.
+        let r = unit.writes.iter().try_for_each(|w| apply(&tx, w));
+        if r.is_ok() {
+            if let Err(e) = tx.commit() {
+                return all_failed(&e, 1);
+            }
+        }
+        return vec![r];
+    }
     let mut failed = std::collections::HashSet::new();
     let mut results = Vec::with_capacity(units.len());
     for unit in units {

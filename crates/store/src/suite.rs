@@ -209,6 +209,7 @@ suite!(
     a_removed_session_leaves_its_learners_data,
     a_ggui_session_comes_back_with_its_ledger_stream_and_counters,
     ggui_counters_never_go_back_and_rows_without_a_record_are_not_loaded,
+    a_ggui_ledgers_last_sequence_survives_its_entries_and_their_trim,
     matches_come_back_with_their_records_in_order,
     one_match_is_loaded_as_all_matches_have_it_and_found_by_its_tokens_hash,
     a_record_of_no_match_fails_the_whole_batch,
@@ -839,6 +840,41 @@ fn a_ggui_session_comes_back_with_its_ledger_stream_and_counters<B: Backend>(b: 
         .ggui_apply(&[GguiChange::RemoveSession { session_id: id() }])
         .unwrap();
     assert!(store.ggui_load().unwrap().is_empty());
+}
+
+fn a_ggui_ledgers_last_sequence_survives_its_entries_and_their_trim<B: Backend>(b: B) {
+    let store = b.open();
+    let put = |seq: u64| GguiChange::PutLedger {
+        session_id: id(),
+        seq,
+        event: format!("e{seq}"),
+    };
+    let session = GguiChange::PutSession {
+        session_id: id(),
+        record: "{}".into(),
+    };
+    store
+        .ggui_apply(&[session, put(1), put(2), put(3)])
+        .unwrap();
+    let last = |store: &B::Store| store.ggui_load().unwrap()[0].ledger_last;
+    // Entries written one by one: the last of them.
+    assert_eq!(last(&store), 3);
+    // Every entry trimmed: the last one trimmed, not 0.
+    let trim = |horizon| GguiChange::TrimLedger {
+        session_id: id(),
+        horizon,
+    };
+    store.ggui_apply(&[trim(3)]).unwrap();
+    drop(store);
+    let store = b.open();
+    assert!(store.ggui_load().unwrap()[0].ledger.is_empty());
+    assert_eq!(last(&store), 3);
+    // A trim past the entries does not raise it past the last written.
+    store.ggui_apply(&[put(4), trim(10)]).unwrap();
+    assert_eq!(last(&store), 4);
+    store.ggui_apply(&[put(5), put(6), trim(5)]).unwrap();
+    assert_eq!(last(&store), 6);
+    assert_eq!(store.ggui_load().unwrap()[0].ledger, vec!["e6".to_owned()]);
 }
 
 fn ggui_counters_never_go_back_and_rows_without_a_record_are_not_loaded<B: Backend>(b: B) {

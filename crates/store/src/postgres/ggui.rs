@@ -37,14 +37,16 @@ fn load_children(
     tx: &mut ::postgres::Transaction<'_>,
     s: &mut GguiStoredSession,
 ) -> Result<(), StoreError> {
-    s.ledger = tx
-        .query(
-            "SELECT event FROM ggui_ledger WHERE session_id = $1 ORDER BY seq",
-            &[&s.session_id],
-        )?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let ledger = tx.query(
+        "SELECT seq, event FROM ggui_ledger WHERE session_id = $1 ORDER BY seq",
+        &[&s.session_id],
+    )?;
+    for r in &ledger {
+        // The row's counter is raised only when entries are trimmed: the
+        // last entry kept says the rest.
+        s.ledger_last = s.ledger_last.max(r.get::<_, i64>(0) as u64);
+        s.ledger.push(r.get(1));
+    }
     s.stream = tx
         .query(
             "SELECT entry FROM ggui_stream WHERE session_id = $1 ORDER BY seq",
@@ -133,15 +135,19 @@ fn apply_ggui(tx: &mut Tx<'_, '_>, c: &GguiChange) -> Result<(), StoreError> {
                  ON CONFLICT (session_id, seq) DO UPDATE SET event = EXCLUDED.event",
                 &[session_id, &seq(*s), event],
             )?;
-            tx.execute(
-                "UPDATE ggui_sessions SET ledger_last = GREATEST(ledger_last, $2) WHERE session_id = $1",
-                &[session_id, &seq(*s)],
-            )?;
         }
         GguiChange::TrimLedger {
             session_id,
             horizon,
         } => {
+            // `ledger_last` is raised when entries leave, not for each
+            // entry (the row holds the contract; an update copies it).
+            tx.execute(
+                "UPDATE ggui_sessions SET ledger_last = GREATEST(ledger_last, COALESCE(
+                     (SELECT MAX(seq) FROM ggui_ledger WHERE session_id = $1 AND seq <= $2), 0))
+                 WHERE session_id = $1",
+                &[session_id, &seq(*horizon)],
+            )?;
             tx.execute(
                 "DELETE FROM ggui_ledger WHERE session_id = $1 AND seq <= $2",
                 &[session_id, &seq(*horizon)],
