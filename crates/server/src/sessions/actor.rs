@@ -61,6 +61,7 @@ pub fn spawn(
     let hosted = Hosted {
         d: DurableSession::new(s, expiry, now),
         rpc: HashMap::new(),
+        devices_due: None,
         out: VecDeque::new(),
         metrics: Arc::clone(&sessions.metrics),
         result: None,

@@ -32,6 +32,10 @@ pub(super) struct Devices {
     sessions: Arc<Sessions>,
     metrics: Arc<SessionMetrics>,
     outs: HashMap<InstanceId, DeviceOut>,
+    /// The devices with frames held for [`Deliver::release`]: a burst of
+    /// calls (the board's `send` to each controller) leaves each socket in
+    /// one write instead of one per frame.
+    held: Vec<InstanceId>,
     /// What stops each service call out.
     stops: HashMap<ServiceCallId, oneshot::Sender<bool>>,
     /// The session's own queue, for the tasks it starts (weak: the
@@ -45,6 +49,7 @@ impl Devices {
             metrics: Arc::clone(&sessions.metrics),
             sessions,
             outs: HashMap::new(),
+            held: Vec::new(),
             stops: HashMap::new(),
             me,
         }
@@ -62,9 +67,14 @@ impl Devices {
         let Some(out) = self.outs.get(&instance) else {
             return;
         };
-        if let Err(Refused::Full) = out.send(Utf8Bytes::from(text)) {
-            self.metrics.slow_devices.fetch_add(1, Relaxed);
-            self.outs.remove(&instance);
+        match out.send_held(Utf8Bytes::from(text)) {
+            Ok(()) if !self.held.contains(&instance) => self.held.push(instance),
+            Ok(()) => {}
+            Err(Refused::Full) => {
+                self.metrics.slow_devices.fetch_add(1, Relaxed);
+                self.outs.remove(&instance);
+            }
+            Err(_) => {}
         }
     }
 
@@ -165,7 +175,9 @@ impl Deliver<Hosted> for Devices {
                 }
             }
             Out::Forget(instance) => {
-                self.outs.remove(&instance);
+                if let Some(out) = self.outs.remove(&instance) {
+                    out.release();
+                }
             }
             Out::CloseAll(code) => self.close_all(code),
             Out::Reply(reply, r) => {
@@ -195,5 +207,13 @@ impl Deliver<Hosted> for Devices {
             Out::Stop => return ControlFlow::Break(()),
         }
         ControlFlow::Continue(())
+    }
+
+    fn release(&mut self) {
+        for instance in self.held.drain(..) {
+            if let Some(out) = self.outs.get(&instance) {
+                out.release();
+            }
+        }
     }
 }

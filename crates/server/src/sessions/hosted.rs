@@ -121,6 +121,11 @@ pub(super) struct Hosted {
     pub(super) d: DurableSession<Tag>,
     /// Each attached device's worker RPC state.
     pub(super) rpc: HashMap<InstanceId, PeerState>,
+    /// No device's Plugin API call is due before this (`None`: none is
+    /// out). A bound, not the earliest: an answered call leaves it where
+    /// it was, and the walk of every device's calls runs only once it has
+    /// passed (the driver asks for the session's deadline every turn).
+    pub(super) devices_due: Option<u64>,
     pub(super) out: VecDeque<Out>,
     pub(super) metrics: Arc<SessionMetrics>,
     pub(super) result: Option<Value>,

@@ -165,6 +165,8 @@ impl Hosted {
                 let deadline = now + PLUGIN_CALL_TIMEOUT_MS;
                 match rpc.call(call.method, params, false, Some(deadline)) {
                     Ok(_) => {
+                        self.devices_due =
+                            Some(self.devices_due.map_or(deadline, |d| d.min(deadline)));
                         self.metrics.plugin_calls.fetch_add(1, Relaxed);
                     }
                     Err(e) => tracing::debug!(instance, error = %e, "Plugin API call not sent"),

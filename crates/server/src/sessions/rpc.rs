@@ -157,14 +157,19 @@ impl Hosted {
             .act(now, |s| s.handle_call(instance, call, method, params, now));
     }
 
-    /// The earliest deadline of a Plugin API call to any device.
+    /// When a Plugin API call to a device may be due (never later than
+    /// the earliest deadline; see [`Hosted::devices_due`]).
     pub(super) fn devices_timeout(&self) -> Option<u64> {
-        self.rpc.values().filter_map(PeerState::poll_timeout).min()
+        self.devices_due
     }
 
     /// Plugin API calls past their deadline end; their devices get
     /// `cancel`.
     pub(super) fn device_timeouts(&mut self, now: u64) {
+        if self.devices_due.is_none_or(|at| at > now) {
+            return;
+        }
+        self.devices_due = None;
         let due: Vec<InstanceId> = self
             .rpc
             .iter()
@@ -177,5 +182,7 @@ impl Hosted {
             }
             self.device_events(instance, now);
         }
+        // The calls still out, walked once per deadline passed.
+        self.devices_due = self.rpc.values().filter_map(PeerState::poll_timeout).min();
     }
 }

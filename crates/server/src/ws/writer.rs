@@ -70,6 +70,35 @@ impl Parked {
         }
     }
 
+    /// Writes frames from the front of `frames` for as long as the socket
+    /// takes them, then flushes once: a turn's frames for this connection
+    /// leave in one write. `false`: the writer must finish (a flush left
+    /// over, or a broken socket its flush finds out about).
+    pub(super) fn write_all_now(&self, frames: &mut std::collections::VecDeque<Utf8Bytes>) -> bool {
+        // Never wait for the connection's task: the writer takes the rest.
+        let Ok(mut slot) = self.socket.try_lock() else {
+            return true;
+        };
+        let Some(sink) = slot.as_mut() else {
+            return true;
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut sent = false;
+        while !frames.is_empty() {
+            if !matches!(sink.poll_ready_unpin(&mut cx), Poll::Ready(Ok(()))) {
+                break;
+            }
+            let Some(f) = frames.pop_front() else {
+                break;
+            };
+            if sink.start_send_unpin(Message::Text(f)).is_err() {
+                return false;
+            }
+            sent = true;
+        }
+        !sent || matches!(sink.poll_flush_unpin(&mut cx), Poll::Ready(Ok(())))
+    }
+
     /// Hands `msg` to the socket; false if the socket failed or is gone.
     async fn feed(&self, msg: Message) -> bool {
         let mut msg = Some(msg);
@@ -139,6 +168,25 @@ impl Outbound {
         }
         self.0
             .push_or_write(frame, parked.too_slow, |f| parked.write_now(f))
+    }
+
+    /// Queues a frame to leave with the others of the sender's turn, at
+    /// [`Outbound::release`]; a full queue closes the connection as
+    /// [`Outbound::send`] does.
+    pub fn send_held(&self, frame: Utf8Bytes) -> Result<(), Refused> {
+        self.0.push_held(frame, self.0.parked().too_slow)
+    }
+
+    /// What [`Outbound::send_held`] queued leaves, in one write: at once
+    /// from the caller's task when the connection is idle and takes direct
+    /// writes, else by its writer.
+    pub fn release(&self) {
+        let parked = self.0.parked();
+        if parked.direct_write {
+            self.0.release(|frames| parked.write_all_now(frames));
+        } else {
+            self.0.release(|_| true);
+        }
     }
 
     /// Whether this connection is a client of another node, carried here

@@ -123,6 +123,66 @@ async fn a_plugin_api_call_never_answered_ends_at_its_deadline_with_a_cancel() {
     assert_eq!(r.last().unwrap()["ok"], true, "{r:?}");
 }
 
+/// The next Plugin API call the board gets.
+async fn next_call(ws: &mut Ws) -> u64 {
+    loop {
+        let f = next_text(ws).await;
+        if f["kind"] == "request" {
+            return f["id"].as_u64().unwrap();
+        }
+    }
+}
+
+/// The cancels among the frames up to the response to a probe `id`.
+async fn cancels_by(ws: &mut Ws, id: u64) -> Vec<Value> {
+    send(
+        ws,
+        json!({"v": "1.0.0", "kind": "request", "id": id, "method": "noSuchCall", "params": []}),
+    )
+    .await;
+    let seen = until_response(ws, id).await;
+    seen.into_iter().filter(|f| f["kind"] == "cancel").collect()
+}
+
+#[tokio::test]
+async fn a_later_call_ends_at_its_own_deadline_after_an_earlier_one_was_answered() {
+    let h = TestHost::start().await;
+    let (mut ws, sid, token) = board(&h).await;
+    let api = Api::of(&h);
+    let rename = |name: &'static str| {
+        let (api, path, token) = (&api, format!("/memizy/sessions/{sid}/players/p1"), &token);
+        async move {
+            api.request("PATCH", &path, Some(token), Some(&json!({"name": name})))
+                .await;
+        }
+    };
+    // The first call is answered; the second, 10 s later, is not.
+    rename("Ann").await;
+    let first = next_call(&mut ws).await;
+    send(
+        &mut ws,
+        json!({"v": "1.0.0", "kind": "response", "id": first, "ok": true, "result": null}),
+    )
+    .await;
+    h.clock.advance_ms(10_000);
+    rename("Bea").await;
+    let second = next_call(&mut ws).await;
+    let sessions = &h.server.as_ref().unwrap().sessions;
+    // The first call's deadline passes: nothing ends.
+    h.clock.advance_ms(PLUGIN_CALL_TIMEOUT_MS - 10_000);
+    sessions.wake().await;
+    assert_eq!(cancels_by(&mut ws, 2).await, Vec::<Value>::new());
+    // Just before the second's nothing either; at it, the second ends.
+    h.clock.advance_ms(10_000 - 1);
+    sessions.wake().await;
+    assert_eq!(cancels_by(&mut ws, 3).await, Vec::<Value>::new());
+    h.clock.advance_ms(1);
+    sessions.wake().await;
+    let cancels = cancels_by(&mut ws, 4).await;
+    assert_eq!(cancels.len(), 1, "{cancels:?}");
+    assert_eq!(cancels[0]["id"], second, "{cancels:?}");
+}
+
 #[tokio::test]
 async fn a_stream_open_is_answered_unknown_method_and_the_device_plays_on() {
     let h = TestHost::start().await;

@@ -202,6 +202,49 @@ impl<T, P> Outbound<T, P> {
         too_slow: Close,
         write_now: impl FnOnce(T) -> Direct<T>,
     ) -> Result<(), Refused> {
+        self.push_with(frame, too_slow, write_now, true)
+    }
+
+    /// Queues a frame without waking the writer: a sender with more frames
+    /// for this connection in the same turn queues them all, then calls
+    /// [`Outbound::release`] once, so that they leave in one write.
+    pub fn push_held(&self, frame: T, too_slow: Close) -> Result<(), Refused> {
+        self.push_with(frame, too_slow, Direct::Declined, false)
+    }
+
+    /// What is queued leaves: when the writer is idle, `write_now` writes
+    /// it at once (taking frames from the front for as long as the socket
+    /// takes them, then one flush; `false`: not all flushed); what it
+    /// leaves, or all of it while the writer is at work, goes to the
+    /// writer, woken here.
+    pub fn release(&self, write_now: impl FnOnce(&mut VecDeque<T>) -> bool) {
+        let mut s = self.shared.lock();
+        if s.frames.is_empty() {
+            return;
+        }
+        if !s.busy && s.kill.is_none() {
+            // Under the queue's lock: nothing is queued meanwhile.
+            let mut frames = std::mem::take(&mut s.frames);
+            let flushed = write_now(&mut frames);
+            s.bytes = frames.iter().map(self.shared.weigh).sum();
+            s.flush |= !flushed;
+            if !frames.is_empty() {
+                s.frames = frames;
+            } else if flushed {
+                return;
+            }
+        }
+        drop(s);
+        self.shared.writer.wake();
+    }
+
+    fn push_with(
+        &self,
+        frame: T,
+        too_slow: Close,
+        write_now: impl FnOnce(T) -> Direct<T>,
+        wake: bool,
+    ) -> Result<(), Refused> {
         let mut s = self.shared.lock();
         if s.kill.is_some() || s.close.is_some() {
             return Err(Refused::Closing);
@@ -233,7 +276,9 @@ impl<T, P> Outbound<T, P> {
         s.bytes += weight;
         s.frames.push_back(frame);
         drop(s);
-        self.shared.writer.wake();
+        if wake {
+            self.shared.writer.wake();
+        }
         Ok(())
     }
 
@@ -410,161 +455,4 @@ impl<T, P> Drain<T, P> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::task::Waker;
-
-    const SLOW: Close = (1013, "too slow");
-
-    fn work<T>(d: &Drain<T>) -> Poll<Work<T>> {
-        d.poll_work(&mut Context::from_waker(Waker::noop()))
-    }
-
-    #[test]
-    fn frames_come_out_in_order() {
-        let (out, drain) = queue::<u32, ()>(8, ());
-        assert_eq!(work(&drain), Poll::Pending);
-        out.push(1, SLOW).unwrap();
-        out.push(2, SLOW).unwrap();
-        assert_eq!(work(&drain), Poll::Ready(Work::Frame(1)));
-        out.push(3, SLOW).unwrap();
-        assert_eq!(drain.next_frame(), Some(2));
-        assert_eq!(drain.next_frame(), Some(3));
-        assert_eq!(drain.next_frame(), None);
-        assert_eq!(work(&drain), Poll::Pending);
-    }
-
-    #[test]
-    fn a_drained_queue_gives_back_what_a_burst_took() {
-        let (out, drain) = queue::<u32, ()>(1024, ());
-        for i in 0..1000 {
-            out.push(i, SLOW).unwrap();
-        }
-        while drain.next_frame().is_some() {}
-        assert_eq!(drain.shared.lock().frames.capacity(), KEEP_CAPACITY);
-    }
-
-    #[test]
-    fn a_ping_goes_after_the_queued_frames() {
-        let (out, drain) = queue::<u32, ()>(8, ());
-        out.push(1, SLOW).unwrap();
-        out.ping();
-        assert_eq!(work(&drain), Poll::Ready(Work::Frame(1)));
-        assert_eq!(work(&drain), Poll::Ready(Work::Ping));
-        assert_eq!(work(&drain), Poll::Pending);
-    }
-
-    #[test]
-    fn a_full_queue_kills_the_connection_once() {
-        let (out, drain) = queue::<u32, ()>(2, ());
-        out.push(1, SLOW).unwrap();
-        out.push(2, SLOW).unwrap();
-        assert_eq!(out.push(3, SLOW), Err(Refused::Full));
-        assert_eq!(out.push(4, SLOW), Err(Refused::Closing));
-        assert_eq!(out.killed(), Some(SLOW));
-        // The kill goes ahead of the queued frames.
-        assert_eq!(work(&drain), Poll::Ready(Work::Kill(SLOW)));
-        assert_eq!(drain.next_frame(), None);
-        assert!(!drain.kill((1000, "later")), "only the first kill counts");
-        assert_eq!(out.killed(), Some(SLOW));
-    }
-
-    #[test]
-    fn a_queue_over_its_bytes_kills_the_connection_and_frees_them() {
-        let (out, drain) = queue_bounded::<Vec<u8>, ()>(1024, 100, |f| f.len(), ());
-        // An empty queue takes one frame whatever its size.
-        out.push(vec![0; 150], SLOW).unwrap();
-        assert_eq!(work(&drain), Poll::Ready(Work::Frame(vec![0; 150])));
-        drain.idle();
-        out.push(vec![0; 60], SLOW).unwrap();
-        out.push(vec![0; 40], SLOW).unwrap();
-        assert_eq!(drain.shared.lock().bytes, 100);
-        assert_eq!(out.push(vec![0; 1], SLOW), Err(Refused::Full));
-        let s = drain.shared.lock();
-        assert_eq!((s.frames.len(), s.frames.capacity(), s.bytes), (0, 0, 0));
-        drop(s);
-        assert_eq!(work(&drain), Poll::Ready(Work::Kill(SLOW)));
-    }
-
-    #[test]
-    fn taking_frames_gives_back_their_bytes() {
-        let (out, drain) = queue_bounded::<Vec<u8>, ()>(1024, 100, |f| f.len(), ());
-        drain.shared.lock().busy = true;
-        for _ in 0..10 {
-            out.push(vec![0; 50], SLOW).unwrap();
-            out.push(vec![0; 50], SLOW).unwrap();
-            assert!(drain.next_frame().is_some());
-            assert!(drain.next_frame().is_some());
-        }
-        assert_eq!(drain.shared.lock().bytes, 0);
-    }
-
-    #[test]
-    fn close_follows_the_queued_frames_and_refuses_later_ones() {
-        let (out, drain) = queue::<u32, ()>(8, ());
-        out.push(1, SLOW).unwrap();
-        out.close((1008, "policy"));
-        assert_eq!(out.push(2, SLOW), Err(Refused::Closing));
-        assert_eq!(work(&drain), Poll::Ready(Work::Frame(1)));
-        assert_eq!(work(&drain), Poll::Ready(Work::Close((1008, "policy"))));
-    }
-
-    #[test]
-    fn the_writer_ends_when_every_sender_is_gone() {
-        let (out, drain) = queue::<u32, ()>(8, ());
-        let room = out.clone();
-        drop(out);
-        assert_eq!(work(&drain), Poll::Pending);
-        room.push(7, SLOW).unwrap();
-        drop(room);
-        // What was queued is still written first.
-        assert_eq!(work(&drain), Poll::Ready(Work::Frame(7)));
-        assert_eq!(work(&drain), Poll::Ready(Work::End));
-    }
-
-    #[test]
-    fn only_an_idle_queue_offers_a_frame_for_writing_at_once() {
-        let (out, drain) = queue::<u32, ()>(8, ());
-        // Written at once: nothing for the writer.
-        out.push_or_write(1, SLOW, |_| Direct::Written).unwrap();
-        assert_eq!(work(&drain), Poll::Pending);
-        // Declined: queued as usual.
-        out.push_or_write(2, SLOW, Direct::Declined).unwrap();
-        // With a frame queued, the next is not offered: it cannot overtake.
-        out.push_or_write(3, SLOW, |_| panic!("offered past a queued frame"))
-            .unwrap();
-        assert_eq!(work(&drain), Poll::Ready(Work::Frame(2)));
-        assert_eq!(drain.next_frame(), Some(3));
-        // Nor while the writer is at work, though the queue is empty: a
-        // frame written now would overtake the ones it took.
-        out.push_or_write(33, SLOW, |_| panic!("offered while the writer works"))
-            .unwrap();
-        assert_eq!(drain.next_frame(), Some(33));
-        drain.idle();
-        // Half written: the writer is asked to finish it.
-        out.push_or_write(4, SLOW, |_| Direct::Unflushed).unwrap();
-        assert_eq!(work(&drain), Poll::Ready(Work::Flush));
-        assert_eq!(work(&drain), Poll::Pending);
-        // A closing connection takes nothing, not even at once.
-        out.close((1000, "bye"));
-        assert_eq!(
-            out.push_or_write(5, SLOW, |_| panic!("offered while closing")),
-            Err(Refused::Closing)
-        );
-    }
-
-    #[test]
-    fn a_kill_from_the_writer_wakes_the_reader() {
-        let (out, drain) = queue::<u32, ()>(8, ());
-        let cx = &mut Context::from_waker(Waker::noop());
-        assert_eq!(out.poll_killed(cx), Poll::Pending);
-        assert!(drain.kill((1006, "write failed")));
-        assert_eq!(out.poll_killed(cx), Poll::Ready((1006, "write failed")));
-        // The writer's kill did not count as a sender leaving.
-        drop(out);
-        assert_eq!(
-            work(&drain),
-            Poll::Ready(Work::Kill((1006, "write failed")))
-        );
-    }
-}
+mod tests;
