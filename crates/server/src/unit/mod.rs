@@ -144,6 +144,11 @@ pub async fn drive<U, D, C>(
     let mut acks: VecDeque<Ack> = VecDeque::new();
     let mut open = true;
     let mut turns = 0;
+    // One timer for the unit's life, moved only when its deadline moves:
+    // a new one each turn would be put in and taken out of the runtime's
+    // timer wheel on every command.
+    let mut timer = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
+    let mut armed: Option<u64> = None;
     loop {
         // Records first, in the unit's order: nothing they hold back is
         // carried out before they are queued. A full store queue holds
@@ -186,7 +191,11 @@ pub async fn drive<U, D, C>(
         if !open && acks.is_empty() {
             return;
         }
-        let timer = due.map(|at| Duration::from_millis(at.saturating_sub(now)));
+        if let Some(at) = due.filter(|at| armed != Some(*at)) {
+            let wait = Duration::from_millis(at.saturating_sub(now));
+            timer.as_mut().reset(tokio::time::Instant::now() + wait);
+            armed = Some(at);
+        }
         tokio::select! {
             biased;
             durable = async { acks.front_mut().expect("not empty").1.as_mut().await },
@@ -214,17 +223,13 @@ pub async fn drive<U, D, C>(
                 // The senders are gone; the answers still come.
                 None => open = false,
             },
-            () = sleep(timer) => unit.handle_timeout(clock.now_ms()),
+            // The clock may be a manual one in tests: a command then moves
+            // the unit, and this only bounds the wait.
+            () = timer.as_mut(), if due.is_some() => {
+                armed = None;
+                unit.handle_timeout(clock.now_ms());
+            }
         }
-    }
-}
-
-/// Sleeps for `d`, or forever without one. The clock may be a manual one
-/// in tests: a command then moves the unit, and this only bounds the wait.
-async fn sleep(d: Option<Duration>) {
-    match d {
-        Some(d) => tokio::time::sleep(d).await,
-        None => std::future::pending().await,
     }
 }
 

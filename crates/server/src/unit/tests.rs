@@ -369,3 +369,78 @@ async fn queued_commands_join_one_write_under_the_key_the_unit_names() {
         ]
     );
 }
+
+/// A unit whose deadline is its last command (ms on its clock); records
+/// when, on the runtime's clock, its timer came.
+struct Timed {
+    due: Option<u64>,
+    fired: Vec<std::time::Duration>,
+    start: tokio::time::Instant,
+}
+
+impl Unit for Timed {
+    type Command = u64;
+    type Output = ();
+    type Record = Rec;
+    fn handle(&mut self, at: u64, _now: u64) {
+        self.due = Some(at);
+    }
+    fn poll_output(&mut self) -> Option<()> {
+        None
+    }
+    fn poll_timeout(&self) -> Option<u64> {
+        self.due
+    }
+    fn handle_timeout(&mut self, _now: u64) {
+        self.due = None;
+        self.fired.push(self.start.elapsed());
+    }
+    fn poll_write(&mut self) -> Option<Write<Rec>> {
+        None
+    }
+    fn ack(&mut self, _id: u64, _durable: bool, _now: u64) {}
+}
+
+impl Deliver<Timed> for () {
+    fn deliver(&mut self, _: &Timed, _: ()) -> ControlFlow<()> {
+        ControlFlow::Continue(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_timer_follows_a_deadline_that_moves_and_fires_once_at_it() {
+    let writer = StoreWriter::start(
+        Arc::new(Refuses4) as Arc<dyn UnitStore<Rec>>,
+        StoreProtocol::Relay,
+        Arc::new(StoreMetrics::default()),
+    );
+    // The unit's clock stands still: only the runtime's time passes.
+    let clock = ManualClock::new(0);
+    let (tx, mut rx) = mpsc::channel::<u64>(8);
+    let start = tokio::time::Instant::now();
+    let mut unit = Timed {
+        due: None,
+        fired: Vec::new(),
+        start,
+    };
+    let store = Store {
+        writer: &writer,
+        key: "timed",
+        clock: &clock,
+    };
+    let steps = async {
+        tx.send(500).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Moved earlier while armed for 500 ms: it comes at 100.
+        tx.send(100).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Set again after it fired: it comes again, 50 ms later.
+        tx.send(50).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        drop(tx);
+    };
+    let mut to = ();
+    tokio::join!(drive(&mut unit, &mut to, &mut rx, store), steps);
+    let ms: Vec<u128> = unit.fired.iter().map(|d| d.as_millis()).collect();
+    assert_eq!(ms, vec![110, 360]);
+}
