@@ -165,7 +165,10 @@ impl Deliver<Hosted> for Devices {
     fn deliver(&mut self, hosted: &Hosted, out: Out) -> ControlFlow<()> {
         match out {
             Out::Attached(instance, out, done) => {
-                self.outs.insert(instance, out);
+                // What was held for a socket this one replaces still leaves.
+                if let Some(old) = self.outs.insert(instance, out) {
+                    old.release();
+                }
                 let _ = done.send(Ok(()));
             }
             Out::Frame(instance, text) => self.frame(instance, text),
