@@ -142,6 +142,9 @@ pub struct GguiMetrics {
     pub connections: AtomicU64,
     pub sessions: AtomicU64,
     pub long_polls: AtomicU64,
+    /// Bytes of request bodies the agent API is reading now (at most
+    /// `API_BODY_BUDGET_BYTES`).
+    pub api_body_bytes: AtomicU64,
     pub frames_in: AtomicU64,
     pub frames_out: AtomicU64,
     pub slow_consumers_closed: AtomicU64,
@@ -168,6 +171,12 @@ impl Render for GguiMetrics {
             "hostwire_ggui_long_polls",
             "Agent long polls waiting for actions.",
             self.long_polls.load(Relaxed) as i64,
+        );
+        write_gauge(
+            out,
+            "hostwire_ggui_api_body_bytes",
+            "Bytes of request bodies the agent API is reading (bound: API_BODY_BUDGET_BYTES).",
+            self.api_body_bytes.load(Relaxed) as i64,
         );
         write_counter(
             out,

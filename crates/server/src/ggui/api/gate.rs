@@ -3,7 +3,7 @@
 //! at once.
 
 use super::{error, API_BODY_BUDGET_BYTES, API_BODY_LIMIT};
-use crate::ggui::Ggui;
+use crate::ggui::{Ggui, GguiMetrics};
 use crate::http::{same_secret, Presented, Refused};
 use axum::extract::{Request, State};
 use axum::http::header::{CONTENT_LENGTH, RETRY_AFTER, TRANSFER_ENCODING};
@@ -68,11 +68,29 @@ pub(super) fn owned(
     }
 }
 
+/// The agent API's budget of request bodies read at once, and its gauge.
+pub(super) struct BodyBudget {
+    pub(super) permits: Semaphore,
+    pub(super) metrics: Arc<GguiMetrics>,
+}
+
+/// A request's share of the budget, counted on the gauge while held
+/// (also when the request is dropped unanswered).
+struct Held<'a>(&'a GguiMetrics, u64);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0
+            .api_body_bytes
+            .fetch_sub(self.1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Holds the request's share of [`API_BODY_BUDGET_BYTES`] from before its
 /// body is read until it is answered; refuses it at once when the budget
 /// is spent (503) or its declared body is over [`API_BODY_LIMIT`] (413).
 pub(super) async fn body_budget(
-    State(budget): State<Arc<Semaphore>>,
+    State(budget): State<Arc<BodyBudget>>,
     req: Request,
     next: Next,
 ) -> Response {
@@ -97,7 +115,7 @@ pub(super) async fn body_budget(
         return next.run(req).await;
     }
     // `charge` is at most API_BODY_LIMIT, which fits in u32.
-    let Ok(_held) = budget.try_acquire_many_owned(charge as u32) else {
+    let Ok(_permits) = budget.permits.try_acquire_many(charge as u32) else {
         let mut r = error(
             StatusCode::SERVICE_UNAVAILABLE,
             codes::RATE_LIMITED,
@@ -109,5 +127,9 @@ pub(super) async fn body_budget(
             .insert(RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
         return r;
     };
+    let m = &*budget.metrics;
+    m.api_body_bytes
+        .fetch_add(charge as u64, std::sync::atomic::Ordering::Relaxed);
+    let _counted = Held(m, charge as u64);
     next.run(req).await
 }

@@ -16,7 +16,7 @@ pub use ui_tokens::{UiTokens, MAX_UI_TOKENS_PER_SESSION};
 
 use actions::{consume_actions, drain_actions};
 use emit::{emit, push_props};
-use gate::{body_budget, require_app};
+use gate::{body_budget, require_app, BodyBudget};
 use sessions::{create_session, read_session, set_version};
 use ui_tokens::mint_ui_token;
 
@@ -64,7 +64,10 @@ pub fn router(ggui: Arc<Ggui>) -> Router {
             super::leased::find_session,
         ))
         .route_layer(from_fn_with_state(
-            Arc::new(Semaphore::new(API_BODY_BUDGET_BYTES)),
+            Arc::new(BodyBudget {
+                permits: Semaphore::new(API_BODY_BUDGET_BYTES),
+                metrics: Arc::clone(&ggui.metrics),
+            }),
             body_budget,
         ))
         .route_layer(from_fn_with_state(Arc::clone(&ggui), require_app))
