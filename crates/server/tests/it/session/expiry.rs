@@ -89,7 +89,11 @@ async fn a_session_stopped_by_a_restart_expires_when_nobody_uses_it() {
     // Its host reads the other: it comes back, in its lobby.
     assert_eq!(api.status(&used, &used_token).await["phase"], "lobby");
     h.clock.advance_ms(1);
-    assert_eq!(server.sessions.expire_stopped().await, 1);
+    // Removed now, by this sweep or by the server's own (its first tick
+    // runs at start and can come this late on a loaded machine): what is
+    // checked is that it is gone.
+    let swept = server.sessions.expire_stopped().await;
+    assert!(swept <= 1, "{swept}");
     let (s, v) = api
         .request(
             "GET",
