@@ -6,6 +6,7 @@
 
 use crate::support::ggui::*;
 use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
 
 /// A second connection to the server's database file.
 fn db(path: &std::path::Path) -> rusqlite::Connection {
@@ -217,14 +218,21 @@ async fn a_replay_of_changes_the_store_refused_closes_the_subscriber() {
         )
         .unwrap();
     // Validated off the actor (past the inline budget); the two frames
-    // after it wait for it in the channel.
+    // after it wait for it in the channel. The three leave in one write,
+    // so that the two are queued before the first one's write is refused
+    // even when this test's task runs late.
     let big = "x".repeat(64 * 1024);
-    c.send(action("f1", "pick", json!({"id": big}), "big"))
-        .await;
-    c.send(action("f1", "pick", json!({"id": "small"}), "small"))
-        .await;
-    c.send(json!({"type": "subscribe", "requestId": "again", "payload": {"sessionId": "f1", "fromSeq": 0, "sinceSequence": 0}}))
-        .await;
+    let frames = [
+        action("f1", "pick", json!({"id": big}), "big"),
+        action("f1", "pick", json!({"id": "small"}), "small"),
+        json!({"type": "subscribe", "requestId": "again", "payload": {"sessionId": "f1", "fromSeq": 0, "sinceSequence": 0}}),
+    ];
+    for f in frames {
+        futures_util::SinkExt::feed(&mut c.ws, Message::Text(f.to_string().into()))
+            .await
+            .unwrap();
+    }
+    futures_util::SinkExt::flush(&mut c.ws).await.unwrap();
     for id in ["big", "small"] {
         let e = c.expect_error("APPEND_FAILED").await;
         assert_eq!(e["requestId"], id, "{e}");
