@@ -7,6 +7,17 @@ use hostwire_core::ManualClock;
 use hostwire_store::{StoreError, UnitResults, UnitStore};
 use std::sync::Arc;
 
+/// A store writer over `store`, as a protocol's is started.
+fn writer_on<R: StoreWrite + Send + Sync + 'static>(
+    store: Arc<dyn UnitStore<R>>,
+) -> StoreWriter<R> {
+    StoreWriter::start(
+        store,
+        StoreProtocol::Relay,
+        Arc::new(StoreMetrics::default()),
+    )
+}
+
 #[derive(Debug)]
 struct Rec(u32);
 
@@ -98,11 +109,7 @@ impl Deliver<Toy> for Told {
 #[tokio::test]
 async fn commands_already_queued_are_handled_before_held_frames_leave_and_at_most_a_bound_of_them()
 {
-    let writer = StoreWriter::start(
-        Arc::new(Refuses4) as Arc<dyn UnitStore<Rec>>,
-        StoreProtocol::Relay,
-        Arc::new(StoreMetrics::default()),
-    );
+    let writer = writer_on(Arc::new(Refuses4));
     let clock = ManualClock::new(1_000);
     let n = RELEASE_AFTER_TURNS as u32 + 8;
     let (tx, mut rx) = mpsc::channel::<u32>(n as usize);
@@ -132,11 +139,7 @@ async fn commands_already_queued_are_handled_before_held_frames_leave_and_at_mos
 
 #[tokio::test]
 async fn outputs_wait_for_their_acknowledgement_and_commands_behind_them_wait_in_the_queue() {
-    let writer = StoreWriter::start(
-        Arc::new(Refuses4) as Arc<dyn UnitStore<Rec>>,
-        StoreProtocol::Relay,
-        Arc::new(StoreMetrics::default()),
-    );
+    let writer = writer_on(Arc::new(Refuses4));
     let clock = ManualClock::new(1_000);
     let (tx, mut rx) = mpsc::channel::<u32>(8);
     for n in [1, 2, 3, 4, 5, 9] {
@@ -243,11 +246,7 @@ impl Deliver<Eager> for Opens {
 #[tokio::test]
 async fn a_unit_that_does_not_wait_for_the_store_has_a_write_refused_at_once_on_a_full_queue() {
     let gate = Arc::new(Gate::default());
-    let writer = StoreWriter::start(
-        Arc::clone(&gate) as Arc<dyn UnitStore<Big>>,
-        StoreProtocol::Relay,
-        Arc::new(StoreMetrics::default()),
-    );
+    let writer = writer_on(Arc::clone(&gate) as Arc<dyn UnitStore<Big>>);
     let clock = ManualClock::new(1_000);
     let (tx, mut rx) = mpsc::channel::<u64>(8);
     tx.send(1).await.unwrap();
@@ -342,11 +341,7 @@ impl Deliver<Grouped> for Told {
 #[tokio::test]
 async fn queued_commands_join_one_write_under_the_key_the_unit_names() {
     let keys = Arc::new(Keys::default());
-    let writer = StoreWriter::start(
-        Arc::clone(&keys) as Arc<dyn UnitStore<Rec>>,
-        StoreProtocol::Relay,
-        Arc::new(StoreMetrics::default()),
-    );
+    let writer = writer_on(Arc::clone(&keys) as Arc<dyn UnitStore<Rec>>);
     let clock = ManualClock::new(1_000);
     let (tx, mut rx) = mpsc::channel::<u32>(8);
     for n in [1, 2, 3, 4, 5] {
@@ -409,11 +404,7 @@ impl Deliver<Timed> for () {
 
 #[tokio::test(start_paused = true)]
 async fn the_timer_follows_a_deadline_that_moves_and_fires_once_at_it() {
-    let writer = StoreWriter::start(
-        Arc::new(Refuses4) as Arc<dyn UnitStore<Rec>>,
-        StoreProtocol::Relay,
-        Arc::new(StoreMetrics::default()),
-    );
+    let writer = writer_on(Arc::new(Refuses4));
     // The unit's clock stands still: only the runtime's time passes.
     let clock = ManualClock::new(0);
     let (tx, mut rx) = mpsc::channel::<u64>(8);

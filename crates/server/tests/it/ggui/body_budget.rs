@@ -9,29 +9,34 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-/// A request that declares a body of `API_BODY_LIMIT` bytes and sends
-/// only its first bytes: held open, as a slow or hostile agent does.
-async fn held_request(http: &str, i: usize) -> TcpStream {
+/// A connection that has sent `request_line`, the app's credential,
+/// `content_length` and `body_start` (the rest of the body never comes).
+async fn sent_head(
+    http: &str,
+    request_line: &str,
+    content_length: usize,
+    body_start: &str,
+) -> TcpStream {
     let addr = http.trim_start_matches("http://");
     let mut s = TcpStream::connect(addr).await.unwrap();
     let head = format!(
-        "PUT /ggui/sessions/held{i} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {API_BODY_LIMIT}\r\n\r\n{{\"appId\": \"",
+        "{request_line}\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {content_length}\r\n\r\n{body_start}",
         app_credential("conformance")
     );
     s.write_all(head.as_bytes()).await.unwrap();
     s
 }
 
-/// What the server answers to a request head (with the app's
-/// credential) whose body is never sent.
-async fn answer_to_head(http: &str, first_lines: &str) -> String {
-    let addr = http.trim_start_matches("http://");
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "{first_lines}\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\n\r\n",
-        app_credential("conformance")
-    );
-    s.write_all(head.as_bytes()).await.unwrap();
+/// A request that declares a body of `API_BODY_LIMIT` bytes and sends
+/// only its first bytes: held open, as a slow or hostile agent does.
+async fn held_request(http: &str, i: usize) -> TcpStream {
+    let line = format!("PUT /ggui/sessions/held{i} HTTP/1.1");
+    sent_head(http, &line, API_BODY_LIMIT, "{\"appId\": \"").await
+}
+
+/// What the server answers to a request head whose body is never sent.
+async fn answer_to_head(http: &str, request_line: &str, content_length: usize) -> String {
+    let mut s = sent_head(http, request_line, content_length, "").await;
     let mut answer = Vec::new();
     let read = tokio::io::AsyncReadExt::read_to_end(&mut s, &mut answer);
     // The server closes after its answer; the guard bounds a server that
@@ -74,10 +79,8 @@ async fn bodies_past_the_budget_are_refused_503_before_they_are_read() {
     // find the connection closed under it: the server does not read it.)
     let answer = answer_to_head(
         &s.http,
-        &format!(
-            "POST /ggui/sessions/extra/emit HTTP/1.1\r\nContent-Length: {}",
-            API_BODY_LIMIT + 1
-        ),
+        "POST /ggui/sessions/extra/emit HTTP/1.1",
+        API_BODY_LIMIT + 1,
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
