@@ -1,7 +1,7 @@
 //! The command line of hostwire-bench (Linux only: see main.rs).
 
 use anyhow::Result;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use hostwire_bench::load::{self, Classroom, RunResult, Spread, Target, Watch};
 use hostwire_bench::{
     failover, floor, forwarder, p3match, procstat, report, report_cluster, sessions,
@@ -271,9 +271,14 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: String,
         /// Drive each socket from one task over the unsplit socket, not a
-        /// reader task and a writer task over its halves.
+        /// reader task and a writer task over its halves (tungstenite: the
+        /// other crates always run one task per connection).
         #[arg(long)]
         one_task: bool,
+        /// The WebSocket crate: axum's tungstenite, tokio-websockets or
+        /// fastwebsockets (the same routes, HTTP side and room logic).
+        #[arg(long, value_enum, default_value = "tungstenite")]
+        ws: forwarder::WsCrate,
     },
     /// The kernel's floor: write frames to loopback TCP sockets and nothing
     /// else (no WebSocket, no JSON), one thread on the server's core.
@@ -450,13 +455,23 @@ fn table(title: &str, r: &RunResult) {
 pub fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Forwarder { listen, one_task } => runtime().block_on(async move {
+        Command::Forwarder {
+            listen,
+            one_task,
+            ws,
+        } => runtime().block_on(async move {
             let l = tokio::net::TcpListener::bind(&listen).await?;
-            println!("bare forwarder listening on http://{}", l.local_addr()?);
+            println!(
+                "bare forwarder listening on http://{} ({})",
+                l.local_addr()?,
+                ws.to_possible_value().expect("a named crate").get_name()
+            );
+            // Every accepted socket, whatever the crate: each variant is
+            // served by axum and upgraded from the same TCP stream.
             let l = axum::serve::ListenerExt::tap_io(l, |tcp: &mut tokio::net::TcpStream| {
                 let _ = tcp.set_nodelay(true);
             });
-            axum::serve(l, forwarder::router_with(one_task)).await?;
+            axum::serve(l, forwarder::router_for(ws, one_task)).await?;
             Ok(())
         }),
         Command::Classroom {

@@ -5,13 +5,21 @@
 //! each other: a reader task and a writer task (that batches) over the
 //! split socket, or one task over the unsplit socket that selects between
 //! its next frame and its outbound queue (`--one-task`).
+//!
+//! The same forwarder also runs over two other WebSocket crates
+//! (`--ws tokio-websockets|fastwebsockets`), to measure the crates against
+//! each other: the same axum routes and HTTP side (hyper 1 underneath, its
+//! upgrade handing over the socket), the same room logic ([`on_text`]),
+//! and one task per connection in the shape of `--one-task`.
 
 use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
-use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, MethodRouter};
 use axum::{Json, Router};
 use futures_util::{SinkExt, StreamExt};
+use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -20,19 +28,55 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
-type Tx = mpsc::UnboundedSender<Utf8Bytes>;
-
-#[derive(Default)]
-struct RoomConns {
-    host: Option<Tx>,
-    players: HashMap<String, Tx>,
+/// The WebSocket crate the forwarder runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum WsCrate {
+    /// axum's WebSocket (tokio-tungstenite): a reader and a writer task, or
+    /// one task with `--one-task`.
+    #[default]
+    Tungstenite,
+    /// tokio-websockets, one task per connection.
+    TokioWebsockets,
+    /// fastwebsockets, one task per connection.
+    Fastwebsockets,
 }
 
-#[derive(Default)]
-struct Forwarder {
-    rooms: Mutex<HashMap<String, Arc<Mutex<RoomConns>>>>,
+/// A frame queued for a connection, in the type its crate writes without
+/// another copy: axum's `Utf8Bytes`, tokio-websockets' `Payload`, or the
+/// `Vec<u8>` of a fastwebsockets `Payload::Owned`.
+pub trait Outbound: From<String> + From<&'static str> + Send + 'static {}
+impl<T: From<String> + From<&'static str> + Send + 'static> Outbound for T {}
+
+type Tx<M> = mpsc::UnboundedSender<M>;
+
+struct RoomConns<M> {
+    host: Option<Tx<M>>,
+    players: HashMap<String, Tx<M>>,
+}
+
+impl<M> Default for RoomConns<M> {
+    fn default() -> Self {
+        RoomConns {
+            host: None,
+            players: HashMap::new(),
+        }
+    }
+}
+
+struct Forwarder<M> {
+    rooms: Mutex<HashMap<String, Arc<Mutex<RoomConns<M>>>>>,
     next: AtomicU64,
     one_task: bool,
+}
+
+impl<M> Forwarder<M> {
+    fn new(one_task: bool) -> Self {
+        Forwarder {
+            rooms: Mutex::default(),
+            next: AtomicU64::new(0),
+            one_task,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -52,16 +96,33 @@ pub fn router() -> Router {
 
 /// The forwarder, its sockets each driven by one task when `one_task`.
 pub fn router_with(one_task: bool) -> Router {
-    Router::new()
-        .route("/api/rooms", post(create))
-        .route("/ws", get(upgrade))
-        .with_state(Arc::new(Forwarder {
-            one_task,
-            ..Forwarder::default()
-        }))
+    router_for(WsCrate::Tungstenite, one_task)
 }
 
-async fn create(State(f): State<Arc<Forwarder>>) -> impl IntoResponse {
+/// The forwarder over `ws`; `one_task` chooses for tungstenite only (the
+/// other crates always drive a socket from one task).
+pub fn router_for(ws: WsCrate, one_task: bool) -> Router {
+    match ws {
+        WsCrate::Tungstenite => routes(get(upgrade), Forwarder::<Utf8Bytes>::new(one_task)),
+        WsCrate::TokioWebsockets => routes(
+            get(upgrade_tokio_websockets),
+            Forwarder::<tokio_websockets::Payload>::new(true),
+        ),
+        WsCrate::Fastwebsockets => {
+            routes(get(upgrade_fastwebsockets), Forwarder::<Vec<u8>>::new(true))
+        }
+    }
+}
+
+/// The same HTTP side for every crate: rooms, and `/ws` upgraded by `ws`.
+fn routes<M: Outbound>(ws: MethodRouter<Arc<Forwarder<M>>>, f: Forwarder<M>) -> Router {
+    Router::new()
+        .route("/api/rooms", post(create::<M>))
+        .route("/ws", ws)
+        .with_state(Arc::new(f))
+}
+
+async fn create<M: Outbound>(State(f): State<Arc<Forwarder<M>>>) -> impl IntoResponse {
     let pin = format!("{:06}", 100_000 + f.next.fetch_add(1, Relaxed) % 900_000);
     f.rooms.lock().unwrap().insert(pin.clone(), Arc::default());
     (
@@ -70,7 +131,14 @@ async fn create(State(f): State<Arc<Forwarder>>) -> impl IntoResponse {
     )
 }
 
-async fn upgrade(State(f): State<Arc<Forwarder>>, ws: WebSocketUpgrade) -> impl IntoResponse {
+async fn upgrade(
+    State(f): State<Arc<Forwarder<Utf8Bytes>>>,
+    ws: WebSocketUpgrade,
+) -> impl IntoResponse {
+    // Per idle connection, tungstenite holds a read buffer of the size set
+    // here (1 KiB, allocated up front) and a write buffer, a `Vec` that
+    // starts empty and grows as frames are fed (written out once it holds
+    // 16 KiB, or on flush), keeping its capacity.
     ws.read_buffer_size(1024)
         .write_buffer_size(16 * 1024)
         .on_upgrade(move |s| async move {
@@ -83,15 +151,32 @@ async fn upgrade(State(f): State<Arc<Forwarder>>, ws: WebSocketUpgrade) -> impl 
 }
 
 /// What a connection is attached to.
-#[derive(Default)]
-struct Attached {
-    room: Option<Arc<Mutex<RoomConns>>>,
+struct Attached<M> {
+    room: Option<Arc<Mutex<RoomConns<M>>>>,
     me: String,
+}
+
+impl<M> Default for Attached<M> {
+    fn default() -> Self {
+        Attached {
+            room: None,
+            me: String::new(),
+        }
+    }
+}
+
+impl<M> Attached<M> {
+    /// The connection is gone: out of its room's players.
+    fn leave(self) {
+        if let Some(r) = self.room {
+            r.lock().unwrap().players.remove(&self.me);
+        }
+    }
 }
 
 /// One task for the connection: the socket is not split, and frames for it
 /// are written by the task that reads it, between reads.
-async fn conn_one_task(f: Arc<Forwarder>, mut socket: WebSocket) {
+async fn conn_one_task(f: Arc<Forwarder<Utf8Bytes>>, mut socket: WebSocket) {
     // Unbounded, as in `conn`: the bare forwarder is the benchmark's floor
     // (no limits), driven only by the load generator, which reads.
     let (tx, mut rx) = mpsc::unbounded_channel::<Utf8Bytes>();
@@ -118,12 +203,10 @@ async fn conn_one_task(f: Arc<Forwarder>, mut socket: WebSocket) {
             }
         }
     }
-    if let Some(r) = at.room {
-        r.lock().unwrap().players.remove(&at.me);
-    }
+    at.leave();
 }
 
-async fn conn(f: Arc<Forwarder>, socket: WebSocket) {
+async fn conn(f: Arc<Forwarder<Utf8Bytes>>, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
     // Unbounded: the bare forwarder is the benchmark's floor, with no
     // limits, driven only by the load generator, which reads.
@@ -148,15 +231,217 @@ async fn conn(f: Arc<Forwarder>, socket: WebSocket) {
         let Message::Text(text) = msg else { continue };
         on_text(&f, &tx, &mut at, &text);
     }
-    if let Some(r) = at.room {
-        r.lock().unwrap().players.remove(&at.me);
-    }
+    at.leave();
     drop(tx);
     let _ = writer.await;
 }
 
-/// One text frame from a connection: what the forwarder does with it.
-fn on_text(f: &Forwarder, tx: &Tx, at: &mut Attached, text: &str) {
+/// The `Sec-WebSocket-Accept` of an upgrade request, if it is one (a GET,
+/// by the route): `Upgrade: websocket`, version 13 and a key.
+fn accept_key(headers: &HeaderMap) -> Option<HeaderValue> {
+    let has = |name, value: &str| {
+        headers.get_all(name).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(value)))
+        })
+    };
+    if !has(header::UPGRADE, "websocket")
+        || !has(header::CONNECTION, "upgrade")
+        || headers.get(header::SEC_WEBSOCKET_VERSION)? != "13"
+    {
+        return None;
+    }
+    let key = headers.get(header::SEC_WEBSOCKET_KEY)?;
+    // The SHA-1 and base64 of RFC 6455 4.2.2, from tungstenite: the
+    // tokio-websockets server keeps its own handshake private (it parses
+    // HTTP itself in `accept`), and here hyper has parsed it.
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    HeaderValue::try_from(accept).ok()
+}
+
+/// tokio-websockets over hyper's upgrade: axum answers 101 and the crate
+/// takes the upgraded socket over (`ServerBuilder::serve`).
+async fn upgrade_tokio_websockets(
+    State(f): State<Arc<Forwarder<tokio_websockets::Payload>>>,
+    mut req: Request,
+) -> Response {
+    let Some(accept) = accept_key(req.headers()) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        let Ok(upgraded) = on_upgrade.await else {
+            return;
+        };
+        // Per idle connection, the crate holds: a read buffer of 8 KiB
+        // (tokio-util's `FramedRead` default, allocated up front; the crate
+        // has no setting for it), no write buffer (outgoing frames are
+        // queued as their header and a reference to the payload, written
+        // with writev once `flush_threshold` bytes are queued or on flush;
+        // the queue is a `VecDeque` of capacity 1), and an empty buffer for
+        // fragmented messages. The flush threshold is tungstenite's write
+        // buffer size (16 KiB): how much goes out in one write either way.
+        let config = tokio_websockets::Config::default().flush_threshold(16 * 1024);
+        let ws = tokio_websockets::ServerBuilder::new()
+            .config(config)
+            .serve(TokioIo::new(upgraded));
+        conn_tokio_websockets(f, ws).await;
+    });
+    (
+        StatusCode::SWITCHING_PROTOCOLS,
+        [
+            (header::UPGRADE, HeaderValue::from_static("websocket")),
+            (header::CONNECTION, HeaderValue::from_static("upgrade")),
+            (header::SEC_WEBSOCKET_ACCEPT, accept),
+        ],
+    )
+        .into_response()
+}
+
+/// One task for a tokio-websockets connection, as `conn_one_task`: its
+/// `Stream::next` is cancel-safe (a frame read in part stays in the
+/// crate's buffer), so the select can drop it for a write.
+async fn conn_tokio_websockets<S>(
+    f: Arc<Forwarder<tokio_websockets::Payload>>,
+    mut socket: tokio_websockets::WebSocketStream<S>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio_websockets::Message;
+    // Unbounded, as in `conn`.
+    let (tx, mut rx) = mpsc::unbounded_channel::<tokio_websockets::Payload>();
+    let mut at = Attached::default();
+    loop {
+        tokio::select! {
+            Some(m) = rx.recv() => {
+                let mut ok = socket.feed(Message::text(m)).await.is_ok();
+                while ok {
+                    match rx.try_recv() {
+                        Ok(m) => ok = socket.feed(Message::text(m)).await.is_ok(),
+                        Err(_) => break,
+                    }
+                }
+                if !ok || socket.flush().await.is_err() {
+                    break;
+                }
+            }
+            msg = socket.next() => {
+                // Pings are answered and closes acknowledged by the crate.
+                let Some(Ok(msg)) = msg else { break };
+                if let Some(text) = msg.as_text() {
+                    on_text(&f, &tx, &mut at, text);
+                }
+            }
+        }
+    }
+    at.leave();
+}
+
+/// fastwebsockets over hyper's upgrade (the crate's `upgrade` feature):
+/// axum answers with its 101 and the crate takes the upgraded socket over.
+async fn upgrade_fastwebsockets(
+    State(f): State<Arc<Forwarder<Vec<u8>>>>,
+    mut req: Request,
+) -> Response {
+    let Ok((response, upgrade)) = fastwebsockets::upgrade::upgrade(&mut req) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    tokio::spawn(async move {
+        let Ok(ws) = upgrade.await else {
+            return;
+        };
+        conn_fastwebsockets(f, ws).await;
+    });
+    response.map(axum::body::Body::new)
+}
+
+/// One task for a fastwebsockets connection, in the shape of
+/// `conn_one_task`. The crate's `read_frame` is not cancel-safe (a frame
+/// read in part is lost when its future is dropped: denoland/fastwebsockets
+/// issues 64 and 113), so the socket is split (`tokio::io::split`, the
+/// crate's `unstable-split`) and one read future lives across the writes
+/// it races with, dropped only once it has returned a whole message.
+///
+/// Per idle connection, the crate holds: a read buffer of 8 KiB (allocated
+/// up front; the crate has no setting for it) and a write buffer, a `Vec`
+/// that starts empty and grows to the largest frame written (header and
+/// payload are copied into it and written with one `write_all`; payloads
+/// over 1 KiB go out with writev instead). There is no write buffering
+/// across frames: each frame is one write to the socket, so the flush
+/// after the queue is drained writes nothing more. Beside the crate, the
+/// split adds an `Arc` and a lock around the socket.
+async fn conn_fastwebsockets<S>(f: Arc<Forwarder<Vec<u8>>>, mut ws: fastwebsockets::WebSocket<S>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use fastwebsockets::{Frame, OpCode, Payload, WebSocketError};
+    // Pings and closes come back to this task, which answers them on the
+    // write half: the read half cannot write while a write is in progress.
+    ws.set_auto_pong(false);
+    ws.set_auto_close(false);
+    let (read, mut write) = ws.split(tokio::io::split);
+    // Whole messages, fragments collected.
+    let mut read = fastwebsockets::FragmentCollectorRead::new(read);
+    // With automatic pongs and closes off the read half owes no writes.
+    let mut obligated = |_| std::future::ready(Ok::<(), WebSocketError>(()));
+    // Unbounded, as in `conn`.
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let mut at = Attached::default();
+    'conn: loop {
+        let frame = {
+            let next = read.read_frame(&mut obligated);
+            tokio::pin!(next);
+            loop {
+                tokio::select! {
+                    frame = &mut next => break frame,
+                    Some(m) = rx.recv() => {
+                        let mut ok = write.write_frame(Frame::text(Payload::Owned(m))).await.is_ok();
+                        while ok {
+                            match rx.try_recv() {
+                                Ok(m) => {
+                                    ok = write
+                                        .write_frame(Frame::text(Payload::Owned(m)))
+                                        .await
+                                        .is_ok();
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                        if !ok || write.flush().await.is_err() {
+                            break 'conn;
+                        }
+                    }
+                }
+            }
+        };
+        let Ok(frame) = frame else { break };
+        match frame.opcode {
+            // Validated as UTF-8 by the crate; checked again here, safely.
+            OpCode::Text => {
+                if let Ok(text) = std::str::from_utf8(&frame.payload) {
+                    on_text(&f, &tx, &mut at, text);
+                }
+            }
+            OpCode::Ping => {
+                let pong = write.write_frame(Frame::pong(frame.payload)).await;
+                if pong.is_err() || write.flush().await.is_err() {
+                    break;
+                }
+            }
+            OpCode::Close => {
+                let _ = write.write_frame(Frame::close_raw(frame.payload)).await;
+                let _ = write.flush().await;
+                break;
+            }
+            _ => {}
+        }
+    }
+    at.leave();
+}
+
+/// One text frame from a connection: what the forwarder does with it,
+/// whatever the crate (`M` is the type its connections' queues carry).
+fn on_text<M: Outbound>(f: &Forwarder<M>, tx: &Tx<M>, at: &mut Attached<M>, text: &str) {
     let Ok(frame) = serde_json::from_str::<Frame>(text) else {
         return;
     };
@@ -170,17 +455,17 @@ fn on_text(f: &Forwarder, tx: &Tx, at: &mut Attached, text: &str) {
             };
             if frame.t == "host" {
                 r.lock().unwrap().host = Some(tx.clone());
-                let _ = tx.send(Utf8Bytes::from(r#"{"t":"hosting","players":[]}"#));
+                let _ = tx.send(M::from(r#"{"t":"hosting","players":[]}"#));
             } else {
                 at.me = format!("p-{}", f.next.fetch_add(1, Relaxed));
                 r.lock().unwrap().players.insert(at.me.clone(), tx.clone());
-                let _ = tx.send(Utf8Bytes::from(
+                let _ = tx.send(M::from(
                     json!({"t": "joined", "playerId": at.me, "token": "bare"}).to_string(),
                 ));
                 let presence =
                     json!({"t": "presence", "player": {"id": at.me}, "event": "join"}).to_string();
                 if let Some(h) = &r.lock().unwrap().host {
-                    let _ = h.send(Utf8Bytes::from(presence));
+                    let _ = h.send(M::from(presence));
                 }
             }
             at.room = Some(r);
@@ -192,7 +477,7 @@ fn on_text(f: &Forwarder, tx: &Tx, at: &mut Attached, text: &str) {
                     frame.data.map_or("null", |d| d.get())
                 );
                 if let Some(p) = r.lock().unwrap().players.get(&to) {
-                    let _ = p.send(Utf8Bytes::from(out));
+                    let _ = p.send(M::from(out));
                 }
             }
         }
@@ -204,12 +489,12 @@ fn on_text(f: &Forwarder, tx: &Tx, at: &mut Attached, text: &str) {
                     frame.data.map_or("null", |d| d.get())
                 );
                 if let Some(h) = &r.lock().unwrap().host {
-                    let _ = h.send(Utf8Bytes::from(out));
+                    let _ = h.send(M::from(out));
                 }
             }
         }
         "ping" => {
-            let _ = tx.send(Utf8Bytes::from(r#"{"t":"pong","time":0}"#));
+            let _ = tx.send(M::from(r#"{"t":"pong","time":0}"#));
         }
         _ => {}
     }
