@@ -45,6 +45,9 @@ struct State<T> {
     /// The writer is at work (from handing it work until it says it is
     /// idle): no frame may be written around it.
     busy: bool,
+    /// The socket holds bytes that a write did not get out (or a flush
+    /// is asked for): the writer owes a flush, and nothing is written
+    /// around it until then.
     flush: bool,
     ping: bool,
     close: Option<Close>,
@@ -222,7 +225,7 @@ impl<T, P> Outbound<T, P> {
         if s.frames.is_empty() {
             return;
         }
-        if !s.busy && s.kill.is_none() {
+        if !s.busy && !s.flush && s.kill.is_none() {
             // Under the queue's lock: nothing is queued meanwhile.
             let mut frames = std::mem::take(&mut s.frames);
             let flushed = write_now(&mut frames);
@@ -249,7 +252,10 @@ impl<T, P> Outbound<T, P> {
         if s.kill.is_some() || s.close.is_some() {
             return Err(Refused::Closing);
         }
-        let frame = if s.frames.is_empty() && !s.busy {
+        // Not while a flush is owed: the socket did not take the last
+        // frame whole, and what follows must wait in this queue, where its
+        // bound counts it, not in the socket's own unsent bytes.
+        let frame = if s.frames.is_empty() && !s.busy && !s.flush {
             match write_now(frame) {
                 Direct::Written => return Ok(()),
                 Direct::Unflushed => {

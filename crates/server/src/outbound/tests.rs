@@ -130,9 +130,15 @@ fn only_an_idle_queue_offers_a_frame_for_writing_at_once() {
         .unwrap();
     assert_eq!(drain.next_frame(), Some(33));
     drain.idle();
-    // Half written: the writer is asked to finish it.
+    // Half written: the writer is asked to finish it, and until it has
+    // begun, what follows waits in the queue (where the bound counts it),
+    // not in the socket's own unsent bytes.
     out.push_or_write(4, SLOW, |_| Direct::Unflushed).unwrap();
+    out.push_or_write(44, SLOW, |_| panic!("offered while a flush is owed"))
+        .unwrap();
+    assert_eq!(work(&drain), Poll::Ready(Work::Frame(44)));
     assert_eq!(work(&drain), Poll::Ready(Work::Flush));
+    drain.idle();
     assert_eq!(work(&drain), Poll::Pending);
     // A closing connection takes nothing, not even at once.
     out.close((1000, "bye"));

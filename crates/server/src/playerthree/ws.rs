@@ -58,6 +58,11 @@ fn socket_config(outbound_frames: usize) -> ws::Config {
         outbound_frames,
         outbound_bytes: OUTBOUND_BYTES,
         oversized: (CLOSE_TOO_BIG, "message too big"),
+        // A match writes each view and each released observer frame to
+        // its idle sockets at once, as a relay room does: no wake of 1,000
+        // writers per tick. A socket that stops taking bytes gets the rest
+        // through its queue, whose bound then counts them.
+        direct_write: true,
         ..ws::Config::new(MAX_WS_MESSAGE_BYTES)
     }
 }
