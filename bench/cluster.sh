@@ -17,6 +17,8 @@
 #   CLUSTER_PERF=1   perf record (CLUSTER_PERF_ARGS, default -g) of the three nodes for 4 s of each
 #                    three-node classroom ($OUT/cluster-perf-N.data)
 #   CLUSTER_ONLY=classroom   the classroom runs alone (no failover, no idle)
+#   CLUSTER_ONLY=leases      only the lease upkeep of LEASE_ROOMS idle rooms (default 500) on one node
+#   CLUSTER_BIN=DIR          the hostwire binaries to run (default target/release)
 # Called by bench/run.sh with CLUSTER=1 (after its build), or alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +36,7 @@ ROOMS=10; PLAYERS=20
 if [ "$QUICK" = 1 ]; then DUR=5; WARM=2; IDLE=900; REPEAT=1; else DUR=20; WARM=5; IDLE=3000; REPEAT=3; fi
 REPEAT=${CLUSTER_REPEAT:-$REPEAT}
 ORIGIN=http://localhost:5180
-BIN=target/release
+BIN=${CLUSTER_BIN:-target/release}
 if [ "${CLUSTER_BUILD:-1}" = 1 ]; then
   cargo build --release -p hostwire -p hostwire-bench
 fi
@@ -145,6 +147,29 @@ three_nodes() {
   start_node 2 "$1" nats; C=$NODE
   until_peers
 }
+
+# Lease upkeep: LEASE_ROOMS rooms (default 500) created on one node and
+# nobody connected; the CPU the node and PostgreSQL (its postmaster and
+# every backend) spend in 10 s, which is the renewals' and little else.
+if [ "${CLUSTER_ONLY:-}" = leases ]; then
+  LEASE_ROOMS=${LEASE_ROOMS:-500}
+  echo "== cluster: lease upkeep, $LEASE_ROOMS rooms on one node, leases of $LEASE_TTL"
+  one_node bench_leases
+  for _ in $(seq "$LEASE_ROOMS"); do
+    curl -sf -X POST -H "Origin: $ORIGIN" "$(url_of 0)/api/rooms" >/dev/null || { echo "a room was refused" >&2; exit 1; }
+  done
+  PG_MAIN=$(head -1 "$WORK/pg/postmaster.pid")
+  ticks() { for p in "$@"; do awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null; done | awk '{s += $1} END {print s + 0}'; }
+  pg_ticks() { ticks "$PG_MAIN" $(pgrep -P "$PG_MAIN"); }
+  sleep 3
+  n0=$(ticks "$A"); p0=$(pg_ticks); renewed0=$(curl -sf "$(url_of 0)/metrics" | awk '/^hostwire_cluster_leases_renewed_total/ {print $2}')
+  sleep 10
+  n1=$(ticks "$A"); p1=$(pg_ticks); renewed1=$(curl -sf "$(url_of 0)/metrics" | awk '/^hostwire_cluster_leases_renewed_total/ {print $2}')
+  lost=$(curl -sf "$(url_of 0)/metrics" | awk '/^hostwire_cluster_leases_lost_total/ {print $2}')
+  hz=$(getconf CLK_TCK)
+  echo "node CPU $(( (n1 - n0) * 1000 / hz / 10 )) ms a second; PostgreSQL CPU $(( (p1 - p0) * 1000 / hz / 10 )) ms a second; $(( (renewed1 - renewed0) / 10 )) renewals a second; leases lost: $lost"
+  exit 0
+fi
 
 for i in $(seq $REPEAT); do
   echo "== cluster: classroom, one node, run $i of $REPEAT"

@@ -104,6 +104,14 @@ pub enum Acquired {
     Held(LeaseHeld),
 }
 
+/// A lease a node believes it holds, as [`LeaseStore::renew_all`] takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRef {
+    pub kind: UnitKind,
+    pub key: String,
+    pub generation: u64,
+}
+
 /// A row of the lease table, as listed by [`LeaseStore::owned_by`] and
 /// [`LeaseStore::expired`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,18 +140,20 @@ pub trait LeaseStore: Send + Sync + 'static {
         ttl: Duration,
     ) -> Result<Acquired, crate::StoreError>;
 
-    /// Extends the lease `node` holds at `generation` to `ttl` from now
-    /// (an expired lease nobody took over is extended too: no one else
-    /// wrote). [`StoreError::Fenced`](crate::StoreError::Fenced) when the
-    /// unit was taken over or released.
-    fn renew(
+    /// Extends each lease `node` holds in `held` (a unit's kind, key and
+    /// generation) to `ttl` from now, in one statement for the lot (a node
+    /// may own thousands of units; a round trip each would cost a
+    /// database call per unit per pass). An expired lease nobody took over
+    /// is extended too: no one else wrote. One answer per lease, in
+    /// order: renewed, or [`StoreError::Fenced`](crate::StoreError::Fenced)
+    /// when the unit was taken over or released. `Err` when the database
+    /// could not be asked at all (nothing is known of any lease).
+    fn renew_all(
         &self,
-        kind: UnitKind,
-        key: &str,
         node: &str,
-        generation: u64,
+        held: &[LeaseRef],
         ttl: Duration,
-    ) -> Result<Lease, crate::StoreError>;
+    ) -> Result<Vec<Result<Lease, crate::StoreError>>, crate::StoreError>;
 
     /// Lets the unit go: writes fenced with `generation` are refused from
     /// now on, and the next acquire takes it at once. The row stays (its

@@ -12,7 +12,7 @@
 
 use crate::metrics::{write_counter, write_gauge, Render};
 use crate::store_writer::Fence;
-use hostwire_store::lease::{Acquired, LeaseHeld, LeaseStore, UnitKind};
+use hostwire_store::lease::{Acquired, LeaseHeld, LeaseRef, LeaseStore, UnitKind};
 use hostwire_store::StoreError;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -37,10 +37,14 @@ pub const MIN_LEASE_TTL: Duration = Duration::from_millis(300);
 /// still leaves it two thirds.
 pub const RENEWALS_PER_TTL: u32 = 3;
 
-/// The most leases renewed in one pass (one database round trip each): a
-/// pass must end well within a third of the lease. The oldest renewals go
-/// first; the rest wait for the next pass.
-pub const MAX_RENEWALS_PER_PASS: usize = 4096;
+/// The most leases renewed in one pass: a pass must end well within a
+/// third of the lease. The oldest renewals go first; the rest wait for the
+/// next pass.
+pub const MAX_RENEWALS_PER_PASS: usize = 65_536;
+
+/// Leases renewed in one statement (one round trip): a pass over 1,000
+/// units is one call, not 1,000 (see docs/BENCHMARKS.md, "Cluster").
+pub const RENEWALS_PER_CALL: usize = 1024;
 
 /// The most expired units one pass takes over nobody asked for (restoring
 /// one reads it from the database); the rest wait for the next pass.
@@ -357,41 +361,74 @@ impl Leases {
     }
 
     /// One renewal pass: every lease renewed a sixth of its length ago or
-    /// more, oldest first, at most [`MAX_RENEWALS_PER_PASS`].
+    /// more, oldest first, at most [`MAX_RENEWALS_PER_PASS`], in
+    /// statements of [`RENEWALS_PER_CALL`] (one database round trip each,
+    /// however many units the node owns).
     pub async fn renew_due(&self) {
         let due_after = self.ttl / (2 * RENEWALS_PER_TTL);
-        let mut due: Vec<((UnitKind, String), Held)> = {
+        let mut due: Vec<(Instant, LeaseRef)> = {
             let held = self.held.lock().expect("leases");
             held.iter()
                 .filter(|(_, h)| h.renewed.elapsed() >= due_after)
-                .map(|(k, h)| (k.clone(), *h))
+                .map(|((kind, key), h)| {
+                    let lease = LeaseRef {
+                        kind: *kind,
+                        key: key.clone(),
+                        generation: h.generation,
+                    };
+                    (h.renewed, lease)
+                })
                 .collect()
         };
-        due.sort_by_key(|(_, h)| h.renewed);
+        due.sort_by_key(|(renewed, _)| *renewed);
         due.truncate(MAX_RENEWALS_PER_PASS);
-        for ((kind, key), h) in due {
-            let asked = Instant::now();
-            let (store, k, node, ttl) = (
-                Arc::clone(&self.store),
-                key.clone(),
-                self.node.clone(),
-                self.ttl,
-            );
-            match blocking(move || store.renew(kind, &k, &node, h.generation, ttl)).await {
+        let mut due: Vec<LeaseRef> = due.into_iter().map(|(_, l)| l).collect();
+        while !due.is_empty() {
+            let call: Vec<LeaseRef> = due.drain(..due.len().min(RENEWALS_PER_CALL)).collect();
+            self.renew_call(call).await;
+        }
+    }
+
+    /// Renews `leases` in one call and acts on each answer.
+    async fn renew_call(&self, leases: Vec<LeaseRef>) {
+        let asked = Instant::now();
+        let (store, node, ttl) = (Arc::clone(&self.store), self.node.clone(), self.ttl);
+        let (leases, answers) = match blocking(move || {
+            let answers = store.renew_all(&node, &leases, ttl);
+            Ok((leases, answers))
+        })
+        .await
+        {
+            Ok((leases, Ok(answers))) => (leases, answers),
+            Ok((leases, Err(e))) => {
+                // The database is away: the fence keeps every write safe
+                // meanwhile; the next pass tries again.
+                self.metrics
+                    .renew_failures
+                    .fetch_add(leases.len() as u64, Relaxed);
+                tracing::warn!(error = %e, leases = leases.len(), "leases not renewed");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "leases not renewed");
+                return;
+            }
+        };
+        for (l, answer) in leases.into_iter().zip(answers) {
+            match answer {
                 Ok(_) => {
                     self.metrics.renewed.fetch_add(1, Relaxed);
-                    if let Some(now) = self.held.lock().expect("leases").get_mut(&(kind, key)) {
-                        if now.generation == h.generation {
+                    let mut held = self.held.lock().expect("leases");
+                    if let Some(now) = held.get_mut(&(l.kind, l.key)) {
+                        if now.generation == l.generation {
                             now.renewed = asked;
                         }
                     }
                 }
-                Err(StoreError::Fenced { .. }) => self.lose(kind, &key, h.generation),
+                Err(StoreError::Fenced { .. }) => self.lose(l.kind, &l.key, l.generation),
                 Err(e) => {
-                    // The database is away: the fence keeps every write
-                    // safe meanwhile; the next pass tries again.
                     self.metrics.renew_failures.fetch_add(1, Relaxed);
-                    tracing::warn!(error = %e, %kind, key, "lease not renewed");
+                    tracing::warn!(error = %e, kind = %l.kind, key = l.key, "lease not renewed");
                 }
             }
         }

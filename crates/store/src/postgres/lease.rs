@@ -3,8 +3,9 @@
 //! the call's transaction): see [`crate::lease`] for why.
 
 use super::{PgStore, Tx};
-use crate::lease::{Acquired, Lease, LeaseEntry, LeaseHeld, LeaseStore, UnitKind};
+use crate::lease::{Acquired, Lease, LeaseEntry, LeaseHeld, LeaseRef, LeaseStore, UnitKind};
 use crate::StoreError;
+use std::collections::HashSet;
 use std::time::Duration;
 
 /// A lease's length as the `BIGINT` of milliseconds the statements take.
@@ -117,29 +118,52 @@ impl LeaseStore for PgStore {
         })
     }
 
-    fn renew(
+    fn renew_all(
         &self,
-        kind: UnitKind,
-        key: &str,
         node: &str,
-        generation: u64,
+        held: &[LeaseRef],
         ttl: Duration,
-    ) -> Result<Lease, StoreError> {
-        let ttl = ttl_ms(ttl);
-        self.leases.with(|c| {
-            let n = c.execute(
-                "UPDATE unit_leases SET expires_at = now() + $5::BIGINT * INTERVAL '1 millisecond'
-                 WHERE kind = $1 AND key = $2 AND owner = $3 AND generation = $4",
-                &[&kind.as_str(), &key, &node, &(generation as i64), &ttl],
+    ) -> Result<Vec<Result<Lease, StoreError>>, StoreError> {
+        let ms = ttl_ms(ttl);
+        let kinds: Vec<&str> = held.iter().map(|l| l.kind.as_str()).collect();
+        let keys: Vec<&str> = held.iter().map(|l| l.key.as_str()).collect();
+        let generations: Vec<i64> = held.iter().map(|l| l.generation as i64).collect();
+        let renewed: HashSet<(String, String)> = self.leases.with(|c| {
+            // SKIP LOCKED: a row a unit's write holds `FOR SHARE` (its
+            // fence) is left to the single renewal below, which waits for
+            // that one row alone. Waiting here, holding the rows already
+            // locked, could close a cycle with a write that fences several
+            // units in another order.
+            let rows = c.query(
+                "WITH mine AS (
+                     SELECT l.kind, l.key FROM unit_leases l
+                     JOIN unnest($3::TEXT[], $4::TEXT[], $5::BIGINT[]) AS r(kind, key, generation)
+                       ON l.kind = r.kind AND l.key = r.key AND l.generation = r.generation
+                     WHERE l.owner = $1
+                     FOR NO KEY UPDATE OF l SKIP LOCKED)
+                 UPDATE unit_leases l
+                 SET expires_at = now() + $2::BIGINT * INTERVAL '1 millisecond'
+                 FROM mine WHERE l.kind = mine.kind AND l.key = mine.key
+                 RETURNING l.kind, l.key",
+                &[&node, &ms, &kinds, &keys, &generations],
             )?;
-            if n == 1 {
-                return Ok(Lease {
-                    generation,
-                    expires_in: left(ttl),
-                });
-            }
-            Err(lost(c, kind, key, generation))
-        })
+            Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+        })?;
+        let lease = |generation| Lease {
+            generation,
+            expires_in: left(ms),
+        };
+        Ok(held
+            .iter()
+            .map(|l| {
+                if renewed.contains(&(l.kind.as_str().to_owned(), l.key.clone())) {
+                    Ok(lease(l.generation))
+                } else {
+                    // Taken over, released, or locked by a write just now.
+                    self.renew_one(l, node, ms).map(|()| lease(l.generation))
+                }
+            })
+            .collect())
     }
 
     fn release(
@@ -197,6 +221,22 @@ impl LeaseStore for PgStore {
 }
 
 impl PgStore {
+    /// Renews one lease, waiting for its row if a write holds it;
+    /// fenced when `node` no longer holds it at that generation.
+    fn renew_one(&self, l: &LeaseRef, node: &str, ms: i64) -> Result<(), StoreError> {
+        self.leases.with(|c| {
+            let n = c.execute(
+                "UPDATE unit_leases SET expires_at = now() + $5::BIGINT * INTERVAL '1 millisecond'
+                 WHERE kind = $1 AND key = $2 AND owner = $3 AND generation = $4",
+                &[&l.kind.as_str(), &l.key, &node, &(l.generation as i64), &ms],
+            )?;
+            if n == 1 {
+                return Ok(());
+            }
+            Err(lost(c, l.kind, &l.key, l.generation))
+        })
+    }
+
     /// Ends `node`'s lease `generation` of a unit now (`set`: the columns
     /// changed); fenced when it no longer holds that generation.
     fn end_lease(
@@ -292,6 +332,14 @@ mod tests {
         .unwrap();
     }
 
+    fn held(pin: &str, generation: u64) -> LeaseRef {
+        LeaseRef {
+            kind: ROOM,
+            key: pin.into(),
+            generation,
+        }
+    }
+
     fn owned(a: Acquired) -> Lease {
         match a {
             Acquired::Owned(l) => l,
@@ -356,12 +404,15 @@ mod tests {
         }
         assert!(is_open(&b, pin), "A's refused write changed the room");
 
-        match a.renew(ROOM, pin, "node-a", la.generation, DEFAULT_LEASE_TTL) {
-            Err(StoreError::Fenced {
+        match &a
+            .renew_all("node-a", &[held(pin, la.generation)], DEFAULT_LEASE_TTL)
+            .unwrap()[..]
+        {
+            [Err(StoreError::Fenced {
                 held: 1,
                 current: Some(2),
                 ..
-            }) => {}
+            })] => {}
             other => panic!("A renewed a lease B took: {other:?}"),
         }
         assert!(a.release(ROOM, pin, "node-a", la.generation).is_err());
@@ -374,12 +425,10 @@ mod tests {
         let mine = b.owned_by("node-b").unwrap();
         assert_eq!(mine.len(), 1);
         assert_eq!((mine[0].generation, mine[0].key.as_str()), (2, pin));
-        assert_eq!(
-            b.renew(ROOM, pin, "node-b", 2, DEFAULT_LEASE_TTL)
-                .unwrap()
-                .generation,
-            2
-        );
+        let renewed = b
+            .renew_all("node-b", &[held(pin, 2)], DEFAULT_LEASE_TTL)
+            .unwrap();
+        assert_eq!(renewed[0].as_ref().unwrap().generation, 2);
     }
 
     /// A release fences its own later writes, the row keeps its generation
@@ -596,5 +645,136 @@ mod tests {
             "{r:?}"
         );
         assert_eq!(a.load_snapshot(kept).unwrap(), None);
+    }
+
+    /// Seconds left on a lease, by the database's clock.
+    fn left_s(url: &str, pin: &str) -> f64 {
+        let mut c = ::postgres::Client::connect(url, ::postgres::NoTls).unwrap();
+        c.query_one(
+            "SELECT EXTRACT(EPOCH FROM (expires_at - now()))::FLOAT8 FROM unit_leases
+             WHERE kind = $1 AND key = $2",
+            &[&ROOM.as_str(), &pin],
+        )
+        .unwrap()
+        .get(0)
+    }
+
+    /// Hundreds of leases renewed in one call: each answered in order,
+    /// the one another node took over fenced, the rest extended (an
+    /// expired one nobody took included), and only the caller's own.
+    #[test]
+    fn many_leases_are_renewed_in_one_call_and_a_lost_one_is_fenced() {
+        let Some(url) = crate::testing::fresh_database("lease_renew_all") else {
+            return;
+        };
+        let a = PgStore::connect(&url).unwrap();
+        let b = PgStore::connect(&url).unwrap();
+        let pins: Vec<String> = (0..300).map(|i| format!("{:06}", 100_000 + i)).collect();
+        let mut mine: Vec<LeaseRef> = pins
+            .iter()
+            .map(|p| {
+                held(
+                    p,
+                    owned(a.acquire(ROOM, p, "node-a", DEFAULT_LEASE_TTL).unwrap()).generation,
+                )
+            })
+            .collect();
+        expire_all(&url);
+        // B takes one over; another node's lease is not A's to renew.
+        let taken = owned(
+            b.acquire(ROOM, &pins[7], "node-b", DEFAULT_LEASE_TTL)
+                .unwrap(),
+        );
+        assert_eq!(taken.generation, 2);
+        mine.push(held("999999", 1));
+
+        let ttl = Duration::from_secs(60);
+        let r = a.renew_all("node-a", &mine, ttl).unwrap();
+        assert_eq!(r.len(), mine.len());
+        for (i, (l, r)) in mine.iter().zip(&r).enumerate() {
+            match (i, r) {
+                (
+                    7,
+                    Err(StoreError::Fenced {
+                        held: 1,
+                        current: Some(2),
+                        ..
+                    }),
+                ) => {}
+                (
+                    300,
+                    Err(StoreError::Fenced {
+                        held: 1,
+                        current: None,
+                        ..
+                    }),
+                ) => {}
+                (7 | 300, other) => panic!("{}: {other:?}", l.key),
+                (_, Ok(lease)) => assert_eq!(lease.generation, 1),
+                (_, Err(e)) => panic!("{}: {e}", l.key),
+            }
+        }
+        assert!(left_s(&url, &pins[0]) > 50.0, "not extended");
+        assert!(left_s(&url, &pins[299]) > 50.0, "not extended");
+        // B's lease is untouched (its own length, not A's minute).
+        assert!(left_s(&url, &pins[7]) <= DEFAULT_LEASE_TTL.as_secs_f64());
+        assert!(a.expired().unwrap().is_empty());
+    }
+
+    /// A unit's write holds its lease row (its fence) while it waits for
+    /// a second unit's row, which the renewal covers too. The renewal
+    /// leaves the held row for last and locks nothing meanwhile, so the
+    /// write goes on at once (a renewal waiting with the second row
+    /// locked would deadlock with it), and both leases are renewed once
+    /// the write commits.
+    #[test]
+    fn a_renewal_never_waits_holding_rows_a_write_wants() {
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+        let Some(url) = crate::testing::fresh_database("lease_renew_locks") else {
+            return;
+        };
+        let a = PgStore::connect(&url).unwrap();
+        let (first, second) = ("121212", "343434");
+        let mine = [
+            held(
+                second,
+                owned(
+                    a.acquire(ROOM, second, "node-a", DEFAULT_LEASE_TTL)
+                        .unwrap(),
+                )
+                .generation,
+            ),
+            held(
+                first,
+                owned(a.acquire(ROOM, first, "node-a", DEFAULT_LEASE_TTL).unwrap()).generation,
+            ),
+        ];
+        let fence = "SELECT 1 FROM unit_leases WHERE kind = $1 AND key = $2 FOR SHARE";
+        let mut writer = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+        writer
+            .batch_execute("SET lock_timeout = '20s'; SET deadlock_timeout = '20s'")
+            .unwrap();
+        let mut w = writer.transaction().unwrap();
+        w.execute(fence, &[&ROOM.as_str(), &first]).unwrap();
+
+        let done = AtomicBool::new(false);
+        let ttl = Duration::from_secs(60);
+        let (waited, renewed) = std::thread::scope(|s| {
+            let renewing = s.spawn(|| {
+                let r = a.renew_all("node-a", &mine, ttl);
+                done.store(true, SeqCst);
+                r
+            });
+            // The renewal comes to wait for the first row alone ...
+            let waited = comes_to_wait(&url, "", &|| done.load(SeqCst));
+            // ... and holds no other: the write takes its second fence now.
+            w.execute(fence, &[&ROOM.as_str(), &second]).unwrap();
+            w.commit().unwrap();
+            (waited, renewing.join().unwrap())
+        });
+        assert!(waited, "the renewal did not wait for the held row");
+        let renewed = renewed.unwrap();
+        assert!(renewed.iter().all(|r| r.is_ok()), "{renewed:?}");
+        assert!(left_s(&url, first) > 50.0 && left_s(&url, second) > 50.0);
     }
 }
