@@ -16,6 +16,8 @@
 #   CLUSTER_LOG      the nodes' RUST_LOG (default warn; logs in $OUT/cluster-DB-node-N.log)
 #   CLUSTER_PERF=1   perf record (CLUSTER_PERF_ARGS, default -g) of the three nodes for 4 s of each
 #                    three-node classroom ($OUT/cluster-perf-N.data)
+#   CLUSTER_SWITCHES=1  perf stat of the nodes' context switches for 4 s of each classroom
+#                    ($OUT/cluster-switches-{one,three}-N.txt)
 #   CLUSTER_ONLY=classroom   the classroom runs alone (no failover, no idle)
 #   CLUSTER_ONLY=leases      only the lease upkeep of LEASE_ROOMS idle rooms (default 500) on one node
 #   CLUSTER_BIN=DIR          the hostwire binaries to run (default target/release)
@@ -139,6 +141,11 @@ stop_nodes() {
   NODES=()
 }
 gen() { "$BIN/hostwire-bench" "$@" --origin "$ORIGIN" --pin 0,1 --quiet; }
+# The context switches of the server processes $2 over 4 s of the
+# measured window (perf stat, in the background), written to $1.
+switches() {
+  (sleep $((WARM + 1)); perf stat -x, -e context-switches,task-clock -o "$1" -p "$2" -- sleep 4 >/dev/null 2>&1) &
+}
 one_node() { new_db "$1"; start_node 0 "$1" none; A=$NODE; }
 three_nodes() {
   new_db "$1"
@@ -174,11 +181,13 @@ fi
 for i in $(seq $REPEAT); do
   echo "== cluster: classroom, one node, run $i of $REPEAT"
   one_node bench_one_$i
+  [ "${CLUSTER_SWITCHES:-0}" = 1 ] && switches "$OUT/cluster-switches-one-$i.txt" "$A"
   gen classroom --url "$(url_of 0)" --server-pid "$A" --rooms $ROOMS --players $PLAYERS \
     --warmup-s $WARM --duration-s $DUR --json "$OUT/cluster-classroom-one-$i.json"
   stop_nodes
   echo "== cluster: classroom, three nodes (hosts on A, players on B and C), run $i of $REPEAT"
   three_nodes bench_three_$i
+  [ "${CLUSTER_SWITCHES:-0}" = 1 ] && switches "$OUT/cluster-switches-three-$i.txt" "$A,$B,$C"
   if [ "${CLUSTER_PERF:-0}" = 1 ]; then
     (sleep $((WARM + 1)); perf record -q ${CLUSTER_PERF_ARGS:--g} -o "$OUT/cluster-perf-$i.data" -p "$A,$B,$C" -- sleep 4 >/dev/null 2>&1) &
   fi
@@ -195,6 +204,9 @@ done
 if [ "${CLUSTER_ONLY:-}" = classroom ]; then
   for f in "$OUT"/cluster-classroom-three-*.batches; do
     read -r frames batches < "$f"; echo "$(basename "$f" .batches): $frames frames sent in $batches NATS messages"
+  done
+  for f in "$OUT"/cluster-switches-*.txt; do
+    [ -f "$f" ] && echo "$(basename "$f" .txt): $(awk -F, '$3 == "context-switches" {s = $1} $3 == "task-clock" {c = $1} END {printf "%d context switches, %.0f ms of CPU in 4 s", s, c}' "$f")"
   done
   exit 0
 fi

@@ -48,7 +48,16 @@ pub enum ConnStep {
 pub struct ConnectionState<R = String> {
     limiter: TokenBucket,
     attached: Option<Attached<R>>,
-    limits: RelayLimits,
+    limits: ConnLimits,
+}
+
+/// What a connection keeps of [`RelayLimits`]: a server holds one state per
+/// connection for the connection's life, so not the whole table.
+#[derive(Debug, Clone, Copy)]
+struct ConnLimits {
+    frame_bytes: usize,
+    host_frames_per_second: u32,
+    host_frame_burst: u32,
 }
 
 #[derive(Debug)]
@@ -74,7 +83,11 @@ impl<R> ConnectionState<R> {
                 now_ms,
             ),
             attached: None,
-            limits,
+            limits: ConnLimits {
+                frame_bytes: limits.frame_bytes,
+                host_frames_per_second: limits.host_frames_per_second,
+                host_frame_burst: limits.host_frame_burst,
+            },
         }
     }
 

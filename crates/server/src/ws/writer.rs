@@ -10,7 +10,6 @@ use crate::outbound::{Close, Refused};
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use std::future::poll_fn;
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -99,43 +98,38 @@ impl Parked {
         !sent || matches!(sink.poll_flush_unpin(&mut cx), Poll::Ready(Ok(())))
     }
 
-    /// Hands `msg` to the socket; false if the socket failed or is gone.
-    async fn feed(&self, msg: Message) -> bool {
-        let mut msg = Some(msg);
-        poll_fn(|cx| {
-            let mut slot = self.socket();
-            let Some(ws) = slot.as_mut() else {
-                return Poll::Ready(false);
-            };
-            match ws.poll_ready_unpin(cx) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(_)) => return Poll::Ready(false),
-                Poll::Pending => return Poll::Pending,
-            }
-            let Some(m) = msg.take() else {
-                return Poll::Ready(false);
-            };
-            Poll::Ready(ws.start_send_unpin(m).is_ok())
-        })
-        .await
+    /// Hands `msg` to the socket (taking it); false if the socket failed
+    /// or is gone.
+    fn poll_feed(&self, cx: &mut Context<'_>, msg: &mut Option<Message>) -> Poll<bool> {
+        let mut slot = self.socket();
+        let Some(ws) = slot.as_mut() else {
+            return Poll::Ready(false);
+        };
+        match ws.poll_ready_unpin(cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(_)) => return Poll::Ready(false),
+            Poll::Pending => return Poll::Pending,
+        }
+        let Some(m) = msg.take() else {
+            return Poll::Ready(false);
+        };
+        Poll::Ready(ws.start_send_unpin(m).is_ok())
     }
 
     /// Writes out what the socket holds; false if it failed or is gone.
-    async fn flush(&self) -> bool {
-        poll_fn(|cx| match self.socket().as_mut() {
+    fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<bool> {
+        match self.socket().as_mut() {
             Some(ws) => ws.poll_flush_unpin(cx).map(|r| r.is_ok()),
             None => Poll::Ready(false),
-        })
-        .await
+        }
     }
 
     /// Sends the close frame (if not sent) and flushes the socket.
-    async fn close(&self) {
-        poll_fn(|cx| match self.socket().as_mut() {
+    fn poll_close(&self, cx: &mut Context<'_>) -> Poll<()> {
+        match self.socket().as_mut() {
             Some(ws) => ws.poll_close_unpin(cx).map(|_| ()),
             None => Poll::Ready(()),
-        })
-        .await
+        }
     }
 
     /// The next message read from the socket (`None` once it is gone).
@@ -216,46 +210,103 @@ impl Outbound {
 /// Writes what the queue holds (all that is queued, then one flush), and
 /// finishes frames that were written at once but not flushed. The socket is
 /// taken for one poll at a time: the reader uses it in between.
-pub(super) async fn write_loop(drain: outbound::Drain<Utf8Bytes, Parked>) {
-    let parked = drain.parked();
-    let close_with = |(code, reason): Close| {
-        Message::Close(Some(CloseFrame {
-            code,
-            reason: Utf8Bytes::from_static(reason),
-        }))
-    };
-    loop {
-        let work = poll_fn(|cx| drain.poll_work(cx)).await;
-        let go_on = match work {
-            outbound::Work::Frame(first) => {
-                let mut ok = parked.feed(Message::Text(first)).await;
-                while ok {
-                    match drain.next_frame() {
-                        Some(f) => ok = parked.feed(Message::Text(f)).await,
-                        None => break,
+///
+/// A future written by hand, not an `async fn`: it lives in every
+/// connection's task for the connection's life, and the compiler's state
+/// machine kept room for each awaited call's future (232 bytes against
+/// this one's 72; see docs/BENCHMARKS.md, "Idle connections").
+pub(super) struct WriteLoop {
+    drain: outbound::Drain<Utf8Bytes, Parked>,
+    step: Step,
+}
+
+enum Step {
+    /// Waiting for work.
+    Idle,
+    /// Handing a message to the socket (`None` once handed), then `then`.
+    Feed(Option<Message>, Then),
+    /// Flushing the socket; `last`: then close it, whatever the flush did.
+    Flush {
+        last: bool,
+    },
+    /// Closing the socket, then the writer ends.
+    Close,
+    Done,
+}
+
+/// What follows a message handed to the socket.
+#[derive(Clone, Copy)]
+enum Then {
+    /// The next queued frame, or a flush once there is none.
+    Drain,
+    Flush,
+    /// A flush, then the close (the message was the close frame).
+    FlushAndClose,
+}
+
+pub(super) fn write_loop(drain: outbound::Drain<Utf8Bytes, Parked>) -> WriteLoop {
+    WriteLoop {
+        drain,
+        step: Step::Idle,
+    }
+}
+
+impl std::future::Future for WriteLoop {
+    type Output = ();
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        loop {
+            let parked = this.drain.parked();
+            this.step = match &mut this.step {
+                Step::Idle => match std::task::ready!(this.drain.poll_work(cx)) {
+                    outbound::Work::Frame(f) => Step::Feed(Some(Message::Text(f)), Then::Drain),
+                    outbound::Work::Flush => Step::Flush { last: false },
+                    outbound::Work::Ping => {
+                        Step::Feed(Some(Message::Ping(Bytes::new())), Then::Flush)
+                    }
+                    // Fails when the peer closed first: the WebSocket layer
+                    // has queued its echo, which the close below flushes.
+                    outbound::Work::Close((code, reason))
+                    | outbound::Work::Kill((code, reason)) => {
+                        let frame = CloseFrame {
+                            code,
+                            reason: Utf8Bytes::from_static(reason),
+                        };
+                        Step::Feed(Some(Message::Close(Some(frame))), Then::FlushAndClose)
+                    }
+                    outbound::Work::End => Step::Close,
+                },
+                Step::Feed(msg, then) => {
+                    let ok = std::task::ready!(parked.poll_feed(cx, msg));
+                    match (ok, *then) {
+                        (true, Then::Drain) => match this.drain.next_frame() {
+                            Some(f) => Step::Feed(Some(Message::Text(f)), Then::Drain),
+                            None => Step::Flush { last: false },
+                        },
+                        (true, Then::Flush) => Step::Flush { last: false },
+                        (true, Then::FlushAndClose) => Step::Flush { last: true },
+                        (false, _) => Step::Close,
                     }
                 }
-                ok && parked.flush().await
-            }
-            outbound::Work::Flush => parked.flush().await,
-            outbound::Work::Ping => {
-                parked.feed(Message::Ping(Bytes::new())).await && parked.flush().await
-            }
-            outbound::Work::Close(c) | outbound::Work::Kill(c) => {
-                // Fails when the peer closed first: the WebSocket layer has
-                // queued its echo, which the close below flushes.
-                let _ = parked.feed(close_with(c)).await && parked.flush().await;
-                false
-            }
-            outbound::Work::End => false,
-        };
-        if !go_on {
-            break;
+                Step::Flush { last } => {
+                    let ok = std::task::ready!(parked.poll_flush(cx));
+                    if ok && !*last {
+                        this.drain.idle();
+                        Step::Idle
+                    } else {
+                        Step::Close
+                    }
+                }
+                Step::Close => {
+                    std::task::ready!(parked.poll_close(cx));
+                    // Stops the reader, if it still reads.
+                    let _ = this.drain.kill((CLOSE_NORMAL, "closed"));
+                    this.drain.end();
+                    Step::Done
+                }
+                Step::Done => return Poll::Ready(()),
+            };
         }
-        drain.idle();
     }
-    parked.close().await;
-    // Stops the reader, if it still reads.
-    let _ = drain.kill((CLOSE_NORMAL, "closed"));
-    drain.end();
 }
