@@ -160,7 +160,10 @@ impl LeaseStore for PgStore {
                     Ok(lease(l.generation))
                 } else {
                     // Taken over, released, or locked by a write just now.
-                    self.renew_one(l, node, ms).map(|()| lease(l.generation))
+                    let set =
+                        format!("expires_at = now() + {ms}::BIGINT * INTERVAL '1 millisecond'");
+                    self.update_held(&set, l.kind, &l.key, node, l.generation)
+                        .map(|()| lease(l.generation))
                 }
             })
             .collect())
@@ -173,7 +176,7 @@ impl LeaseStore for PgStore {
         node: &str,
         generation: u64,
     ) -> Result<(), StoreError> {
-        self.end_lease(
+        self.update_held(
             "owner = NULL, expires_at = now()",
             kind,
             key,
@@ -189,7 +192,7 @@ impl LeaseStore for PgStore {
         node: &str,
         generation: u64,
     ) -> Result<(), StoreError> {
-        self.end_lease("expires_at = now()", kind, key, node, generation)
+        self.update_held("expires_at = now()", kind, key, node, generation)
     }
 
     fn owned_by(&self, node: &str) -> Result<Vec<LeaseEntry>, StoreError> {
@@ -221,25 +224,10 @@ impl LeaseStore for PgStore {
 }
 
 impl PgStore {
-    /// Renews one lease, waiting for its row if a write holds it;
-    /// fenced when `node` no longer holds it at that generation.
-    fn renew_one(&self, l: &LeaseRef, node: &str, ms: i64) -> Result<(), StoreError> {
-        self.leases.with(|c| {
-            let n = c.execute(
-                "UPDATE unit_leases SET expires_at = now() + $5::BIGINT * INTERVAL '1 millisecond'
-                 WHERE kind = $1 AND key = $2 AND owner = $3 AND generation = $4",
-                &[&l.kind.as_str(), &l.key, &node, &(l.generation as i64), &ms],
-            )?;
-            if n == 1 {
-                return Ok(());
-            }
-            Err(lost(c, l.kind, &l.key, l.generation))
-        })
-    }
-
-    /// Ends `node`'s lease `generation` of a unit now (`set`: the columns
-    /// changed); fenced when it no longer holds that generation.
-    fn end_lease(
+    /// Changes `node`'s lease `generation` of a unit (`set`: the columns
+    /// changed; a renewal, a release, a hand-over), waiting for its row if
+    /// a write holds it; fenced when it no longer holds that generation.
+    fn update_held(
         &self,
         set: &str,
         kind: UnitKind,
