@@ -365,7 +365,7 @@ CREATE TABLE IF NOT EXISTS relay_kicked (
 /// `user_version` (0: a file from before versions were kept, whose tables
 /// `open` brings up to date as it always did). Raise it with every change
 /// of the tables; a hostwire that finds a higher one refuses the file.
-pub const SQLITE_SCHEMA_VERSION: i64 = 2;
+pub const SQLITE_SCHEMA_VERSION: i64 = 3;
 
 /// Creates or brings up to date every table, in one transaction that
 /// holds the file's write lock (a second process opening the file waits),

@@ -52,6 +52,13 @@ CREATE TABLE IF NOT EXISTS memizy_recordings (
     body TEXT NOT NULL,
     at_ms INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS memizy_recording_batches (
+    session_id TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    entries TEXT NOT NULL,
+    PRIMARY KEY (session_id, first_seq)
+);
 CREATE TABLE IF NOT EXISTS memizy_saved_games (
     session_id TEXT PRIMARY KEY,
     body TEXT NOT NULL
@@ -140,12 +147,24 @@ pub enum SessionWrite {
         result: String,
         at_ms: u64,
     },
-    /// The session's recording for a replay (SPEC 10, `replay`): one
-    /// bounded JSON document, replaced as a whole.
+    /// The head of the session's recording for a replay (SPEC 10,
+    /// `replay`): one JSON object (the authority's `InitPayload`, the
+    /// display seed, whether the record was truncated), replaced as a
+    /// whole. A head written before the entries were kept apart holds
+    /// its entries too.
     Recording {
         session_id: String,
         body: String,
         at_ms: u64,
+    },
+    /// A batch of the recording's entries (each an action, start, pause,
+    /// resume or end as JSON text), numbered from `first_seq`: one row,
+    /// its entries joined by commas. A batch written again from the same
+    /// `first_seq` replaces the row.
+    RecordingEntries {
+        session_id: String,
+        first_seq: u64,
+        entries: Vec<String>,
     },
     SavedGame {
         session_id: String,
@@ -178,6 +197,25 @@ pub enum SessionWrite {
     },
 }
 
+/// A kept recording: its head (`None` if only entries were written) and
+/// its batches of entries by `first_seq`. A batch written again from an
+/// earlier entry (after a refused write) may overlap later rows: the
+/// record is the chain of batches that start where the one before ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredRecording {
+    pub head: Option<String>,
+    pub batches: Vec<StoredBatch>,
+}
+
+/// One batch of a recording's entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredBatch {
+    pub first_seq: u64,
+    pub count: u64,
+    /// The entries' JSON texts joined by commas.
+    pub entries: String,
+}
+
 /// Plugin data of one user for one plugin: scope `plugin` and scope `set`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoredPluginData {
@@ -196,6 +234,9 @@ impl StoreWrite for SessionWrite {
             }
             SessionWrite::Result { result, .. } => result.len(),
             SessionWrite::Recording { body, .. } => body.len(),
+            SessionWrite::RecordingEntries { entries, .. } => {
+                entries.iter().map(|e| e.len() + 16).sum()
+            }
             SessionWrite::SavedGame { body, .. } => body.len(),
             SessionWrite::State { state, .. } => state.len(),
             SessionWrite::Asset { bytes, .. } => bytes.len(),
@@ -223,8 +264,10 @@ pub trait SessionStore: UnitStore<SessionWrite> {
     fn load_state(&self, session_id: &str) -> Result<Option<String>, StoreError>;
     fn load_saved_game(&self, session_id: &str) -> Result<Option<String>, StoreError>;
     fn load_result(&self, session_id: &str) -> Result<Option<String>, StoreError>;
-    /// The session's recording (`SessionWrite::Recording`), if one was kept.
-    fn load_recording(&self, session_id: &str) -> Result<Option<String>, StoreError>;
+    /// The session's recording (`SessionWrite::Recording` and
+    /// `SessionWrite::RecordingEntries`), read together; `None` if nothing
+    /// of it was kept.
+    fn load_recording(&self, session_id: &str) -> Result<Option<StoredRecording>, StoreError>;
     fn load_plugin_data(
         &self,
         user: &str,
@@ -326,6 +369,21 @@ fn apply_session(tx: &Connection, w: &SessionWrite) -> Result<(), StoreError> {
                 params![session_id, body, *at_ms as i64],
             )?;
         }
+        SessionWrite::RecordingEntries {
+            session_id,
+            first_seq,
+            entries,
+        } => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO memizy_recording_batches (session_id, first_seq, count, entries) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![
+                session_id,
+                *first_seq as i64,
+                entries.len() as i64,
+                entries.join(",")
+            ])?;
+        }
         SessionWrite::Result {
             session_id,
             result,
@@ -372,6 +430,7 @@ fn apply_session(tx: &Connection, w: &SessionWrite) -> Result<(), StoreError> {
                 "memizy_answers",
                 "memizy_results",
                 "memizy_recordings",
+                "memizy_recording_batches",
                 "memizy_saved_games",
                 "memizy_player_tokens",
                 "memizy_assets",
@@ -470,12 +529,28 @@ impl SessionStore for SqliteStore {
         )
     }
 
-    fn load_recording(&self, session_id: &str) -> Result<Option<String>, StoreError> {
-        one_text(
-            self,
-            "SELECT body FROM memizy_recordings WHERE session_id = ?1",
-            session_id,
-        )
+    fn load_recording(&self, session_id: &str) -> Result<Option<StoredRecording>, StoreError> {
+        let conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        let head = conn
+            .query_row(
+                "SELECT body FROM memizy_recordings WHERE session_id = ?1",
+                [session_id],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()?;
+        let batches = conn
+            .prepare_cached(
+                "SELECT first_seq, count, entries FROM memizy_recording_batches WHERE session_id = ?1 ORDER BY first_seq",
+            )?
+            .query_map([session_id], |r| {
+                Ok(StoredBatch {
+                    first_seq: r.get::<_, i64>(0)?.max(0) as u64,
+                    count: r.get::<_, i64>(1)?.max(0) as u64,
+                    entries: r.get(2)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((head.is_some() || !batches.is_empty()).then_some(StoredRecording { head, batches }))
     }
 
     fn load_plugin_data(

@@ -709,6 +709,11 @@ fn a_removed_session_leaves_its_learners_data<B: Backend>(b: B) {
             body: "[1]".into(),
             at_ms: 9,
         },
+        SessionWrite::RecordingEntries {
+            session_id: "a".into(),
+            first_seq: 0,
+            entries: vec!["{\"e\":0}".into(), "{\"e\":1}".into()],
+        },
         SessionWrite::SavedGame {
             session_id: "a".into(),
             body: "{\"s\":1}".into(),
@@ -733,7 +738,28 @@ fn a_removed_session_leaves_its_learners_data<B: Backend>(b: B) {
         s.load_result("a").unwrap().as_deref(),
         Some("{\"won\":true}")
     );
-    assert_eq!(s.load_recording("a").unwrap().as_deref(), Some("[1]"));
+    // A batch appended, and one written again from the same entry (after
+    // a refused write) replaces its row.
+    for (first_seq, entries) in [(2, vec!["{}"]), (2, vec!["{\"e\":2}", "{\"e\":3}"])] {
+        s.apply_sessions(&[SessionWrite::RecordingEntries {
+            session_id: "a".into(),
+            first_seq,
+            entries: entries.into_iter().map(String::from).collect(),
+        }])
+        .unwrap();
+    }
+    let rec = s.load_recording("a").unwrap().unwrap();
+    assert_eq!(rec.head.as_deref(), Some("[1]"));
+    let batches: Vec<(u64, u64, &str)> = rec
+        .batches
+        .iter()
+        .map(|b| (b.first_seq, b.count, b.entries.as_str()))
+        .collect();
+    assert_eq!(
+        batches,
+        [(0, 2, "{\"e\":0},{\"e\":1}"), (2, 2, "{\"e\":2},{\"e\":3}")]
+    );
+    assert_eq!(s.load_recording("b").unwrap(), None);
     assert_eq!(
         s.load_saved_game("a").unwrap().as_deref(),
         Some("{\"s\":1}")

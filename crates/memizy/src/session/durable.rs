@@ -36,8 +36,15 @@ pub enum SessionRecord {
     /// The session's state as a restart brings it back (roster, settings,
     /// phase, clock), as it stands when this write is handed out.
     Kept { at_ms: u64 },
-    /// The recording (SPEC 10) so far, written behind.
-    Recording { body: String, at_ms: u64 },
+    /// The recording (SPEC 10), written behind: its head when it changed
+    /// (the `InitPayload`, the seed, whether it was truncated, as JSON
+    /// text) and its entries from `first_seq` on.
+    Recording {
+        head: Option<String>,
+        first_seq: u64,
+        entries: Vec<String>,
+        at_ms: u64,
+    },
     /// The session expired: every row keyed by it goes.
     Removed,
 }

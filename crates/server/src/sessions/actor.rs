@@ -18,6 +18,7 @@ pub use super::hosted::{
 };
 use super::hosted::{Hosted, Out};
 use super::kept::KeptState;
+use super::recording::Batch;
 use super::Sessions;
 use crate::unit::{self, Store, Unit, Write};
 use hostwire_memizy::session::{
@@ -125,14 +126,10 @@ async fn run(
         let w = KeptState::of(s, now).write(&id);
         writer.write_behind(&id, vec![w]).await;
     }
-    if hosted.rec.dirty() && !removed {
-        let body = hosted.rec.take_document(&id);
-        let w = SessionWrite::Recording {
-            session_id: id.clone(),
-            body,
-            at_ms: now,
-        };
-        writer.write_behind(&id, vec![w]).await;
+    if let Some(b) = hosted.rec.take_unsaved().filter(|_| !removed) {
+        let mut writes = Vec::with_capacity(2);
+        recording_writes(&id, b.head, b.first_seq, b.entries, now, &mut writes);
+        writer.write_behind(&id, writes).await;
     }
     sessions.remove(&id, &handle);
     sessions.metrics.sessions.fetch_sub(1, Relaxed);
@@ -153,21 +150,27 @@ impl Hosted {
         (now as f64 + c.offset_ms, c.game_time(now as f64))
     }
 
-    /// Hands the recording to the store writer, behind the session's
-    /// other records.
+    /// Hands what the store lacks of the recording to the store writer,
+    /// behind the session's other records.
     pub(super) fn write_recording(&mut self, now: u64) {
-        if self.d.is_removed() || !self.rec.dirty() {
+        if self.d.is_removed() {
             return;
         }
-        let body = self.rec.take_document(self.d.session().id());
-        self.d
-            .write_behind(SessionRecord::Recording { body, at_ms: now });
+        if let Some(b) = self.rec.take_batch() {
+            self.d.write_behind(SessionRecord::Recording {
+                head: b.head,
+                first_seq: b.first_seq,
+                entries: b.entries,
+                at_ms: now,
+            });
+        }
     }
 
-    /// A record as the store keeps it.
-    fn to_write(&self, r: SessionRecord) -> SessionWrite {
+    /// A record as the store keeps it (a recording's batch is two
+    /// writes).
+    fn push_writes(&self, r: SessionRecord, out: &mut Vec<SessionWrite>) {
         let id = self.d.session().id();
-        match r {
+        let w = match r {
             SessionRecord::Engine {
                 record,
                 game_time_ms,
@@ -183,15 +186,17 @@ impl Hosted {
                 w
             }
             SessionRecord::Kept { at_ms } => KeptState::of(self.d.session(), at_ms).write(id),
-            SessionRecord::Recording { body, at_ms } => SessionWrite::Recording {
-                session_id: id.to_owned(),
-                body,
+            SessionRecord::Recording {
+                head,
+                first_seq,
+                entries,
                 at_ms,
-            },
+            } => return recording_writes(id, head, first_seq, entries, at_ms, out),
             SessionRecord::Removed => SessionWrite::Removed {
                 session_id: id.to_owned(),
             },
-        }
+        };
+        out.push(w);
     }
 
     /// Handles one command at `now`.
@@ -240,7 +245,7 @@ impl Hosted {
             }
             Cmd::Shutdown => self.out.push_back(Out::Stop),
         }
-        if self.rec.due() {
+        if self.rec.due(now) {
             self.write_recording(now);
         }
     }
@@ -292,6 +297,9 @@ impl Hosted {
     fn timeout(&mut self, now: u64) {
         self.d.handle_timeout(now);
         self.device_timeouts(now);
+        if self.rec.due(now) {
+            self.write_recording(now);
+        }
     }
 
     /// The end once closed with nothing left to answer.
@@ -320,6 +328,7 @@ impl Unit for Hosted {
             .poll_timeout()
             .into_iter()
             .chain(self.devices_timeout())
+            .chain(self.rec.deadline())
             .min()
     }
     fn handle_timeout(&mut self, now: u64) {
@@ -341,13 +350,31 @@ impl Unit for Hosted {
                 self.write_recording(*at_ms);
             }
         }
-        let records = w.records.into_iter().map(|r| self.to_write(r)).collect();
+        let mut records = Vec::with_capacity(w.records.len() + 1);
+        for r in w.records {
+            if let SessionRecord::Recording {
+                head,
+                first_seq,
+                entries,
+                ..
+            } = &r
+            {
+                let batch = Batch {
+                    first_seq: *first_seq,
+                    end_seq: first_seq + entries.len() as u64,
+                    head: head.is_some(),
+                };
+                self.rec.in_flight(w.id, batch);
+            }
+            self.push_writes(r, &mut records);
+        }
         Some(Write { id: w.id, records })
     }
     fn ack(&mut self, id: u64, durable: bool, now: u64) {
         if !durable {
             self.metrics.store_failures.fetch_add(1, Relaxed);
         }
+        self.rec.acked(id, durable, now);
         self.d.ack(id, durable, now);
         self.drain(now);
         self.stop_when_done();
@@ -359,6 +386,32 @@ impl Unit for Hosted {
     // answering its devices and its timers.
     fn waits_for_store(&self) -> bool {
         false
+    }
+}
+
+/// A recording's batch as the store keeps it: its head, if it changed,
+/// and its entries.
+fn recording_writes(
+    id: &str,
+    head: Option<String>,
+    first_seq: u64,
+    entries: Vec<String>,
+    at_ms: u64,
+    out: &mut Vec<SessionWrite>,
+) {
+    if let Some(body) = head {
+        out.push(SessionWrite::Recording {
+            session_id: id.to_owned(),
+            body,
+            at_ms,
+        });
+    }
+    if !entries.is_empty() {
+        out.push(SessionWrite::RecordingEntries {
+            session_id: id.to_owned(),
+            first_seq,
+            entries,
+        });
     }
 }
 

@@ -65,9 +65,13 @@ impl Hosted {
                 self.d.act(now, |s| s.close(SessionEndReason::Closed, now));
                 Ok(self.status())
             }
+            // What is recorded goes to the store; the answer (how many
+            // entries the store holds now) once it and the state after
+            // it are kept. The HTTP handler reads the record from there.
             Admin::Recording => {
-                let doc = self.rec.document(self.d.session().id());
-                Ok(serde_json::from_str(&doc).unwrap_or(Value::Null))
+                self.write_recording(now);
+                let entries = self.rec.count();
+                return self.reply_when_kept(reply, json!({ "entries": entries }), now);
             }
             // Answered once the saved game is durable.
             Admin::Save => match self.d.save(Tag::Save(reply), now) {

@@ -7,48 +7,95 @@
 //! An action is a `send` the session accepted from an instance that is not
 //! the authority: the authority's own messages (its state, reveals) follow
 //! from the actions, since game logic is deterministic (SPEC 3.1), and are
-//! left out. The record is one JSON document, bounded by
-//! [`MAX_RECORDING_ENTRIES`] and [`MAX_RECORDING_BYTES`]; past either it
-//! says `truncated: true` and keeps nothing more. It is kept in the store
-//! (`memizy_recordings`, replaced as a whole) when it has doubled since it
-//! was last written, at each pause, at the end and when the session's task
-//! stops, so what is written over a game is at most about twice its size;
-//! a restart loses at most what came after the last write.
+//! left out. The record is bounded by [`MAX_RECORDING_ENTRIES`] and
+//! [`MAX_RECORDING_BYTES`]; past either it says `truncated: true` and keeps
+//! nothing more.
+//!
+//! The store keeps it as a head (`memizy_recordings`: the `InitPayload`,
+//! the seed, whether it was truncated) and batches of entries appended
+//! (`memizy_recording_batches`, a row each), written behind. A batch goes once
+//! [`WRITE_AFTER_ENTRIES`] entries or [`WRITE_AFTER_BYTES`] bytes wait, or
+//! [`WRITE_AFTER_MS`] after the oldest of them came, and at each pause, at
+//! the end, when the recording is asked for and when the session's task
+//! stops. The session's task holds only the entries the store has not
+//! acknowledged: a long game costs memory by its last batches, not by its
+//! length (a refused write keeps its entries until the store takes them,
+//! tried again at most once a second, within the record's bounds). A
+//! restart loses at most the batch that was waiting.
 
 use hostwire_memizy::session::{CallId, InstanceId};
+use hostwire_store::sessions::{StoredBatch, StoredRecording};
 use serde_json::{json, value::RawValue, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// Entries (actions, start, pauses, end) one recording keeps.
 pub const MAX_RECORDING_ENTRIES: usize = 20_000;
 /// Bytes of entries one recording keeps (its `InitPayload` apart, which the
 /// session's own bounds hold).
 pub const MAX_RECORDING_BYTES: usize = 8 * 1024 * 1024;
-/// Entries recorded before the first write to the store.
-const FIRST_WRITE_ENTRIES: usize = 64;
+/// Entries waiting that make a batch for the store.
+pub const WRITE_AFTER_ENTRIES: u64 = 64;
+/// Bytes of entries waiting that make a batch for the store.
+pub const WRITE_AFTER_BYTES: usize = 64 * 1024;
+/// The longest an entry waits for its batch while the session runs.
+pub const WRITE_AFTER_MS: u64 = 1_000;
+/// After a refused write, the next batch waits this long (unless it is
+/// forced: a pause, the end, the recording asked for, the task's stop).
+const RETRY_AFTER_MS: u64 = 1_000;
 
 #[derive(Debug, Default)]
 pub struct Recorder {
     init: Option<String>,
     seed: Option<String>,
-    /// Each entry as JSON text.
-    entries: Vec<String>,
-    bytes: usize,
     truncated: bool,
+    /// The head changed since it was last handed to the store.
+    head_dirty: bool,
+    /// Entries recorded: the next entry's sequence number.
+    count: u64,
+    /// Bytes of every entry recorded (the bound's count).
+    bytes: usize,
+    /// Entries below this sequence number are durable.
+    durable: u64,
+    /// The entries from `durable` on, as JSON text.
+    tail: VecDeque<String>,
+    /// Entries below this were handed to the store.
+    handed: u64,
+    /// Bytes of the entries not handed yet.
+    waiting_bytes: usize,
+    /// When the oldest entry not handed yet was first seen waiting.
+    waiting_since: Option<u64>,
+    /// No batch is handed out before this, unless forced.
+    retry_at: u64,
+    /// Writes in flight: the write's id → what it holds.
+    in_flight: HashMap<u64, Batch>,
     /// `send` calls waiting for their answer: the arguments' text.
     sends: HashMap<(InstanceId, CallId), String>,
     /// Each attached instance's address.
     addresses: HashMap<InstanceId, String>,
-    /// How many entries the last write to the store held.
-    written: usize,
-    /// Something changed since the last write.
-    dirty: bool,
 }
 
-/// What a stored recording brings back: its parts, entries as text.
+/// What one write to the store holds of the recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    pub first_seq: u64,
+    /// One past the last entry's sequence number.
+    pub end_seq: u64,
+    pub head: bool,
+}
+
+/// A batch for the store: the head if it changed, and entries from
+/// `first_seq` on.
+pub struct Handed {
+    pub head: Option<String>,
+    pub first_seq: u64,
+    pub entries: Vec<String>,
+}
+
+/// The head as the store keeps it. A head written before the entries were
+/// kept apart is the whole document, entries included.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct StoredRecording {
+struct StoredHead {
     display_seed: Option<String>,
     #[serde(default)]
     truncated: bool,
@@ -57,36 +104,129 @@ struct StoredRecording {
     entries: Vec<Box<RawValue>>,
 }
 
+/// A kept recording as one document, and how many entries it holds.
+pub struct Document {
+    pub text: String,
+    pub entries: usize,
+}
+
+impl StoredHead {
+    fn of(stored: &StoredRecording) -> Result<StoredHead, String> {
+        match &stored.head {
+            Some(h) => serde_json::from_str(h).map_err(|e| format!("recording head: {e}")),
+            None => Ok(StoredHead {
+                display_seed: None,
+                truncated: false,
+                init: None,
+                entries: Vec::new(),
+            }),
+        }
+    }
+
+    fn init(&self) -> Option<&str> {
+        self.init
+            .as_deref()
+            .map(RawValue::get)
+            .filter(|i| *i != "null")
+    }
+}
+
+/// The whole record as one JSON document, from its head and entries.
+fn compose<'e>(
+    session_id: &str,
+    seed: Option<&str>,
+    truncated: bool,
+    init: Option<&str>,
+    entries: impl Iterator<Item = &'e str>,
+    bytes: usize,
+) -> String {
+    let mut text = String::with_capacity(bytes + init.map_or(0, str::len) + 512);
+    text.push_str(&format!(
+        "{{\"format\":\"hostwire-memizy-recording\",\"version\":1,\"sessionId\":{},\"displaySeed\":{},\"truncated\":{},\"limits\":{{\"entries\":{MAX_RECORDING_ENTRIES},\"bytes\":{MAX_RECORDING_BYTES}}},\"init\":{},\"entries\":[",
+        json!(session_id),
+        json!(seed),
+        truncated,
+        init.unwrap_or("null"),
+    ));
+    for (i, e) in entries.enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(e);
+    }
+    text.push_str("]}");
+    text
+}
+
+/// The batches that make the record, in order: from entry `from` on,
+/// each starting where the one before ended. A row left over from before
+/// a refused write was written again (it starts inside the chain) is
+/// passed over; the chain ends at a gap.
+fn chain(stored: &StoredRecording, from: u64) -> impl Iterator<Item = &StoredBatch> {
+    let mut next = from;
+    stored.batches.iter().filter(move |b| {
+        let on = b.first_seq == next && b.count > 0;
+        if on {
+            next += b.count;
+        }
+        on
+    })
+}
+
+/// The kept recording of session `session_id` as one document.
+pub fn document(session_id: &str, stored: &StoredRecording) -> Result<Document, String> {
+    let head = StoredHead::of(stored)?;
+    let old: Vec<&str> = head.entries.iter().map(|e| e.get()).collect();
+    let batches: Vec<&StoredBatch> = chain(stored, old.len() as u64).collect();
+    let bytes = batches.iter().map(|b| b.entries.len()).sum::<usize>()
+        + old.iter().map(|e| e.len()).sum::<usize>();
+    let text = compose(
+        session_id,
+        head.display_seed.as_deref(),
+        head.truncated,
+        head.init(),
+        old.iter()
+            .copied()
+            .chain(batches.iter().map(|b| b.entries.as_str())),
+        bytes,
+    );
+    let entries = old.len() + batches.iter().map(|b| b.count as usize).sum::<usize>();
+    Ok(Document { text, entries })
+}
+
 impl Recorder {
     /// The recorder of a session brought back after a restart: it goes on
-    /// from the record the store kept (its `InitPayload`, seed and
-    /// entries), so the next write does not replace it with only what
-    /// came after the restart. `None` if the document cannot be read.
-    pub fn restored(document: &str) -> Option<Recorder> {
-        let stored: StoredRecording = serde_json::from_str(document).ok()?;
-        let init = stored
-            .init
-            .filter(|i| i.get() != "null")
-            .map(|i| i.get().to_owned());
-        let entries: Vec<String> = stored
-            .entries
-            .into_iter()
-            .map(|e| e.get().to_owned())
-            .collect();
-        let bytes = entries.iter().map(String::len).sum();
-        Some(Recorder {
-            seed: if init.is_some() {
-                stored.display_seed
-            } else {
-                None
-            },
+    /// from the record the store kept (its `InitPayload`, seed and count
+    /// of entries), so that what follows the restart is appended to it.
+    /// `None` if the head cannot be read.
+    pub fn restored(stored: &StoredRecording) -> Option<Recorder> {
+        let head = StoredHead::of(stored).ok()?;
+        let init = head.init().map(str::to_owned);
+        let seed = init.as_ref().and(head.display_seed);
+        let mut r = Recorder {
             init,
-            written: entries.len(),
-            entries,
-            bytes,
-            truncated: stored.truncated,
+            seed,
+            truncated: head.truncated,
             ..Default::default()
-        })
+        };
+        if head.entries.is_empty() {
+            for b in chain(stored, 0) {
+                r.count += b.count;
+                // The batch's text less the commas between its entries.
+                r.bytes += b.entries.len() + 1 - b.count as usize;
+            }
+            r.durable = r.count;
+            r.handed = r.count;
+        } else {
+            // A head from before the entries were kept apart: its entries
+            // are written again as entries, and the head without them.
+            r.tail = head.entries.iter().map(|e| e.get().to_owned()).collect();
+            r.count = r.tail.len() as u64;
+            r.bytes = r.tail.iter().map(String::len).sum();
+            r.waiting_bytes = r.bytes;
+            r.head_dirty = true;
+        }
+        Some(r)
     }
 
     pub fn attached(&mut self, instance: InstanceId, address: &str) {
@@ -151,7 +291,7 @@ impl Recorder {
         if self.init.is_none() {
             self.init = serde_json::to_string(payload).ok();
             self.seed = Some(seed.to_owned());
-            self.dirty = true;
+            self.head_dirty = true;
         }
     }
 
@@ -169,149 +309,126 @@ impl Recorder {
             return;
         }
         let text = entry.to_string();
-        if self.entries.len() >= MAX_RECORDING_ENTRIES
+        if self.count as usize >= MAX_RECORDING_ENTRIES
             || self.bytes + text.len() > MAX_RECORDING_BYTES
         {
             self.truncated = true;
-            self.dirty = true;
+            self.head_dirty = true;
             self.sends.clear();
             return;
         }
         self.bytes += text.len();
-        self.entries.push(text);
-        self.dirty = true;
+        self.waiting_bytes += text.len();
+        self.count += 1;
+        self.tail.push_back(text);
     }
 
-    /// Whether the record has grown enough to be written again.
-    pub fn due(&self) -> bool {
-        self.dirty && self.entries.len() >= (2 * self.written).max(FIRST_WRITE_ENTRIES)
+    /// Entries recorded so far.
+    pub fn count(&self) -> u64 {
+        self.count
     }
 
-    pub fn dirty(&self) -> bool {
-        self.dirty
-    }
-
-    /// The document, and from now on it counts as written.
-    pub fn take_document(&mut self, session_id: &str) -> String {
-        self.written = self.entries.len();
-        self.dirty = false;
-        self.document(session_id)
+    /// Entries held in memory (not yet acknowledged by the store).
+    pub fn held(&self) -> usize {
+        self.tail.len()
     }
 
     pub fn has_init(&self) -> bool {
         self.init.is_some()
     }
 
-    /// The whole record as one JSON document.
-    pub fn document(&self, session_id: &str) -> String {
-        let mut s =
-            String::with_capacity(self.bytes + self.init.as_ref().map_or(0, String::len) + 512);
-        s.push_str(&format!(
-            "{{\"format\":\"hostwire-memizy-recording\",\"version\":1,\"sessionId\":{},\"displaySeed\":{},\"truncated\":{},\"limits\":{{\"entries\":{MAX_RECORDING_ENTRIES},\"bytes\":{MAX_RECORDING_BYTES}}},\"init\":{},\"entries\":[",
-            json!(session_id),
+    /// Whether a batch should go to the store now.
+    pub fn due(&mut self, now: u64) -> bool {
+        if now < self.retry_at {
+            return false;
+        }
+        if self.handed == self.count {
+            return self.head_dirty;
+        }
+        let since = *self.waiting_since.get_or_insert(now);
+        self.head_dirty
+            || self.count - self.handed >= WRITE_AFTER_ENTRIES
+            || self.waiting_bytes >= WRITE_AFTER_BYTES
+            || now.saturating_sub(since) >= WRITE_AFTER_MS
+    }
+
+    /// When the waiting entries are due at the latest.
+    pub fn deadline(&self) -> Option<u64> {
+        let since = self.waiting_since.filter(|_| self.handed < self.count)?;
+        Some((since + WRITE_AFTER_MS).max(self.retry_at))
+    }
+
+    /// The batch for the store: the head if it changed, the entries not
+    /// handed out yet. `None` if there is nothing to write.
+    pub fn take_batch(&mut self) -> Option<Handed> {
+        if self.handed == self.count && !self.head_dirty {
+            return None;
+        }
+        let from = (self.handed - self.durable) as usize;
+        let batch = Handed {
+            head: self.head_dirty.then(|| self.head()),
+            first_seq: self.handed,
+            entries: self.tail.range(from..).cloned().collect(),
+        };
+        self.handed = self.count;
+        self.head_dirty = false;
+        self.waiting_bytes = 0;
+        self.waiting_since = None;
+        Some(batch)
+    }
+
+    /// Everything the store has not acknowledged (the head if it may not
+    /// be kept yet), for the last write when the session's task stops.
+    pub fn take_unsaved(&mut self) -> Option<Handed> {
+        let head_pending = self.head_dirty || self.in_flight.values().any(|b| b.head);
+        if self.durable == self.count && !head_pending {
+            return None;
+        }
+        self.handed = self.durable;
+        self.head_dirty = head_pending;
+        self.in_flight.clear();
+        self.take_batch()
+    }
+
+    /// The batch of write `id` was handed to the store.
+    pub fn in_flight(&mut self, id: u64, batch: Batch) {
+        self.in_flight.insert(id, batch);
+    }
+
+    /// The store answered write `id`: acknowledged entries leave memory;
+    /// a refused batch is handed out again, not before a second.
+    pub fn acked(&mut self, id: u64, durable: bool, now: u64) {
+        let Some(b) = self.in_flight.remove(&id) else {
+            return;
+        };
+        if !durable {
+            // Everything from the first entry not durable goes again.
+            self.handed = self.durable;
+            self.waiting_bytes = self.tail.iter().map(String::len).sum();
+            self.head_dirty |= b.head;
+            self.retry_at = now + RETRY_AFTER_MS;
+            return;
+        }
+        // A batch after a refused one (a gap below it) counts once the
+        // gap is written again.
+        if b.first_seq <= self.durable && b.end_seq > self.durable {
+            let n = (b.end_seq - self.durable) as usize;
+            self.tail.drain(..n.min(self.tail.len()));
+            self.durable = b.end_seq;
+            self.handed = self.handed.max(self.durable);
+        }
+    }
+
+    /// The head as the store keeps it.
+    fn head(&self) -> String {
+        format!(
+            "{{\"displaySeed\":{},\"truncated\":{},\"init\":{}}}",
             json!(self.seed),
             self.truncated,
             self.init.as_deref().unwrap_or("null"),
-        ));
-        for (i, e) in self.entries.iter().enumerate() {
-            if i > 0 {
-                s.push(',');
-            }
-            s.push_str(e);
-        }
-        s.push_str("]}");
-        s
+        )
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn accepted_sends_of_others_are_actions_and_the_record_is_bounded() {
-        let mut r = Recorder::default();
-        r.attached(1, "board");
-        r.attached(2, "p1");
-        r.init(&json!({"set": {"items": []}}), "seed-1");
-        r.event("start", (10.0, 0.0), None);
-        // The authority's own message is not an action.
-        r.send_called(1, 1, r#"[{"to":"all","data":{"s":1}}]"#, Some("board"));
-        r.answered(1, 1, true, (11.0, 1.0));
-        // A refused send is not recorded; an accepted one is.
-        r.send_called(2, 1, r#"[{"to":"authority","data":"x"}]"#, Some("board"));
-        r.answered(2, 1, false, (12.0, 2.0));
-        r.send_called(
-            2,
-            2,
-            r#"[{"to":"authority","data":{"a":"j"}}]"#,
-            Some("board"),
-        );
-        r.answered(2, 2, true, (13.0, 3.0));
-        let doc: Value = serde_json::from_str(&r.document("s")).unwrap();
-        assert_eq!(doc["displaySeed"], "seed-1");
-        assert_eq!(doc["init"]["set"]["items"], json!([]));
-        let entries = doc["entries"].as_array().unwrap();
-        assert_eq!(entries.len(), 2, "{doc}");
-        assert_eq!(entries[1]["from"], "p1");
-        assert_eq!(entries[1]["message"]["data"]["a"], "j");
-        assert_eq!(entries[1]["gameTimeMs"], 3.0);
-        // Past the bound: truncated, nothing more kept.
-        for i in 0..MAX_RECORDING_ENTRIES {
-            r.event("pause", (i as f64, 0.0), None);
-        }
-        let doc: Value = serde_json::from_str(&r.document("s")).unwrap();
-        assert_eq!(doc["truncated"], true);
-        assert_eq!(
-            doc["entries"].as_array().unwrap().len(),
-            MAX_RECORDING_ENTRIES
-        );
-        r.send_called(2, 3, r#"[{"to":"authority","data":1}]"#, Some("board"));
-        assert!(r.sends.is_empty());
-    }
-
-    #[test]
-    fn a_restored_record_goes_on_from_what_was_kept() {
-        let mut r = Recorder::default();
-        r.init(&json!({"set": {"items": [1]}}), "seed-1");
-        r.event("start", (1.0, 0.0), None);
-        r.event("pause", (2.0, 1.0), None);
-        let kept = r.take_document("s");
-        let mut back = Recorder::restored(&kept).unwrap();
-        assert!(!back.dirty(), "nothing new to write yet");
-        // The continued authority's InitPayload does not replace the first.
-        back.init(&json!({"set": {"items": [2]}}), "seed-2");
-        back.event("resume", (3.0, 1.0), None);
-        let doc: Value = serde_json::from_str(&back.document("s")).unwrap();
-        assert_eq!(doc["init"]["set"]["items"], json!([1]));
-        assert_eq!(doc["displaySeed"], "seed-1");
-        let kinds: Vec<&str> = doc["entries"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["type"].as_str().unwrap())
-            .collect();
-        assert_eq!(kinds, ["start", "pause", "resume"]);
-        assert_eq!(back.bytes, r.bytes + doc["entries"][2].to_string().len());
-        assert!(Recorder::restored("not json").is_none());
-    }
-
-    #[test]
-    fn writes_come_when_the_record_doubled() {
-        let mut r = Recorder::default();
-        for i in 0..FIRST_WRITE_ENTRIES - 1 {
-            r.event("pause", (i as f64, 0.0), None);
-        }
-        assert!(!r.due());
-        r.event("pause", (0.0, 0.0), None);
-        assert!(r.due());
-        r.take_document("s");
-        assert!(!r.due());
-        for _ in 0..FIRST_WRITE_ENTRIES - 1 {
-            r.event("pause", (0.0, 0.0), None);
-        }
-        assert!(!r.due(), "not yet twice what was written");
-        r.event("pause", (0.0, 0.0), None);
-        assert!(r.due());
-    }
-}
+mod tests;

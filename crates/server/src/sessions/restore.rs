@@ -93,7 +93,7 @@ struct Loaded {
     snapshot: Option<(String, Option<u64>)>,
     files: Vec<(String, usize)>,
     tokens: Vec<(String, String)>,
-    recording: Option<String>,
+    recording: Option<hostwire_store::sessions::StoredRecording>,
 }
 
 /// Reads session `id` from the store on a blocking thread. `Ok(None)`: no
@@ -197,7 +197,7 @@ pub(super) async fn restore_here(
     let auth = kept_auth(&loaded, &state)?;
     // The recording goes on from what was kept (SPEC 10: one record of
     // the whole game), never replaced by what follows the restart.
-    let rec = match loaded.recording.as_deref().map(Recorder::restored) {
+    let rec = match loaded.recording.as_ref().map(Recorder::restored) {
         Some(Some(r)) => r,
         Some(None) => {
             tracing::warn!(session = %id, "the kept recording cannot be read: a new one starts");

@@ -187,8 +187,13 @@ async fn a_whole_game_from_lobby_to_results() {
     assert_eq!(answers.len(), 6, "{answers:?}");
     assert!(answers.contains(&("p1".to_owned(), "false".to_owned())));
     assert!(answers.contains(&(p3.clone(), "m".to_owned())));
-    let kept: Value =
-        serde_json::from_str(&server.store.load_recording(&s.id).unwrap().unwrap()).unwrap();
+    let stored = server.store.load_recording(&s.id).unwrap().unwrap();
+    let kept: Value = serde_json::from_str(
+        &hostwire::sessions::recording::document(&s.id, &stored)
+            .unwrap()
+            .text,
+    )
+    .unwrap();
     assert_eq!(kept["entries"].as_array().unwrap().len(), entries.len());
     for c in controllers {
         c.close().await.unwrap();

@@ -206,6 +206,17 @@ CREATE INDEX unit_leases_by_expiry ON unit_leases (expires_at) WHERE owner IS NO
 CREATE INDEX playerthree_records_by_token ON playerthree_records ((body::jsonb ->> 'tokenHash'))
     WHERE kind = 'token';
 ",
+    // 4: a hosted session's recording as batches of entries appended, not
+    // one document rewritten as it grows.
+    "
+CREATE TABLE memizy_recording_batches (
+    session_id TEXT NOT NULL,
+    first_seq BIGINT NOT NULL,
+    count BIGINT NOT NULL,
+    entries TEXT NOT NULL,
+    PRIMARY KEY (session_id, first_seq)
+);
+",
 ];
 
 /// The newest schema version this hostwire knows.

@@ -1,7 +1,9 @@
 //! Hosted Memizy sessions on PostgreSQL (see [`crate::sessions`]).
 
 use super::{ms, PgStore, Tx};
-use crate::sessions::{SessionStore, SessionWrite, StoredPluginData, StoredSession};
+use crate::sessions::{
+    SessionStore, SessionWrite, StoredBatch, StoredPluginData, StoredRecording, StoredSession,
+};
 use crate::{StoreError, Unit, UnitResults, UnitStore};
 
 impl UnitStore<SessionWrite> for PgStore {
@@ -89,6 +91,22 @@ fn apply_session(tx: &mut Tx<'_, '_>, w: &SessionWrite) -> Result<(), StoreError
                 &[session_id, body, &ms(*at_ms)],
             )?;
         }
+        SessionWrite::RecordingEntries {
+            session_id,
+            first_seq,
+            entries,
+        } => {
+            tx.execute(
+                "INSERT INTO memizy_recording_batches (session_id, first_seq, count, entries) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (session_id, first_seq) DO UPDATE SET count = EXCLUDED.count, entries = EXCLUDED.entries",
+                &[
+                    session_id,
+                    &ms(*first_seq),
+                    &(entries.len() as i64),
+                    &entries.join(","),
+                ],
+            )?;
+        }
         SessionWrite::Result {
             session_id,
             result,
@@ -137,6 +155,7 @@ fn apply_session(tx: &mut Tx<'_, '_>, w: &SessionWrite) -> Result<(), StoreError
                 "DELETE FROM memizy_answers WHERE session_id = $1",
                 "DELETE FROM memizy_results WHERE session_id = $1",
                 "DELETE FROM memizy_recordings WHERE session_id = $1",
+                "DELETE FROM memizy_recording_batches WHERE session_id = $1",
                 "DELETE FROM memizy_saved_games WHERE session_id = $1",
                 "DELETE FROM memizy_player_tokens WHERE session_id = $1",
                 "DELETE FROM memizy_assets WHERE session_id = $1",
@@ -229,11 +248,33 @@ impl SessionStore for PgStore {
         )
     }
 
-    fn load_recording(&self, session_id: &str) -> Result<Option<String>, StoreError> {
-        self.one_text(
-            "SELECT body FROM memizy_recordings WHERE session_id = $1",
-            session_id,
-        )
+    fn load_recording(&self, session_id: &str) -> Result<Option<StoredRecording>, StoreError> {
+        // The head and the entries from one snapshot.
+        self.read(|tx| {
+            let head = tx
+                .query_opt(
+                    "SELECT body FROM memizy_recordings WHERE session_id = $1",
+                    &[&session_id],
+                )?
+                .map(|r| r.get::<_, String>(0));
+            let batches: Vec<StoredBatch> = tx
+                .query(
+                    "SELECT first_seq, count, entries FROM memizy_recording_batches
+                     WHERE session_id = $1 ORDER BY first_seq",
+                    &[&session_id],
+                )?
+                .iter()
+                .map(|r| StoredBatch {
+                    first_seq: r.get::<_, i64>(0).max(0) as u64,
+                    count: r.get::<_, i64>(1).max(0) as u64,
+                    entries: r.get(2),
+                })
+                .collect();
+            Ok(
+                (head.is_some() || !batches.is_empty())
+                    .then_some(StoredRecording { head, batches }),
+            )
+        })
     }
 
     fn load_plugin_data(

@@ -203,7 +203,9 @@ fn an_expired_session_writes_its_removal_and_takes_nothing_more_until_answered()
     d.keep_then("late", t0 + EXPIRY.lobby_ttl_ms);
     assert_eq!(kept(&outputs(&mut d)), [("late", false)]);
     d.write_behind(SessionRecord::Recording {
-        body: "{}".into(),
+        head: Some("{}".into()),
+        first_seq: 0,
+        entries: vec![],
         at_ms: 0,
     });
     assert!(d.poll_write().is_none());
@@ -242,7 +244,9 @@ fn a_recording_written_behind_holds_nothing_and_is_answered_to_no_one() {
     d.act(now, |s| s.close(SessionEndReason::Closed, now));
     outputs(&mut d);
     d.write_behind(SessionRecord::Recording {
-        body: "{}".into(),
+        head: Some("{}".into()),
+        first_seq: 0,
+        entries: vec!["{}".into()],
         at_ms: now,
     });
     assert!(d.is_done(), "nothing waits for a write behind");

@@ -10,8 +10,8 @@ use super::spec::check_locale;
 use crate::http::error::json_response;
 use crate::http::{Presented, Refused};
 use crate::sessions::actor::{Admin, Cmd};
-use crate::sessions::restore;
 use crate::sessions::Sessions;
+use crate::sessions::{recording, restore};
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -55,27 +55,35 @@ pub(super) async fn authorized(
 }
 
 pub(super) async fn admin(sessions: &Arc<Sessions>, id: &str, op: Admin) -> Response {
+    match admin_value(sessions, id, op).await {
+        Ok(v) => json_response(StatusCode::OK, &v),
+        Err(r) => r,
+    }
+}
+
+/// Carries `op` out on the running session and gives its answer.
+async fn admin_value(sessions: &Arc<Sessions>, id: &str, op: Admin) -> Result<Value, Response> {
     // After a restart the session comes back at its first use.
     let h =
         match restore::running(sessions, id).await {
             Ok(Some(h)) => h,
-            Err((status, m)) => return error(status, m),
-            Ok(None) => return error(
+            Err((status, m)) => return Err(error(status, m)),
+            Ok(None) => return Err(error(
                 StatusCode::CONFLICT,
                 "the session is not running (its game has finished, or it stopped: continue it)",
-            ),
+            )),
         };
     let (tx, rx) = oneshot::channel();
     if h.tx.send(Cmd::Admin(Box::new(op), tx)).await.is_err() {
-        return error(StatusCode::CONFLICT, "the session has closed");
+        return Err(error(StatusCode::CONFLICT, "the session has closed"));
     }
     match rx.await {
-        Ok(Ok(v)) => json_response(StatusCode::OK, &v),
-        Ok(Err((status, m))) => error(
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err((status, m))) => Err(error(
             StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
             m,
-        ),
-        Err(_) => error(StatusCode::CONFLICT, "the session has closed"),
+        )),
+        Err(_) => Err(error(StatusCode::CONFLICT, "the session has closed")),
     }
 }
 
@@ -164,7 +172,9 @@ pub(super) async fn set_config(
     admin(&sessions, &id, Admin::Config(c)).await
 }
 
-/// `GET /{id}/recording`: the running session's record, or the one kept.
+/// `GET /{id}/recording`: the record the store keeps. A running session
+/// first writes what it holds of it and answers once that is kept, so the
+/// record answered holds every entry recorded before the request.
 pub(super) async fn recording(
     State(sessions): State<Arc<Sessions>>,
     Path(id): Path<String>,
@@ -173,23 +183,43 @@ pub(super) async fn recording(
     if let Err(r) = authorized(&sessions, &id, &presented).await {
         return r;
     }
-    match restore::running(&sessions, &id).await {
-        Ok(Some(_)) => return admin(&sessions, &id, Admin::Recording).await,
+    let recorded = match restore::running(&sessions, &id).await {
+        Ok(Some(_)) => match admin_value(&sessions, &id, Admin::Recording).await {
+            Ok(v) => v["entries"].as_u64().unwrap_or(0) as usize,
+            Err(r) => return r,
+        },
         Err((status, m)) => return error(status, m),
-        Ok(None) => {}
-    }
+        Ok(None) => 0,
+    };
     let store = sessions.store();
     let key = id.clone();
-    match tokio::task::spawn_blocking(move || store.load_recording(&key)).await {
-        Ok(Ok(Some(text))) => {
-            let mut r = text.into_response();
+    let read = tokio::task::spawn_blocking(move || {
+        store
+            .load_recording(&key)
+            .map(|kept| kept.map(|k| recording::document(&key, &k)))
+    });
+    match read.await {
+        Ok(Ok(Some(Ok(doc)))) if doc.entries >= recorded => {
+            let mut r = doc.text.into_response();
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 axum::http::HeaderValue::from_static("application/json"),
             );
             r
         }
-        Ok(Ok(None)) => error(StatusCode::NOT_FOUND, "recording: none was kept"),
+        Ok(Ok(Some(Ok(doc)))) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "recording: the store holds {} of its {recorded} entries: try again",
+                doc.entries
+            ),
+        ),
+        Ok(Ok(Some(Err(why)))) => error(StatusCode::INTERNAL_SERVER_ERROR, why),
+        Ok(Ok(None)) if recorded == 0 => error(StatusCode::NOT_FOUND, "recording: none was kept"),
+        Ok(Ok(None)) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "recording: the store holds none of it yet: try again",
+        ),
         Ok(Err(e)) => error(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("store: {}", e.reason()),

@@ -842,3 +842,35 @@ async fn a_recording_goes_on_after_a_restart_from_what_was_stored() {
     assert_eq!(after["displaySeed"], before["displaySeed"]);
     s.kill_9();
 }
+
+/// A recording the API answered is in the store as answered: a `kill -9`
+/// right after it loses none of its entries (they are written in batches
+/// as the game goes, and the rest before the recording is answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_answered_is_kept_through_a_kill_9() {
+    let dir = data_dir();
+    let s = spawn_server(dir.path());
+    let (sid, token, board, players) = started_game(&s.api, 2).await;
+    // More than one batch of the store, and not a whole number of them
+    // (two players, each within SPEC 8.1's burst of sends).
+    for i in 0..70 {
+        players[i % 2]
+            .call("send", send_args(json!("authority"), json!(i)))
+            .await
+            .unwrap();
+    }
+    let (kinds, actions, before) = recording(&s.api, &sid, &token).await;
+    assert_eq!(kinds.len(), 71, "start and 70 actions: {before}");
+    assert_eq!(actions.last(), Some(&json!(69)));
+    s.kill_9();
+    drop((board, players));
+    let s = spawn_server(dir.path());
+    let (kinds_after, actions_after, after) = recording(&s.api, &sid, &token).await;
+    assert_eq!(
+        actions_after, actions,
+        "the actions answered before the kill"
+    );
+    assert_eq!(kinds_after, kinds);
+    assert_eq!(after["init"], before["init"]);
+    s.kill_9();
+}
