@@ -850,18 +850,18 @@ async fn a_recording_goes_on_after_a_restart_from_what_was_stored() {
 async fn a_recording_answered_is_kept_through_a_kill_9() {
     let dir = data_dir();
     let s = spawn_server(dir.path());
-    let (sid, token, board, players) = started_game(&s.api, 2).await;
+    let (sid, token, board, players) = started_game(&s.api, 6).await;
     // More than one batch of the store, and not a whole number of them
-    // (two players, each within SPEC 8.1's burst of sends).
-    for i in 0..70 {
-        players[i % 2]
+    // (six players, each within SPEC 8.1's burst of sends).
+    for i in 0..300 {
+        players[i % 6]
             .call("send", send_args(json!("authority"), json!(i)))
             .await
             .unwrap();
     }
     let (kinds, actions, before) = recording(&s.api, &sid, &token).await;
-    assert_eq!(kinds.len(), 71, "start and 70 actions: {before}");
-    assert_eq!(actions.last(), Some(&json!(69)));
+    assert_eq!(kinds.len(), 301, "start and 300 actions");
+    assert_eq!(actions.last(), Some(&json!(299)));
     s.kill_9();
     drop((board, players));
     let s = spawn_server(dir.path());
