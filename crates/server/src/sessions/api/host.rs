@@ -183,21 +183,26 @@ pub(super) async fn recording(
     if let Err(r) = authorized(&sessions, &id, &presented).await {
         return r;
     }
+    // A running session's count of entries recorded: the store holds at
+    // least these once it answered.
     let recorded = match restore::running(&sessions, &id).await {
         Ok(Some(_)) => match admin_value(&sessions, &id, Admin::Recording).await {
-            Ok(v) => v["entries"].as_u64().unwrap_or(0) as usize,
+            Ok(v) => Some(v["entries"].as_u64().unwrap_or(0) as usize),
             Err(r) => return r,
         },
         Err((status, m)) => return error(status, m),
-        Ok(None) => 0,
+        Ok(None) => None,
     };
     let store = sessions.store();
     let key = id.clone();
     let read = tokio::task::spawn_blocking(move || {
-        store
-            .load_recording(&key)
-            .map(|kept| kept.map(|k| recording::document(&key, &k)))
+        store.load_recording(&key).map(|kept| {
+            // A running session with nothing kept yet has an empty record.
+            let kept = kept.or_else(|| recorded.map(|_| Default::default()))?;
+            Some(recording::document(&key, &kept))
+        })
     });
+    let recorded = recorded.unwrap_or(0);
     match read.await {
         Ok(Ok(Some(Ok(doc)))) if doc.entries >= recorded => {
             let mut r = doc.text.into_response();
@@ -215,11 +220,7 @@ pub(super) async fn recording(
             ),
         ),
         Ok(Ok(Some(Err(why)))) => error(StatusCode::INTERNAL_SERVER_ERROR, why),
-        Ok(Ok(None)) if recorded == 0 => error(StatusCode::NOT_FOUND, "recording: none was kept"),
-        Ok(Ok(None)) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "recording: the store holds none of it yet: try again",
-        ),
+        Ok(Ok(None)) => error(StatusCode::NOT_FOUND, "recording: none was kept"),
         Ok(Err(e)) => error(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("store: {}", e.reason()),

@@ -850,6 +850,10 @@ async fn a_recording_goes_on_after_a_restart_from_what_was_stored() {
 async fn a_recording_answered_is_kept_through_a_kill_9() {
     let dir = data_dir();
     let s = spawn_server(dir.path());
+    // A session in its lobby has a record, empty.
+    let (lobby, lobby_token) = s.api.create(&presenter_body(1)).await;
+    let (kinds, _, empty) = recording(&s.api, &lobby, &lobby_token).await;
+    assert!(kinds.is_empty() && empty["init"].is_null(), "{empty}");
     let (sid, token, board, players) = started_game(&s.api, 6).await;
     // More than one batch of the store, and not a whole number of them
     // (six players, each within SPEC 8.1's burst of sends).
