@@ -328,7 +328,8 @@ impl Unit for Hosted {
             .poll_timeout()
             .into_iter()
             .chain(self.devices_timeout())
-            .chain(self.rec.deadline())
+            // Nothing more is written once its removal is (no timer for it).
+            .chain(self.rec.deadline().filter(|_| !self.d.is_removed()))
             .min()
     }
     fn handle_timeout(&mut self, now: u64) {
