@@ -465,6 +465,11 @@ pub fn major_of(v: &str) -> Option<u64> {
 /// read as JavaScript reads it: `5`, `5.0`, `5e0`, `0.5e1` and `-0` are all
 /// integers; `5.5`, `1e400` and `-1` are not. Exact (no float rounding).
 pub fn exact_integer(token: &str, max: u64) -> Option<u64> {
+    // Plain digits, as every id and version is written: read in place.
+    // (Up to 16 digits, below 10^16, as the general way below reads them.)
+    if !token.is_empty() && token.len() <= 16 && token.bytes().all(|b| b.is_ascii_digit()) {
+        return token.parse::<u64>().ok().filter(|v| *v <= max);
+    }
     let t = token.strip_prefix('-').unwrap_or(token);
     let negative = t.len() != token.len();
     let (mantissa, exp) = match t.find(['e', 'E']) {
@@ -1088,6 +1093,17 @@ mod tests {
             ("99999999999999999999999", None),
         ] {
             assert_eq!(exact_integer(t, MAX_ID), want, "{t}");
+        }
+        // Plain digits against a smaller bound, read in place, as the
+        // general way reads their other spellings.
+        for (t, max, want) in [
+            ("100", 100, Some(100)),
+            ("100", 99, None),
+            ("1e2", 99, None),
+            ("1000000000000000", u64::MAX, Some(1_000_000_000_000_000)),
+            ("10000000000000000", u64::MAX, None),
+        ] {
+            assert_eq!(exact_integer(t, max), want, "{t} ≤ {max}");
         }
     }
 

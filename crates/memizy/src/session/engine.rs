@@ -310,14 +310,19 @@ impl Session {
 
     /// The authority's address (`None` until the host's player exists).
     pub fn authority_address(&self) -> Option<Address> {
+        self.authority().map(str::to_owned)
+    }
+
+    /// [`Session::authority_address`], borrowed (asked on every `send`).
+    pub fn authority(&self) -> Option<&str> {
         match (self.cfg.mode, self.cfg.host_as) {
-            (Mode::Multiplayer, Some(HostAs::Presenter)) => Some(BOARD_ADDRESS.to_owned()),
+            (Mode::Multiplayer, Some(HostAs::Presenter)) => Some(BOARD_ADDRESS),
             (Mode::Multiplayer, _) => self
                 .players
                 .iter()
                 .find(|p| p.is_host)
-                .map(|p| p.id.clone()),
-            (Mode::Solo, _) => self.players.first().map(|p| p.id.clone()),
+                .map(|p| p.id.as_str()),
+            (Mode::Solo, _) => self.players.first().map(|p| p.id.as_str()),
         }
     }
 
@@ -998,13 +1003,13 @@ impl Session {
         now: u64,
     ) -> CallResult {
         let inst = &self.instances[&id];
-        let sender = inst.address.clone();
+        let sender = inst.address.as_str();
         let is_authority = self.is_authority(inst);
         // Recipients: instances that said hello; others are dropped (SPEC 6).
         let mut targets: Vec<(Address, Option<InstanceId>)> = Vec::new();
         match to {
             Recipients::Authority => {
-                let Some(auth) = self.authority_address() else {
+                let Some(auth) = self.authority() else {
                     return Err(err(
                         Code::AuthorityUnavailable,
                         "send: there is no authority yet",
@@ -1012,7 +1017,7 @@ impl Session {
                 };
                 if auth != sender {
                     match self.authority_instance() {
-                        Some(a) => targets.push((auth, Some(a))),
+                        Some(a) => targets.push((auth.to_owned(), Some(a))),
                         None => {
                             return Err(err(
                                 Code::AuthorityUnavailable,
@@ -1037,7 +1042,7 @@ impl Session {
                             short(a)
                         )));
                     }
-                    if *a == sender || targets.iter().any(|(t, _)| t == a) {
+                    if a == sender || targets.iter().any(|(t, _)| t == a) {
                         continue;
                     }
                     let inst = self
@@ -1082,18 +1087,22 @@ impl Session {
                 ),
             ));
         }
-        let live: Vec<InstanceId> = targets.iter().filter_map(|(_, i)| *i).collect();
-        self.room_for(live.len() + 1, "send")?;
-        if !live.is_empty() {
+        let live = || targets.iter().filter_map(|(_, i)| *i);
+        self.room_for(live().count() + 1, "send")?;
+        if live().next().is_some() {
             let sent_at = self.session_time(now);
-            let args: Arc<str> = format!(
-                "[{{\"from\":{},\"data\":{},\"sentAt\":{}}}]",
-                serde_json::to_string(&sender).unwrap_or_default(),
-                data.get(),
-                serde_json::to_string(&sent_at).unwrap_or_else(|_| "0".into())
-            )
-            .into();
-            for t in live {
+            let sender = self.instances[&id].address.as_str();
+            // `[{"from": …, "data": …, "sentAt": …}]`, written once.
+            let mut a = Vec::with_capacity(data.get().len() + sender.len() + 48);
+            a.extend_from_slice(b"[{\"from\":");
+            let _ = serde_json::to_writer(&mut a, &sender);
+            a.extend_from_slice(b",\"data\":");
+            a.extend_from_slice(data.get().as_bytes());
+            a.extend_from_slice(b",\"sentAt\":");
+            let _ = serde_json::to_writer(&mut a, &sent_at);
+            a.extend_from_slice(b"}]");
+            let args: Arc<str> = Arc::from(std::str::from_utf8(&a).unwrap_or("[]"));
+            for t in live() {
                 self.push_call(
                     t,
                     PluginCallOut {
@@ -1702,7 +1711,7 @@ impl Session {
             self.services.remove(&k);
             self.outputs.push_back(Output::CancelService { id: k });
         }
-        let was_authority = Some(&inst.address) == self.authority_address().as_ref();
+        let was_authority = Some(inst.address.as_str()) == self.authority();
         if let Some(p) = &inst.player {
             let replaced = self.by_address.contains_key(&inst.address);
             if let Some(ps) = self.player_mut(p) {
@@ -1874,14 +1883,12 @@ impl Session {
     }
 
     fn is_authority(&self, inst: &Instance) -> bool {
-        inst.view != View::Settings
-            && self.authority_address().as_deref() == Some(inst.address.as_str())
+        inst.view != View::Settings && self.authority() == Some(inst.address.as_str())
     }
 
     /// The authority's instance if it is reachable: attached, hello, ready.
     fn authority_instance(&self) -> Option<InstanceId> {
-        let a = self.authority_address()?;
-        let id = *self.by_address.get(&a)?;
+        let id = *self.by_address.get(self.authority()?)?;
         let i = &self.instances[&id];
         (i.hello && i.ready).then_some(id)
     }

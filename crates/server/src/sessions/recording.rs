@@ -268,26 +268,30 @@ impl Recorder {
         let Some(params) = self.sends.remove(&(instance, call)) else {
             return;
         };
-        if !ok {
+        if !ok || self.truncated {
             return;
         }
-        let Some(from) = self.addresses.get(&instance).cloned() else {
+        let Some(from) = self.addresses.get(&instance) else {
             return;
         };
         // `send(message)`: params is `[{"to": …, "data": …}]`.
-        let message = serde_json::from_str::<Vec<Box<RawValue>>>(&params)
-            .ok()
-            .and_then(|mut v| (!v.is_empty()).then(|| v.swap_remove(0)));
-        let Some(message) = message else {
+        let Ok([message]) = serde_json::from_str::<[&RawValue; 1]>(&params) else {
             return;
         };
-        self.push(json!({
-            "type": "action",
-            "from": from,
-            "message": message,
-            "sessionTimeMs": times.0,
-            "gameTimeMs": times.1,
-        }));
+        // The entry's text written once (one of these per action).
+        let mut e = Vec::with_capacity(message.get().len() + from.len() + 112);
+        e.extend_from_slice(b"{\"type\":\"action\",\"from\":");
+        let _ = serde_json::to_writer(&mut e, from);
+        e.extend_from_slice(b",\"message\":");
+        e.extend_from_slice(message.get().as_bytes());
+        e.extend_from_slice(b",\"sessionTimeMs\":");
+        let _ = serde_json::to_writer(&mut e, &times.0);
+        e.extend_from_slice(b",\"gameTimeMs\":");
+        let _ = serde_json::to_writer(&mut e, &times.1);
+        e.push(b'}');
+        if let Ok(text) = String::from_utf8(e) {
+            self.push(text);
+        }
     }
 
     /// The authority got its `InitPayload` (the first one is kept).
@@ -305,14 +309,13 @@ impl Recorder {
         if let (Some(x), Some(o)) = (extra, e.as_object_mut()) {
             o.insert("result".into(), x);
         }
-        self.push(e);
+        self.push(e.to_string());
     }
 
-    fn push(&mut self, entry: Value) {
+    fn push(&mut self, text: String) {
         if self.truncated {
             return;
         }
-        let text = entry.to_string();
         if self.count as usize >= MAX_RECORDING_ENTRIES
             || self.bytes + text.len() > MAX_RECORDING_BYTES
         {

@@ -149,9 +149,8 @@ impl Hosted {
             self.held = Some((instance, call));
         }
         if method == "send" {
-            let authority = self.d.session().authority_address();
-            self.rec
-                .send_called(instance, call, params, authority.as_deref());
+            let authority = self.d.session().authority();
+            self.rec.send_called(instance, call, params, authority);
         }
         self.d
             .act(now, |s| s.handle_call(instance, call, method, params, now));
