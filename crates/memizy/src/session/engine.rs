@@ -105,6 +105,10 @@ pub struct Session {
     started: bool,
     players: Vec<PlayerState>,
     instances: BTreeMap<InstanceId, Instance>,
+    /// Instances attached that have not said `hello`: their deadlines are
+    /// walked for only while there are some (`poll_timeout` is asked on
+    /// every turn of the session).
+    awaiting_hello: usize,
     by_address: HashMap<Address, InstanceId>,
     clock: SessionClock,
     snapshot: Option<Arc<str>>,
@@ -202,6 +206,7 @@ impl Session {
             started: false,
             players: Vec::new(),
             instances: BTreeMap::new(),
+            awaiting_hello: 0,
             by_address: HashMap::new(),
             clock: SessionClock {
                 offset_ms: cfg.clock_offset_ms,
@@ -370,8 +375,14 @@ impl Session {
         if self.phase == Phase::Closed {
             return None;
         }
-        for i in self.instances.values().filter(|i| !i.hello) {
-            at(Some(i.attached_at_ms + self.cfg.limits.hello_timeout_ms));
+        debug_assert_eq!(
+            self.awaiting_hello,
+            self.instances.values().filter(|i| !i.hello).count()
+        );
+        if self.awaiting_hello > 0 {
+            for i in self.instances.values().filter(|i| !i.hello) {
+                at(Some(i.attached_at_ms + self.cfg.limits.hello_timeout_ms));
+            }
         }
         at(self.snapshot_slot.flush_at_ms());
         for slot in self.data_slots.values() {
@@ -738,7 +749,8 @@ impl Session {
             return Err(SessionError::TooManyInstances(MAX_INSTANCES_PER_SESSION));
         }
         let l = self.cfg.limits;
-        self.instances.insert(
+        self.awaiting_hello += 1;
+        let replaced = self.instances.insert(
             instance,
             Instance {
                 view,
@@ -766,6 +778,9 @@ impl Session {
                 queued: 0,
             },
         );
+        if replaced.is_some_and(|r| !r.hello) {
+            self.awaiting_hello -= 1;
+        }
         self.by_address.insert(address.to_owned(), instance);
         if let Some(p) = player {
             if let Some(p) = self.player_mut(&p) {
@@ -919,7 +934,10 @@ impl Session {
             )));
         }
         let inst = self.instances.get_mut(&id).expect("checked by dispatch");
-        inst.hello = true;
+        if !inst.hello {
+            inst.hello = true;
+            self.awaiting_hello -= 1;
+        }
         let init = self.init_payload(id, negotiated.to_string());
         let inst = &self.instances[&id];
         if !self.is_authority(inst) && self.authority_announced_away {
@@ -1692,6 +1710,9 @@ impl Session {
         let Some(inst) = self.instances.remove(&id) else {
             return;
         };
+        if !inst.hello {
+            self.awaiting_hello -= 1;
+        }
         if self.by_address.get(&inst.address) == Some(&id) {
             self.by_address.remove(&inst.address);
         }

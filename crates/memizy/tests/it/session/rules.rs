@@ -1300,6 +1300,29 @@ fn a_session_whose_outputs_are_not_polled_refuses_work() {
 }
 
 #[test]
+fn the_session_is_due_when_an_instance_that_has_not_said_hello_must_be_closed() {
+    let mut sim = Sim::presenter(2);
+    let now = sim.now();
+    sim.s.start_game(now).unwrap();
+    sim.join(1, View::Board, "board");
+    let without = sim.s.poll_timeout();
+    sim.attach(2, View::Controller, "p1");
+    let hello_by = now + 10_000;
+    assert!(
+        sim.s.poll_timeout().is_some_and(|t| t <= hello_by),
+        "{:?}",
+        sim.s.poll_timeout()
+    );
+    // Once it said hello, or left, its deadline is gone.
+    sim.hello(2);
+    assert_eq!(sim.s.poll_timeout(), without);
+    sim.attach(3, View::Controller, "p2");
+    assert!(sim.s.poll_timeout().is_some_and(|t| t <= hello_by));
+    sim.detach(3);
+    assert_eq!(sim.s.poll_timeout(), without);
+}
+
+#[test]
 fn an_instance_that_does_not_say_hello_in_time_is_closed() {
     let mut sim = Sim::presenter(1);
     let now = sim.now();
