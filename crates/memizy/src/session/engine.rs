@@ -397,13 +397,16 @@ impl Session {
                 .map(|s| s + self.cfg.timing.authority_away_ms));
         }
         at(self.finished_close_at_ms);
-        // Lifecycle deadlines matter only once the authority can start.
-        if self.authority_instance().is_some() {
-            match self.phase {
-                Phase::Loading => at(self.ready_deadline_ms),
-                Phase::Countdown { ends_at_ms } => at(Some(ends_at_ms)),
-                _ => {}
-            }
+        // Lifecycle deadlines matter only once the authority can start
+        // (asked only in the phases that have one: not on a running
+        // game's every turn).
+        let lifecycle = match self.phase {
+            Phase::Loading => self.ready_deadline_ms,
+            Phase::Countdown { ends_at_ms } => Some(ends_at_ms),
+            _ => None,
+        };
+        if lifecycle.is_some() && self.authority_instance().is_some() {
+            at(lifecycle);
         }
         t
     }
