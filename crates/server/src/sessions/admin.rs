@@ -66,8 +66,9 @@ impl Hosted {
                 Ok(self.status())
             }
             // What is recorded goes to the store; the answer (how many
-            // entries the store holds now) once it and the state after
-            // it are kept. The HTTP handler reads the record from there.
+            // entries were recorded: the store holds at least these) once
+            // they and the state after them are kept. The HTTP handler
+            // reads the record from the store.
             Admin::Recording => {
                 self.write_recording(now);
                 let entries = self.rec.count();

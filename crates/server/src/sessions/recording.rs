@@ -70,6 +70,9 @@ pub struct Recorder {
     waiting_since: Option<u64>,
     /// No batch is handed out before this, unless forced.
     retry_at: u64,
+    /// A batch was refused: what it held goes again at `retry_at`, even
+    /// if the session has gone quiet.
+    retry: bool,
     /// Writes in flight: the write's id → what it holds.
     in_flight: HashMap<u64, Batch>,
     /// `send` calls waiting for their answer: the arguments' text.
@@ -354,6 +357,7 @@ impl Recorder {
         }
         let since = *self.waiting_since.get_or_insert(now);
         self.head_dirty
+            || self.retry
             || self.count - self.handed >= WRITE_AFTER_ENTRIES
             || self.waiting_bytes >= WRITE_AFTER_BYTES
             || now.saturating_sub(since) >= WRITE_AFTER_MS
@@ -361,6 +365,9 @@ impl Recorder {
 
     /// When the waiting entries are due at the latest.
     pub fn deadline(&self) -> Option<u64> {
+        if self.retry {
+            return Some(self.retry_at);
+        }
         let since = self.waiting_since.filter(|_| self.handed < self.count)?;
         Some((since + WRITE_AFTER_MS).max(self.retry_at))
     }
@@ -381,6 +388,7 @@ impl Recorder {
         self.head_dirty = false;
         self.waiting_bytes = 0;
         self.waiting_since = None;
+        self.retry = false;
         Some(batch)
     }
 
@@ -414,6 +422,7 @@ impl Recorder {
             self.waiting_bytes = self.tail.iter().map(String::len).sum();
             self.head_dirty |= b.head;
             self.retry_at = now + RETRY_AFTER_MS;
+            self.retry = true;
             return;
         }
         // A batch after a refused one (a gap below it) counts once the

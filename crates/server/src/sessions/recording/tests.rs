@@ -188,6 +188,8 @@ fn a_refused_batch_is_handed_out_again_and_a_later_one_waits_for_it() {
     // The later batch was written, over a gap: nothing leaves memory.
     r.acked(2, true, 100);
     assert_eq!(r.held(), 2);
+    // Due again a second after the refusal, even with nothing new.
+    assert_eq!(r.deadline(), Some(100 + RETRY_AFTER_MS));
     r.event("resume", (0.0, 0.0), None);
     assert!(
         !r.due(100 + RETRY_AFTER_MS - 1),
