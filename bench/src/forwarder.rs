@@ -35,6 +35,10 @@ pub enum WsCrate {
     /// one task with `--one-task`.
     #[default]
     Tungstenite,
+    /// tokio-tungstenite over the TCP stream itself (hyper's upgraded socket
+    /// taken apart), one task per connection: tungstenite without axum's
+    /// wrapper and hyper's boxed, rewinding stream in between.
+    TungsteniteRaw,
     /// tokio-websockets, one task per connection.
     TokioWebsockets,
     /// fastwebsockets, one task per connection.
@@ -104,6 +108,10 @@ pub fn router_with(one_task: bool) -> Router {
 pub fn router_for(ws: WsCrate, one_task: bool) -> Router {
     match ws {
         WsCrate::Tungstenite => routes(get(upgrade), Forwarder::<Utf8Bytes>::new(one_task)),
+        WsCrate::TungsteniteRaw => routes(
+            get(upgrade_tungstenite_raw),
+            Forwarder::<tokio_tungstenite::tungstenite::Utf8Bytes>::new(true),
+        ),
         WsCrate::TokioWebsockets => routes(
             get(upgrade_tokio_websockets),
             Forwarder::<tokio_websockets::Payload>::new(true),
@@ -176,18 +184,39 @@ impl<M> Attached<M> {
 
 /// One task for the connection: the socket is not split, and frames for it
 /// are written by the task that reads it, between reads.
-async fn conn_one_task(f: Arc<Forwarder<Utf8Bytes>>, mut socket: WebSocket) {
+async fn conn_one_task(f: Arc<Forwarder<Utf8Bytes>>, socket: WebSocket) {
+    one_task(f, socket, Message::Text, |m| match m {
+        Message::Text(t) => Some(t.as_str()),
+        _ => None,
+    })
+    .await
+}
+
+/// The one-task loop over any crate's socket (a stream of messages and a
+/// sink of them): `message` makes a text message of a queued frame,
+/// `text` reads one. The crate's `next` must be cancel-safe (a frame read
+/// in part stays in its buffer), so that the select can drop it for a
+/// write.
+async fn one_task<S, M, Q, E>(
+    f: Arc<Forwarder<Q>>,
+    mut socket: S,
+    message: fn(Q) -> M,
+    text: fn(&M) -> Option<&str>,
+) where
+    S: futures_util::Stream<Item = Result<M, E>> + futures_util::Sink<M> + Unpin,
+    Q: Outbound,
+{
     // Unbounded, as in `conn`: the bare forwarder is the benchmark's floor
     // (no limits), driven only by the load generator, which reads.
-    let (tx, mut rx) = mpsc::unbounded_channel::<Utf8Bytes>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Q>();
     let mut at = Attached::default();
     loop {
         tokio::select! {
             Some(m) = rx.recv() => {
-                let mut ok = socket.feed(Message::Text(m)).await.is_ok();
+                let mut ok = socket.feed(message(m)).await.is_ok();
                 while ok {
                     match rx.try_recv() {
-                        Ok(m) => ok = socket.feed(Message::Text(m)).await.is_ok(),
+                        Ok(m) => ok = socket.feed(message(m)).await.is_ok(),
                         Err(_) => break,
                     }
                 }
@@ -197,8 +226,8 @@ async fn conn_one_task(f: Arc<Forwarder<Utf8Bytes>>, mut socket: WebSocket) {
             }
             msg = socket.next() => {
                 let Some(Ok(msg)) = msg else { break };
-                if let Message::Text(text) = msg {
-                    on_text(&f, &tx, &mut at, &text);
+                if let Some(t) = text(&msg) {
+                    on_text(&f, &tx, &mut at, t);
                 }
             }
         }
@@ -259,20 +288,145 @@ fn accept_key(headers: &HeaderMap) -> Option<HeaderValue> {
     HeaderValue::try_from(accept).ok()
 }
 
-/// tokio-websockets over hyper's upgrade: axum answers 101 and the crate
-/// takes the upgraded socket over (`ServerBuilder::serve`).
-async fn upgrade_tokio_websockets(
-    State(f): State<Arc<Forwarder<tokio_websockets::Payload>>>,
-    mut req: Request,
-) -> Response {
+/// 101 Switching Protocols with the given `Sec-WebSocket-Accept`.
+fn switching(accept: HeaderValue) -> Response {
+    (
+        StatusCode::SWITCHING_PROTOCOLS,
+        [
+            (header::UPGRADE, HeaderValue::from_static("websocket")),
+            (header::CONNECTION, HeaderValue::from_static("upgrade")),
+            (header::SEC_WEBSOCKET_ACCEPT, accept),
+        ],
+    )
+        .into_response()
+}
+
+/// Answers an upgrade request with its 101 and hands the socket hyper
+/// upgrades to `run`, in a task of its own.
+fn upgrade_then<F, Fut>(mut req: Request, run: F) -> Response
+where
+    F: FnOnce(hyper::upgrade::Upgraded) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let Some(accept) = accept_key(req.headers()) else {
         return StatusCode::BAD_REQUEST.into_response();
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
-        let Ok(upgraded) = on_upgrade.await else {
-            return;
-        };
+        if let Ok(upgraded) = on_upgrade.await {
+            run(upgraded).await;
+        }
+    });
+    switching(accept)
+}
+
+/// tokio-tungstenite over the TCP stream: hyper's upgraded socket is taken
+/// apart (`Upgraded::downcast`) when hyper has read nothing past the
+/// request, else it is used as it is.
+async fn upgrade_tungstenite_raw(
+    State(f): State<Arc<Forwarder<tokio_tungstenite::tungstenite::Utf8Bytes>>>,
+    req: Request,
+) -> Response {
+    use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+    upgrade_then(req, |upgraded| async move {
+        // The same buffers as `upgrade`'s.
+        let config = WebSocketConfig::default()
+            .read_buffer_size(1024)
+            .write_buffer_size(16 * 1024);
+        match upgraded.downcast::<TokioIo<tokio::net::TcpStream>>() {
+            Ok(parts) => {
+                let io = Prefixed {
+                    pre: parts.read_buf,
+                    io: parts.io.into_inner(),
+                };
+                let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                    io,
+                    Role::Server,
+                    Some(config),
+                )
+                .await;
+                conn_tungstenite_raw(f, ws).await;
+            }
+            Err(upgraded) => {
+                let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                    TokioIo::new(upgraded),
+                    Role::Server,
+                    Some(config),
+                )
+                .await;
+                conn_tungstenite_raw(f, ws).await;
+            }
+        }
+    })
+}
+
+/// A TCP stream and what hyper read of it past the request, read first.
+struct Prefixed {
+    pre: bytes::Bytes,
+    io: tokio::net::TcpStream,
+}
+
+impl tokio::io::AsyncRead for Prefixed {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if !self.pre.is_empty() {
+            let n = self.pre.len().min(buf.remaining());
+            buf.put_slice(&self.pre.split_to(n));
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Prefixed {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// One task for a tokio-tungstenite connection, as `conn_one_task`.
+async fn conn_tungstenite_raw<S>(
+    f: Arc<Forwarder<tokio_tungstenite::tungstenite::Utf8Bytes>>,
+    socket: tokio_tungstenite::WebSocketStream<S>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio_tungstenite::tungstenite::Message;
+    one_task(f, socket, Message::Text, |m| match m {
+        Message::Text(t) => Some(t.as_str()),
+        _ => None,
+    })
+    .await
+}
+
+/// tokio-websockets over hyper's upgrade: axum answers 101 and the crate
+/// takes the upgraded socket over (`ServerBuilder::serve`).
+async fn upgrade_tokio_websockets(
+    State(f): State<Arc<Forwarder<tokio_websockets::Payload>>>,
+    req: Request,
+) -> Response {
+    upgrade_then(req, |upgraded| async move {
         // Per idle connection, the crate holds: a read buffer of 8 KiB
         // (tokio-util's `FramedRead` default, allocated up front; the crate
         // has no setting for it), no write buffer (outgoing frames are
@@ -286,55 +440,19 @@ async fn upgrade_tokio_websockets(
             .config(config)
             .serve(TokioIo::new(upgraded));
         conn_tokio_websockets(f, ws).await;
-    });
-    (
-        StatusCode::SWITCHING_PROTOCOLS,
-        [
-            (header::UPGRADE, HeaderValue::from_static("websocket")),
-            (header::CONNECTION, HeaderValue::from_static("upgrade")),
-            (header::SEC_WEBSOCKET_ACCEPT, accept),
-        ],
-    )
-        .into_response()
+    })
 }
 
-/// One task for a tokio-websockets connection, as `conn_one_task`: its
-/// `Stream::next` is cancel-safe (a frame read in part stays in the
-/// crate's buffer), so the select can drop it for a write.
+/// One task for a tokio-websockets connection, as `conn_one_task` (its
+/// `Stream::next` is cancel-safe; pings are answered and closes
+/// acknowledged by the crate).
 async fn conn_tokio_websockets<S>(
     f: Arc<Forwarder<tokio_websockets::Payload>>,
-    mut socket: tokio_websockets::WebSocketStream<S>,
+    socket: tokio_websockets::WebSocketStream<S>,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    use tokio_websockets::Message;
-    // Unbounded, as in `conn`.
-    let (tx, mut rx) = mpsc::unbounded_channel::<tokio_websockets::Payload>();
-    let mut at = Attached::default();
-    loop {
-        tokio::select! {
-            Some(m) = rx.recv() => {
-                let mut ok = socket.feed(Message::text(m)).await.is_ok();
-                while ok {
-                    match rx.try_recv() {
-                        Ok(m) => ok = socket.feed(Message::text(m)).await.is_ok(),
-                        Err(_) => break,
-                    }
-                }
-                if !ok || socket.flush().await.is_err() {
-                    break;
-                }
-            }
-            msg = socket.next() => {
-                // Pings are answered and closes acknowledged by the crate.
-                let Some(Ok(msg)) = msg else { break };
-                if let Some(text) = msg.as_text() {
-                    on_text(&f, &tx, &mut at, text);
-                }
-            }
-        }
-    }
-    at.leave();
+    one_task(f, socket, tokio_websockets::Message::text, |m| m.as_text()).await
 }
 
 /// fastwebsockets over hyper's upgrade (the crate's `upgrade` feature):

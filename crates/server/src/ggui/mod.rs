@@ -50,7 +50,7 @@ use crate::http::AllowedOrigins;
 use crate::metrics::{write_counter, write_gauge, Render};
 use crate::metrics::{StoreMetrics, StoreProtocol};
 use crate::store_writer::StoreWriter;
-use axum::extract::ws::Utf8Bytes;
+use crate::ws::Utf8Bytes;
 use axum::Router;
 use bytes::Bytes;
 use hostwire_core::Clock;

@@ -4,7 +4,7 @@
 
 use super::{Cmd, Ggui};
 use crate::ws;
-use axum::extract::ws::Utf8Bytes;
+use crate::ws::Utf8Bytes;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -5,6 +5,7 @@
 
 pub mod body_budget;
 pub mod client_ip;
+pub(crate) mod counted;
 pub mod credentials;
 pub mod error;
 pub mod ip_rate;

@@ -11,6 +11,7 @@
 //!   are finished; connections still open after the grace time are
 //!   dropped.
 
+use super::counted::{Counted, PerIp};
 use crate::ws::Sockets;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -19,11 +20,10 @@ use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use std::collections::HashMap;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -102,98 +102,6 @@ impl HttpBody for Deadline {
     }
 }
 
-/// Open connections per client IP.
-#[derive(Default)]
-struct PerIp(Mutex<HashMap<IpAddr, usize>>);
-
-/// One open connection of an IP; gives its place back when dropped.
-struct IpSlot {
-    table: Arc<PerIp>,
-    ip: IpAddr,
-}
-
-impl PerIp {
-    fn take(table: &Arc<PerIp>, ip: IpAddr, cap: usize) -> Option<IpSlot> {
-        let mut t = table.0.lock().unwrap_or_else(|p| p.into_inner());
-        let n = t.entry(ip).or_insert(0);
-        if *n >= cap {
-            return None;
-        }
-        *n += 1;
-        Some(IpSlot {
-            table: Arc::clone(table),
-            ip,
-        })
-    }
-}
-
-impl Drop for IpSlot {
-    fn drop(&mut self) {
-        let mut t = self.table.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = t.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                t.remove(&self.ip);
-            }
-        }
-    }
-}
-
-/// A socket holding its IP's place for as long as it lives: after a
-/// WebSocket upgrade too, since the upgraded connection keeps it.
-struct Counted {
-    stream: tokio::net::TcpStream,
-    _slot: IpSlot,
-    /// Set once the client has sent a byte: until then the header read
-    /// timeout is kept here (the HTTP layer's starts with the first byte).
-    spoke: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl tokio::io::AsyncRead for Counted {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.stream).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.spoke.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        r
-    }
-}
-
-impl tokio::io::AsyncWrite for Counted {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
-
 /// Serves `router` on `listener` until `stop` resolves, then closes every
 /// socket of `sockets` (1001) and waits at most `shutdown_grace` for open
 /// connections and sockets to end before dropping them.
@@ -257,7 +165,7 @@ pub async fn serve(
             .serve_connection(
                 TokioIo::new(Counted {
                     stream,
-                    _slot: slot,
+                    slot,
                     spoke: Arc::clone(&spoke),
                 }),
                 svc,

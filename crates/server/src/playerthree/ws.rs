@@ -10,7 +10,7 @@ use super::actor::{MatchCmd, MatchHandle, CLOSE_GOING_AWAY};
 use super::pace;
 use super::{Find, PlayerThree, PlayerThreeMetrics};
 use crate::ws;
-use axum::extract::ws::Utf8Bytes;
+use crate::ws::Utf8Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -6,7 +6,7 @@ use super::outbound::Outbound;
 use super::room::{RoomCmd, RoomHandle};
 use super::Relay;
 use crate::ws;
-use axum::extract::ws::Utf8Bytes;
+use crate::ws::Utf8Bytes;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};

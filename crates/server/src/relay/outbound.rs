@@ -4,7 +4,7 @@
 
 use super::metrics::RelayMetrics;
 use crate::ws;
-use axum::extract::ws::Utf8Bytes;
+use crate::ws::Utf8Bytes;
 use hostwire_memizy::relay::CLOSE_TOO_SLOW;
 use std::sync::atomic::Ordering::Relaxed;
 

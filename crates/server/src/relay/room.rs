@@ -11,7 +11,7 @@ use super::metrics::RelayMetrics;
 use super::outbound::Outbound;
 use super::Relay;
 use crate::unit::{self, Deliver, Store, Unit, Write};
-use axum::extract::ws::Utf8Bytes;
+use crate::ws::Utf8Bytes;
 use bytes::Bytes;
 pub(super) use hostwire_memizy::relay::PutOutcome;
 use hostwire_memizy::relay::*;

@@ -4,8 +4,8 @@
 
 use super::config::CLOSE_NORMAL;
 use super::reader::{End, Reader};
-use axum::extract::ws::Message;
 use std::future::poll_fn;
+use tungstenite::Message;
 
 impl Reader {
     /// Ends the connection cleanly: closes it (after what is queued) unless

@@ -2,9 +2,12 @@
 //! `/playerthree/ws`, `/memizy/session/ws`) runs its sockets through this,
 //! with its protocol's choices as data ([`Config`]). It owns:
 //!
-//! - the upgrade: frame limit, small read and write buffers, and a cap on
-//!   unsent bytes (replies to pings included: a client that pings and never
-//!   reads cannot grow them without limit);
+//! - the upgrade ([`Upgrade`]): RFC 6455's checks and the 101, then the
+//!   accept loop's TCP stream taken back from the HTTP layer and read and
+//!   written by tungstenite directly ([`WebSocket`]), with a frame limit,
+//!   small read and write buffers, and a cap on unsent bytes (replies to
+//!   pings included: a client that pings and never reads cannot grow them
+//!   without limit);
 //! - the reader ([`Reader`]): the idle timeout and the server's pings on one
 //!   timer, a client's pings never counted as activity, the WebSocket
 //!   layer's refusals mapped (an oversized message is an [`Event`] the
@@ -30,6 +33,7 @@ mod config;
 mod reader;
 mod socket;
 mod sockets;
+mod stream;
 mod writer;
 
 pub use crate::outbound::{Close, Refused};
@@ -37,68 +41,176 @@ pub use config::*;
 pub use reader::{Event, Reader};
 pub use socket::{closed, oversized, Pipe, Socket, ToPeer};
 pub use sockets::Sockets;
+pub use stream::{Tcp, WebSocket};
+pub use tungstenite::protocol::CloseFrame;
+pub use tungstenite::{Error, Message, Utf8Bytes};
 pub use writer::{Outbound, Parked};
 
 use reader::End;
 use writer::write_loop;
 
+use crate::http::counted::Counted;
 use crate::outbound;
-use axum::extract::ws::{Utf8Bytes, WebSocketUpgrade};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::response::Response;
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
 use futures_util::FutureExt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use tungstenite::protocol::WebSocketConfig;
 
-/// [`WebSocketUpgrade`] and the server's [`Sockets`], which the accept loop
-/// puts in every request (none when the router is served otherwise).
+/// A WebSocket upgrade request (RFC 6455 4.2.1: a GET with `Upgrade:
+/// websocket`, `Connection: upgrade`, version 13 and a key) and the
+/// server's [`Sockets`], which the accept loop puts in every request (none
+/// when the router is served otherwise).
 pub struct Upgrade {
-    ws: WebSocketUpgrade,
+    accept: HeaderValue,
+    on_upgrade: hyper::upgrade::OnUpgrade,
     sockets: Option<Sockets>,
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
-    type Rejection = <WebSocketUpgrade as FromRequestParts<S>>::Rejection;
+/// Why a request is no WebSocket upgrade: its status and the reason.
+#[derive(Debug)]
+pub struct NotUpgrade(StatusCode, &'static str);
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let ws = WebSocketUpgrade::from_request_parts(parts, state).await?;
+impl IntoResponse for NotUpgrade {
+    fn into_response(self) -> Response {
+        (self.0, self.1).into_response()
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
+    type Rejection = NotUpgrade;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        if parts.method != Method::GET {
+            return Err(NotUpgrade(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "a WebSocket upgrade is a GET",
+            ));
+        }
+        let headers = &parts.headers;
+        let has = |name, token: &str| {
+            headers.get_all(name).iter().any(|v| {
+                v.to_str()
+                    .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+            })
+        };
+        if !has(header::CONNECTION, "upgrade") {
+            return Err(NotUpgrade(
+                StatusCode::BAD_REQUEST,
+                "the Connection header does not say upgrade",
+            ));
+        }
+        if !has(header::UPGRADE, "websocket") {
+            return Err(NotUpgrade(
+                StatusCode::BAD_REQUEST,
+                "the Upgrade header does not say websocket",
+            ));
+        }
+        if headers
+            .get(header::SEC_WEBSOCKET_VERSION)
+            .map(|v| v.as_bytes())
+            != Some(b"13")
+        {
+            return Err(NotUpgrade(
+                StatusCode::BAD_REQUEST,
+                "Sec-WebSocket-Version must be 13",
+            ));
+        }
+        let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
+            return Err(NotUpgrade(
+                StatusCode::BAD_REQUEST,
+                "Sec-WebSocket-Key is missing",
+            ));
+        };
+        let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
+        let Ok(accept) = HeaderValue::try_from(accept) else {
+            return Err(NotUpgrade(StatusCode::BAD_REQUEST, "Sec-WebSocket-Key"));
+        };
+        let Some(on_upgrade) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() else {
+            return Err(NotUpgrade(
+                StatusCode::UPGRADE_REQUIRED,
+                "this connection cannot be upgraded",
+            ));
+        };
         let sockets = parts.extensions.get::<Sockets>().cloned();
-        Ok(Upgrade { ws, sockets })
+        Ok(Upgrade {
+            accept,
+            on_upgrade,
+            sockets,
+        })
     }
 }
 
 impl Upgrade {
-    /// Upgrades with `config` and hands the connection to `run`, whose
-    /// future runs in one task with the connection's writer (not an
-    /// `async fn`: the socket is consumed before `run`'s future exists, so
-    /// that future, kept for the connection's whole life, does not hold
-    /// room for it). One task, not a writer task beside the reader's: an
-    /// idle connection costs one task's memory, and the writer goes on
-    /// whatever the protocol awaits.
+    /// Answers 101 and, once the HTTP layer hands the socket over, runs the
+    /// connection with `config`: `run`'s future in one task with the
+    /// connection's writer (`run` is not an `async fn`: the socket is
+    /// consumed before `run`'s future exists, so that future, kept for the
+    /// connection's whole life, does not hold room for it). One task, not a
+    /// writer task beside the reader's: an idle connection costs one task's
+    /// memory, and the writer goes on whatever the protocol awaits.
     pub fn on_upgrade<F, Fut>(self, config: Arc<Config>, run: F) -> Response
     where
         F: FnOnce(Connection) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let c = &*config;
-        let ws = self
-            .ws
-            .max_message_size(c.max_message_bytes)
-            .max_frame_size(c.max_message_bytes)
-            .read_buffer_size(c.read_buffer)
-            .write_buffer_size(c.write_buffer)
-            .max_write_buffer_size(c.max_unsent_bytes.max(c.write_buffer + 1));
-        let sockets = self.sockets;
+        let Upgrade {
+            accept,
+            on_upgrade,
+            sockets,
+        } = self;
         // The upgraded socket runs in a task of its own: it keeps the span
         // of the request that upgraded it (its connection's).
         let span = tracing::Span::current();
-        ws.on_upgrade(move |socket| {
-            let (c, drain) =
-                span.in_scope(|| Connection::start(Socket::Ws(socket), config, sockets));
-            tracing::Instrument::instrument(Connection::drive(c, drain, run), span)
-        })
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let Some(socket) = upgraded(on_upgrade, &config).await else {
+                    return;
+                };
+                let (c, drain) = Connection::start(Socket::Ws(socket), config, sockets);
+                Connection::drive(c, drain, run).await;
+            },
+            span,
+        ));
+        let mut res = StatusCode::SWITCHING_PROTOCOLS.into_response();
+        let h = res.headers_mut();
+        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+        res
     }
+}
+
+/// The socket the HTTP layer hands over after its 101, as a [`WebSocket`]
+/// with `config`'s limits and buffers; `None` if the client went first.
+async fn upgraded(
+    on_upgrade: hyper::upgrade::OnUpgrade,
+    config: &Config,
+) -> Option<stream::WebSocket> {
+    let upgraded = on_upgrade.await.ok()?;
+    // The accept loop's socket, taken apart: every connection is served by
+    // `crate::http::serve`.
+    let Ok(parts) = upgraded.downcast::<hyper_util::rt::TokioIo<Counted>>() else {
+        tracing::error!("an upgraded socket not of the accept loop: dropped");
+        return None;
+    };
+    let counted = parts.io.into_inner();
+    let tcp = stream::Tcp::counted(counted.stream, counted.slot);
+    let c = config;
+    let ws_config = WebSocketConfig::default()
+        .max_message_size(Some(c.max_message_bytes))
+        .max_frame_size(Some(c.max_message_bytes))
+        .read_buffer_size(c.read_buffer)
+        .write_buffer_size(c.write_buffer)
+        .max_write_buffer_size(c.max_unsent_bytes.max(c.write_buffer + 1));
+    Some(stream::WebSocket::new(
+        tcp,
+        parts.read_buf.to_vec(),
+        ws_config,
+    ))
 }
 
 /// A connection just upgraded: its reader and its sending side.

@@ -6,12 +6,12 @@ use super::config::{Config, CLOSE_INVALID_DATA, CLOSE_PROTOCOL_ERROR, IDLE};
 use super::sockets::Sockets;
 use super::writer::Outbound;
 use crate::outbound::Close;
-use axum::extract::ws::{Message, Utf8Bytes};
 use bytes::Bytes;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use tungstenite::{Message, Utf8Bytes};
 
 /// What the reader got.
 #[derive(Debug)]
@@ -67,12 +67,8 @@ enum ReadError {
     Gone,
 }
 
-fn read_error(e: axum::Error) -> ReadError {
+fn read_error(e: tungstenite::Error) -> ReadError {
     use tungstenite::error::ProtocolError as P;
-    let e = e.into_inner();
-    let Some(e) = e.downcast_ref::<tungstenite::Error>() else {
-        return ReadError::Gone;
-    };
     match e {
         tungstenite::Error::Capacity(_) => ReadError::Oversized,
         tungstenite::Error::Utf8(_) => {
@@ -158,7 +154,8 @@ impl Reader {
                 }
             };
             match msg {
-                Message::Ping(_) => continue,
+                // tungstenite reads no raw frames: only a writer sends one.
+                Message::Ping(_) | Message::Frame(_) => continue,
                 Message::Pong(_) => {
                     self.last_frame = tokio::time::Instant::now();
                     continue;

@@ -4,10 +4,10 @@
 use super::config::SHUTTING_DOWN;
 use super::writer::{Outbound, Parked};
 use crate::outbound;
-use axum::extract::ws::Utf8Bytes;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use tungstenite::Utf8Bytes;
 
 /// Every open socket of one server, so that shutdown closes each with
 /// 1001 and waits for them (attached to a room, session or match or not).

@@ -7,11 +7,12 @@ use super::config::CLOSE_NORMAL;
 use super::socket::Socket;
 use crate::outbound;
 use crate::outbound::{Close, Refused};
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes};
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use std::sync::{Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
+use tungstenite::protocol::CloseFrame;
+use tungstenite::{Message, Utf8Bytes};
 
 /// A connection's socket, unsplit, in the same allocation as its outbound
 /// queue: the reader and the writer take it in turns for one poll each (a
@@ -53,18 +54,18 @@ impl Parked {
         let Some(sink) = slot.as_mut() else {
             return Direct::Declined(frame);
         };
-        // No waker of ours to register: what cannot finish now is handed to
-        // the writer, which registers its own.
-        let mut cx = Context::from_waker(Waker::noop());
-        if !matches!(sink.poll_ready_unpin(&mut cx), Poll::Ready(Ok(()))) {
+        // No waker of ours to register (it would take the place of the
+        // writer's): what cannot finish now is handed to the writer, which
+        // registers its own.
+        if !matches!(sink.try_ready(), Ok(true)) {
             return Direct::Declined(frame);
         }
         if sink.start_send_unpin(Message::Text(frame)).is_err() {
             // A broken socket: the writer's flush finds out and ends it.
             return Direct::Unflushed;
         }
-        match sink.poll_flush_unpin(&mut cx) {
-            Poll::Ready(Ok(())) => Direct::Written,
+        match sink.try_flush() {
+            Ok(true) => Direct::Written,
             _ => Direct::Unflushed,
         }
     }
@@ -81,10 +82,9 @@ impl Parked {
         let Some(sink) = slot.as_mut() else {
             return true;
         };
-        let mut cx = Context::from_waker(Waker::noop());
         let mut sent = false;
         while !frames.is_empty() {
-            if !matches!(sink.poll_ready_unpin(&mut cx), Poll::Ready(Ok(()))) {
+            if !matches!(sink.try_ready(), Ok(true)) {
                 break;
             }
             let Some(f) = frames.pop_front() else {
@@ -95,7 +95,7 @@ impl Parked {
             }
             sent = true;
         }
-        !sent || matches!(sink.poll_flush_unpin(&mut cx), Poll::Ready(Ok(())))
+        !sent || matches!(sink.try_flush(), Ok(true))
     }
 
     /// Hands `msg` to the socket (taking it); false if the socket failed
@@ -136,9 +136,9 @@ impl Parked {
     pub(super) fn poll_next(
         &self,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Message, axum::Error>>> {
+    ) -> Poll<Option<Result<Message, tungstenite::Error>>> {
         match self.socket().as_mut() {
-            Some(ws) => ws.poll_next_unpin(cx),
+            Some(ws) => futures_util::StreamExt::poll_next_unpin(ws, cx),
             None => Poll::Ready(None),
         }
     }
@@ -270,7 +270,7 @@ impl std::future::Future for WriteLoop {
                     outbound::Work::Close((code, reason))
                     | outbound::Work::Kill((code, reason)) => {
                         let frame = CloseFrame {
-                            code,
+                            code: code.into(),
                             reason: Utf8Bytes::from_static(reason),
                         };
                         Step::Feed(Some(Message::Close(Some(frame))), Then::FlushAndClose)

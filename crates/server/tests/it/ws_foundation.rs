@@ -284,3 +284,126 @@ async fn who_may_connect_and_why_a_refused_upgrade_is_refused() {
     }
     strict.shutdown().await;
 }
+
+/// A client's bytes on a raw TCP socket, and what the server answered: up
+/// to `until` (the connection is kept alive), or all it sent before it
+/// closed.
+async fn raw_exchange(addr: &str, request: &[u8], until: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    while !String::from_utf8_lossy(&answer).contains(until) {
+        let mut chunk = [0u8; 1024];
+        let n = tokio::time::timeout(GUARD, tcp.read(&mut chunk))
+            .await
+            .expect("no answer")
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// A text frame as a client sends it (RFC 6455 5.2: masked; a payload
+/// under 64 KiB).
+fn client_text_frame(payload: &[u8]) -> Vec<u8> {
+    let mask = [0x12u8, 0x34, 0x56, 0x78];
+    let mut f = vec![0x81u8];
+    if payload.len() < 126 {
+        f.push(0x80 | payload.len() as u8);
+    } else {
+        f.push(0x80 | 126);
+        f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    }
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+fn upgrade_request(path: &str, host: &str, version: &str, key: bool) -> String {
+    let key = if key {
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    } else {
+        ""
+    };
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: {version}\r\n{key}\r\n"
+    )
+}
+
+#[tokio::test]
+async fn a_frame_sent_with_the_upgrade_request_is_read_and_a_bad_upgrade_says_why() {
+    let h = TestHost::start().await;
+    let addr = h.ws.trim_start_matches("ws://").to_owned();
+    // The join sent in the same write as the upgrade request, before the
+    // 101: the HTTP layer has read it with the request, and the socket
+    // must still get it.
+    let (_, _, token) = p3_token(&h.http).await;
+    let join = json!({"op": "join", "token": token}).to_string();
+    let mut bytes = upgrade_request("/playerthree/ws", &addr, "13", true).into_bytes();
+    bytes.extend(client_text_frame(join.as_bytes()));
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut tcp, &bytes)
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        let n = tokio::time::timeout(GUARD, tokio::io::AsyncReadExt::read(&mut tcp, &mut b))
+            .await
+            .expect("no answer to the upgrade")
+            .unwrap();
+        assert_eq!(n, 1, "closed after {:?}", String::from_utf8_lossy(&head));
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        head.contains("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
+        "the RFC's accept for its sample key: {head}"
+    );
+    let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+        tcp,
+        tokio_tungstenite::tungstenite::protocol::Role::Client,
+        None,
+    )
+    .await;
+    let answer = tokio::time::timeout(GUARD, ws.next())
+        .await
+        .expect("no answer to the join")
+        .expect("closed")
+        .unwrap();
+    let v: Value = serde_json::from_str(answer.to_text().unwrap()).unwrap();
+    assert_eq!(v["ok"], true, "the join sent with the request: {v}");
+
+    // What is no upgrade is refused before any protocol runs, with why.
+    let cases = [
+        (
+            upgrade_request("/ws", &addr, "8", true),
+            "400",
+            "Sec-WebSocket-Version must be 13",
+        ),
+        (
+            upgrade_request("/ws", &addr, "13", false),
+            "400",
+            "Sec-WebSocket-Key is missing",
+        ),
+        (
+            format!("GET /ggui/ws HTTP/1.1\r\nHost: {addr}\r\nSec-WebSocket-Version: 13\r\n\r\n"),
+            "400",
+            "the Connection header does not say upgrade",
+        ),
+    ];
+    for (request, status, why) in cases {
+        let answer = raw_exchange(&addr, request.as_bytes(), why).await;
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{request}: {answer}"
+        );
+        assert!(answer.contains(why), "{request}: {answer}");
+    }
+}

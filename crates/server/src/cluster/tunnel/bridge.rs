@@ -8,7 +8,7 @@ use super::dispatch::{ClientEnd, To};
 use super::wire::Wire;
 use super::{Open, Route, Tunnels, Window, CLOSE_LOST, OPEN_TIMEOUT};
 use crate::ws;
-use axum::extract::ws::Utf8Bytes;
+use crate::ws::Utf8Bytes;
 use bytes::Bytes;
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 pub(super) enum To {
     /// A queue its side's task reads (the owner's pipe, a carried HTTP
     /// request on either side), bounded at [`TUNNEL_FRAMES`].
-    Queue(mpsc::Sender<Result<Message, axum::Error>>),
+    Queue(mpsc::Sender<Result<Message, crate::ws::Error>>),
     /// The client's own connection (the client's node of a carried
     /// WebSocket): frames go to its outbound queue, under the protocol's
     /// bound for a slow client. `taken`: frames and bytes not yet credited.
@@ -208,7 +208,7 @@ impl Tunnels {
                 return None;
             }
             Wire::Close(code, reason) => Ok(Message::Close(Some(CloseFrame {
-                code,
+                code: code.into(),
                 reason: Utf8Bytes::from(reason),
             }))),
             Wire::End => {
@@ -230,7 +230,7 @@ impl Tunnels {
                     }
                     Ok(Message::Close(f)) => {
                         let (code, reason) = f.map_or((1000, Default::default()), |f| {
-                            (f.code, f.reason.as_str().to_owned())
+                            (f.code.into(), f.reason.as_str().to_owned())
                         });
                         let end = Arc::clone(end);
                         open.remove(id);

@@ -20,8 +20,8 @@
 //! [`Leases::take_over`]: crate::cluster::leases::Leases::take_over
 
 use super::{Route, Tunnels, TUNNEL_FRAMES};
+use crate::ws::{CloseFrame, Message};
 use axum::body::Body;
-use axum::extract::ws::{CloseFrame, Message};
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::Next;
@@ -218,7 +218,7 @@ impl Tunnels {
     /// router, and sends the answer back.
     pub(super) fn serve_carried(
         self: &Arc<Self>,
-        mut from_peer: mpsc::Receiver<Result<Message, axum::Error>>,
+        mut from_peer: mpsc::Receiver<Result<Message, crate::ws::Error>>,
         to_peer: mpsc::Sender<Message>,
         peer: String,
         done: impl FnOnce() + Send + 'static,
@@ -301,7 +301,7 @@ async fn send_answer(answer: Response, to_peer: &mpsc::Sender<Message>) {
     }
     let _ = to_peer
         .send(Message::Close(Some(CloseFrame {
-            code: 1000,
+            code: 1000.into(),
             reason: "".into(),
         })))
         .await;

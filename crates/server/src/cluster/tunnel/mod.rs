@@ -37,7 +37,7 @@ pub mod wire;
 
 use crate::metrics::{write_counter, write_gauge, Render};
 use crate::ws;
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes};
+use crate::ws::{CloseFrame, Message, Utf8Bytes};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};

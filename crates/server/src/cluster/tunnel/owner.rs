@@ -126,7 +126,7 @@ struct ToClient {
 }
 
 impl futures_util::Sink<Message> for ToClient {
-    type Error = axum::Error;
+    type Error = crate::ws::Error;
 
     fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         std::task::ready!(self.window.poll_open(cx));
@@ -188,10 +188,11 @@ fn wire_of(m: Message) -> Option<Vec<Wire>> {
         Message::Text(t) => Wire::frame(true, Bytes::from(t)),
         Message::Binary(b) => Wire::frame(false, b),
         Message::Ping(_) => vec![Wire::Keepalive],
-        Message::Pong(_) => return None,
+        // The driver writes no raw frames.
+        Message::Pong(_) | Message::Frame(_) => return None,
         Message::Close(f) => {
             let (code, reason) = f.map_or((1005, String::new()), |f| {
-                (f.code, f.reason.as_str().to_owned())
+                (f.code.into(), f.reason.as_str().to_owned())
             });
             vec![Wire::Close(code, reason)]
         }

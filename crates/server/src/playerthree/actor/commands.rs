@@ -3,7 +3,7 @@
 //! [`MatchCommand`] and the [`Tag`] its answer goes back to.
 
 use crate::playerthree::ws::ConnOut;
-use axum::extract::ws::Utf8Bytes;
+use crate::ws::Utf8Bytes;
 use hostwire_playerthree::durable::MatchCommand;
 use hostwire_playerthree::host::{ProposalStatus, Told};
 use hostwire_playerthree::protocol::{Disclosure, ProtocolError};

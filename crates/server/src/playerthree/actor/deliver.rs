@@ -9,7 +9,7 @@ use super::{MatchCmd, Unit3, CLOSE_GOING_AWAY, CLOSE_MATCH_OVER};
 use crate::playerthree::ws::ConnOut;
 use crate::playerthree::{mcp, PlayerThree};
 use crate::unit::Deliver;
-use axum::extract::ws::Utf8Bytes;
+use crate::ws::Utf8Bytes;
 use hostwire_playerthree::durable::{Answer, Done, MatchOutput};
 use hostwire_playerthree::host::{Output, Told};
 use hostwire_playerthree::ConnId;

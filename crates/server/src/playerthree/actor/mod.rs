@@ -19,7 +19,7 @@ pub use deliver::shared_frame;
 
 use super::PlayerThree;
 use crate::unit::{self, Store, Unit, Write};
-use axum::extract::ws::Utf8Bytes;
+use crate::ws::Utf8Bytes;
 use commands::Tag;
 use hostwire_playerthree::demo::Ridge;
 use hostwire_playerthree::durable::{Change, Done, DurableMatch, MatchCommand, MatchTimes};

@@ -125,11 +125,11 @@ async fn a_client_that_never_reads_is_closed_when_its_queue_is_full() {
     let mut c = Client::connect_with_receive_buffer(&t.ws, Some(ORIGIN), 4096).await;
     c.send(json!({"op": "join", "token": spectator})).await;
     // Each watch of both teams sends two keyframes and the seats; the
-    // client reads none of it. The first few hundred kilobytes go into
-    // the kernel's socket buffers (frames are written at once while the
-    // socket takes them); then the queue fills.
+    // client reads none of it. The first few megabytes go into the
+    // kernel's socket buffers on loopback (frames are written at once
+    // while the socket takes them); then the queue fills.
     let mut sent = 0;
-    'flood: for _ in 0..5000 {
+    'flood: for _ in 0..50_000 {
         for teams in [json!([]), json!(["red", "blue"])] {
             let m = json!({"op": "watch", "teams": teams}).to_string();
             if c.ws.send(Message::Text(m.into())).await.is_err() {
@@ -144,6 +144,14 @@ async fn a_client_that_never_reads_is_closed_when_its_queue_is_full() {
         if t.p3().metrics.slow_consumers_closed.load(Relaxed) > 0 {
             break;
         }
+    }
+    // What the server has not read yet, it reads now.
+    for _ in 0..200 {
+        if t.p3().metrics.slow_consumers_closed.load(Relaxed) > 0 {
+            break;
+        }
+        t.advance(2000).await;
+        tokio::task::yield_now().await;
     }
     assert_eq!(
         t.p3().metrics.slow_consumers_closed.load(Relaxed),

@@ -1,0 +1,258 @@
+//! A client's WebSocket: tungstenite's protocol over the TCP stream itself,
+//! read and written with the stream's own readiness. Between the two there
+//! is no boxed, rewinding stream of the HTTP layer's and no adapter from
+//! tokio's I/O to std's with wakers of its own: an idle connection holds
+//! the stream, tungstenite's state and nothing else (see
+//! docs/BENCHMARKS.md, "Idle connections").
+
+use crate::http::counted::IpSlot;
+use std::io::{self, Read, Write};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll, Waker};
+use tokio::io::AsyncRead;
+use tokio::net::TcpStream;
+use tungstenite::protocol::{Role, WebSocketConfig};
+use tungstenite::{Error, Message};
+
+/// The TCP stream under a WebSocket, as tungstenite reads and writes it:
+/// without blocking (`WouldBlock` when the socket has nothing or no room).
+pub struct Tcp {
+    stream: TcpStream,
+    /// A write found no room: a reply tungstenite owes the peer (a pong, a
+    /// close) waits for the socket's room, which the reader then watches.
+    write_blocked: bool,
+    /// The client IP's place among open connections, kept for the socket's
+    /// life (`None` for a stream accepted elsewhere).
+    _slot: Option<IpSlot>,
+}
+
+impl Tcp {
+    pub fn new(stream: TcpStream) -> Tcp {
+        Tcp {
+            stream,
+            write_blocked: false,
+            _slot: None,
+        }
+    }
+
+    pub(crate) fn counted(stream: TcpStream, slot: IpSlot) -> Tcp {
+        Tcp {
+            stream,
+            write_blocked: false,
+            _slot: Some(slot),
+        }
+    }
+}
+
+impl Read for Tcp {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // `poll_read`, not `try_read`: a read that does not fill `buf` marks
+        // the socket drained, so the next read waits for readiness instead
+        // of a system call that finds nothing (one per frame read). No
+        // waker: on `WouldBlock` the reader registers its own at once
+        // ([`WebSocket::poll_next`]), and only the reader reads.
+        let mut read = tokio::io::ReadBuf::new(buf);
+        let mut cx = Context::from_waker(Waker::noop());
+        match Pin::new(&mut self.stream).poll_read(&mut cx, &mut read) {
+            Poll::Ready(Ok(())) => Ok(read.filled().len()),
+            Poll::Ready(Err(e)) => Err(e),
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
+
+impl Write for Tcp {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // `try_write` registers no waker: a frame written at once by
+        // another task must not take the place of the writer's.
+        let r = self.stream.try_write(buf);
+        self.write_blocked = matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+        r
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        // TCP_NODELAY is set and nothing is buffered here.
+        Ok(())
+    }
+}
+
+fn would_block(e: &Error) -> bool {
+    matches!(e, Error::Io(e) if e.kind() == io::ErrorKind::WouldBlock)
+}
+
+/// A server's WebSocket over [`Tcp`], read as a stream of messages and
+/// written as a sink (`poll_*`, registering the caller's waker), or written
+/// without waiting (`try_*`, registering none: for a frame written at once
+/// by another task, which hands what it cannot finish to the connection's
+/// writer).
+pub struct WebSocket {
+    ws: tungstenite::WebSocket<Tcp>,
+    /// `false` after a message was taken with no room to write it out:
+    /// the next one waits until the buffer is written.
+    ready: bool,
+    /// The close was started; what is left is to write it out.
+    closing: bool,
+    /// The stream has ended or failed: nothing more is read.
+    ended: bool,
+}
+
+impl WebSocket {
+    /// A server's WebSocket over `tcp`, after the upgrade; `read` is what
+    /// the HTTP layer had read past the request (the client's first frames).
+    pub fn new(tcp: Tcp, read: Vec<u8>, config: WebSocketConfig) -> WebSocket {
+        let ws = if read.is_empty() {
+            tungstenite::WebSocket::from_raw_socket(tcp, Role::Server, Some(config))
+        } else {
+            tungstenite::WebSocket::from_partially_read(tcp, read, Role::Server, Some(config))
+        };
+        WebSocket {
+            ws,
+            ready: true,
+            closing: false,
+            ended: false,
+        }
+    }
+
+    /// The next message (`None` once the stream has ended; an error ends
+    /// it too). Pings are answered and the peer's Close echoed by
+    /// tungstenite as it reads.
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, Error>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        loop {
+            let e = match self.ws.read() {
+                Ok(m) => return Poll::Ready(Some(Ok(m))),
+                Err(e) => e,
+            };
+            if !would_block(&e) {
+                self.ended = true;
+                return Poll::Ready(match e {
+                    Error::ConnectionClosed | Error::AlreadyClosed => None,
+                    e => Some(Err(e)),
+                });
+            }
+            let tcp = self.ws.get_mut();
+            match tcp.stream.poll_read_ready(cx) {
+                Poll::Ready(Ok(())) => continue,
+                Poll::Ready(Err(e)) => {
+                    self.ended = true;
+                    return Poll::Ready(Some(Err(Error::Io(e))));
+                }
+                Poll::Pending => {}
+            }
+            // A reply that found no room is written by the next read once
+            // there is room: wait for that too. Cleared before the read, so
+            // that room left unused (tungstenite had nothing owed) is not
+            // waited for again and again.
+            if tcp.write_blocked {
+                if let Poll::Ready(r) = tcp.stream.poll_write_ready(cx) {
+                    tcp.write_blocked = false;
+                    if let Err(e) = r {
+                        self.ended = true;
+                        return Poll::Ready(Some(Err(Error::Io(e))));
+                    }
+                    continue;
+                }
+            }
+            return Poll::Pending;
+        }
+    }
+
+    /// Ready to take a message: what a blocked write left is written first.
+    pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        while !self.ready {
+            match self.ws.flush() {
+                Ok(()) => self.ready = true,
+                Err(e) if would_block(&e) => ready!(self.poll_writable(cx))?,
+                Err(e) => {
+                    self.ready = true;
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Takes `msg` (after [`WebSocket::poll_ready`] or
+    /// [`WebSocket::try_ready`]); it is written once tungstenite's write
+    /// buffer fills, or on flush.
+    pub fn start_send(&mut self, msg: Message) -> Result<(), Error> {
+        match self.ws.write(msg) {
+            Ok(()) => Ok(()),
+            // Taken and buffered: the rest waits for room.
+            Err(e) if would_block(&e) => {
+                self.ready = false;
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes out everything taken.
+    pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        loop {
+            match self.ws.flush() {
+                Ok(()) | Err(Error::ConnectionClosed) => {
+                    self.ready = true;
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if would_block(&e) => ready!(self.poll_writable(cx))?,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    /// Sends a Close (unless one was sent) and writes everything out.
+    pub fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.ready = true;
+        loop {
+            let r = if self.closing {
+                self.ws.flush()
+            } else {
+                self.closing = true;
+                self.ws.close(None)
+            };
+            match r {
+                Ok(()) | Err(Error::ConnectionClosed) => return Poll::Ready(Ok(())),
+                Err(e) if would_block(&e) => ready!(self.poll_writable(cx))?,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    /// [`WebSocket::poll_ready`] without waiting: false if a blocked write
+    /// is still not written.
+    pub fn try_ready(&mut self) -> Result<bool, Error> {
+        if !self.ready {
+            match self.ws.flush() {
+                Ok(()) => self.ready = true,
+                Err(e) if would_block(&e) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// [`WebSocket::poll_flush`] without waiting: false if some is left.
+    pub fn try_flush(&mut self) -> Result<bool, Error> {
+        match self.ws.flush() {
+            Ok(()) | Err(Error::ConnectionClosed) => {
+                self.ready = true;
+                Ok(true)
+            }
+            Err(e) if would_block(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ready once the socket has room (the write that found none is tried
+    /// again), or with the socket's error.
+    fn poll_writable(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.ws
+            .get_ref()
+            .stream
+            .poll_write_ready(cx)
+            .map_err(Error::Io)
+    }
+}
