@@ -466,12 +466,7 @@ pub fn main() -> Result<()> {
                 l.local_addr()?,
                 ws.to_possible_value().expect("a named crate").get_name()
             );
-            // Every accepted socket, whatever the crate: each variant is
-            // served by axum and upgraded from the same TCP stream.
-            let l = axum::serve::ListenerExt::tap_io(l, |tcp: &mut tokio::net::TcpStream| {
-                let _ = tcp.set_nodelay(true);
-            });
-            axum::serve(l, forwarder::router_for(ws, one_task)).await?;
+            forwarder::serve(l, forwarder::router_for(ws, one_task)).await;
             Ok(())
         }),
         Command::Classroom {

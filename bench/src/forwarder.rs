@@ -39,6 +39,10 @@ pub enum WsCrate {
     /// taken apart), one task per connection: tungstenite without axum's
     /// wrapper and hyper's boxed, rewinding stream in between.
     TungsteniteRaw,
+    /// The server's own socket layer (`hostwire::ws::WebSocket`: tungstenite
+    /// over the `TcpStream` with the stream's readiness), one task per
+    /// connection.
+    Hostwire,
     /// tokio-websockets, one task per connection.
     TokioWebsockets,
     /// fastwebsockets, one task per connection.
@@ -112,6 +116,10 @@ pub fn router_for(ws: WsCrate, one_task: bool) -> Router {
             get(upgrade_tungstenite_raw),
             Forwarder::<tokio_tungstenite::tungstenite::Utf8Bytes>::new(true),
         ),
+        WsCrate::Hostwire => routes(
+            get(upgrade_hostwire),
+            Forwarder::<hostwire::ws::Utf8Bytes>::new(true),
+        ),
         WsCrate::TokioWebsockets => routes(
             get(upgrade_tokio_websockets),
             Forwarder::<tokio_websockets::Payload>::new(true),
@@ -119,6 +127,29 @@ pub fn router_for(ws: WsCrate, one_task: bool) -> Router {
         WsCrate::Fastwebsockets => {
             routes(get(upgrade_fastwebsockets), Forwarder::<Vec<u8>>::new(true))
         }
+    }
+}
+
+/// Serves `router` on `listener` as hostwire's accept loop does, whatever
+/// the crate: HTTP/1.1 from hyper on each accepted `TcpStream` (with
+/// TCP_NODELAY), so that an upgraded socket can be taken back as that
+/// stream (`Upgraded::downcast`).
+pub async fn serve(listener: tokio::net::TcpListener, router: Router) {
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
+        let router = router.clone();
+        let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            tower_service::Service::call(&mut router.clone(), req.map(axum::body::Body::new))
+        });
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), svc)
+                .with_upgrades()
+                .await;
+        });
     }
 }
 
@@ -321,8 +352,8 @@ where
 }
 
 /// tokio-tungstenite over the TCP stream: hyper's upgraded socket is taken
-/// apart (`Upgraded::downcast`) when hyper has read nothing past the
-/// request, else it is used as it is.
+/// apart (`Upgraded::downcast`, which [`serve`]'s stream allows), else
+/// used as it is.
 async fn upgrade_tungstenite_raw(
     State(f): State<Arc<Forwarder<tokio_tungstenite::tungstenite::Utf8Bytes>>>,
     req: Request,
@@ -335,8 +366,15 @@ async fn upgrade_tungstenite_raw(
             .write_buffer_size(16 * 1024);
         match upgraded.downcast::<TokioIo<tokio::net::TcpStream>>() {
             Ok(parts) => {
+                // hyper's read buffer (8 KiB) stays alive for as long as a
+                // slice of it does, even an empty one.
+                let pre = match parts.read_buf.is_empty() {
+                    true => bytes::Bytes::new(),
+                    false => bytes::Bytes::copy_from_slice(&parts.read_buf),
+                };
+                drop(parts.read_buf);
                 let io = Prefixed {
-                    pre: parts.read_buf,
+                    pre,
                     io: parts.io.into_inner(),
                 };
                 let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
@@ -357,6 +395,33 @@ async fn upgrade_tungstenite_raw(
                 conn_tungstenite_raw(f, ws).await;
             }
         }
+    })
+}
+
+/// The server's socket layer over the TCP stream hyper upgraded.
+async fn upgrade_hostwire(
+    State(f): State<Arc<Forwarder<hostwire::ws::Utf8Bytes>>>,
+    req: Request,
+) -> Response {
+    use hostwire::ws::{Message, Socket, Tcp, WebSocket};
+    upgrade_then(req, |upgraded| async move {
+        let Ok(parts) = upgraded.downcast::<TokioIo<tokio::net::TcpStream>>() else {
+            return;
+        };
+        // The same buffers as `upgrade`'s.
+        let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+            .read_buffer_size(1024)
+            .write_buffer_size(16 * 1024);
+        // Copied and let go at once: hyper's whole read buffer (8 KiB)
+        // stays alive for as long as a slice of it does.
+        let read = parts.read_buf.to_vec();
+        drop(parts.read_buf);
+        let ws = WebSocket::new(Tcp::new(parts.io.into_inner()), read, config);
+        one_task(f, Socket::Ws(ws), Message::Text, |m| match m {
+            Message::Text(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .await
     })
 }
 
