@@ -297,26 +297,9 @@ async fn conn(f: Arc<Forwarder<Utf8Bytes>>, socket: WebSocket) {
 }
 
 /// The `Sec-WebSocket-Accept` of an upgrade request, if it is one (a GET,
-/// by the route): `Upgrade: websocket`, version 13 and a key.
+/// by the route): the server's own check.
 fn accept_key(headers: &HeaderMap) -> Option<HeaderValue> {
-    let has = |name, value: &str| {
-        headers.get_all(name).iter().any(|v| {
-            v.to_str()
-                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(value)))
-        })
-    };
-    if !has(header::UPGRADE, "websocket")
-        || !has(header::CONNECTION, "upgrade")
-        || headers.get(header::SEC_WEBSOCKET_VERSION)? != "13"
-    {
-        return None;
-    }
-    let key = headers.get(header::SEC_WEBSOCKET_KEY)?;
-    // The SHA-1 and base64 of RFC 6455 4.2.2, from tungstenite: the
-    // tokio-websockets server keeps its own handshake private (it parses
-    // HTTP itself in `accept`), and here hyper has parsed it.
-    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
-    HeaderValue::try_from(accept).ok()
+    hostwire::ws::accept_key(headers).ok()
 }
 
 /// 101 Switching Protocols with the given `Sec-WebSocket-Accept`.

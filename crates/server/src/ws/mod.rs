@@ -53,7 +53,7 @@ use crate::http::counted::Counted;
 use crate::outbound;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::FutureExt;
 use std::future::Future;
@@ -80,6 +80,37 @@ impl IntoResponse for NotUpgrade {
     }
 }
 
+/// The `Sec-WebSocket-Accept` of an upgrade request's headers (RFC 6455
+/// 4.2.1: `Connection: upgrade`, `Upgrade: websocket`, version 13 and a
+/// key), or why they are no upgrade.
+pub fn accept_key(headers: &HeaderMap) -> Result<HeaderValue, NotUpgrade> {
+    let has = |name, token: &str| {
+        headers.get_all(name).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+        })
+    };
+    let refuse = |why| Err(NotUpgrade(StatusCode::BAD_REQUEST, why));
+    if !has(header::CONNECTION, "upgrade") {
+        return refuse("the Connection header does not say upgrade");
+    }
+    if !has(header::UPGRADE, "websocket") {
+        return refuse("the Upgrade header does not say websocket");
+    }
+    if headers
+        .get(header::SEC_WEBSOCKET_VERSION)
+        .map(|v| v.as_bytes())
+        != Some(b"13")
+    {
+        return refuse("Sec-WebSocket-Version must be 13");
+    }
+    let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
+        return refuse("Sec-WebSocket-Key is missing");
+    };
+    let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
+    HeaderValue::try_from(accept).or_else(|_| refuse("Sec-WebSocket-Key"))
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
     type Rejection = NotUpgrade;
 
@@ -90,45 +121,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
                 "a WebSocket upgrade is a GET",
             ));
         }
-        let headers = &parts.headers;
-        let has = |name, token: &str| {
-            headers.get_all(name).iter().any(|v| {
-                v.to_str()
-                    .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-            })
-        };
-        if !has(header::CONNECTION, "upgrade") {
-            return Err(NotUpgrade(
-                StatusCode::BAD_REQUEST,
-                "the Connection header does not say upgrade",
-            ));
-        }
-        if !has(header::UPGRADE, "websocket") {
-            return Err(NotUpgrade(
-                StatusCode::BAD_REQUEST,
-                "the Upgrade header does not say websocket",
-            ));
-        }
-        if headers
-            .get(header::SEC_WEBSOCKET_VERSION)
-            .map(|v| v.as_bytes())
-            != Some(b"13")
-        {
-            return Err(NotUpgrade(
-                StatusCode::BAD_REQUEST,
-                "Sec-WebSocket-Version must be 13",
-            ));
-        }
-        let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
-            return Err(NotUpgrade(
-                StatusCode::BAD_REQUEST,
-                "Sec-WebSocket-Key is missing",
-            ));
-        };
-        let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
-        let Ok(accept) = HeaderValue::try_from(accept) else {
-            return Err(NotUpgrade(StatusCode::BAD_REQUEST, "Sec-WebSocket-Key"));
-        };
+        let accept = accept_key(&parts.headers)?;
         let Some(on_upgrade) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() else {
             return Err(NotUpgrade(
                 StatusCode::UPGRADE_REQUIRED,
