@@ -395,11 +395,9 @@ async fn upgrade_hostwire(
         let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
             .read_buffer_size(1024)
             .write_buffer_size(16 * 1024);
-        // Copied and let go at once: hyper's whole read buffer (8 KiB)
-        // stays alive for as long as a slice of it does.
-        let read = parts.read_buf.to_vec();
-        drop(parts.read_buf);
-        let ws = WebSocket::new(Tcp::new(parts.io.into_inner()), read, config);
+        // Copied (hyper's whole read buffer, 8 KiB, stays alive for as
+        // long as a slice of it does) and let go with `parts`.
+        let ws = WebSocket::new(Tcp::new(parts.io.into_inner()), &parts.read_buf, config);
         one_task(f, Socket::Ws(ws), Message::Text, |m| match m {
             Message::Text(t) => Some(t.as_str()),
             _ => None,

@@ -18,11 +18,15 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-/// tungstenite's read buffer per connection: a player's frame fits in one
-/// read; a host's burst of 40 takes about 18 (9 with 1 KiB, for 512 more
-/// bytes on every idle connection). It stays reusable only because small
-/// frames are copied out of it (see `on_message`).
-const READ_BUFFER: usize = 512;
+/// tungstenite's read buffer per connection, held for the socket's life:
+/// small, since every idle connection holds it. A burst is still one system
+/// call (into the thread's buffer, `ws::SCRATCH_BYTES`), from which
+/// tungstenite takes this much at a time.
+const READ_BUFFER: usize = 128;
+
+/// Frames up to this size are copied out of tungstenite's read buffer (see
+/// `on_message`).
+const COPY_UP_TO: usize = 512;
 
 /// How long the host's `close` may take to come back as the room's close.
 const ROOM_CLOSE_GRACE: Duration = ws::CLOSE_GRACE;
@@ -345,10 +349,10 @@ impl Reader {
                     return Flow::Go;
                 };
                 // A small frame shares tungstenite's read buffer, which
-                // cannot be reused while the frame waits for the room: the
-                // next reads would get ever smaller (a third more read
-                // calls in the classroom benchmark). A copy frees it.
-                let text = if text.len() <= READ_BUFFER {
+                // cannot be reused while the frame waits for the room:
+                // tungstenite would read into ever smaller room, then take
+                // a new buffer. A copy frees it.
+                let text = if text.len() <= COPY_UP_TO {
                     Utf8Bytes::from(text.as_str().to_owned())
                 } else {
                     text

@@ -37,9 +37,12 @@ pub const PING_INTERVAL: Duration = Duration::from_secs(30);
 /// tungstenite's write buffer: frames are written once this much is
 /// buffered (or on flush).
 pub const WRITE_BUFFER: usize = 16 * 1024;
-/// tungstenite's read buffer (its default, 128 KiB, is zero-filled before
-/// every read and held by every idle connection).
-pub const READ_BUFFER: usize = 4 * 1024;
+/// tungstenite's read buffer, held by every connection for its life (its
+/// default, 128 KiB, is zero-filled before every read): what it takes at a
+/// time from what one system call read into the thread's buffer
+/// ([`SCRATCH_BYTES`](super::SCRATCH_BYTES)), so a larger frame
+/// costs copies, not system calls.
+pub const READ_BUFFER: usize = 256;
 
 /// One protocol's choices for its sockets.
 #[derive(Debug, Clone, Copy)]

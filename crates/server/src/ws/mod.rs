@@ -41,7 +41,7 @@ pub use config::*;
 pub use reader::{Event, Reader};
 pub use socket::{closed, oversized, Pipe, Socket, ToPeer};
 pub use sockets::Sockets;
-pub use stream::{Tcp, WebSocket};
+pub use stream::{Tcp, WebSocket, SCRATCH_BYTES};
 pub use tungstenite::protocol::CloseFrame;
 pub use tungstenite::{Error, Message, Utf8Bytes};
 pub use writer::{Outbound, Parked};
@@ -199,11 +199,7 @@ async fn upgraded(
         .read_buffer_size(c.read_buffer)
         .write_buffer_size(c.write_buffer)
         .max_write_buffer_size(c.max_unsent_bytes.max(c.write_buffer + 1));
-    Some(stream::WebSocket::new(
-        tcp,
-        parts.read_buf.to_vec(),
-        ws_config,
-    ))
+    Some(stream::WebSocket::new(tcp, &parts.read_buf, ws_config))
 }
 
 /// A connection just upgraded: its reader and its sending side.

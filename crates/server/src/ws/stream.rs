@@ -21,9 +21,25 @@ pub struct Tcp {
     /// A write found no room: a reply tungstenite owes the peer (a pong, a
     /// close) waits for the socket's room, which the reader then watches.
     write_blocked: bool,
+    /// Bytes read from the socket past what tungstenite asked for, with how
+    /// many of them it has taken: at most [`SCRATCH_BYTES`], and held only
+    /// until taken, so an idle connection holds none.
+    ahead: Option<(Box<[u8]>, usize)>,
     /// The client IP's place among open connections, kept for the socket's
     /// life (`None` for a stream accepted elsewhere).
     _slot: Option<IpSlot>,
+}
+
+/// What one system call reads at most: a thread's read buffer, shared by
+/// every socket its thread reads (as uWebSockets has one per event loop).
+/// tungstenite asks for a few hundred bytes at a time (its read buffer is
+/// kept small, since every idle connection holds it); a host's burst of 40
+/// frames is one read here, not one per few hundred bytes.
+pub const SCRATCH_BYTES: usize = 64 * 1024;
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Box<[u8]>> =
+        std::cell::RefCell::new(vec![0; SCRATCH_BYTES].into_boxed_slice());
 }
 
 impl Tcp {
@@ -31,21 +47,20 @@ impl Tcp {
         Tcp {
             stream,
             write_blocked: false,
+            ahead: None,
             _slot: None,
         }
     }
 
     pub(crate) fn counted(stream: TcpStream, slot: IpSlot) -> Tcp {
         Tcp {
-            stream,
-            write_blocked: false,
             _slot: Some(slot),
+            ..Tcp::new(stream)
         }
     }
-}
 
-impl Read for Tcp {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    /// Reads from the socket into `buf` (see [`Read::read`] for `Tcp`).
+    fn read_socket(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         // `poll_read`, not `try_read`: a read that does not fill `buf` marks
         // the socket drained, so the next read waits for readiness instead
         // of a system call that finds nothing (one per frame read). No
@@ -58,6 +73,36 @@ impl Read for Tcp {
             Poll::Ready(Err(e)) => Err(e),
             Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
         }
+    }
+
+    /// Hands `bytes` to tungstenite before anything read from the socket.
+    fn set_ahead(&mut self, bytes: &[u8]) {
+        self.ahead = (!bytes.is_empty()).then(|| (bytes.into(), 0));
+    }
+}
+
+impl Read for Tcp {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some((ahead, taken)) = &mut self.ahead {
+            let n = buf.len().min(ahead.len() - *taken);
+            buf[..n].copy_from_slice(&ahead[*taken..*taken + n]);
+            *taken += n;
+            if *taken == ahead.len() {
+                self.ahead = None;
+            }
+            return Ok(n);
+        }
+        if buf.len() >= SCRATCH_BYTES {
+            return self.read_socket(buf);
+        }
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let n = self.read_socket(&mut scratch)?;
+            let given = n.min(buf.len());
+            buf[..given].copy_from_slice(&scratch[..given]);
+            self.set_ahead(&scratch[given..n]);
+            Ok(given)
+        })
     }
 }
 
@@ -99,12 +144,11 @@ pub struct WebSocket {
 impl WebSocket {
     /// A server's WebSocket over `tcp`, after the upgrade; `read` is what
     /// the HTTP layer had read past the request (the client's first frames).
-    pub fn new(tcp: Tcp, read: Vec<u8>, config: WebSocketConfig) -> WebSocket {
-        let ws = if read.is_empty() {
-            tungstenite::WebSocket::from_raw_socket(tcp, Role::Server, Some(config))
-        } else {
-            tungstenite::WebSocket::from_partially_read(tcp, read, Role::Server, Some(config))
-        };
+    pub fn new(mut tcp: Tcp, read: &[u8], config: WebSocketConfig) -> WebSocket {
+        // Read through `tcp` as if from the socket: tungstenite's own buffer
+        // stays at its configured size.
+        tcp.set_ahead(read);
+        let ws = tungstenite::WebSocket::from_raw_socket(tcp, Role::Server, Some(config));
         WebSocket {
             ws,
             ready: true,

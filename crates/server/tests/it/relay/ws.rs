@@ -750,3 +750,83 @@ async fn metrics_count_frames_by_type_and_errors_by_code() {
         25 + from_len
     );
 }
+
+/// Frames a client writes at once arrive in one read of the server's, far
+/// more than tungstenite takes at a time: every one must come out whole and
+/// in order, including those that straddle two reads (over 64 KiB in all,
+/// the thread's read buffer), a frame of several such buffers, and a frame
+/// sent in fragments.
+#[tokio::test]
+async fn frames_written_at_once_are_all_read_whole_and_in_order() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let t = TestRelay::start(config()).await;
+    let (mut host, pin, _) = t.host().await;
+    let (mut a, a_id, _) = t.player(&pin, "Ann").await;
+    assert_eq!(host.recv().await["event"], "join");
+
+    // Sizes around tungstenite's read buffer (128 B), the relay's copy
+    // threshold (512 B), and one frame bigger than two thread buffers.
+    let sizes: Vec<usize> = (0..400)
+        .map(|i| match i % 7 {
+            0 => 1,
+            1 => 120,
+            2 => 140,
+            3 => 500,
+            4 => 530,
+            5 => 1000,
+            _ => 3000,
+        })
+        .chain([200_000, 5])
+        .collect();
+    let frames: Vec<String> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            json!({"t": "to", "to": a_id, "data": {"n": i, "pad": "x".repeat(*n)}}).to_string()
+        })
+        .collect();
+    for f in &frames {
+        host.ws.feed(Message::Text(f.clone().into())).await.unwrap();
+    }
+    // One message in three fragments, as a browser may send a long one.
+    let last = json!({"t": "to", "to": a_id, "data": {"n": "fragmented", "pad": "y".repeat(300)}})
+        .to_string()
+        .into_bytes();
+    let (one, rest) = last.split_at(100);
+    let (two, three) = rest.split_at(150);
+    let fragment = |op, bytes: &[u8], fin| Message::Frame(Frame::message(bytes.to_vec(), op, fin));
+    host.ws
+        .feed(fragment(OpCode::Data(Data::Text), one, false))
+        .await
+        .unwrap();
+    host.ws
+        .feed(fragment(OpCode::Data(Data::Continue), two, false))
+        .await
+        .unwrap();
+    host.ws
+        .feed(fragment(OpCode::Data(Data::Continue), three, true))
+        .await
+        .unwrap();
+    host.ws.flush().await.unwrap();
+
+    for (i, n) in sizes.iter().enumerate() {
+        let v = a.recv().await;
+        assert_eq!(
+            v["data"]["n"], i,
+            "frame {i} out of order: {}",
+            v["data"]["n"]
+        );
+        assert_eq!(
+            v["data"]["pad"].as_str().unwrap().len(),
+            *n,
+            "frame {i} cut"
+        );
+    }
+    let v = a.recv().await;
+    assert_eq!(v["data"]["n"], "fragmented", "{v}");
+    assert_eq!(v["data"]["pad"], "y".repeat(300));
+}
