@@ -220,11 +220,19 @@ struct WireFrame<'a> {
 pub const FRAME_MAX_DEPTH: usize = 128;
 
 fn as_string(raw: Option<&RawValue>) -> Option<String> {
-    let raw = raw?;
-    if !raw.get().starts_with('"') {
-        return None;
+    as_str(raw).map(Cow::into_owned)
+}
+
+/// A JSON string's value, borrowed where it has no escapes (the frame's
+/// `t`, read on every frame, always).
+fn as_str(raw: Option<&RawValue>) -> Option<Cow<'_, str>> {
+    let raw = raw?.get();
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    // RawValue holds valid JSON: a string without a backslash is its text.
+    if !inner.contains('\\') {
+        return Some(Cow::Borrowed(inner));
     }
-    serde_json::from_str::<String>(raw.get()).ok()
+    serde_json::from_str::<String>(raw).ok().map(Cow::Owned)
 }
 
 /// JavaScript's `String(value)` for the values a `playerId` may hold.
@@ -255,14 +263,14 @@ pub fn decode_client_frame(frame: &str) -> Result<RelayClientMessage, FrameError
         Err(e) if e.is_data() => return Err(bad("Expected an object with \"t\".")),
         Err(_) => return Err(bad("Invalid JSON.")),
     };
-    let Some(t) = as_string(wire.t) else {
+    let Some(t) = as_str(wire.t) else {
         return Err(bad("Expected an object with \"t\"."));
     };
     let protocol_ok = wire
         .protocol
         .and_then(|p| p.get().parse::<f64>().ok())
         .is_some_and(|p| p == RELAY_PROTOCOL as f64);
-    Ok(match t.as_str() {
+    Ok(match &*t {
         "host" => RelayClientMessage::Host {
             protocol_ok,
             pin: as_string(wire.pin),
@@ -292,7 +300,7 @@ pub fn decode_client_frame(frame: &str) -> Result<RelayClientMessage, FrameError
             name: as_string(wire.name),
         },
         "ping" => RelayClientMessage::Ping,
-        _ => RelayClientMessage::Other { t },
+        _ => RelayClientMessage::Other { t: t.into_owned() },
     })
 }
 
@@ -551,30 +559,52 @@ pub mod frames {
         json!({"t": "closed", "reason": reason.as_str()}).to_string()
     }
 
+    // The forwarded frames are built at their exact length: a `String`
+    // whose capacity is its length becomes the socket's `Bytes` without
+    // another allocation.
+
     /// `{"t":"from","from":ID,"data":DATA}` with DATA copied as received.
     pub fn from(player_id: &str, data: Option<&str>) -> String {
-        let id = serde_json::to_string(player_id).unwrap_or_default();
-        let mut b = String::with_capacity(32 + id.len() + data.map_or(0, str::len));
-        b.push_str("{\"t\":\"from\",\"from\":");
-        b.push_str(&id);
-        if let Some(d) = data {
-            b.push_str(",\"data\":");
-            b.push_str(d);
-        }
-        b.push('}');
+        // Our ids never need escaping; one that did is escaped all the same.
+        let plain = !player_id
+            .bytes()
+            .any(|c| c == b'"' || c == b'\\' || c < 0x20);
+        let escaped;
+        let id = if plain {
+            player_id
+        } else {
+            escaped = serde_json::to_string(player_id).unwrap_or_default();
+            &escaped[1..escaped.len() - 1]
+        };
+        let data_len = data.map_or(0, |d| DATA_KEY.len() + d.len());
+        let mut b = String::with_capacity(FROM_HEAD.len() + id.len() + 2 + data_len + 1);
+        b.push_str(FROM_HEAD);
+        b.push('"');
+        b.push_str(id);
+        b.push('"');
+        push_data(&mut b, data);
         b
     }
 
     /// `{"t":"data","data":DATA}` with DATA copied as received.
     pub fn data(data: Option<&str>) -> String {
-        let mut b = String::with_capacity(24 + data.map_or(0, str::len));
-        b.push_str("{\"t\":\"data\"");
+        let data_len = data.map_or(0, |d| DATA_KEY.len() + d.len());
+        let mut b = String::with_capacity(DATA_HEAD.len() + data_len + 1);
+        b.push_str(DATA_HEAD);
+        push_data(&mut b, data);
+        b
+    }
+
+    const FROM_HEAD: &str = "{\"t\":\"from\",\"from\":";
+    const DATA_HEAD: &str = "{\"t\":\"data\"";
+    const DATA_KEY: &str = ",\"data\":";
+
+    fn push_data(b: &mut String, data: Option<&str>) {
         if let Some(d) = data {
-            b.push_str(",\"data\":");
+            b.push_str(DATA_KEY);
             b.push_str(d);
         }
         b.push('}');
-        b
     }
 }
 
@@ -689,5 +719,34 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&frames::data(Some("[1,2]"))).unwrap();
         assert_eq!(v["data"], serde_json::json!([1, 2]));
         assert!(is_pin("123456") && !is_pin("12345") && !is_pin("12345a"));
+    }
+
+    #[test]
+    fn forwarded_frames_are_built_at_their_exact_length() {
+        for (id, data) in [
+            ("p-1", Some(r#"{"a": 1}"#)),
+            ("p-1", None),
+            ("odd\"id\\\n", Some("[1]")),
+        ] {
+            let f = frames::from(id, data);
+            assert_eq!(f.capacity(), f.len(), "{f}");
+            let v: serde_json::Value = serde_json::from_str(&f).unwrap();
+            assert_eq!(v["from"], id, "{f}");
+            let d = frames::data(data);
+            assert_eq!(d.capacity(), d.len(), "{d}");
+        }
+    }
+
+    #[test]
+    fn t_is_read_with_or_without_escapes() {
+        assert_eq!(
+            decode_client_frame(r#"{"t":"p\u0069ng"}"#).unwrap(),
+            RelayClientMessage::Ping
+        );
+        assert_eq!(
+            decode_client_frame(r#"{"t":"a\"b"}"#).unwrap(),
+            RelayClientMessage::Other { t: "a\"b".into() }
+        );
+        assert!(decode_client_frame(r#"{"t":5}"#).is_err());
     }
 }
