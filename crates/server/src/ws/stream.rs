@@ -6,11 +6,14 @@
 //! docs/BENCHMARKS.md, "Idle connections").
 
 use crate::http::counted::IpSlot;
+use bytes::Bytes;
 use std::io::{self, Read, Write};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
 use tokio::io::AsyncRead;
 use tokio::net::TcpStream;
+use tungstenite::protocol::frame::coding::{Data, OpCode};
+use tungstenite::protocol::frame::Frame;
 use tungstenite::protocol::{Role, WebSocketConfig};
 use tungstenite::{Error, Message};
 
@@ -29,6 +32,12 @@ pub struct Tcp {
     /// life (`None` for a stream accepted elsewhere).
     _slot: Option<IpSlot>,
 }
+
+/// A message over this goes out in fragments of this size (RFC 6455 5.4),
+/// each handed to tungstenite once the one before is written: its write
+/// buffer keeps, for the socket's life, the capacity of the most it ever
+/// held, which a whole message of several MiB would make its size.
+pub const FRAGMENT_BYTES: usize = 16 * 1024;
 
 /// What one system call reads at most: a thread's read buffer, shared by
 /// every socket its thread reads (as uWebSockets has one per event loop).
@@ -135,6 +144,9 @@ pub struct WebSocket {
     /// `false` after a message was taken with no room to write it out:
     /// the next one waits until the buffer is written.
     ready: bool,
+    /// What is left of a message sent in fragments ([`FRAGMENT_BYTES`]):
+    /// the next message waits until it is all taken.
+    rest: Option<Bytes>,
     /// The close was started; what is left is to write it out.
     closing: bool,
     /// The stream has ended or failed: nothing more is read.
@@ -152,6 +164,7 @@ impl WebSocket {
         WebSocket {
             ws,
             ready: true,
+            rest: None,
             closing: false,
             ended: false,
         }
@@ -203,25 +216,62 @@ impl WebSocket {
         }
     }
 
-    /// Ready to take a message: what a blocked write left is written first.
+    /// Ready to take a message: what a blocked write left is written
+    /// first, then the rest of a message sent in fragments.
     pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        while !self.ready {
-            match self.ws.flush() {
-                Ok(()) => self.ready = true,
-                Err(e) if would_block(&e) => ready!(self.poll_writable(cx))?,
-                Err(e) => {
-                    self.ready = true;
-                    return Poll::Ready(Err(e));
+        loop {
+            while !self.ready {
+                match self.ws.flush() {
+                    Ok(()) => self.ready = true,
+                    Err(e) if would_block(&e) => ready!(self.poll_writable(cx))?,
+                    Err(e) => {
+                        self.ready = true;
+                        return Poll::Ready(Err(e));
+                    }
                 }
             }
+            if !self.next_fragment()? {
+                return Poll::Ready(Ok(()));
+            }
         }
-        Poll::Ready(Ok(()))
     }
 
     /// Takes `msg` (after [`WebSocket::poll_ready`] or
     /// [`WebSocket::try_ready`]); it is written once tungstenite's write
-    /// buffer fills, or on flush.
+    /// buffer fills, or on flush. A message over [`FRAGMENT_BYTES`] goes in
+    /// fragments of that size, each taken once the one before is written.
     pub fn start_send(&mut self, msg: Message) -> Result<(), Error> {
+        let (mut bytes, data) = match msg {
+            Message::Text(t) if t.len() > FRAGMENT_BYTES => (Bytes::from(t), Data::Text),
+            Message::Binary(b) if b.len() > FRAGMENT_BYTES => (b, Data::Binary),
+            msg => return self.write(msg),
+        };
+        let first = bytes.split_to(FRAGMENT_BYTES);
+        self.rest = Some(bytes);
+        self.write(Message::Frame(Frame::message(
+            first,
+            OpCode::Data(data),
+            false,
+        )))
+    }
+
+    /// Hands the next fragment of a message to tungstenite; false if none
+    /// is left.
+    fn next_fragment(&mut self) -> Result<bool, Error> {
+        let Some(mut rest) = self.rest.take() else {
+            return Ok(false);
+        };
+        let fragment = rest.split_to(rest.len().min(FRAGMENT_BYTES));
+        let last = rest.is_empty();
+        if !last {
+            self.rest = Some(rest);
+        }
+        let continued = OpCode::Data(Data::Continue);
+        self.write(Message::Frame(Frame::message(fragment, continued, last)))?;
+        Ok(true)
+    }
+
+    fn write(&mut self, msg: Message) -> Result<(), Error> {
         match self.ws.write(msg) {
             Ok(()) => Ok(()),
             // Taken and buffered: the rest waits for room.
@@ -235,6 +285,7 @@ impl WebSocket {
 
     /// Writes out everything taken.
     pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        ready!(self.poll_ready(cx))?;
         loop {
             match self.ws.flush() {
                 Ok(()) | Err(Error::ConnectionClosed) => {
@@ -247,9 +298,11 @@ impl WebSocket {
         }
     }
 
-    /// Sends a Close (unless one was sent) and writes everything out.
+    /// Sends a Close (unless one was sent) and writes everything out. A
+    /// message half sent in fragments is cut short: the Close ends it.
     pub fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         self.ready = true;
+        self.rest = None;
         loop {
             let r = if self.closing {
                 self.ws.flush()
@@ -268,18 +321,25 @@ impl WebSocket {
     /// [`WebSocket::poll_ready`] without waiting: false if a blocked write
     /// is still not written.
     pub fn try_ready(&mut self) -> Result<bool, Error> {
-        if !self.ready {
-            match self.ws.flush() {
-                Ok(()) => self.ready = true,
-                Err(e) if would_block(&e) => return Ok(false),
-                Err(e) => return Err(e),
+        loop {
+            if !self.ready {
+                match self.ws.flush() {
+                    Ok(()) => self.ready = true,
+                    Err(e) if would_block(&e) => return Ok(false),
+                    Err(e) => return Err(e),
+                }
+            }
+            if !self.next_fragment()? {
+                return Ok(true);
             }
         }
-        Ok(true)
     }
 
     /// [`WebSocket::poll_flush`] without waiting: false if some is left.
     pub fn try_flush(&mut self) -> Result<bool, Error> {
+        if !self.try_ready()? {
+            return Ok(false);
+        }
         match self.ws.flush() {
             Ok(()) | Err(Error::ConnectionClosed) => {
                 self.ready = true;

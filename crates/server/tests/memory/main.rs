@@ -10,6 +10,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod big_frames;
 mod counting;
 mod logs;
 mod relay_durable_memory;
