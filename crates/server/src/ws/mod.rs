@@ -30,6 +30,7 @@
 //! answer.
 mod close;
 mod config;
+mod frame_ends;
 mod reader;
 mod socket;
 mod sockets;
@@ -38,6 +39,7 @@ mod writer;
 
 pub use crate::outbound::{Close, Refused};
 pub use config::*;
+pub use frame_ends::FrameEnds;
 pub use reader::{Event, Reader};
 pub use socket::{closed, oversized, Pipe, Socket, ToPeer};
 pub use sockets::Sockets;

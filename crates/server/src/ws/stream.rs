@@ -5,6 +5,7 @@
 //! the stream, tungstenite's state and nothing else (see
 //! docs/BENCHMARKS.md, "Idle connections").
 
+use super::frame_ends::FrameEnds;
 use crate::http::counted::IpSlot;
 use bytes::Bytes;
 use std::io::{self, Read, Write};
@@ -14,7 +15,7 @@ use tokio::io::AsyncRead;
 use tokio::net::TcpStream;
 use tungstenite::protocol::frame::coding::{Data, OpCode};
 use tungstenite::protocol::frame::Frame;
-use tungstenite::protocol::{Role, WebSocketConfig};
+use tungstenite::protocol::{Role, WebSocketConfig, WebSocketContext};
 use tungstenite::{Error, Message};
 
 /// The TCP stream under a WebSocket, as tungstenite reads and writes it:
@@ -24,10 +25,15 @@ pub struct Tcp {
     /// A write found no room: a reply tungstenite owes the peer (a pong, a
     /// close) waits for the socket's room, which the reader then watches.
     write_blocked: bool,
-    /// Bytes read from the socket past what tungstenite asked for, with how
-    /// many of them it has taken: at most [`SCRATCH_BYTES`], and held only
+    /// Bytes read from the socket past what tungstenite took, from
+    /// `taken` on: at most [`SCRATCH_BYTES`] and a frame header, held only
     /// until taken, so an idle connection holds none.
-    ahead: Option<(Box<[u8]>, usize)>,
+    ahead: Vec<u8>,
+    taken: usize,
+    /// Where the frames tungstenite is given end: never a byte past the
+    /// frame it reads, so once it returns a message its read buffer holds
+    /// nothing ([`WebSocket::reclaim`]).
+    frames: FrameEnds,
     /// The client IP's place among open connections, kept for the socket's
     /// life (`None` for a stream accepted elsewhere).
     _slot: Option<IpSlot>,
@@ -56,7 +62,9 @@ impl Tcp {
         Tcp {
             stream,
             write_blocked: false,
-            ahead: None,
+            ahead: Vec::new(),
+            taken: 0,
+            frames: FrameEnds::default(),
             _slot: None,
         }
     }
@@ -85,33 +93,64 @@ impl Tcp {
     }
 
     /// Hands `bytes` to tungstenite before anything read from the socket.
-    fn set_ahead(&mut self, bytes: &[u8]) {
-        self.ahead = (!bytes.is_empty()).then(|| (bytes.into(), 0));
+    fn push_ahead(&mut self, bytes: &[u8]) {
+        self.ahead.extend_from_slice(bytes);
+    }
+
+    /// At a frame's boundary: tungstenite holds no byte of a frame it has
+    /// not returned.
+    fn at_boundary(&self) -> bool {
+        self.frames.at_boundary()
+    }
+
+    /// Gives `buf` what it may take of the bytes read ahead; `None` if
+    /// there are none it may take yet.
+    fn take_ahead(&mut self, buf: &mut [u8]) -> Option<usize> {
+        if self.taken == self.ahead.len() {
+            return None;
+        }
+        let from = self.taken;
+        let n = self.frames.give(&self.ahead[from..], buf.len())?;
+        buf[..n].copy_from_slice(&self.ahead[from..from + n]);
+        self.taken += n;
+        if self.taken == self.ahead.len() {
+            // Let go of it: an idle connection holds no bytes read ahead.
+            self.ahead = Vec::new();
+            self.taken = 0;
+        }
+        Some(n)
     }
 }
 
 impl Read for Tcp {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if let Some((ahead, taken)) = &mut self.ahead {
-            let n = buf.len().min(ahead.len() - *taken);
-            buf[..n].copy_from_slice(&ahead[*taken..*taken + n]);
-            *taken += n;
-            if *taken == ahead.len() {
-                self.ahead = None;
+        loop {
+            if let Some(n) = self.take_ahead(buf) {
+                return Ok(n);
             }
-            return Ok(n);
+            let given = SCRATCH.with(|scratch| {
+                let mut scratch = scratch.borrow_mut();
+                let n = self.read_socket(&mut scratch)?;
+                if n == 0 {
+                    return Ok(Some(0));
+                }
+                if self.taken < self.ahead.len() {
+                    // A frame header begun in the bytes before.
+                    self.push_ahead(&scratch[..n]);
+                    return Ok(None);
+                }
+                let Some(given) = self.frames.give(&scratch[..n], buf.len()) else {
+                    self.push_ahead(&scratch[..n]);
+                    return Ok(None);
+                };
+                buf[..given].copy_from_slice(&scratch[..given]);
+                self.push_ahead(&scratch[given..n]);
+                Ok::<_, io::Error>(Some(given))
+            })?;
+            if let Some(n) = given {
+                return Ok(n);
+            }
         }
-        if buf.len() >= SCRATCH_BYTES {
-            return self.read_socket(buf);
-        }
-        SCRATCH.with(|scratch| {
-            let mut scratch = scratch.borrow_mut();
-            let n = self.read_socket(&mut scratch)?;
-            let given = n.min(buf.len());
-            buf[..given].copy_from_slice(&scratch[..given]);
-            self.set_ahead(&scratch[given..n]);
-            Ok(given)
-        })
     }
 }
 
@@ -140,7 +179,9 @@ fn would_block(e: &Error) -> bool {
 /// by another task, which hands what it cannot finish to the connection's
 /// writer).
 pub struct WebSocket {
-    ws: tungstenite::WebSocket<Tcp>,
+    /// tungstenite's state of the connection (its buffers with it).
+    ws: WebSocketContext,
+    tcp: Tcp,
     /// `false` after a message was taken with no room to write it out:
     /// the next one waits until the buffer is written.
     ready: bool,
@@ -159,10 +200,10 @@ impl WebSocket {
     pub fn new(mut tcp: Tcp, read: &[u8], config: WebSocketConfig) -> WebSocket {
         // Read through `tcp` as if from the socket: tungstenite's own buffer
         // stays at its configured size.
-        tcp.set_ahead(read);
-        let ws = tungstenite::WebSocket::from_raw_socket(tcp, Role::Server, Some(config));
+        tcp.push_ahead(read);
         WebSocket {
-            ws,
+            ws: WebSocketContext::new(Role::Server, Some(config)),
+            tcp,
             ready: true,
             rest: None,
             closing: false,
@@ -178,8 +219,13 @@ impl WebSocket {
             return Poll::Ready(None);
         }
         loop {
-            let e = match self.ws.read() {
-                Ok(m) => return Poll::Ready(Some(Ok(m))),
+            let e = match self.ws.read(&mut self.tcp) {
+                Ok(m) => {
+                    if m.len() > FRAGMENT_BYTES {
+                        self.reclaim();
+                    }
+                    return Poll::Ready(Some(Ok(m)));
+                }
                 Err(e) => e,
             };
             if !would_block(&e) {
@@ -189,7 +235,7 @@ impl WebSocket {
                     e => Some(Err(e)),
                 });
             }
-            let tcp = self.ws.get_mut();
+            let tcp = &mut self.tcp;
             match tcp.stream.poll_read_ready(cx) {
                 Poll::Ready(Ok(())) => continue,
                 Poll::Ready(Err(e)) => {
@@ -216,12 +262,30 @@ impl WebSocket {
         }
     }
 
+    /// After a big message, tungstenite's state starts afresh: its read
+    /// buffer grew to take the message's frame whole and would keep that
+    /// size for the socket's life. Only where nothing is lost: at a frame's
+    /// boundary (tungstenite is never given a byte past the frame it
+    /// reads, so its read buffer is empty and no message is half read),
+    /// with nothing of the server's waiting to be written, and neither end
+    /// closing.
+    fn reclaim(&mut self) {
+        let idle = self.ready && self.rest.is_none() && !self.closing;
+        if !(idle && self.tcp.at_boundary() && self.ws.can_read() && self.ws.can_write()) {
+            return;
+        }
+        if self.ws.flush(&mut self.tcp).is_ok() {
+            let config = *self.ws.get_config();
+            self.ws = WebSocketContext::new(Role::Server, Some(config));
+        }
+    }
+
     /// Ready to take a message: what a blocked write left is written
     /// first, then the rest of a message sent in fragments.
     pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         loop {
             while !self.ready {
-                match self.ws.flush() {
+                match self.ws.flush(&mut self.tcp) {
                     Ok(()) => self.ready = true,
                     Err(e) if would_block(&e) => ready!(self.poll_writable(cx))?,
                     Err(e) => {
@@ -272,7 +336,7 @@ impl WebSocket {
     }
 
     fn write(&mut self, msg: Message) -> Result<(), Error> {
-        match self.ws.write(msg) {
+        match self.ws.write(&mut self.tcp, msg) {
             Ok(()) => Ok(()),
             // Taken and buffered: the rest waits for room.
             Err(e) if would_block(&e) => {
@@ -287,7 +351,7 @@ impl WebSocket {
     pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         ready!(self.poll_ready(cx))?;
         loop {
-            match self.ws.flush() {
+            match self.ws.flush(&mut self.tcp) {
                 Ok(()) | Err(Error::ConnectionClosed) => {
                     self.ready = true;
                     return Poll::Ready(Ok(()));
@@ -305,10 +369,10 @@ impl WebSocket {
         self.rest = None;
         loop {
             let r = if self.closing {
-                self.ws.flush()
+                self.ws.flush(&mut self.tcp)
             } else {
                 self.closing = true;
-                self.ws.close(None)
+                self.ws.close(&mut self.tcp, None)
             };
             match r {
                 Ok(()) | Err(Error::ConnectionClosed) => return Poll::Ready(Ok(())),
@@ -323,7 +387,7 @@ impl WebSocket {
     pub fn try_ready(&mut self) -> Result<bool, Error> {
         loop {
             if !self.ready {
-                match self.ws.flush() {
+                match self.ws.flush(&mut self.tcp) {
                     Ok(()) => self.ready = true,
                     Err(e) if would_block(&e) => return Ok(false),
                     Err(e) => return Err(e),
@@ -340,7 +404,7 @@ impl WebSocket {
         if !self.try_ready()? {
             return Ok(false);
         }
-        match self.ws.flush() {
+        match self.ws.flush(&mut self.tcp) {
             Ok(()) | Err(Error::ConnectionClosed) => {
                 self.ready = true;
                 Ok(true)
@@ -353,10 +417,6 @@ impl WebSocket {
     /// Ready once the socket has room (the write that found none is tried
     /// again), or with the socket's error.
     fn poll_writable(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        self.ws
-            .get_ref()
-            .stream
-            .poll_write_ready(cx)
-            .map_err(Error::Io)
+        self.tcp.stream.poll_write_ready(cx).map_err(Error::Io)
     }
 }

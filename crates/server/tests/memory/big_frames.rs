@@ -1,13 +1,14 @@
-//! What a big frame leaves behind once it is sent: nothing that grows with
-//! its size. Each connection's WebSocket layer keeps its write buffer for
-//! the socket's life, so a buffer that took a whole 2 MiB frame would keep
-//! 2 MiB for every player a host ever sent one to.
+//! What a big frame leaves behind once it is sent or read: nothing that
+//! grows with its size. tungstenite keeps its write and read buffers for
+//! the socket's life, at the most they ever held: a buffer that took a
+//! whole 2 MiB frame would keep 2 MiB for every player a host ever sent one
+//! to, and for every client that ever sent one.
 
 use crate::counting::IN_USE;
 use crate::support::relay::*;
 use serde_json::json;
 use std::sync::atomic::Ordering::SeqCst;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::MaybeTlsStream;
 
 const PLAYERS: usize = 20;
@@ -46,8 +47,18 @@ async fn a_big_frame_sent_to_many_players_leaves_no_buffer_its_size() {
     let pad = "x".repeat(FRAME);
     let text = json!({"t": "data", "data": pad}).to_string();
     let base = IN_USE.load(SeqCst);
+    // The host writes each big frame whole (one frame, as a browser does)
+    // onto its socket itself: its WebSocket client would keep a write
+    // buffer of the frame's size, counted here as the server's.
+    let MaybeTlsStream::Plain(host_tcp) = host.ws.get_mut() else {
+        unreachable!("plain TCP")
+    };
     for (_, id) in &raw {
-        host.send(json!({"t": "to", "to": id, "data": pad})).await;
+        let to = json!({"t": "to", "to": id, "data": pad}).to_string();
+        host_tcp
+            .write_all(&masked_text_frame(to.as_bytes()))
+            .await
+            .unwrap();
     }
     let mut buf = vec![0u8; 64 * 1024];
     for (tcp, _) in &mut raw {
@@ -69,11 +80,51 @@ async fn a_big_frame_sent_to_many_players_leaves_no_buffer_its_size() {
         }
     }
     // Every frame has been read by its player, so the server has written
-    // each whole. What it holds now: the host's read buffer (which took
-    // one frame whole; tungstenite has no way to give it back) and, per
-    // player, at most a write buffer and one fragment.
+    // each whole. What it may hold now, per connection: a write buffer and
+    // a fragment, or a small read buffer after a big frame.
     let held = IN_USE.load(SeqCst).saturating_sub(base);
-    let bound = 2 * FRAME + PLAYERS * 64 * 1024;
+    let bound = (PLAYERS + 1) * 64 * 1024;
     eprintln!("held after {PLAYERS} frames of {FRAME} B: {held} B (bound {bound})");
     assert!(held < bound, "{held} bytes held after the frames were sent");
+}
+
+/// A client's text frame, masked as RFC 6455 5.3 has it, in one piece.
+fn masked_text_frame(payload: &[u8]) -> Vec<u8> {
+    let mask = [0x12u8, 0x34, 0x56, 0x78];
+    let mut f = vec![0x81u8, 0x80 | 127];
+    f.extend_from_slice(&(payload.len() as u64).to_be_bytes());
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+/// A client's big frame, read by a protocol that is done with it before it
+/// reads the next (ggui answers a frame that is no JSON at once).
+#[allow(clippy::await_holding_lock)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_frame_read_leaves_no_read_buffer_its_size() {
+    use crate::support::session::TestHost;
+    use crate::support::sockets::ggui_subscribed;
+    let _alone = crate::counting::alone();
+    let h = TestHost::start().await;
+    let mut ws = ggui_subscribed(&h, "big", None).await;
+    let garbage = "y".repeat(FRAME / 4);
+    let base = IN_USE.load(SeqCst);
+    let MaybeTlsStream::Plain(tcp) = ws.get_mut() else {
+        unreachable!("plain TCP")
+    };
+    tcp.write_all(&masked_text_frame(garbage.as_bytes()))
+        .await
+        .unwrap();
+    let answer = crate::support::ws::next_json(&mut ws).await;
+    assert_eq!(answer["payload"]["code"], "INVALID_JSON", "{answer}");
+    let held = IN_USE.load(SeqCst).saturating_sub(base);
+    eprintln!(
+        "held after a frame of {} B was read: {held} B",
+        garbage.len()
+    );
+    assert!(
+        held < 64 * 1024,
+        "{held} bytes held after the frame was read"
+    );
 }

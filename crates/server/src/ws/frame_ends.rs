@@ -1,0 +1,111 @@
+//! Where the frames of a client's byte stream end, as the stream is handed
+//! to tungstenite in pieces: it is never given a byte past the frame it
+//! reads, so once it returns a message its read buffer is empty and its
+//! state can start afresh (see `stream::WebSocket::reclaim`).
+
+use std::io::Cursor;
+use tungstenite::protocol::frame::FrameHeader;
+
+/// The bytes left of the frame being handed out, its header included.
+#[derive(Debug, Default)]
+pub struct FrameEnds {
+    left: u64,
+}
+
+impl FrameEnds {
+    /// Nothing of a frame has been handed out that is not all handed out.
+    pub fn at_boundary(&self) -> bool {
+        self.left == 0
+    }
+
+    /// How many of `src`'s first bytes may be handed out, at most `want`:
+    /// no further than the end of the frame they belong to. `None` if `src`
+    /// starts a frame whose header is not all there yet (it is then kept
+    /// until it is). Never `Some(0)` for a `src` and `want` that are not
+    /// empty, so a reader always gets on.
+    pub fn give(&mut self, src: &[u8], want: usize) -> Option<usize> {
+        if self.left == 0 {
+            let mut header = Cursor::new(src);
+            self.left = match FrameHeader::parse(&mut header) {
+                Ok(Some((_, payload))) => header.position().saturating_add(payload),
+                Ok(None) => return None,
+                // tungstenite refuses it too and the connection ends: the
+                // bytes go to it as they come.
+                Err(_) => u64::MAX,
+            };
+        }
+        let n = want
+            .min(src.len())
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        self.left -= n as u64;
+        Some(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tungstenite::protocol::frame::Frame;
+
+    /// Client frames of every length encoding (7-bit, 16-bit, 64-bit),
+    /// masked, with where each ends in the stream.
+    fn stream() -> (Vec<u8>, Vec<usize>) {
+        let mut bytes = Vec::new();
+        let mut ends = Vec::new();
+        for (i, len) in [0, 5, 125, 126, 300, 65_535, 65_536, 70_000]
+            .into_iter()
+            .enumerate()
+        {
+            let fin = i % 3 != 1;
+            let op = if i == 0 { Data::Text } else { Data::Binary };
+            let mut f = Frame::message(vec![b'a'; len], OpCode::Data(op), fin);
+            f.header_mut().mask = Some([1, 2, 3, 4]);
+            f.format(&mut bytes).unwrap();
+            ends.push(bytes.len());
+        }
+        (bytes, ends)
+    }
+
+    #[test]
+    fn pieces_end_at_frame_ends_however_the_stream_arrives() {
+        let (bytes, ends) = stream();
+        for (chunk, want) in [
+            (1, 1),
+            (3, 7),
+            (13, 128),
+            (1000, 256),
+            (100_000, 128),
+            (7, 100_000),
+        ] {
+            let mut f = FrameEnds::default();
+            // `have` is what has arrived; `at` what has been handed out.
+            let (mut have, mut at, mut cuts) = (0, 0, Vec::new());
+            while at < bytes.len() {
+                match f.give(&bytes[at..have], want) {
+                    Some(n) if at < have => {
+                        assert!(n > 0 && n <= want, "chunk {chunk}, want {want}: {n}");
+                        at += n;
+                        if f.at_boundary() {
+                            cuts.push(at);
+                        }
+                    }
+                    _ => {
+                        assert!(have < bytes.len(), "stuck at {at} with everything there");
+                        have = (have + chunk).min(bytes.len());
+                    }
+                }
+            }
+            assert_eq!(cuts, ends, "chunk {chunk}, want {want}");
+        }
+    }
+
+    #[test]
+    fn a_header_tungstenite_refuses_is_passed_through() {
+        // Reserved opcode 3: tungstenite ends the connection on it.
+        let mut f = FrameEnds::default();
+        assert_eq!(f.give(&[0x83, 0x80, 1, 2, 3, 4, 9, 9], 5), Some(5));
+        assert_eq!(f.give(&[9, 9, 9], 5), Some(3));
+        assert!(!f.at_boundary());
+    }
+}
