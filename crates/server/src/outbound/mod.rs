@@ -9,6 +9,7 @@
 
 use futures_util::task::AtomicWaker;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering::Acquire, Ordering::Release};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll};
 
@@ -66,6 +67,9 @@ struct Shared<T, P> {
     weigh: fn(&T) -> usize,
     writer: AtomicWaker,
     reader: AtomicWaker,
+    /// `State::kill` is set: the reader checks this on every poll without
+    /// taking the lock.
+    killed: AtomicBool,
     /// Whatever else the connection's ends share (the server keeps the
     /// idle socket here), in the same allocation.
     parked: P,
@@ -83,6 +87,7 @@ impl<T, P> Shared<T, P> {
         let first = s.kill.is_none();
         if first {
             s.kill = Some(code);
+            self.killed.store(true, Release);
         }
         // Nothing queued is written after a kill: its memory goes now.
         Self::discard(&mut s);
@@ -150,6 +155,7 @@ pub fn queue_bounded<T, P>(
         weigh,
         writer: AtomicWaker::new(),
         reader: AtomicWaker::new(),
+        killed: AtomicBool::new(false),
         parked,
     });
     (
@@ -274,6 +280,7 @@ impl<T, P> Outbound<T, P> {
             !s.frames.is_empty() && s.bytes.saturating_add(weight) > self.shared.max_bytes;
         if s.frames.len() >= self.shared.cap || over_bytes {
             s.kill = Some(too_slow);
+            self.shared.killed.store(true, Release);
             Shared::<T, P>::discard(&mut s);
             drop(s);
             self.shared.wake_both();
@@ -322,13 +329,16 @@ impl<T, P> Outbound<T, P> {
 
     /// Ready once the connection is killed: the reader stops reading then.
     pub fn poll_killed(&self, cx: &mut Context<'_>) -> Poll<Close> {
-        let s = self.shared.lock();
-        if let Some(k) = s.kill {
-            return Poll::Ready(k);
-        }
-        // Registered under the lock: a kill after it sees this waker.
+        // Registered before the flag is read: a kill that sets it after
+        // the read wakes this waker.
         self.shared.reader.register(cx.waker());
-        Poll::Pending
+        if !self.shared.killed.load(Acquire) {
+            return Poll::Pending;
+        }
+        match self.shared.lock().kill {
+            Some(k) => Poll::Ready(k),
+            None => Poll::Pending,
+        }
     }
 }
 

@@ -43,12 +43,33 @@ fn a_ping_goes_after_the_queued_frames() {
     assert_eq!(work(&drain), Poll::Pending);
 }
 
+/// A waker that counts its wakes.
+struct Counted(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for Counted {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 #[test]
 fn a_full_queue_kills_the_connection_once() {
     let (out, drain) = queue::<u32, ()>(2, ());
+    let wakes = Arc::new(Counted(Default::default()));
+    let reader = Waker::from(Arc::clone(&wakes));
+    assert_eq!(
+        out.poll_killed(&mut Context::from_waker(&reader)),
+        Poll::Pending
+    );
     out.push(1, SLOW).unwrap();
     out.push(2, SLOW).unwrap();
     assert_eq!(out.push(3, SLOW), Err(Refused::Full));
+    // The reader waiting on the kill is woken and sees it.
+    assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(
+        out.poll_killed(&mut Context::from_waker(&reader)),
+        Poll::Ready(SLOW)
+    );
     assert_eq!(out.push(4, SLOW), Err(Refused::Closing));
     assert_eq!(out.killed(), Some(SLOW));
     // The kill goes ahead of the queued frames.

@@ -12,6 +12,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::MaybeTlsStream;
 
 const PLAYERS: usize = 20;
+/// The read buffer of each runtime thread (2 here), made on its first read:
+/// counted if that read falls after the baseline.
+const THREAD_BUFFERS: usize = 2 * hostwire::ws::SCRATCH_BYTES;
 const FRAME: usize = 2 * 1024 * 1024;
 
 // The lock is held for the whole test on purpose: it keeps the other
@@ -82,7 +85,7 @@ async fn a_big_frame_sent_to_many_players_leaves_no_buffer_its_size() {
     // Every frame has been read by its player, so the server has written
     // each whole. What it may hold now, per connection: a write buffer and
     // a fragment, or a small read buffer after a big frame.
-    let bound = (PLAYERS + 1) * 64 * 1024;
+    let bound = (PLAYERS + 1) * 64 * 1024 + THREAD_BUFFERS;
     let held = settled_below(base, bound).await;
     eprintln!("held after {PLAYERS} frames of {FRAME} B: {held} B (bound {bound})");
     assert!(held < bound, "{held} bytes held after the frames were sent");
@@ -132,13 +135,11 @@ async fn a_big_frame_read_leaves_no_read_buffer_its_size() {
         .unwrap();
     let answer = crate::support::ws::next_json(&mut ws).await;
     assert_eq!(answer["payload"]["code"], "INVALID_JSON", "{answer}");
-    let held = settled_below(base, 64 * 1024).await;
+    let bound = 64 * 1024 + THREAD_BUFFERS;
+    let held = settled_below(base, bound).await;
     eprintln!(
         "held after a frame of {} B was read: {held} B",
         garbage.len()
     );
-    assert!(
-        held < 64 * 1024,
-        "{held} bytes held after the frame was read"
-    );
+    assert!(held < bound, "{held} bytes held after the frame was read");
 }
