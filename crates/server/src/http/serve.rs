@@ -12,6 +12,7 @@
 //!   dropped.
 
 use super::counted::{Counted, PerIp};
+use super::LARGEST_REQUEST_BODY;
 use crate::ws::Sockets;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -62,13 +63,78 @@ pub fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// How long a body dropped unread is waited for between two of its
+/// chunks before the connection is closed (nginx's `lingering_timeout`
+/// is 5 s): a client that sent only its headers is not held for long.
+pub const LINGER_IDLE: Duration = Duration::from_secs(2);
+
 /// A body that fails with [`BodyTimeout`] once its deadline passes. The
 /// timer is made only when the body is first read: requests without a
 /// body (most of them, WebSocket upgrades included) cost none.
+///
+/// A body its handler drops unread (a request refused on its headers: a
+/// spent budget, a busy upload slot) is read to its end and dropped by a
+/// task of its own, within the same deadline, at most
+/// [`LARGEST_REQUEST_BODY`] bytes and [`LINGER_IDLE`] between chunks. Closing a socket with unread bytes
+/// resets it, and a client still sending its body then loses the answer
+/// (its write fails, or its TCP stack discards what it had received).
 struct Deadline {
-    inner: Incoming,
+    /// `None` only once handed to the task that drains it.
+    inner: Option<Incoming>,
     limit: Duration,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether dropping the body unread drains it (not for the drain's own).
+    linger: bool,
+}
+
+impl Deadline {
+    fn new(inner: Incoming, limit: Duration) -> Self {
+        Self {
+            inner: Some(inner),
+            limit,
+            sleep: None,
+            linger: true,
+        }
+    }
+
+    /// Reads and drops the rest of the body, at most `left` bytes: past
+    /// them, or at the deadline, the body is dropped and hyper closes the
+    /// connection.
+    async fn drain(mut self, mut left: u64) {
+        loop {
+            let frame = std::future::poll_fn(|cx| Pin::new(&mut self).poll_frame(cx));
+            let Ok(Some(Ok(frame))) = tokio::time::timeout(LINGER_IDLE, frame).await else {
+                return;
+            };
+            let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+            let Some(l) = left.checked_sub(n) else { return };
+            left = l;
+        }
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        if !self.linger || self.is_end_stream() {
+            return;
+        }
+        let cap = LARGEST_REQUEST_BODY as u64;
+        // A declared length past the largest body is refused unread (413)
+        // and not worth reading; a chunked body is read up to the cap.
+        if self.size_hint().upper().is_some_and(|n| n > cap) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let rest = Deadline {
+            inner: self.inner.take(),
+            limit: self.limit,
+            sleep: self.sleep.take(),
+            linger: false,
+        };
+        runtime.spawn(rest.drain(cap));
+    }
 }
 
 impl HttpBody for Deadline {
@@ -80,7 +146,10 @@ impl HttpBody for Deadline {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
-        if let Poll::Ready(r) = Pin::new(&mut this.inner).poll_frame(cx) {
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        if let Poll::Ready(r) = Pin::new(inner).poll_frame(cx) {
             return Poll::Ready(r.map(|f| f.map_err(Into::into)));
         }
         let limit = this.limit;
@@ -94,11 +163,13 @@ impl HttpBody for Deadline {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(HttpBody::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), HttpBody::size_hint)
     }
 }
 
@@ -150,13 +221,7 @@ pub async fn serve(
         let body_limit = limits.body_read_timeout;
         let sockets = sockets.clone();
         let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-            let mut req = req.map(|inner| {
-                Body::new(Deadline {
-                    inner,
-                    limit: body_limit,
-                    sleep: None,
-                })
-            });
+            let mut req = req.map(|inner| Body::new(Deadline::new(inner, body_limit)));
             req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
             req.extensions_mut().insert(sockets.clone());
             router.clone().call(req)

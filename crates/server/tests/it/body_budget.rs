@@ -96,3 +96,58 @@ async fn a_held_upload_to_one_api_makes_another_apis_body_wait() {
         .unwrap();
     assert_eq!(r.status(), 200);
 }
+
+/// A client that sends its whole body before reading gets the 503, not a
+/// reset: the server reads and drops what it did not take (up to the
+/// largest body, within the body deadline) instead of closing with
+/// unread bytes, which makes the client's TCP stack discard the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_body_sent_whole_still_gets_its_answer() {
+    use tokio::io::AsyncReadExt;
+    let (app, http, _dir) = server().await;
+    let budget = app.gate.body_budget_bytes();
+    let addr = http.trim_start_matches("http://").to_owned();
+    let mut held = TcpStream::connect(&addr).await.unwrap();
+    let declared = 7 * 1024 * 1024;
+    held.write_all(
+        format!(
+            "POST /memizy/sessions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {OPERATOR}\r\nContent-Type: application/json\r\nContent-Length: {declared}\r\n\r\n{{"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let bodies = Arc::clone(app.gate.bodies());
+    until(|| bodies.available_permits() == budget - declared).await;
+
+    for round in 0..3 {
+        let body = format!(
+            "{{\"appId\": \"conformance\", \"pad\": \"{}\"}}",
+            "x".repeat(6 * 1024 * 1024)
+        );
+        let request = format!(
+            "PUT /ggui/sessions/s{round} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {GGUI_AGENT}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let sock = TcpStream::connect(&addr).await.unwrap();
+        let (mut rd, mut wr) = sock.into_split();
+        let writing = tokio::spawn(async move { wr.write_all(request.as_bytes()).await });
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(GUARD, rd.read_to_end(&mut answer))
+            .await
+            .expect("the answer never ended");
+        let written = writing.await.unwrap();
+        assert!(
+            read.is_ok() && written.is_ok(),
+            "round {round}: read {read:?}, write {written:?}, {} bytes read",
+            answer.len()
+        );
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 503"),
+            "round {round}: {answer}"
+        );
+        assert!(answer.contains("REQUEST_BODY_BUDGET_BYTES"), "{answer}");
+    }
+    drop(held);
+}

@@ -38,11 +38,39 @@ async fn held_request(http: &str, i: usize) -> TcpStream {
 async fn answer_to_head(http: &str, request_line: &str, content_length: usize) -> String {
     let mut s = sent_head(http, request_line, content_length, "").await;
     let mut answer = Vec::new();
-    let read = tokio::io::AsyncReadExt::read_to_end(&mut s, &mut answer);
-    // The server closes after its answer; the guard bounds a server that
-    // would wait for the body instead.
+    // Read to the end of the answer's body (the server then waits a
+    // moment for the request's body before it closes); the guard bounds a
+    // server that would wait for the body before answering.
+    let read = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = tokio::io::AsyncReadExt::read(&mut s, &mut chunk).await?;
+            answer.extend_from_slice(&chunk[..n]);
+            if n == 0 || answer_is_whole(&answer) {
+                return Ok::<_, std::io::Error>(());
+            }
+        }
+    };
     let _ = tokio::time::timeout(GUARD, read).await;
     String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Whether `answer` holds a whole HTTP answer: its head and as many body
+/// bytes as its `content-length` says.
+fn answer_is_whole(answer: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(answer);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return false;
+    };
+    let length = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0);
+    body.len() >= length
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
