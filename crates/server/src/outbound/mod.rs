@@ -295,12 +295,6 @@ impl<T, P> Outbound<T, P> {
         Ok(())
     }
 
-    /// Asks the writer for a WebSocket ping (the reader keeps the time).
-    pub fn ping(&self) {
-        self.shared.lock().ping = true;
-        self.shared.writer.wake();
-    }
-
     /// Closes the connection after the frames already queued.
     pub fn close(&self, code: Close) {
         let mut s = self.shared.lock();
@@ -350,6 +344,21 @@ pub struct Closer<T, P = ()> {
 }
 
 impl<T, P> Closer<T, P> {
+    /// `f` of what the ends share besides the queue, if the connection
+    /// still exists.
+    pub fn with_parked<R>(&self, f: impl FnOnce(&P) -> R) -> Option<R> {
+        self.shared.upgrade().map(|s| f(&s.parked))
+    }
+
+    /// Asks the writer for a WebSocket ping after the frames queued, if
+    /// the connection still exists.
+    pub fn ping(&self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.lock().ping = true;
+            shared.writer.wake();
+        }
+    }
+
     /// [`Outbound::close`], if the connection still exists.
     pub fn close(&self, code: Close) {
         let Some(shared) = self.shared.upgrade() else {

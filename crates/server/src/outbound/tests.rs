@@ -37,7 +37,7 @@ fn a_drained_queue_gives_back_what_a_burst_took() {
 fn a_ping_goes_after_the_queued_frames() {
     let (out, drain) = queue::<u32, ()>(8, ());
     out.push(1, SLOW).unwrap();
-    out.ping();
+    out.closer().ping();
     assert_eq!(work(&drain), Poll::Ready(Work::Frame(1)));
     assert_eq!(work(&drain), Poll::Ready(Work::Ping));
     assert_eq!(work(&drain), Poll::Pending);

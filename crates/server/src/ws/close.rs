@@ -55,8 +55,7 @@ impl Reader {
         }
         // The TCP connection ends here, whoever still holds the queue.
         parked.drop_socket();
-        if let Some((sockets, id)) = registered {
-            sockets.deregister(id);
-        }
+        let (sockets, id) = registered;
+        sockets.deregister(id);
     }
 }

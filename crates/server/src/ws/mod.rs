@@ -8,8 +8,9 @@
 //!   small read and write buffers, and a cap on unsent bytes (replies to
 //!   pings included: a client that pings and never reads cannot grow them
 //!   without limit);
-//! - the reader ([`Reader`]): the idle timeout and the server's pings on one
-//!   timer, a client's pings never counted as activity, the WebSocket
+//! - the reader ([`Reader`]): a client's pings never counted as activity
+//!   (the idle timeout and the server's pings are timed by the registry's
+//!   one sweep a second, no timer per socket), the WebSocket
 //!   layer's refusals mapped (an oversized message is an [`Event`] the
 //!   protocol answers; RFC 6455 violations close 1007 / 1002 with a reason);
 //! - the writer, which drains the connection's bounded outbound queue
@@ -24,7 +25,8 @@
 //!   [`Config::close_linger`], so the frames queued before the close and its
 //!   code reach the client instead of a TCP reset;
 //! - every socket of a server in one registry ([`Sockets`]), so that a
-//!   shutdown closes each of them with 1001, attached to a unit or not.
+//!   shutdown closes each of them with 1001, attached to a unit or not,
+//!   and one sweep finds the silent ones ([`SWEEP_TICK`]).
 //!
 //! A protocol keeps only its own rules: what a text frame means and what to
 //! answer.
@@ -42,7 +44,7 @@ pub use config::*;
 pub use frame_ends::FrameEnds;
 pub use reader::{Event, Reader};
 pub use socket::{closed, oversized, Pipe, Socket, ToPeer};
-pub use sockets::Sockets;
+pub use sockets::{Sockets, SWEEP_TICK};
 pub use stream::{Tcp, WebSocket, SCRATCH_BYTES};
 pub use tungstenite::protocol::CloseFrame;
 pub use tungstenite::{Error, Message, Utf8Bytes};
@@ -59,6 +61,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::FutureExt;
 use std::future::Future;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use tungstenite::protocol::WebSocketConfig;
 
@@ -257,23 +260,19 @@ impl Connection {
                 socket: Mutex::new(Some(socket)),
                 too_slow: config.too_slow,
                 direct_write: config.direct_write,
+                active: AtomicBool::new(false),
+                expired: AtomicBool::new(false),
             },
         );
         let out = Outbound(out);
-        let registered = sockets.map(|s| {
-            let id = s.register(&out);
-            (s, id)
-        });
-        let start = tokio::time::Instant::now();
+        // Every socket is in a registry, which times its idle timeout and
+        // its pings.
+        let sockets = sockets.unwrap_or_else(Sockets::detached);
+        let id = sockets.register(&out, &config);
         let reader = Reader {
             out: out.clone(),
-            timer: Box::pin(tokio::time::sleep_until(
-                start + config.ping_interval.min(config.idle_timeout),
-            )),
-            last_frame: start,
-            next_ping: start + config.ping_interval,
             end: End::Open,
-            registered,
+            registered: (sockets, id),
             config,
         };
         (Connection { reader, out }, drain)

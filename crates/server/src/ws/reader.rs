@@ -1,14 +1,15 @@
-//! The reading side of a connection: events in, the idle timeout and the
-//! server's pings on one timer, the WebSocket layer's refusals of what the
-//! peer sent mapped to close codes (RFC 6455 violations: 1007, 1002).
+//! The reading side of a connection: events in (each marks the socket
+//! active for the registry's idle sweep), the WebSocket layer's refusals
+//! of what the peer sent mapped to close codes (RFC 6455 violations:
+//! 1007, 1002).
 
-use super::config::{Config, CLOSE_INVALID_DATA, CLOSE_PROTOCOL_ERROR, IDLE};
+use super::config::{Config, CLOSE_INVALID_DATA, CLOSE_PROTOCOL_ERROR};
 use super::sockets::Sockets;
 use super::writer::Outbound;
 use crate::outbound::Close;
 use bytes::Bytes;
-use std::future::{poll_fn, Future};
-use std::pin::Pin;
+use std::future::poll_fn;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tungstenite::{Message, Utf8Bytes};
@@ -42,18 +43,15 @@ pub(super) enum End {
     Oversized,
 }
 
-/// The reading side of one connection. Between events it holds one timer
-/// for both the idle timeout and the pings, moved only when it fires: a
-/// frame just notes its time (a timer per frame cost more than the frame).
-/// The socket it reads is in [`Outbound`]'s allocation, shared with the
-/// writer.
+/// The reading side of one connection. It holds no timer: a frame or a
+/// pong sets the socket's `active` flag, and the registry's sweep
+/// ([`Sockets`], once a second for every socket) closes a socket silent
+/// for its idle timeout and sends the pings. The socket it reads is in
+/// [`Outbound`]'s allocation, shared with the writer.
 pub struct Reader {
     pub(super) out: Outbound,
-    pub(super) timer: Pin<Box<tokio::time::Sleep>>,
-    pub(super) last_frame: tokio::time::Instant,
-    pub(super) next_ping: tokio::time::Instant,
     pub(super) end: End,
-    pub(super) registered: Option<(Sockets, u64)>,
+    pub(super) registered: (Sockets, u64),
     pub(super) config: Arc<Config>,
 }
 
@@ -110,23 +108,14 @@ impl Reader {
         if self.end != End::Open || self.out.poll_killed(cx).is_ready() {
             return Poll::Ready(Event::End);
         }
+        let parked = self.out.0.parked();
+        // Read after `poll_killed` registered the waker the sweep wakes.
+        if parked.expired.load(Relaxed) {
+            self.end = End::Closed;
+            return Poll::Ready(Event::End);
+        }
         loop {
-            if self.timer.as_mut().poll(cx).is_ready() {
-                let now = tokio::time::Instant::now();
-                let idle_at = self.last_frame + self.config.idle_timeout;
-                if now >= idle_at {
-                    self.out.close(IDLE);
-                    self.end = End::Closed;
-                    return Poll::Ready(Event::End);
-                }
-                if now >= self.next_ping {
-                    self.out.0.ping();
-                    self.next_ping = now + self.config.ping_interval;
-                }
-                self.timer.as_mut().reset(self.next_ping.min(idle_at));
-                continue;
-            }
-            let Poll::Ready(next) = self.out.0.parked().poll_next(cx) else {
+            let Poll::Ready(next) = parked.poll_next(cx) else {
                 return Poll::Pending;
             };
             let msg = match next {
@@ -157,15 +146,15 @@ impl Reader {
                 // tungstenite reads no raw frames: only a writer sends one.
                 Message::Ping(_) | Message::Frame(_) => continue,
                 Message::Pong(_) => {
-                    self.last_frame = tokio::time::Instant::now();
+                    parked.active.store(true, Relaxed);
                     continue;
                 }
                 Message::Text(t) => {
-                    self.last_frame = tokio::time::Instant::now();
+                    parked.active.store(true, Relaxed);
                     return Poll::Ready(Event::Text(t));
                 }
                 Message::Binary(b) => {
-                    self.last_frame = tokio::time::Instant::now();
+                    parked.active.store(true, Relaxed);
                     return Poll::Ready(Event::Binary(b));
                 }
                 Message::Close(_) => {

@@ -1,37 +1,164 @@
 //! Every open socket of one server in one registry, so that a shutdown
-//! closes each with 1001 and waits for them.
+//! closes each with 1001 and waits for them, and one sweep a second for
+//! the whole registry finds the silent sockets and pings the others: no
+//! timer per connection, and no clock read per frame (a frame sets its
+//! socket's flag; the sweep reads and clears it).
 
-use super::config::SHUTTING_DOWN;
+use super::config::{Config, IDLE, SHUTTING_DOWN};
 use super::writer::{Outbound, Parked};
 use crate::outbound;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+use tokio::time::Instant;
 use tungstenite::Utf8Bytes;
+
+/// How often the registry looks at its sockets: an idle timeout closes a
+/// socket between its length and its length plus two of these after its
+/// last frame, and pings leave within one of their interval.
+pub const SWEEP_TICK: Duration = Duration::from_secs(1);
 
 /// Every open socket of one server, so that shutdown closes each with
 /// 1001 and waits for them (attached to a room, session or match or not).
 #[derive(Clone, Default)]
 pub struct Sockets(Arc<SocketsInner>);
 
-#[derive(Default)]
 pub(super) struct SocketsInner {
-    pub(super) live: Mutex<HashMap<u64, outbound::Closer<Utf8Bytes, Parked>>>,
+    pub(super) live: Mutex<HashMap<u64, Entry>>,
     pub(super) next: AtomicU64,
     pub(super) closing: AtomicBool,
     pub(super) gone: tokio::sync::Notify,
+    /// The sweep's task runs (only while some socket is open).
+    sweeping: AtomicBool,
+    /// Socket times are milliseconds since this.
+    epoch: Instant,
+}
+
+impl Default for SocketsInner {
+    fn default() -> Self {
+        SocketsInner {
+            live: Mutex::default(),
+            next: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
+            gone: tokio::sync::Notify::new(),
+            sweeping: AtomicBool::new(false),
+            epoch: Instant::now(),
+        }
+    }
+}
+
+/// One socket in the registry: what the sweep needs, in milliseconds
+/// since the registry's epoch.
+pub(super) struct Entry {
+    closer: outbound::Closer<Utf8Bytes, Parked>,
+    /// The registration, or the last sweep that found a frame since the
+    /// one before: never before the frame, so a close is never early.
+    heard: u64,
+    next_ping: u64,
+    idle: u32,
+    ping: u32,
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn ms32(d: Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
+}
+
+impl SocketsInner {
+    fn now(&self) -> u64 {
+        ms(Instant::now().saturating_duration_since(self.epoch))
+    }
+
+    /// Closes the sockets silent for their idle timeout, pings those due.
+    /// `false` once no socket is open: the sweep's task then ends.
+    fn sweep(&self) -> bool {
+        let now = self.now();
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        if live.is_empty() {
+            // Under the lock that `register` holds while it looks.
+            self.sweeping.store(false, Relaxed);
+            return false;
+        }
+        for e in live.values_mut() {
+            let Some(heard) = e.closer.with_parked(|p| p.active.swap(false, Relaxed)) else {
+                continue;
+            };
+            if heard {
+                e.heard = now;
+            } else if now >= e.heard.saturating_add(u64::from(e.idle)) {
+                e.closer.with_parked(|p| p.expired.store(true, Relaxed));
+                // Wakes the reader, which finds the flag and ends.
+                e.closer.close(IDLE);
+                continue;
+            }
+            if now >= e.next_ping {
+                e.next_ping = now.saturating_add(u64::from(e.ping));
+                e.closer.ping();
+            }
+        }
+        true
+    }
+}
+
+/// Sweeps while some socket is open; lets its registry go between ticks.
+async fn sweep(inner: Weak<SocketsInner>) {
+    /// A task dropped with its runtime leaves the registry able to start
+    /// another on the next runtime (the process-wide registry, in tests).
+    struct Running(Weak<SocketsInner>);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            if let Some(i) = self.0.upgrade() {
+                i.sweeping.store(false, Relaxed);
+            }
+        }
+    }
+    let _running = Running(inner.clone());
+    let mut tick = tokio::time::interval(SWEEP_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match inner.upgrade() {
+            Some(i) if i.sweep() => {}
+            _ => return,
+        }
+    }
 }
 
 impl Sockets {
-    pub(super) fn live(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<u64, outbound::Closer<Utf8Bytes, Parked>>> {
+    pub(super) fn live(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
         self.0.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(super) fn register(&self, out: &Outbound) -> u64 {
+    /// The registry of sockets served outside a server's (a pipe before
+    /// its node has one, a test's): swept like any, closed by no shutdown.
+    pub(super) fn detached() -> Sockets {
+        static DETACHED: OnceLock<Sockets> = OnceLock::new();
+        DETACHED.get_or_init(Sockets::default).clone()
+    }
+
+    pub(super) fn register(&self, out: &Outbound, config: &Config) -> u64 {
         let id = self.0.next.fetch_add(1, Relaxed);
-        self.live().insert(id, out.0.closer());
+        let now = self.0.now();
+        let ping = ms32(config.ping_interval).max(1);
+        let mut live = self.live();
+        live.insert(
+            id,
+            Entry {
+                closer: out.0.closer(),
+                heard: now,
+                next_ping: now.saturating_add(u64::from(ping)),
+                idle: ms32(config.idle_timeout),
+                ping,
+            },
+        );
+        if !self.0.sweeping.swap(true, Relaxed) {
+            tokio::spawn(sweep(Arc::downgrade(&self.0)));
+        }
+        drop(live);
         // Checked after the insert: a shutdown that began meanwhile either
         // saw this socket or is seen here.
         if self.0.closing.load(Relaxed) {
@@ -63,8 +190,8 @@ impl Sockets {
     /// every socket opened from now on.
     pub fn close_all(&self) {
         self.0.closing.store(true, Relaxed);
-        for c in self.live().values() {
-            c.close(SHUTTING_DOWN);
+        for e in self.live().values() {
+            e.closer.close(SHUTTING_DOWN);
         }
     }
 

@@ -28,6 +28,12 @@ pub struct Parked {
     pub(super) piped: bool,
     pub(super) too_slow: Close,
     pub(super) direct_write: bool,
+    /// A frame or a pong came since the registry's last sweep (which
+    /// clears it): the reader sets it, no clock read per frame.
+    pub(super) active: std::sync::atomic::AtomicBool,
+    /// The sweep found the socket silent for its idle timeout and closed
+    /// it: the reader ends.
+    pub(super) expired: std::sync::atomic::AtomicBool,
 }
 
 impl Parked {

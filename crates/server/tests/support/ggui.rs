@@ -3,7 +3,7 @@
 
 use super::server::{relay_config, Data, Spawn};
 pub use super::server::{GUARD, OPERATOR, T0};
-pub use super::ws::{Client, Ended};
+pub use super::ws::{advance_seconds, Client, Ended};
 use hostwire::app::App;
 use hostwire::ggui::{GguiApp, GguiConfig};
 use hostwire::http::AllowedOrigins;

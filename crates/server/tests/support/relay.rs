@@ -3,7 +3,7 @@
 
 use super::server::{relay_config, Data, Spawn};
 pub use super::server::{temp_dir, GUARD, OPERATOR, ORIGIN, T0};
-pub use super::ws::{Client, Ended};
+pub use super::ws::{advance_seconds, Client, Ended};
 use hostwire::app::App;
 use hostwire::http::AllowedOrigins;
 use hostwire::relay::RelayConfig;

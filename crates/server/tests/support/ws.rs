@@ -151,3 +151,14 @@ impl Client {
         ended(&mut self.ws).await
     }
 }
+
+/// Moves tokio's paused clock `seconds` forward a second at a time, as
+/// real time passes: the server's socket sweep
+/// (`hostwire::ws::SWEEP_TICK`) runs at each step, so that a frame is
+/// seen within a second of its sending, as on a live server.
+pub async fn advance_seconds(seconds: u64) {
+    for _ in 0..seconds {
+        tokio::time::advance(std::time::Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+    }
+}

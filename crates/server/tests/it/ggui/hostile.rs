@@ -273,16 +273,16 @@ async fn a_socket_silent_for_90_s_is_closed_with_1001_and_one_that_answers_pings
     let (mut alive, _) = s.subscribed("idle").await;
     let mut pings = 0;
     for _ in 0..8 {
-        tokio::time::advance(secs(11)).await;
+        advance_seconds(11).await;
         pings += read_for_50_ms(&mut alive).await;
     }
     // 88 s in: nothing is closed yet.
     assert_eq!(s.metric("hostwire_ggui_connections").await, 2);
-    tokio::time::advance(secs(3)).await;
+    advance_seconds(3).await;
     assert_eq!(quiet.ended().await, Ended::Closed(1001));
     // 200 s in, `alive` is still served.
     for _ in 0..10 {
-        tokio::time::advance(secs(11)).await;
+        advance_seconds(11).await;
         pings += read_for_50_ms(&mut alive).await;
     }
     assert!(alive.until_pong().await.is_empty());
