@@ -25,11 +25,10 @@ pub struct Tcp {
     /// A write found no room: a reply tungstenite owes the peer (a pong, a
     /// close) waits for the socket's room, which the reader then watches.
     write_blocked: bool,
-    /// Bytes read from the socket past what tungstenite took, from
-    /// `taken` on: at most [`SCRATCH_BYTES`] and a frame header, held only
-    /// until taken, so an idle connection holds none.
-    ahead: Vec<u8>,
-    taken: usize,
+    /// Bytes read from the socket past what tungstenite took: held only
+    /// until taken, so an idle connection holds none (and, boxed, only a
+    /// pointer's room for them).
+    ahead: Option<Box<Ahead>>,
     /// Where the frames tungstenite is given end: never a byte past the
     /// frame it reads, so once it returns a message its read buffer holds
     /// nothing ([`WebSocket::reclaim`]).
@@ -37,6 +36,14 @@ pub struct Tcp {
     /// The client IP's place among open connections, kept for the socket's
     /// life (`None` for a stream accepted elsewhere).
     _slot: Option<IpSlot>,
+}
+
+/// Bytes read from the socket past what tungstenite took, from `taken`
+/// on: at most [`SCRATCH_BYTES`] and a frame header.
+#[derive(Default)]
+struct Ahead {
+    bytes: Vec<u8>,
+    taken: usize,
 }
 
 /// A message over this goes out in fragments of this size (RFC 6455 5.4),
@@ -62,8 +69,7 @@ impl Tcp {
         Tcp {
             stream,
             write_blocked: false,
-            ahead: Vec::new(),
-            taken: 0,
+            ahead: None,
             frames: FrameEnds::default(),
             _slot: None,
         }
@@ -94,7 +100,16 @@ impl Tcp {
 
     /// Hands `bytes` to tungstenite before anything read from the socket.
     fn push_ahead(&mut self, bytes: &[u8]) {
-        self.ahead.extend_from_slice(bytes);
+        if bytes.is_empty() {
+            return;
+        }
+        let ahead = self.ahead.get_or_insert_with(Box::default);
+        ahead.bytes.extend_from_slice(bytes);
+    }
+
+    /// Whether bytes read ahead wait to be taken.
+    fn has_ahead(&self) -> bool {
+        self.ahead.is_some()
     }
 
     /// At a frame's boundary: tungstenite holds no byte of a frame it has
@@ -106,17 +121,14 @@ impl Tcp {
     /// Gives `buf` what it may take of the bytes read ahead; `None` if
     /// there are none it may take yet.
     fn take_ahead(&mut self, buf: &mut [u8]) -> Option<usize> {
-        if self.taken == self.ahead.len() {
-            return None;
-        }
-        let from = self.taken;
-        let n = self.frames.give(&self.ahead[from..], buf.len())?;
-        buf[..n].copy_from_slice(&self.ahead[from..from + n]);
-        self.taken += n;
-        if self.taken == self.ahead.len() {
+        let ahead = self.ahead.as_mut()?;
+        let from = ahead.taken;
+        let n = self.frames.give(&ahead.bytes[from..], buf.len())?;
+        buf[..n].copy_from_slice(&ahead.bytes[from..from + n]);
+        ahead.taken += n;
+        if ahead.taken == ahead.bytes.len() {
             // Let go of it: an idle connection holds no bytes read ahead.
-            self.ahead = Vec::new();
-            self.taken = 0;
+            self.ahead = None;
         }
         Some(n)
     }
@@ -134,7 +146,7 @@ impl Read for Tcp {
                 if n == 0 {
                     return Ok(Some(0));
                 }
-                if self.taken < self.ahead.len() {
+                if self.has_ahead() {
                     // A frame header begun in the bytes before.
                     self.push_ahead(&scratch[..n]);
                     return Ok(None);
@@ -187,7 +199,7 @@ pub struct WebSocket {
     ready: bool,
     /// What is left of a message sent in fragments ([`FRAGMENT_BYTES`]):
     /// the next message waits until it is all taken.
-    rest: Option<Bytes>,
+    rest: Option<Box<Bytes>>,
     /// The close was started; what is left is to write it out.
     closing: bool,
     /// The stream has ended or failed: nothing more is read.
@@ -311,7 +323,7 @@ impl WebSocket {
             msg => return self.write(msg),
         };
         let first = bytes.split_to(FRAGMENT_BYTES);
-        self.rest = Some(bytes);
+        self.rest = Some(Box::new(bytes));
         self.write(Message::Frame(Frame::message(
             first,
             OpCode::Data(data),
