@@ -51,11 +51,44 @@ struct State<T> {
     /// around it until then.
     flush: bool,
     ping: bool,
-    close: Option<Close>,
-    kill: Option<Close>,
+    /// Closing after the queue, or killed (the queue dropped): one field,
+    /// since a kill replaces a close.
+    ending: Option<Ending>,
     senders: usize,
     /// The writer has finished (its close sent, or the socket gone).
     ended: bool,
+}
+
+/// How a connection ends.
+#[derive(Clone, Copy)]
+enum Ending {
+    /// After the frames queued, with this code.
+    Close(Close),
+    /// At once, the queue dropped, with this code.
+    Kill(Close),
+}
+
+impl<T> State<T> {
+    fn kill_code(&self) -> Option<Close> {
+        match self.ending {
+            Some(Ending::Kill(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    fn close_code(&self) -> Option<Close> {
+        match self.ending {
+            Some(Ending::Close(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Closes after the queue, unless closing or killed already.
+    fn set_close(&mut self, code: Close) {
+        if self.ending.is_none() {
+            self.ending = Some(Ending::Close(code));
+        }
+    }
 }
 
 struct Shared<T, P> {
@@ -84,9 +117,9 @@ impl<T, P> Shared<T, P> {
 
     fn kill(&self, code: Close) -> bool {
         let mut s = self.lock();
-        let first = s.kill.is_none();
+        let first = s.kill_code().is_none();
         if first {
-            s.kill = Some(code);
+            s.ending = Some(Ending::Kill(code));
             self.killed.store(true, Release);
         }
         // Nothing queued is written after a kill: its memory goes now.
@@ -145,8 +178,7 @@ pub fn queue_bounded<T, P>(
             busy: false,
             flush: false,
             ping: false,
-            close: None,
-            kill: None,
+            ending: None,
             senders: 1,
             ended: false,
         }),
@@ -231,7 +263,7 @@ impl<T, P> Outbound<T, P> {
         if s.frames.is_empty() {
             return;
         }
-        if !s.busy && !s.flush && s.kill.is_none() {
+        if !s.busy && !s.flush && s.kill_code().is_none() {
             // Under the queue's lock: nothing is queued meanwhile.
             let mut frames = std::mem::take(&mut s.frames);
             let flushed = write_now(&mut frames);
@@ -255,7 +287,7 @@ impl<T, P> Outbound<T, P> {
         wake: bool,
     ) -> Result<(), Refused> {
         let mut s = self.shared.lock();
-        if s.kill.is_some() || s.close.is_some() {
+        if s.ending.is_some() {
             return Err(Refused::Closing);
         }
         // Not while a flush is owed: the socket did not take the last
@@ -279,7 +311,7 @@ impl<T, P> Outbound<T, P> {
         let over_bytes =
             !s.frames.is_empty() && s.bytes.saturating_add(weight) > self.shared.max_bytes;
         if s.frames.len() >= self.shared.cap || over_bytes {
-            s.kill = Some(too_slow);
+            s.ending = Some(Ending::Kill(too_slow));
             self.shared.killed.store(true, Release);
             Shared::<T, P>::discard(&mut s);
             drop(s);
@@ -298,16 +330,14 @@ impl<T, P> Outbound<T, P> {
     /// Closes the connection after the frames already queued.
     pub fn close(&self, code: Close) {
         let mut s = self.shared.lock();
-        if s.close.is_none() && s.kill.is_none() {
-            s.close = Some(code);
-        }
+        s.set_close(code);
         drop(s);
         self.shared.wake_both();
     }
 
     /// The code the connection was killed with, if it was.
     pub fn killed(&self) -> Option<Close> {
-        self.shared.lock().kill
+        self.shared.lock().kill_code()
     }
 
     /// Ready once the writer has said it ended ([`Drain::end`]).
@@ -329,7 +359,7 @@ impl<T, P> Outbound<T, P> {
         if !self.shared.killed.load(Acquire) {
             return Poll::Pending;
         }
-        match self.shared.lock().kill {
+        match self.shared.lock().kill_code() {
             Some(k) => Poll::Ready(k),
             None => Poll::Pending,
         }
@@ -365,9 +395,7 @@ impl<T, P> Closer<T, P> {
             return;
         };
         let mut s = shared.lock();
-        if s.close.is_none() && s.kill.is_none() {
-            s.close = Some(code);
-        }
+        s.set_close(code);
         drop(s);
         shared.wake_both();
     }
@@ -433,7 +461,7 @@ impl<T, P> Drain<T, P> {
     }
 
     fn next_work(&self, s: &mut State<T>) -> Option<Work<T>> {
-        if let Some(k) = s.kill {
+        if let Some(k) = s.kill_code() {
             return Some(Work::Kill(k));
         }
         if let Some(f) = self.shared.pop(s) {
@@ -445,7 +473,7 @@ impl<T, P> Drain<T, P> {
         if std::mem::take(&mut s.ping) {
             return Some(Work::Ping);
         }
-        if let Some(c) = s.close {
+        if let Some(c) = s.close_code() {
             return Some(Work::Close(c));
         }
         (s.senders == 0).then_some(Work::End)
@@ -455,7 +483,7 @@ impl<T, P> Drain<T, P> {
     /// are taken one at a time so that the queue is the only buffer.
     pub fn next_frame(&self) -> Option<T> {
         let mut s = self.shared.lock();
-        if s.kill.is_some() {
+        if s.kill_code().is_some() {
             return None;
         }
         let f = self.shared.pop(&mut s);

@@ -21,9 +21,9 @@ impl Reader {
             out,
             end,
             registered,
-            config,
             ..
         } = self;
+        let config = std::sync::Arc::clone(&out.0.parked().config);
         let close = match end {
             End::Oversized => config.oversized,
             _ => (CLOSE_NORMAL, "closed"),

@@ -258,8 +258,7 @@ impl Connection {
             Parked {
                 piped: matches!(socket, Socket::Pipe(_)),
                 socket: Mutex::new(Some(socket)),
-                too_slow: config.too_slow,
-                direct_write: config.direct_write,
+                config: Arc::clone(&config),
                 active: AtomicBool::new(false),
                 expired: AtomicBool::new(false),
             },
@@ -273,7 +272,6 @@ impl Connection {
             out: out.clone(),
             end: End::Open,
             registered: (sockets, id),
-            config,
         };
         (Connection { reader, out }, drain)
     }

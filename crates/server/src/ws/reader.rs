@@ -10,7 +10,6 @@ use crate::outbound::Close;
 use bytes::Bytes;
 use std::future::poll_fn;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use tungstenite::{Message, Utf8Bytes};
 
@@ -52,7 +51,6 @@ pub struct Reader {
     pub(super) out: Outbound,
     pub(super) end: End,
     pub(super) registered: (Sockets, u64),
-    pub(super) config: Arc<Config>,
 }
 
 /// How the WebSocket layer's refusal of what the client sent ends the
@@ -167,7 +165,7 @@ impl Reader {
 
     /// The protocol's choices for this connection.
     pub fn config(&self) -> &Config {
-        &self.config
+        &self.out.0.parked().config
     }
 
     /// The connection's sending side.

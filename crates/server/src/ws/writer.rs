@@ -26,8 +26,8 @@ pub struct Parked {
     pub(super) socket: Mutex<Option<Socket>>,
     /// Whether the socket is a pipe from another node's client.
     pub(super) piped: bool,
-    pub(super) too_slow: Close,
-    pub(super) direct_write: bool,
+    /// The protocol's choices (its `too_slow` close, `direct_write`).
+    pub(super) config: std::sync::Arc<super::Config>,
     /// A frame or a pong came since the registry's last sweep (which
     /// clears it): the reader sets it, no clock read per frame.
     pub(super) active: std::sync::atomic::AtomicBool,
@@ -161,20 +161,20 @@ impl Outbound {
     /// the protocol's `too_slow` code ([`Refused::Full`], once).
     pub fn send(&self, frame: Utf8Bytes) -> Result<(), Refused> {
         let parked = self.0.parked();
-        if !parked.direct_write {
+        if !parked.config.direct_write {
             return self
                 .0
-                .push_or_write(frame, parked.too_slow, outbound::Direct::Declined);
+                .push_or_write(frame, parked.config.too_slow, outbound::Direct::Declined);
         }
         self.0
-            .push_or_write(frame, parked.too_slow, |f| parked.write_now(f))
+            .push_or_write(frame, parked.config.too_slow, |f| parked.write_now(f))
     }
 
     /// Queues a frame to leave with the others of the sender's turn, at
     /// [`Outbound::release`]; a full queue closes the connection as
     /// [`Outbound::send`] does.
     pub fn send_held(&self, frame: Utf8Bytes) -> Result<(), Refused> {
-        self.0.push_held(frame, self.0.parked().too_slow)
+        self.0.push_held(frame, self.0.parked().config.too_slow)
     }
 
     /// What [`Outbound::send_held`] queued leaves, in one write: at once
@@ -182,7 +182,7 @@ impl Outbound {
     /// writes, else by its writer.
     pub fn release(&self) {
         let parked = self.0.parked();
-        if parked.direct_write {
+        if parked.config.direct_write {
             self.0.release(|frames| parked.write_all_now(frames));
         } else {
             self.0.release(|_| true);
