@@ -163,7 +163,11 @@ impl Upgrade {
         // The upgraded socket runs in a task of its own: it keeps the span
         // of the request that upgraded it (its connection's).
         let span = tracing::Span::current();
-        tokio::spawn(tracing::Instrument::instrument(
+        // Boxed: tokio sizes a task in steps of 128 bytes (a cache line
+        // pair), the allocator in steps of 16, and every idle connection
+        // holds this future for its life (docs/BENCHMARKS.md, "Idle
+        // connections").
+        tokio::spawn(Box::pin(tracing::Instrument::instrument(
             async move {
                 let Some(socket) = upgraded(on_upgrade, &config).await else {
                     return;
@@ -172,7 +176,7 @@ impl Upgrade {
                 Connection::drive(c, drain, run).await;
             },
             span,
-        ));
+        )));
         let mut res = StatusCode::SWITCHING_PROTOCOLS.into_response();
         let h = res.headers_mut();
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
