@@ -73,19 +73,17 @@ impl SocketsInner {
         ms(Instant::now().saturating_duration_since(self.epoch))
     }
 
-    /// Closes the sockets silent for their idle timeout, pings those due.
-    /// `false` once no socket is open: the sweep's task then ends.
+    /// Closes the sockets silent for their idle timeout, pings those due,
+    /// and forgets those whose connection is gone without saying so (its
+    /// task dropped before it could deregister). `false` once no socket is
+    /// open: the sweep's task then ends.
     fn sweep(&self) -> bool {
         let now = self.now();
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        if live.is_empty() {
-            // Under the lock that `register` holds while it looks.
-            self.sweeping.store(false, Relaxed);
-            return false;
-        }
-        for e in live.values_mut() {
+        let before = live.len();
+        live.retain(|_, e| {
             let Some(heard) = e.closer.with_parked(|p| p.active.swap(false, Relaxed)) else {
-                continue;
+                return false;
             };
             if heard {
                 e.heard = now;
@@ -93,14 +91,23 @@ impl SocketsInner {
                 e.closer.with_parked(|p| p.expired.store(true, Relaxed));
                 // Wakes the reader, which finds the flag and ends.
                 e.closer.close(IDLE);
-                continue;
+                return true;
             }
             if now >= e.next_ping {
                 e.next_ping = now.saturating_add(u64::from(e.ping));
                 e.closer.ping();
             }
+            true
+        });
+        if !live.is_empty() {
+            return true;
         }
-        true
+        // Under the lock that `register` holds while it looks.
+        self.sweeping.store(false, Relaxed);
+        if before > 0 {
+            self.gone.notify_waiters();
+        }
+        false
     }
 }
 
@@ -206,5 +213,68 @@ impl Sockets {
             }
             gone.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ws::{Config, Outbound};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Mutex;
+
+    fn connection() -> (Outbound, outbound::Drain<Utf8Bytes, Parked>) {
+        let (out, drain) = outbound::queue_bounded(8, 1024, |f: &Utf8Bytes| f.len(), {
+            Parked {
+                piped: false,
+                socket: Mutex::new(None),
+                config: Arc::new(Config::new(1024)),
+                active: AtomicBool::new(false),
+                expired: AtomicBool::new(false),
+            }
+        });
+        (Outbound(out), drain)
+    }
+
+    /// A connection dropped without deregistering (its task dropped with
+    /// its runtime, or aborted) is forgotten by the next sweep, and a
+    /// shutdown waiting for every socket to end goes on.
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_gone_without_deregistering_is_forgotten_by_the_sweep() {
+        let sockets = Sockets::default();
+        let (out, drain) = connection();
+        sockets.register(&out, &Config::new(1024));
+        let (kept, _kept_drain) = connection();
+        let kept_id = sockets.register(&kept, &Config::new(1024));
+        drop((out, drain));
+        assert_eq!(sockets.len(), 2);
+        assert!(sockets.0.sweep());
+        assert_eq!(sockets.len(), 1, "the gone connection is forgotten");
+        sockets.deregister(kept_id);
+        tokio::time::timeout(Duration::from_secs(1), sockets.ended())
+            .await
+            .expect("every socket ended");
+    }
+
+    /// A socket heard from stays past its idle timeout counted from its
+    /// registration; one silent for it is closed and its reader told.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_socket_is_expired_and_an_active_one_kept() {
+        let sockets = Sockets::default();
+        let config = Config {
+            idle_timeout: Duration::from_secs(10),
+            ..Config::new(1024)
+        };
+        let (silent, _d1) = connection();
+        let (active, _d2) = connection();
+        sockets.register(&silent, &config);
+        sockets.register(&active, &config);
+        for _ in 0..12 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            active.0.parked().active.store(true, Relaxed);
+            sockets.0.sweep();
+        }
+        assert!(silent.0.parked().expired.load(Relaxed));
+        assert!(!active.0.parked().expired.load(Relaxed));
     }
 }
