@@ -75,9 +75,10 @@ pub const LINGER_IDLE: Duration = Duration::from_secs(2);
 /// A body its handler drops unread (a request refused on its headers: a
 /// spent budget, a busy upload slot) is read to its end and dropped by a
 /// task of its own, within the same deadline, at most
-/// [`LARGEST_REQUEST_BODY`] bytes and [`LINGER_IDLE`] between chunks. Closing a socket with unread bytes
-/// resets it, and a client still sending its body then loses the answer
-/// (its write fails, or its TCP stack discards what it had received).
+/// [`LARGEST_REQUEST_BODY`] bytes and [`LINGER_IDLE`] between chunks.
+/// Closing a socket with unread bytes resets it, and a client still
+/// sending its body then loses the answer (its write fails, or its TCP
+/// stack discards what it had received).
 struct Deadline {
     /// `None` only once handed to the task that drains it.
     inner: Option<Incoming>,
