@@ -18,8 +18,8 @@
 //!   connection where the protocol asks for it ([`Config::direct_write`]);
 //!   it runs in the connection's one task beside the protocol's reader,
 //!   over the one unsplit socket, which lives in the queue's allocation
-//!   (an idle connection is one task, one allocation of shared state and
-//!   the socket's own buffers);
+//!   (an idle connection is one task with its boxed future, one allocation
+//!   of shared state and the socket's own buffers);
 //! - a clean close ([`Reader::finish`]): after the server's Close frame it
 //!   keeps reading (and discarding) until the peer's Close or
 //!   [`Config::close_linger`], so the frames queued before the close and its
@@ -148,8 +148,9 @@ impl Upgrade {
     /// connection's writer (`run` is not an `async fn`: the socket is
     /// consumed before `run`'s future exists, so that future, kept for the
     /// connection's whole life, does not hold room for it). One task, not a
-    /// writer task beside the reader's: an idle connection costs one task's
-    /// memory, and the writer goes on whatever the protocol awaits.
+    /// writer task beside the reader's: an idle connection costs one task
+    /// (its future boxed, see below), and the writer goes on whatever the
+    /// protocol awaits.
     pub fn on_upgrade<F, Fut>(self, config: Arc<Config>, run: F) -> Response
     where
         F: FnOnce(Connection) -> Fut + Send + 'static,
