@@ -41,14 +41,10 @@ async fn until(f: impl Fn() -> bool) {
     .expect("never happened");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_held_upload_to_one_api_makes_another_apis_body_wait() {
-    let (app, http, _dir) = server().await;
-    let budget = app.gate.body_budget_bytes();
-    assert_eq!(budget, LARGEST_REQUEST_BODY);
-    // A hosted session's creation declares 7 MiB and sends a few bytes.
-    let addr = http.trim_start_matches("http://").to_owned();
-    let mut held = TcpStream::connect(&addr).await.unwrap();
+/// A hosted session's creation that declares 7 MiB and sends a few bytes,
+/// once the budget holds its share.
+async fn held_upload(app: &App, addr: &str) -> TcpStream {
+    let mut held = TcpStream::connect(addr).await.unwrap();
     let declared = 7 * 1024 * 1024;
     held.write_all(
         format!(
@@ -58,8 +54,19 @@ async fn a_held_upload_to_one_api_makes_another_apis_body_wait() {
     )
     .await
     .unwrap();
-    let bodies = Arc::clone(app.gate.bodies());
+    let (bodies, budget) = (app.gate.bodies(), app.gate.body_budget_bytes());
     until(|| bodies.available_permits() == budget - declared).await;
+    held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_upload_to_one_api_makes_another_apis_body_wait() {
+    let (app, http, _dir) = server().await;
+    let budget = app.gate.body_budget_bytes();
+    assert_eq!(budget, LARGEST_REQUEST_BODY);
+    let addr = http.trim_start_matches("http://").to_owned();
+    let held = held_upload(&app, &addr).await;
+    let bodies = Arc::clone(app.gate.bodies());
 
     // A ggui agent's 1.5 MiB emit does not fit in what is left.
     let client = reqwest::Client::new();
@@ -105,20 +112,8 @@ async fn a_held_upload_to_one_api_makes_another_apis_body_wait() {
 async fn a_refused_body_sent_whole_still_gets_its_answer() {
     use tokio::io::AsyncReadExt;
     let (app, http, _dir) = server().await;
-    let budget = app.gate.body_budget_bytes();
     let addr = http.trim_start_matches("http://").to_owned();
-    let mut held = TcpStream::connect(&addr).await.unwrap();
-    let declared = 7 * 1024 * 1024;
-    held.write_all(
-        format!(
-            "POST /memizy/sessions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {OPERATOR}\r\nContent-Type: application/json\r\nContent-Length: {declared}\r\n\r\n{{"
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let bodies = Arc::clone(app.gate.bodies());
-    until(|| bodies.available_permits() == budget - declared).await;
+    let held = held_upload(&app, &addr).await;
 
     for round in 0..3 {
         let body = format!(
