@@ -5,9 +5,10 @@
 //! - the upgrade ([`Upgrade`]): RFC 6455's checks and the 101, then the
 //!   accept loop's TCP stream taken back from the HTTP layer and read and
 //!   written by tungstenite directly ([`WebSocket`]), with a frame limit,
-//!   small read and write buffers, and a cap on unsent bytes (replies to
-//!   pings included: a client that pings and never reads cannot grow them
-//!   without limit);
+//!   a small read buffer, a message with nothing before it written behind
+//!   its header with no copy, and a cap on unsent bytes (replies to pings
+//!   included: a client that pings and never reads cannot grow them
+//!   without limit; one held message of at most 16 KiB beside them);
 //! - the reader ([`Reader`]): a client's pings never counted as activity
 //!   (the idle timeout and the server's pings are timed by the registry's
 //!   one sweep a second, no timer per socket), the WebSocket

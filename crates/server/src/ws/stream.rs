@@ -3,18 +3,21 @@
 //! is no boxed, rewinding stream of the HTTP layer's and no adapter from
 //! tokio's I/O to std's with wakers of its own: an idle connection holds
 //! the stream, tungstenite's state and nothing else (see
-//! docs/BENCHMARKS.md, "Idle connections").
+//! docs/BENCHMARKS.md, "Idle connections"). A text or binary message with
+//! nothing before it is written as its own bytes behind a header made here
+//! ([`Held`]), not copied into tungstenite's write buffer, which would keep
+//! the capacity of the largest frame it held for the socket's life.
 
 use super::frame_ends::FrameEnds;
 use crate::http::counted::IpSlot;
 use bytes::Bytes;
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll, Waker};
 use tokio::io::AsyncRead;
 use tokio::net::TcpStream;
 use tungstenite::protocol::frame::coding::{Data, OpCode};
-use tungstenite::protocol::frame::Frame;
+use tungstenite::protocol::frame::{Frame, FrameHeader};
 use tungstenite::protocol::{Role, WebSocketConfig, WebSocketContext};
 use tungstenite::{Error, Message};
 
@@ -29,6 +32,10 @@ pub struct Tcp {
     /// until taken, so an idle connection holds none (and, boxed, only a
     /// pointer's room for them).
     ahead: Option<Box<Ahead>>,
+    /// A message taken as it is, to be written behind its header with no
+    /// copy ([`WebSocket::start_send`]): it goes out before any byte
+    /// tungstenite writes after it.
+    held: Option<Box<Held>>,
     /// Where the frames tungstenite is given end: never a byte past the
     /// frame it reads, so once it returns a message its read buffer holds
     /// nothing ([`WebSocket::reclaim`]).
@@ -45,6 +52,49 @@ struct Ahead {
     bytes: Vec<u8>,
     taken: usize,
 }
+
+/// A message written as its own bytes behind a header made here, where
+/// tungstenite would copy it into its write buffer, which then keeps, for
+/// the socket's life, the capacity of the largest frame it held.
+struct Held {
+    /// A text or binary message.
+    msg: Message,
+    /// Bytes of the frame (header, then body) the socket has taken.
+    written: usize,
+}
+
+impl Held {
+    fn body(&self) -> &[u8] {
+        match &self.msg {
+            Message::Text(t) => t.as_ref(),
+            Message::Binary(b) => b,
+            _ => &[],
+        }
+    }
+
+    /// The frame's header (a server's: final, unmasked), and its length.
+    fn header(&self) -> ([u8; 10], usize) {
+        let data = if self.msg.is_binary() {
+            Data::Binary
+        } else {
+            Data::Text
+        };
+        let header = FrameHeader {
+            opcode: OpCode::Data(data),
+            ..FrameHeader::default()
+        };
+        let len = self.body().len() as u64;
+        let mut bytes = [0; 10];
+        header
+            .format(len, &mut &mut bytes[..])
+            .expect("an unmasked header fits in 10 bytes");
+        (bytes, header.len(len))
+    }
+}
+
+/// A held frame up to this size is joined to its header on the stack and
+/// written from one buffer.
+const JOINED_BYTES: usize = 4096;
 
 /// A message over this goes out in fragments of this size (RFC 6455 5.4),
 /// each handed to tungstenite once the one before is written: its write
@@ -70,6 +120,7 @@ impl Tcp {
             stream,
             write_blocked: false,
             ahead: None,
+            held: None,
             frames: FrameEnds::default(),
             _slot: None,
         }
@@ -166,18 +217,70 @@ impl Read for Tcp {
     }
 }
 
+impl Tcp {
+    /// Writes what is left of the held message; `WouldBlock` while some
+    /// is.
+    fn write_held(&mut self) -> io::Result<()> {
+        while let Some(held) = self.held.as_mut() {
+            let (header, header_len) = held.header();
+            let body = held.body();
+            let (header, body) = match held.written.checked_sub(header_len) {
+                None => (&header[held.written..header_len], body),
+                Some(n) => (&[][..], &body[n..]),
+            };
+            let left = header.len() + body.len();
+            let n = if left <= JOINED_BYTES {
+                // One buffer, not two: a socket's `writev` costs the kernel
+                // more than a `send` of the same bytes (measured), and a
+                // small frame's copy on the stack costs nothing beside it.
+                let mut joined = [0; JOINED_BYTES];
+                joined[..header.len()].copy_from_slice(header);
+                joined[header.len()..left].copy_from_slice(body);
+                write_now(&self.stream, &mut self.write_blocked, |s| {
+                    s.try_write(&joined[..left])
+                })?
+            } else {
+                let slices = [IoSlice::new(header), IoSlice::new(body)];
+                write_now(&self.stream, &mut self.write_blocked, |s| {
+                    s.try_write_vectored(&slices)
+                })?
+            };
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            if n < left {
+                held.written += n;
+            } else {
+                self.held = None;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One write that does not wait: `try_write` registers no waker, since a
+/// frame written at once by another task must not take the place of the
+/// writer's. `blocked` says whether it found no room.
+fn write_now(
+    stream: &TcpStream,
+    blocked: &mut bool,
+    write: impl FnOnce(&TcpStream) -> io::Result<usize>,
+) -> io::Result<usize> {
+    let r = write(stream);
+    *blocked = matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+    r
+}
+
 impl Write for Tcp {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // `try_write` registers no waker: a frame written at once by
-        // another task must not take the place of the writer's.
-        let r = self.stream.try_write(buf);
-        self.write_blocked = matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock);
-        r
+        // What tungstenite writes goes after the held message.
+        self.write_held()?;
+        write_now(&self.stream, &mut self.write_blocked, |s| s.try_write(buf))
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        // TCP_NODELAY is set and nothing is buffered here.
-        Ok(())
+        // TCP_NODELAY is set: only the held message is left to write.
+        self.write_held()
     }
 }
 
@@ -202,6 +305,10 @@ pub struct WebSocket {
     rest: Option<Box<Bytes>>,
     /// The close was started; what is left is to write it out.
     closing: bool,
+    /// tungstenite may hold bytes of a message not yet written: a message
+    /// is held ([`Tcp`]'s `held`) only behind none, so that none overtakes
+    /// another.
+    buffered: bool,
     /// The stream has ended or failed: nothing more is read.
     ended: bool,
 }
@@ -219,6 +326,7 @@ impl WebSocket {
             ready: true,
             rest: None,
             closing: false,
+            buffered: false,
             ended: false,
         }
     }
@@ -286,7 +394,7 @@ impl WebSocket {
         if !(idle && self.tcp.at_boundary() && self.ws.can_read() && self.ws.can_write()) {
             return;
         }
-        if self.ws.flush(&mut self.tcp).is_ok() {
+        if self.flush_ws().is_ok() {
             let config = *self.ws.get_config();
             self.ws = WebSocketContext::new(Role::Server, Some(config));
         }
@@ -297,7 +405,7 @@ impl WebSocket {
     pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         loop {
             while !self.ready {
-                match self.ws.flush(&mut self.tcp) {
+                match self.flush_ws() {
                     Ok(()) => self.ready = true,
                     Err(e) if would_block(&e) => ready!(self.poll_writable(cx))?,
                     Err(e) => {
@@ -347,7 +455,23 @@ impl WebSocket {
         Ok(true)
     }
 
+    /// Takes `msg`: held as it is, to be written behind its header, if
+    /// nothing is before it; else into tungstenite's buffer, after the
+    /// held message if that is not begun (one write for both).
     fn write(&mut self, msg: Message) -> Result<(), Error> {
+        let data = matches!(msg, Message::Text(_) | Message::Binary(_));
+        if data && !self.buffered && self.tcp.held.is_none() && self.ws.can_write() {
+            self.tcp.held = Some(Box::new(Held { msg, written: 0 }));
+            return Ok(());
+        }
+        if let Some(held) = self.tcp.held.take_if(|h| h.written == 0) {
+            self.write_buffered(held.msg)?;
+        }
+        self.write_buffered(msg)
+    }
+
+    fn write_buffered(&mut self, msg: Message) -> Result<(), Error> {
+        self.buffered = true;
         match self.ws.write(&mut self.tcp, msg) {
             Ok(()) => Ok(()),
             // Taken and buffered: the rest waits for room.
@@ -363,7 +487,7 @@ impl WebSocket {
     pub fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         ready!(self.poll_ready(cx))?;
         loop {
-            match self.ws.flush(&mut self.tcp) {
+            match self.flush_ws() {
                 Ok(()) | Err(Error::ConnectionClosed) => {
                     self.ready = true;
                     return Poll::Ready(Ok(()));
@@ -381,7 +505,7 @@ impl WebSocket {
         self.rest = None;
         loop {
             let r = if self.closing {
-                self.ws.flush(&mut self.tcp)
+                self.flush_ws()
             } else {
                 self.closing = true;
                 self.ws.close(&mut self.tcp, None)
@@ -399,7 +523,7 @@ impl WebSocket {
     pub fn try_ready(&mut self) -> Result<bool, Error> {
         loop {
             if !self.ready {
-                match self.ws.flush(&mut self.tcp) {
+                match self.flush_ws() {
                     Ok(()) => self.ready = true,
                     Err(e) if would_block(&e) => return Ok(false),
                     Err(e) => return Err(e),
@@ -416,7 +540,7 @@ impl WebSocket {
         if !self.try_ready()? {
             return Ok(false);
         }
-        match self.ws.flush(&mut self.tcp) {
+        match self.flush_ws() {
             Ok(()) | Err(Error::ConnectionClosed) => {
                 self.ready = true;
                 Ok(true)
@@ -426,9 +550,23 @@ impl WebSocket {
         }
     }
 
+    /// tungstenite's flush, which writes the held message first: once it
+    /// succeeds, tungstenite holds nothing unwritten.
+    fn flush_ws(&mut self) -> Result<(), Error> {
+        let r = self.ws.flush(&mut self.tcp);
+        if r.is_ok() {
+            self.buffered = false;
+        }
+        r
+    }
+
     /// Ready once the socket has room (the write that found none is tried
     /// again), or with the socket's error.
     fn poll_writable(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         self.tcp.stream.poll_write_ready(cx).map_err(Error::Io)
     }
 }
+
+#[cfg(test)]
+#[path = "stream_tests.rs"]
+mod tests;
