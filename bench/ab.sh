@@ -6,6 +6,8 @@
 # Each round starts A then B afresh (a new data directory each), the server
 # on core 1 and the generator (target/release/hostwire-bench) on core 0, and
 # writes $OUT/ab-{a,b}-ROUND.json.
+# The servers log at warn; SERVER_LOG sets another level (e.g. info, serve's
+# default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=$1; B=$2; ROUNDS=$3; shift 3; [ "${1:-}" = -- ] && shift
@@ -17,7 +19,7 @@ SERVER=""
 trap '[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null; true' EXIT
 start() {
   local dir; dir=$(mktemp -d)
-  HOSTWIRE_OPERATOR_TOKEN="$HOSTWIRE_OPERATOR_TOKEN" MATCHES_PER_IP_PER_HOUR=100000000 GGUI_SESSIONS_PER_IP_PER_HOUR=100000000 ROOMS_PER_IP_PER_HOUR=100000000 JOINS_PER_IP_PER_SECOND=0 LOOKUPS_PER_IP_PER_SECOND=0 CONNECTIONS_PER_IP=100000 RUST_LOG=warn taskset -c 1 "$1" serve --port "$PORT" --data-dir "$dir" --allowed-origins "$ORIGIN" > "$OUT/ab-server.log" 2>&1 &
+  HOSTWIRE_OPERATOR_TOKEN="$HOSTWIRE_OPERATOR_TOKEN" MATCHES_PER_IP_PER_HOUR=100000000 GGUI_SESSIONS_PER_IP_PER_HOUR=100000000 ROOMS_PER_IP_PER_HOUR=100000000 JOINS_PER_IP_PER_SECOND=0 LOOKUPS_PER_IP_PER_SECOND=0 CONNECTIONS_PER_IP=100000 RUST_LOG=${SERVER_LOG:-warn} taskset -c 1 "$1" serve --port "$PORT" --data-dir "$dir" --allowed-origins "$ORIGIN" > "$OUT/ab-server.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/api/health" >/dev/null && return; sleep 0.1; done
   echo "the server did not start: $(tail -3 "$OUT/ab-server.log")" >&2; exit 1

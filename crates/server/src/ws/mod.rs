@@ -162,9 +162,12 @@ impl Upgrade {
             on_upgrade,
             sockets,
         } = self;
-        // The upgraded socket runs in a task of its own: it keeps the span
-        // of the request that upgraded it (its connection's).
-        let span = tracing::Span::current();
+        // The upgraded socket runs in a task of its own, in a `ws` span
+        // under its connection's (which names the peer) at debug level
+        // only: a span kept for the socket's life costs the subscriber's
+        // registry about 400 bytes per connection (docs/BENCHMARKS.md,
+        // "A socket's span"), where at info a socket writes almost no line.
+        let span = tracing::debug_span!("ws");
         // Boxed: tokio sizes a task in steps of 128 bytes (a cache line
         // pair), the allocator in steps of 16, and every idle connection
         // holds this future for its life (docs/BENCHMARKS.md, "Idle

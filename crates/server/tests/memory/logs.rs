@@ -77,3 +77,52 @@ async fn a_rooms_lines_carry_its_pin_from_creation_to_close() {
     let created = lines.iter().find(|l| l.contains("room created")).unwrap();
     assert!(!created.contains("conn{"), "{created}");
 }
+
+/// Counts the spans open in the subscriber's registry.
+struct OpenSpans(Arc<std::sync::atomic::AtomicUsize>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for OpenSpans {
+    fn on_new_span(
+        &self,
+        _: &tracing::span::Attributes<'_>,
+        _: &tracing::span::Id,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn on_close(&self, _: tracing::span::Id, _: tracing_subscriber::layer::Context<'_, S>) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+// At the default level (info) an open WebSocket keeps no span: one kept for
+// the socket's life cost the registry about 400 bytes per idle connection.
+#[allow(clippy::await_holding_lock)]
+#[tokio::test(flavor = "current_thread")]
+async fn an_open_socket_keeps_no_span_at_the_default_level() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let _alone = crate::counting::alone();
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_subscriber::filter::LevelFilter::INFO)
+        .with(OpenSpans(Arc::clone(&open)))
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink));
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let t = TestRelay::start(config()).await;
+    let (mut host, pin, _) = t.host().await;
+    let mut players = Vec::new();
+    for i in 0..40 {
+        players.push(t.player(&pin, &format!("P{i}")).await.0);
+    }
+    // Every player's join has reached the host: each socket is open and idle.
+    for _ in 0..40 {
+        assert_eq!(host.recv().await["t"], "presence");
+    }
+    let spans = open.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        spans < 10,
+        "{spans} spans open for 41 idle sockets (the room's and the server's own are a few)"
+    );
+    drop(players);
+}
