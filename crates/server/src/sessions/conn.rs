@@ -25,6 +25,7 @@ use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::oneshot;
 
 /// A device that sends nothing but pings for this long is closed (1001);
@@ -173,36 +174,51 @@ async fn carried(sessions: Arc<Sessions>, c: ws::Connection, handshake: String) 
     }
 }
 
-async fn handle_socket(
+/// Attaches the device, reads its frames until it ends, then detaches it.
+/// Not an `async fn`: the future every device holds for its life keeps
+/// only what it uses across its waits (an `async fn` would keep its
+/// arguments beside their moved copies), and the rare waits (the attach,
+/// the detach, the close) are boxed, so that they do not size it.
+fn handle_socket(
     sessions: Arc<Sessions>,
     tx: tokio::sync::mpsc::Sender<Cmd>,
     view: View,
     address: String,
     token: Option<String>,
     c: ws::Connection,
-) {
+) -> impl std::future::Future<Output = ()> + Send {
     let ws::Connection { mut reader, out } = c;
     let instance = sessions.next_instance();
     let (done, attached) = oneshot::channel();
-    let sent = tx
-        .send(Cmd::Attach {
-            instance,
-            view,
-            address,
-            out: out.clone(),
-            token,
-            done,
-        })
-        .await
-        .is_ok();
-    let attached = if sent { attached.await.ok() } else { None };
-    match attached {
-        Some(Ok(())) => {
-            sessions.metrics.devices.fetch_add(1, Relaxed);
-            read_loop(&sessions, instance, &tx, &mut reader, &out).await;
-            let _ = tx.send(Cmd::Detach { instance }).await;
-            sessions.metrics.devices.fetch_sub(1, Relaxed);
+    let attach = Box::new(Cmd::Attach {
+        instance,
+        view,
+        address,
+        out: out.clone(),
+        token,
+        done,
+    });
+    async move {
+        let sent = Box::pin(tx.send(*attach)).await.is_ok();
+        let attached = if sent { attached.await.ok() } else { None };
+        match attached {
+            Some(Ok(())) => {
+                sessions.metrics.devices.fetch_add(1, Relaxed);
+                read_loop(&sessions, instance, &tx, &mut reader, &out).await;
+                let _ = Box::pin(tx.send(Cmd::Detach { instance })).await;
+                sessions.metrics.devices.fetch_sub(1, Relaxed);
+            }
+            refused => refuse(&sessions, refused, &out),
         }
+        drop(out);
+        Box::pin(reader.finish()).await;
+    }
+}
+
+/// Says goodbye to a device whose attach was refused (or whose session
+/// closed), and closes it.
+fn refuse(sessions: &Sessions, attached: Option<Result<(), AttachRefused>>, out: &DeviceOut) {
+    match attached {
         Some(Err(AttachRefused::Unauthorized(why))) => {
             sessions.metrics.unauthorized.fetch_add(1, Relaxed);
             let bye = Frame::Goodbye {
@@ -227,8 +243,6 @@ async fn handle_socket(
             out.close((1008, "attach refused"));
         }
     }
-    drop(out);
-    reader.finish().await;
 }
 
 async fn read_loop(
@@ -264,7 +278,12 @@ async fn read_loop(
         // Nothing is read after the device's goodbye.
         let bye = matches!(frame, Ok(Frame::Goodbye { .. }));
         // A full session queue holds this reader (and only it) back.
-        if tx.send(Cmd::Frame { instance, frame }).await.is_err() || bye {
+        let sent = match tx.try_send(Cmd::Frame { instance, frame }) {
+            Ok(()) => true,
+            Err(TrySendError::Full(cmd)) => Box::pin(tx.send(cmd)).await.is_ok(),
+            Err(TrySendError::Closed(_)) => false,
+        };
+        if !sent || bye {
             return;
         }
     }

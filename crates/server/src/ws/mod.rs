@@ -168,20 +168,25 @@ impl Upgrade {
         // registry about 400 bytes per connection (docs/BENCHMARKS.md,
         // "A socket's span"), where at info a socket writes almost no line.
         let span = tracing::debug_span!("ws");
-        // Boxed: tokio sizes a task in steps of 128 bytes (a cache line
-        // pair), the allocator in steps of 16, and every idle connection
-        // holds this future for its life (docs/BENCHMARKS.md, "Idle
-        // connections").
-        tokio::spawn(Box::pin(tracing::Instrument::instrument(
+        // The upgrade waits in a task of its own, which then starts the
+        // connection's: a future that did both would keep room for the
+        // upgrade's state and captures (`run` among them) for the
+        // connection's life. The connection's future is boxed: tokio sizes
+        // a task in steps of 128 bytes (a cache line pair), the allocator
+        // in steps of 16, and every idle connection holds it for its life
+        // (docs/BENCHMARKS.md, "Idle connections").
+        tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let Some(socket) = upgraded(on_upgrade, &config).await else {
                     return;
                 };
                 let (c, drain) = Connection::start(Socket::Ws(socket), config, sockets);
-                Connection::drive(c, drain, run).await;
+                let connection = Connection::drive(c, drain, run);
+                let span = tracing::Span::current();
+                tokio::spawn(Box::pin(tracing::Instrument::instrument(connection, span)));
             },
             span,
-        )));
+        ));
         let mut res = StatusCode::SWITCHING_PROTOCOLS.into_response();
         let h = res.headers_mut();
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
