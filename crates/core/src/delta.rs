@@ -1273,7 +1273,7 @@ mod tests {
             let item = |i: usize, tag: u8| json!({"i": i, "s": format!("{long}{tag}"), "l": [tag, long.clone()]});
             let mut model = Value::Array((0..len).map(|i| item(i, 0)).collect());
             let mut versions: Vec<(Json, Value)> = vec![(j(model.clone()), model.clone())];
-            let mut chained = false;
+            let (mut chained, mut changed) = (false, false);
             for (at, tag, kind) in steps {
                 let a = model.as_array_mut().unwrap();
                 let i = usize::from(at) % a.len();
@@ -1283,6 +1283,8 @@ mod tests {
                     2 if a.len() > 1 => { a.pop(); }
                     _ => a.push(item(a.len(), tag)),
                 }
+                // A step may set an element to what it was: no copy then.
+                changed |= model != versions.last().unwrap().1;
                 let prev = &versions.last().unwrap().0;
                 let next_json = j(model.clone());
                 let d = diff(prev, &next_json);
@@ -1294,7 +1296,7 @@ mod tests {
                 }
                 versions.push((out, model.clone()));
             }
-            prop_assert!(chained || len < 17, "no copy was chained");
+            prop_assert!(chained || len < 17 || !changed, "no copy was chained");
             for ix in drops {
                 if versions.len() > 1 {
                     versions.remove(ix.index(versions.len()));
