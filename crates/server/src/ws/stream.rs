@@ -92,6 +92,13 @@ impl Held {
     }
 }
 
+/// After a message over this, tungstenite's state starts afresh
+/// ([`WebSocket::reclaim`]), so that no socket keeps a read buffer of more
+/// than about this size. Not after every message over the read buffer:
+/// starting afresh after each of a classroom's 200-byte `up`s cost 4 % more
+/// user CPU (measured), to keep a few hundred bytes less.
+const RECLAIM_OVER: usize = 1024;
+
 /// A held frame up to this size is joined to its header on the stack and
 /// written from one buffer.
 const JOINED_BYTES: usize = 4096;
@@ -341,7 +348,9 @@ impl WebSocket {
         loop {
             let e = match self.ws.read(&mut self.tcp) {
                 Ok(m) => {
-                    if m.len() > FRAGMENT_BYTES {
+                    // tungstenite's read buffer grew to take this frame
+                    // whole, and would keep that size.
+                    if m.len() > RECLAIM_OVER {
                         self.reclaim();
                     }
                     return Poll::Ready(Some(Ok(m)));
@@ -382,9 +391,11 @@ impl WebSocket {
         }
     }
 
-    /// After a big message, tungstenite's state starts afresh: its read
-    /// buffer grew to take the message's frame whole and would keep that
-    /// size for the socket's life. Only where nothing is lost: at a frame's
+    /// After a message over [`RECLAIM_OVER`], tungstenite's state
+    /// starts afresh: its read buffer grew to take the message's frame
+    /// whole (to more than the frame: 20 KB after one of 15 KB, measured)
+    /// and would keep that size for the socket's life. Only where nothing
+    /// is lost: at a frame's
     /// boundary (tungstenite is never given a byte past the frame it
     /// reads, so its read buffer is empty and no message is half read),
     /// with nothing of the server's waiting to be written, and neither end

@@ -143,3 +143,59 @@ async fn a_big_frame_read_leaves_no_read_buffer_its_size() {
     );
     assert!(held < bound, "{held} bytes held after the frame was read");
 }
+
+/// Frames over a socket's read buffer but under the fragment size (each
+/// player's one `up` of 15 KiB): tungstenite's read buffer grows to take
+/// each whole, and would keep that size for the socket's life.
+#[allow(clippy::await_holding_lock)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_over_the_read_buffer_leaves_no_read_buffer_its_size() {
+    const PLAYERS: usize = 40;
+    const UP: usize = 15 * 1024;
+    let _alone = crate::counting::alone();
+    let t = TestRelay::start(config()).await;
+    let (mut host, pin, _) = t.host().await;
+    let mut players = Vec::new();
+    for i in 0..PLAYERS {
+        let (mut p, id, _) = t.player(&pin, &format!("p{i}")).await;
+        assert_eq!(host.recv().await["event"], "join");
+        // A small frame first, so that what each connection holds once
+        // it has read a frame is in the baseline.
+        p.send(json!({"t": "up", "data": 1})).await;
+        assert_eq!(host.recv().await["data"], 1);
+        players.push((p, id));
+    }
+    let pad = "u".repeat(UP);
+    let up = masked_text_frame(json!({"t": "up", "data": pad}).to_string().as_bytes());
+    // The host reads the forwarded frames' bytes off its socket into one
+    // small buffer (a WebSocket client's buffers would be counted as the
+    // server's): `from` frames of 126 bytes or more have a 4-byte header.
+    let from = |id: &str| format!(r#"{{"t":"from","from":"{id}","data":"{pad}"}}"#).len() + 4;
+    let expected: usize = players.iter().map(|(_, id)| from(id)).sum();
+    let MaybeTlsStream::Plain(mut host_tcp) = host.ws.into_inner() else {
+        unreachable!("plain TCP")
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    let base = IN_USE.load(SeqCst);
+    // Written onto each player's socket whole, for the same reason.
+    for (p, _) in &mut players {
+        let MaybeTlsStream::Plain(tcp) = p.ws.get_mut() else {
+            unreachable!("plain TCP")
+        };
+        tcp.write_all(&up).await.unwrap();
+    }
+    let mut total = 0;
+    while total < expected {
+        let n = tokio::time::timeout(GUARD, host_tcp.read(&mut buf))
+            .await
+            .expect("the forwarded frames did not come")
+            .unwrap();
+        assert!(n > 0, "closed after {total} of {expected} bytes");
+        total += n;
+    }
+    assert_eq!(total, expected, "the forwarded frames' bytes");
+    let bound = PLAYERS * 2 * 1024 + THREAD_BUFFERS;
+    let held = settled_below(base, bound).await;
+    eprintln!("held after {PLAYERS} frames of {UP} B were read: {held} B (bound {bound})");
+    assert!(held < bound, "{held} bytes held after the frames were read");
+}
