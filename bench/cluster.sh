@@ -21,6 +21,7 @@
 #   CLUSTER_ONLY=classroom   the classroom runs alone (no failover, no idle)
 #   CLUSTER_ONLY=leases      only the lease upkeep of LEASE_ROOMS idle rooms (default 500) on one node
 #   CLUSTER_BIN=DIR          the hostwire binaries to run (default target/release)
+#   CLUSTER_ROOMS, CLUSTER_PLAYERS  the classroom's rooms (default 10) and players a room (default 20)
 # Called by bench/run.sh with CLUSTER=1 (after its build), or alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +33,8 @@ QUICK=${QUICK:-0}
 LEASE_TTL=${LEASE_TTL:-2s}
 # 10 rooms of 20 players offer 5,000 frames a second: below what one core
 # carries through three nodes, so that CPU per frame is not a queue's.
-ROOMS=10; PLAYERS=20
+# CLUSTER_ROOMS and CLUSTER_PLAYERS set another load.
+ROOMS=${CLUSTER_ROOMS:-10}; PLAYERS=${CLUSTER_PLAYERS:-20}
 # The machine is shared and noisy: the classroom runs REPEAT times, one node
 # then three, and the page gives the median of the paired ratios.
 if [ "$QUICK" = 1 ]; then DUR=5; WARM=2; IDLE=900; REPEAT=1; else DUR=20; WARM=5; IDLE=3000; REPEAT=3; fi

@@ -215,6 +215,12 @@ enum Command {
         /// created on --url. Without it, on --url.
         #[arg(long)]
         player_url: Vec<String>,
+        /// The connections come in this many waves, --wave-gap-s apart, as
+        /// a day's clients arrive over time rather than all in a second.
+        #[arg(long, default_value_t = 1)]
+        waves: usize,
+        #[arg(long, default_value_t = 3.0)]
+        wave_gap_s: f64,
     },
     /// One player floods at 10× its limit while the others play: their p99
     /// with and without the flood.
@@ -600,6 +606,8 @@ pub fn main() -> Result<()> {
             connections,
             hold_s,
             player_url,
+            waves,
+            wave_gap_s,
         } => {
             setup(&common);
             if common.server_pid.is_none() {
@@ -608,6 +616,10 @@ pub fn main() -> Result<()> {
             let r = runtime().block_on(load::idle_spread(
                 &common.spread(&player_url),
                 connections,
+                load::Waves {
+                    count: waves.max(1),
+                    gap: Duration::from_secs_f64(wave_gap_s),
+                },
                 Duration::from_secs_f64(hold_s),
                 &common.servers(),
                 common.quiet,
@@ -624,6 +636,10 @@ pub fn main() -> Result<()> {
             println!(
                 "  per connection         {:.0} bytes",
                 r.bytes_per_connection
+            );
+            println!(
+                "  anonymous RSS          {} → {} KiB, {:.0} bytes per connection",
+                r.anon_kb_before, r.anon_kb_after, r.anon_bytes_per_connection
             );
             write_json(&common.json, &json!({"scenario": "idle", "result": r}))
         }

@@ -391,10 +391,15 @@ async fn upgrade_hostwire(
         let Ok(parts) = upgraded.downcast::<TokioIo<tokio::net::TcpStream>>() else {
             return;
         };
-        // The same buffers as `upgrade`'s.
-        let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
-            .read_buffer_size(1024)
-            .write_buffer_size(16 * 1024);
+        // The same buffers as `upgrade`'s, one `Config` for every socket.
+        static CONFIG: std::sync::OnceLock<Arc<hostwire::ws::Config>> = std::sync::OnceLock::new();
+        let config = Arc::clone(CONFIG.get_or_init(|| {
+            Arc::new(hostwire::ws::Config {
+                read_buffer: 1024,
+                write_buffer: 16 * 1024,
+                ..hostwire::ws::Config::new(64 << 20)
+            })
+        }));
         // Copied (hyper's whole read buffer, 8 KiB, stays alive for as
         // long as a slice of it does) and let go with `parts`.
         let ws = WebSocket::new(Tcp::new(parts.io.into_inner()), &parts.read_buf, config);

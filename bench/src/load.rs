@@ -705,8 +705,14 @@ pub struct IdleResult {
     pub rss_kb_before: u64,
     pub rss_kb_after: u64,
     pub bytes_per_connection: f64,
+    /// The same from the anonymous part of RSS alone (`RssAnon`).
+    pub anon_kb_before: u64,
+    pub anon_kb_after: u64,
+    pub anon_bytes_per_connection: f64,
     pub held_seconds: f64,
     pub still_open: usize,
+    /// How many waves the connections came in.
+    pub waves: usize,
 }
 
 pub async fn idle(
@@ -716,7 +722,22 @@ pub async fn idle(
     server_pid: u32,
     quiet: bool,
 ) -> Result<IdleResult> {
-    idle_spread(&Spread::one(t), n, hold, &[server_pid], quiet).await
+    idle_spread(&Spread::one(t), n, Waves::ONE, hold, &[server_pid], quiet).await
+}
+
+/// How idle connections arrive: `count` waves of equal size, `gap` apart.
+#[derive(Debug, Clone, Copy)]
+pub struct Waves {
+    pub count: usize,
+    pub gap: Duration,
+}
+
+impl Waves {
+    /// Every connection at once, one after another.
+    pub const ONE: Waves = Waves {
+        count: 1,
+        gap: Duration::ZERO,
+    };
 }
 
 /// Idle connections spread over `spread`'s player targets (rooms created on
@@ -724,6 +745,7 @@ pub async fn idle(
 pub async fn idle_spread(
     spread: &Spread,
     n: usize,
+    waves: Waves,
     hold: Duration,
     servers: &[u32],
     quiet: bool,
@@ -734,7 +756,11 @@ pub async fn idle_spread(
     let mut conns: Vec<Ws> = Vec::with_capacity(n);
     let per_room = 100usize;
     let mut pin = String::new();
+    let per_wave = n.div_ceil(waves.count.max(1));
     for i in 0..n {
+        if i > 0 && i % per_wave == 0 {
+            tokio::time::sleep(waves.gap).await;
+        }
         if i % per_room == 0 {
             pin = create_room(&http, t).await?.0;
         }
@@ -779,7 +805,12 @@ pub async fn idle_spread(
         rss_kb_before: before.rss_kb,
         rss_kb_after: after.rss_kb,
         bytes_per_connection: (after.rss_kb.saturating_sub(before.rss_kb) * 1024) as f64 / n as f64,
+        anon_kb_before: before.anon_kb,
+        anon_kb_after: after.anon_kb,
+        anon_bytes_per_connection: (after.anon_kb.saturating_sub(before.anon_kb) * 1024) as f64
+            / n as f64,
         held_seconds: start.elapsed().as_secs_f64(),
         still_open: open,
+        waves: waves.count,
     })
 }

@@ -8,6 +8,10 @@ pub struct ProcSample {
     pub user_s: f64,
     pub system_s: f64,
     pub rss_kb: u64,
+    /// The anonymous part of `rss_kb` (`RssAnon`): the heap and stacks,
+    /// without the binary's file pages, whose count moves with what the
+    /// page cache holds of it.
+    pub anon_kb: u64,
 }
 
 fn clock_ticks() -> f64 {
@@ -29,16 +33,19 @@ pub fn sample(pid: u32) -> Option<ProcSample> {
     let user = f.get(11)?.parse::<f64>().ok()? / ticks;
     let system = f.get(12)?.parse::<f64>().ok()? / ticks;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kb = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let kb = |field: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
     Some(ProcSample {
         user_s: user,
         system_s: system,
-        rss_kb,
+        rss_kb: kb("VmRSS:"),
+        anon_kb: kb("RssAnon:"),
     })
 }
 
@@ -55,6 +62,7 @@ pub fn sample_all(pids: &[u32]) -> Option<ProcSample> {
             user_s: sum.user_s + s.user_s,
             system_s: sum.system_s + s.system_s,
             rss_kb: sum.rss_kb + s.rss_kb,
+            anon_kb: sum.anon_kb + s.anon_kb,
         })
     })
 }

@@ -101,10 +101,18 @@ async fn classroom_and_idle_with_the_players_on_other_urls() {
         .unwrap();
     assert_eq!(r.latency.samples, 60, "{r:?}");
     assert!(r.errors.is_empty(), "{:?}", r.errors);
-    let r = load::idle_spread(&spread, 12, Duration::ZERO, &[me, me], true)
+    let waves = load::Waves {
+        count: 3,
+        gap: Duration::ZERO,
+    };
+    let r = load::idle_spread(&spread, 12, waves, Duration::ZERO, &[me, me], true)
         .await
         .unwrap();
-    assert_eq!((r.connections, r.still_open), (12, 12));
+    assert_eq!((r.connections, r.still_open, r.waves), (12, 12, 3));
+    assert!(
+        r.anon_kb_after > 0 && r.anon_kb_after <= r.rss_kb_after,
+        "{r:?}"
+    );
     assert!(
         r.rss_kb_after >= 2 * load_rss_floor(),
         "summed over both: {r:?}"

@@ -1,21 +1,30 @@
 //! Where the frames of a client's byte stream end, as the stream is handed
 //! to tungstenite in pieces: it is never given a byte past the frame it
 //! reads, so once it returns a message its read buffer is empty and its
-//! state can start afresh (see `stream::WebSocket::reclaim`).
+//! state can be let go (see `stream::WebSocket::shed`).
 
 use std::io::Cursor;
+use tungstenite::protocol::frame::coding::OpCode;
 use tungstenite::protocol::frame::FrameHeader;
 
-/// The bytes left of the frame being handed out, its header included.
+/// The bytes left of the frame being handed out, its header included, and
+/// whether a message sent in fragments is begun and not ended.
 #[derive(Debug, Default)]
 pub struct FrameEnds {
     left: u64,
+    in_message: bool,
 }
 
 impl FrameEnds {
     /// Nothing of a frame has been handed out that is not all handed out.
     pub fn at_boundary(&self) -> bool {
         self.left == 0
+    }
+
+    /// At a frame's boundary and between messages: tungstenite, once it
+    /// has read every frame handed out, holds no part of a message.
+    pub fn between_messages(&self) -> bool {
+        self.left == 0 && !self.in_message
     }
 
     /// How many of `src`'s first bytes may be handed out, at most `want`:
@@ -27,7 +36,14 @@ impl FrameEnds {
         if self.left == 0 {
             let mut header = Cursor::new(src);
             self.left = match FrameHeader::parse(&mut header) {
-                Ok(Some((_, payload))) => header.position().saturating_add(payload),
+                Ok(Some((h, payload))) => {
+                    // A control frame may come between a message's
+                    // fragments: only data frames begin or end one.
+                    if let OpCode::Data(_) = h.opcode {
+                        self.in_message = !h.is_final;
+                    }
+                    header.position().saturating_add(payload)
+                }
                 Ok(None) => return None,
                 // tungstenite refuses it too and the connection ends: the
                 // bytes go to it as they come.
@@ -45,7 +61,7 @@ impl FrameEnds {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tungstenite::protocol::frame::coding::{Control, Data};
     use tungstenite::protocol::frame::Frame;
 
     /// Client frames of every length encoding (7-bit, 16-bit, 64-bit),
@@ -98,6 +114,39 @@ mod tests {
             }
             assert_eq!(cuts, ends, "chunk {chunk}, want {want}");
         }
+    }
+
+    /// A message sent in fragments is begun until its final fragment, with
+    /// a ping between two of them.
+    #[test]
+    fn a_fragmented_message_is_between_messages_only_once_ended() {
+        let mut bytes = Vec::new();
+        let frames = [
+            (OpCode::Data(Data::Text), false),
+            (OpCode::Control(Control::Ping), true),
+            (OpCode::Data(Data::Continue), false),
+            (OpCode::Data(Data::Continue), true),
+            (OpCode::Data(Data::Binary), true),
+        ];
+        let mut ends = Vec::new();
+        for (op, fin) in frames {
+            let mut f = Frame::message(vec![b'a'; 3], op, fin);
+            f.header_mut().mask = Some([1, 2, 3, 4]);
+            f.format(&mut bytes).unwrap();
+            ends.push(bytes.len());
+        }
+        let mut f = FrameEnds::default();
+        assert!(f.between_messages());
+        let (mut at, mut seen) = (0, Vec::new());
+        while at < bytes.len() {
+            at += f.give(&bytes[at..], 4).unwrap();
+            if ends.contains(&at) {
+                seen.push(f.between_messages());
+            } else {
+                assert!(!f.between_messages(), "inside a frame at {at}");
+            }
+        }
+        assert_eq!(seen, [false, false, false, true, true]);
     }
 
     #[test]

@@ -38,6 +38,7 @@ mod reader;
 mod socket;
 mod sockets;
 mod stream;
+mod tcp;
 mod writer;
 
 pub use crate::outbound::{Close, Refused};
@@ -46,7 +47,8 @@ pub use frame_ends::FrameEnds;
 pub use reader::{Event, Reader};
 pub use socket::{closed, oversized, Pipe, Socket, ToPeer};
 pub use sockets::{Sockets, SWEEP_TICK};
-pub use stream::{Tcp, WebSocket, SCRATCH_BYTES};
+pub use stream::WebSocket;
+pub use tcp::{Tcp, SCRATCH_BYTES};
 pub use tungstenite::protocol::CloseFrame;
 pub use tungstenite::{Error, Message, Utf8Bytes};
 pub use writer::{Outbound, Parked};
@@ -64,7 +66,6 @@ use futures_util::FutureExt;
 use std::future::Future;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use tungstenite::protocol::WebSocketConfig;
 
 /// A WebSocket upgrade request (RFC 6455 4.2.1: a GET with `Upgrade:
 /// websocket`, `Connection: upgrade`, version 13 and a key) and the
@@ -206,7 +207,7 @@ impl Upgrade {
 /// with `config`'s limits and buffers; `None` if the client went first.
 async fn upgraded(
     on_upgrade: hyper::upgrade::OnUpgrade,
-    config: &Config,
+    config: &Arc<Config>,
 ) -> Option<stream::WebSocket> {
     let upgraded = on_upgrade.await.ok()?;
     // The accept loop's socket, taken apart: every connection is served by
@@ -216,15 +217,12 @@ async fn upgraded(
         return None;
     };
     let counted = parts.io.into_inner();
-    let tcp = stream::Tcp::counted(counted.stream, counted.slot);
-    let c = config;
-    let ws_config = WebSocketConfig::default()
-        .max_message_size(Some(c.max_message_bytes))
-        .max_frame_size(Some(c.max_message_bytes))
-        .read_buffer_size(c.read_buffer)
-        .write_buffer_size(c.write_buffer)
-        .max_write_buffer_size(c.max_unsent_bytes.max(c.write_buffer + 1));
-    Some(stream::WebSocket::new(tcp, &parts.read_buf, ws_config))
+    let tcp = tcp::Tcp::counted(counted.stream, counted.slot);
+    Some(stream::WebSocket::new(
+        tcp,
+        &parts.read_buf,
+        Arc::clone(config),
+    ))
 }
 
 /// A connection just upgraded: its reader and its sending side.

@@ -92,6 +92,10 @@ impl SocketsInner {
                 // Wakes the reader, which finds the flag and ends.
                 e.closer.close(IDLE);
                 return true;
+            } else {
+                // Silent for a tick: its WebSocket state is let go until
+                // the next frame (an idle socket holds no read buffer).
+                e.closer.with_parked(|p| p.shed());
             }
             if now >= e.next_ping {
                 e.next_ping = now.saturating_add(u64::from(e.ping));

@@ -1,107 +1,27 @@
-//! A client's WebSocket: tungstenite's protocol over the TCP stream itself,
-//! read and written with the stream's own readiness. Between the two there
-//! is no boxed, rewinding stream of the HTTP layer's and no adapter from
-//! tokio's I/O to std's with wakers of its own: an idle connection holds
-//! the stream, tungstenite's state and nothing else (see
-//! docs/BENCHMARKS.md, "Idle connections"). A text or binary message with
-//! nothing before it is written as its own bytes behind a header made here
-//! ([`Held`]), not copied into tungstenite's write buffer, which would keep
-//! the capacity of the largest frame it held for the socket's life.
+//! A client's WebSocket: tungstenite's protocol over the TCP stream itself
+//! ([`Tcp`]), read and written with the stream's own readiness. Between the
+//! two there is no boxed, rewinding stream of the HTTP layer's and no
+//! adapter from tokio's I/O to std's with wakers of its own: an idle
+//! connection holds the stream and nothing else, tungstenite's state being
+//! let go while it is idle (see docs/BENCHMARKS.md, "Idle connections").
 
-use super::frame_ends::FrameEnds;
-use crate::http::counted::IpSlot;
+use super::tcp::{Held, Tcp};
+use super::Config;
 use bytes::Bytes;
-use std::io::{self, IoSlice, Read, Write};
-use std::pin::Pin;
-use std::task::{ready, Context, Poll, Waker};
-use tokio::io::AsyncRead;
-use tokio::net::TcpStream;
+use std::io::{self, Write};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 use tungstenite::protocol::frame::coding::{Data, OpCode};
-use tungstenite::protocol::frame::{Frame, FrameHeader};
+use tungstenite::protocol::frame::Frame;
 use tungstenite::protocol::{Role, WebSocketConfig, WebSocketContext};
 use tungstenite::{Error, Message};
 
-/// The TCP stream under a WebSocket, as tungstenite reads and writes it:
-/// without blocking (`WouldBlock` when the socket has nothing or no room).
-pub struct Tcp {
-    stream: TcpStream,
-    /// A write found no room: a reply tungstenite owes the peer (a pong, a
-    /// close) waits for the socket's room, which the reader then watches.
-    write_blocked: bool,
-    /// Bytes read from the socket past what tungstenite took: held only
-    /// until taken, so an idle connection holds none (and, boxed, only a
-    /// pointer's room for them).
-    ahead: Option<Box<Ahead>>,
-    /// A message taken as it is, to be written behind its header with no
-    /// copy ([`WebSocket::start_send`]): it goes out before any byte
-    /// tungstenite writes after it.
-    held: Option<Box<Held>>,
-    /// Where the frames tungstenite is given end: never a byte past the
-    /// frame it reads, so once it returns a message its read buffer holds
-    /// nothing ([`WebSocket::reclaim`]).
-    frames: FrameEnds,
-    /// The client IP's place among open connections, kept for the socket's
-    /// life (`None` for a stream accepted elsewhere).
-    _slot: Option<IpSlot>,
-}
-
-/// Bytes read from the socket past what tungstenite took, from `taken`
-/// on: at most [`SCRATCH_BYTES`] and a frame header.
-#[derive(Default)]
-struct Ahead {
-    bytes: Vec<u8>,
-    taken: usize,
-}
-
-/// A message written as its own bytes behind a header made here, where
-/// tungstenite would copy it into its write buffer, which then keeps, for
-/// the socket's life, the capacity of the largest frame it held.
-struct Held {
-    /// A text or binary message.
-    msg: Message,
-    /// Bytes of the frame (header, then body) the socket has taken.
-    written: usize,
-}
-
-impl Held {
-    fn body(&self) -> &[u8] {
-        match &self.msg {
-            Message::Text(t) => t.as_ref(),
-            Message::Binary(b) => b,
-            _ => &[],
-        }
-    }
-
-    /// The frame's header (a server's: final, unmasked), and its length.
-    fn header(&self) -> ([u8; 10], usize) {
-        let data = if self.msg.is_binary() {
-            Data::Binary
-        } else {
-            Data::Text
-        };
-        let header = FrameHeader {
-            opcode: OpCode::Data(data),
-            ..FrameHeader::default()
-        };
-        let len = self.body().len() as u64;
-        let mut bytes = [0; 10];
-        header
-            .format(len, &mut &mut bytes[..])
-            .expect("an unmasked header fits in 10 bytes");
-        (bytes, header.len(len))
-    }
-}
-
 /// After a message over this, tungstenite's state starts afresh
-/// ([`WebSocket::reclaim`]), so that no socket keeps a read buffer of more
+/// ([`WebSocket::shed`]), so that no socket keeps a read buffer of more
 /// than about this size. Not after every message over the read buffer:
 /// starting afresh after each of a classroom's 200-byte `up`s cost 4 % more
 /// user CPU (measured), to keep a few hundred bytes less.
 const RECLAIM_OVER: usize = 1024;
-
-/// A held frame up to this size is joined to its header on the stack and
-/// written from one buffer.
-const JOINED_BYTES: usize = 4096;
 
 /// A message over this goes out in fragments of this size (RFC 6455 5.4),
 /// each handed to tungstenite once the one before is written: its write
@@ -109,186 +29,21 @@ const JOINED_BYTES: usize = 4096;
 /// held, which a whole message of several MiB would make its size.
 pub const FRAGMENT_BYTES: usize = 16 * 1024;
 
-/// What one system call reads at most: a thread's read buffer, shared by
-/// every socket its thread reads (as uWebSockets has one per event loop).
-/// tungstenite asks for a few hundred bytes at a time (its read buffer is
-/// kept small, since every idle connection holds it); a host's burst of 40
-/// frames is one read here, not one per few hundred bytes.
-pub const SCRATCH_BYTES: usize = 64 * 1024;
-
-thread_local! {
-    static SCRATCH: std::cell::RefCell<Box<[u8]>> =
-        std::cell::RefCell::new(vec![0; SCRATCH_BYTES].into_boxed_slice());
-}
-
-impl Tcp {
-    pub fn new(stream: TcpStream) -> Tcp {
-        Tcp {
-            stream,
-            write_blocked: false,
-            ahead: None,
-            held: None,
-            frames: FrameEnds::default(),
-            _slot: None,
-        }
-    }
-
-    pub(crate) fn counted(stream: TcpStream, slot: IpSlot) -> Tcp {
-        Tcp {
-            _slot: Some(slot),
-            ..Tcp::new(stream)
-        }
-    }
-
-    /// Reads from the socket into `buf` (see [`Read::read`] for `Tcp`).
-    fn read_socket(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        // `poll_read`, not `try_read`: a read that does not fill `buf` marks
-        // the socket drained, so the next read waits for readiness instead
-        // of a system call that finds nothing (one per frame read). No
-        // waker: on `WouldBlock` the reader registers its own at once
-        // ([`WebSocket::poll_next`]), and only the reader reads.
-        let mut read = tokio::io::ReadBuf::new(buf);
-        let mut cx = Context::from_waker(Waker::noop());
-        match Pin::new(&mut self.stream).poll_read(&mut cx, &mut read) {
-            Poll::Ready(Ok(())) => Ok(read.filled().len()),
-            Poll::Ready(Err(e)) => Err(e),
-            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-        }
-    }
-
-    /// Hands `bytes` to tungstenite before anything read from the socket.
-    fn push_ahead(&mut self, bytes: &[u8]) {
-        if bytes.is_empty() {
-            return;
-        }
-        let ahead = self.ahead.get_or_insert_with(Box::default);
-        ahead.bytes.extend_from_slice(bytes);
-    }
-
-    /// Whether bytes read ahead wait to be taken.
-    fn has_ahead(&self) -> bool {
-        self.ahead.is_some()
-    }
-
-    /// At a frame's boundary: tungstenite holds no byte of a frame it has
-    /// not returned.
-    fn at_boundary(&self) -> bool {
-        self.frames.at_boundary()
-    }
-
-    /// Gives `buf` what it may take of the bytes read ahead; `None` if
-    /// there are none it may take yet.
-    fn take_ahead(&mut self, buf: &mut [u8]) -> Option<usize> {
-        let ahead = self.ahead.as_mut()?;
-        let from = ahead.taken;
-        let n = self.frames.give(&ahead.bytes[from..], buf.len())?;
-        buf[..n].copy_from_slice(&ahead.bytes[from..from + n]);
-        ahead.taken += n;
-        if ahead.taken == ahead.bytes.len() {
-            // Let go of it: an idle connection holds no bytes read ahead.
-            self.ahead = None;
-        }
-        Some(n)
-    }
-}
-
-impl Read for Tcp {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            if let Some(n) = self.take_ahead(buf) {
-                return Ok(n);
-            }
-            let given = SCRATCH.with(|scratch| {
-                let mut scratch = scratch.borrow_mut();
-                let n = self.read_socket(&mut scratch)?;
-                if n == 0 {
-                    return Ok(Some(0));
-                }
-                if self.has_ahead() {
-                    // A frame header begun in the bytes before.
-                    self.push_ahead(&scratch[..n]);
-                    return Ok(None);
-                }
-                let Some(given) = self.frames.give(&scratch[..n], buf.len()) else {
-                    self.push_ahead(&scratch[..n]);
-                    return Ok(None);
-                };
-                buf[..given].copy_from_slice(&scratch[..given]);
-                self.push_ahead(&scratch[given..n]);
-                Ok::<_, io::Error>(Some(given))
-            })?;
-            if let Some(n) = given {
-                return Ok(n);
-            }
-        }
-    }
-}
-
-impl Tcp {
-    /// Writes what is left of the held message; `WouldBlock` while some
-    /// is.
-    fn write_held(&mut self) -> io::Result<()> {
-        while let Some(held) = self.held.as_mut() {
-            let (header, header_len) = held.header();
-            let body = held.body();
-            let (header, body) = match held.written.checked_sub(header_len) {
-                None => (&header[held.written..header_len], body),
-                Some(n) => (&[][..], &body[n..]),
-            };
-            let left = header.len() + body.len();
-            let n = if left <= JOINED_BYTES {
-                // One buffer, not two: a socket's `writev` costs the kernel
-                // more than a `send` of the same bytes (measured), and a
-                // small frame's copy on the stack costs nothing beside it.
-                let mut joined = [0; JOINED_BYTES];
-                joined[..header.len()].copy_from_slice(header);
-                joined[header.len()..left].copy_from_slice(body);
-                write_now(&self.stream, &mut self.write_blocked, |s| {
-                    s.try_write(&joined[..left])
-                })?
-            } else {
-                let slices = [IoSlice::new(header), IoSlice::new(body)];
-                write_now(&self.stream, &mut self.write_blocked, |s| {
-                    s.try_write_vectored(&slices)
-                })?
-            };
-            if n == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
-            }
-            if n < left {
-                held.written += n;
-            } else {
-                self.held = None;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// One write that does not wait: `try_write` registers no waker, since a
-/// frame written at once by another task must not take the place of the
-/// writer's. `blocked` says whether it found no room.
-fn write_now(
-    stream: &TcpStream,
-    blocked: &mut bool,
-    write: impl FnOnce(&TcpStream) -> io::Result<usize>,
-) -> io::Result<usize> {
-    let r = write(stream);
-    *blocked = matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock);
-    r
-}
-
-impl Write for Tcp {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // What tungstenite writes goes after the held message.
-        self.write_held()?;
-        write_now(&self.stream, &mut self.write_blocked, |s| s.try_write(buf))
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        // TCP_NODELAY is set: only the held message is left to write.
-        self.write_held()
-    }
+/// tungstenite's state, made afresh with `config`'s limits and buffers if
+/// it was let go ([`WebSocket::shed`]).
+fn context<'a>(
+    ws: &'a mut Option<Box<WebSocketContext>>,
+    config: &Config,
+) -> &'a mut WebSocketContext {
+    ws.get_or_insert_with(|| {
+        let ws_config = WebSocketConfig::default()
+            .max_message_size(Some(config.max_message_bytes))
+            .max_frame_size(Some(config.max_message_bytes))
+            .read_buffer_size(config.read_buffer)
+            .write_buffer_size(config.write_buffer)
+            .max_write_buffer_size(config.max_unsent_bytes.max(config.write_buffer + 1));
+        Box::new(WebSocketContext::new(Role::Server, Some(ws_config)))
+    })
 }
 
 fn would_block(e: &Error) -> bool {
@@ -301,8 +56,13 @@ fn would_block(e: &Error) -> bool {
 /// by another task, which hands what it cannot finish to the connection's
 /// writer).
 pub struct WebSocket {
-    /// tungstenite's state of the connection (its buffers with it).
-    ws: WebSocketContext,
+    /// tungstenite's state of the connection (its buffers with it), `None`
+    /// while the socket is idle ([`WebSocket::shed`]): made afresh when a
+    /// frame comes or a message must go through it.
+    ws: Option<Box<WebSocketContext>>,
+    /// The protocol's choices, shared by its sockets: tungstenite's limits
+    /// and buffers for a state made afresh.
+    config: Arc<Config>,
     tcp: Tcp,
     /// `false` after a message was taken with no room to write it out:
     /// the next one waits until the buffer is written.
@@ -323,12 +83,13 @@ pub struct WebSocket {
 impl WebSocket {
     /// A server's WebSocket over `tcp`, after the upgrade; `read` is what
     /// the HTTP layer had read past the request (the client's first frames).
-    pub fn new(mut tcp: Tcp, read: &[u8], config: WebSocketConfig) -> WebSocket {
+    pub fn new(mut tcp: Tcp, read: &[u8], config: Arc<Config>) -> WebSocket {
         // Read through `tcp` as if from the socket: tungstenite's own buffer
         // stays at its configured size.
         tcp.push_ahead(read);
         WebSocket {
-            ws: WebSocketContext::new(Role::Server, Some(config)),
+            ws: None,
+            config,
             tcp,
             ready: true,
             rest: None,
@@ -346,12 +107,24 @@ impl WebSocket {
             return Poll::Ready(None);
         }
         loop {
-            let e = match self.ws.read(&mut self.tcp) {
+            if self.ws.is_none() && !self.tcp.has_ahead() {
+                // Shed while idle: nothing to read is no reason to make it
+                // afresh (a wake meant for the writer polls the reader too).
+                match self.tcp.stream.poll_read_ready(cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(e)) => {
+                        self.ended = true;
+                        return Poll::Ready(Some(Err(Error::Io(e))));
+                    }
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            let e = match context(&mut self.ws, &self.config).read(&mut self.tcp) {
                 Ok(m) => {
                     // tungstenite's read buffer grew to take this frame
                     // whole, and would keep that size.
                     if m.len() > RECLAIM_OVER {
-                        self.reclaim();
+                        self.shed();
                     }
                     return Poll::Ready(Some(Ok(m)));
                 }
@@ -391,24 +164,33 @@ impl WebSocket {
         }
     }
 
-    /// After a message over [`RECLAIM_OVER`], tungstenite's state
-    /// starts afresh: its read buffer grew to take the message's frame
-    /// whole (to more than the frame: 20 KB after one of 15 KB, measured)
+    /// Lets go of tungstenite's state, to be made afresh when next needed:
+    /// while the socket is idle (the registry's sweep, [`super::Sockets`]),
+    /// and after a message over [`RECLAIM_OVER`], for which its read buffer
+    /// grew (to more than the frame: 20 KB after one of 15 KB, measured)
     /// and would keep that size for the socket's life. Only where nothing
-    /// is lost: at a frame's
-    /// boundary (tungstenite is never given a byte past the frame it
-    /// reads, so its read buffer is empty and no message is half read),
-    /// with nothing of the server's waiting to be written, and neither end
-    /// closing.
-    fn reclaim(&mut self) {
-        let idle = self.ready && self.rest.is_none() && !self.closing;
-        if !(idle && self.tcp.at_boundary() && self.ws.can_read() && self.ws.can_write()) {
-            return;
+    /// is lost: between messages (tungstenite is never given a byte past
+    /// the frame it reads, so its read buffer is empty and no message is
+    /// half read), with nothing of the server's waiting to be written, and
+    /// neither end closing. Whether it is let go.
+    pub fn shed(&mut self) -> bool {
+        let Some(ws) = &self.ws else {
+            return true;
+        };
+        let idle = self.ready && self.rest.is_none() && !self.closing && !self.ended;
+        if !(idle && self.tcp.between_messages() && ws.can_read() && ws.can_write()) {
+            return false;
         }
-        if self.flush_ws().is_ok() {
-            let config = *self.ws.get_config();
-            self.ws = WebSocketContext::new(Role::Server, Some(config));
+        if self.flush_ws().is_err() {
+            return false;
         }
+        self.ws = None;
+        true
+    }
+
+    /// Whether tungstenite's state is let go ([`WebSocket::shed`]).
+    pub fn is_shed(&self) -> bool {
+        self.ws.is_none()
     }
 
     /// Ready to take a message: what a blocked write left is written
@@ -471,7 +253,8 @@ impl WebSocket {
     /// held message if that is not begun (one write for both).
     fn write(&mut self, msg: Message) -> Result<(), Error> {
         let data = matches!(msg, Message::Text(_) | Message::Binary(_));
-        if data && !self.buffered && self.tcp.held.is_none() && self.ws.can_write() {
+        let can_write = self.ws.as_ref().is_none_or(|ws| ws.can_write());
+        if data && !self.buffered && self.tcp.held.is_none() && can_write {
             self.tcp.held = Some(Box::new(Held { msg, written: 0 }));
             return Ok(());
         }
@@ -483,7 +266,7 @@ impl WebSocket {
 
     fn write_buffered(&mut self, msg: Message) -> Result<(), Error> {
         self.buffered = true;
-        match self.ws.write(&mut self.tcp, msg) {
+        match context(&mut self.ws, &self.config).write(&mut self.tcp, msg) {
             Ok(()) => Ok(()),
             // Taken and buffered: the rest waits for room.
             Err(e) if would_block(&e) => {
@@ -519,7 +302,7 @@ impl WebSocket {
                 self.flush_ws()
             } else {
                 self.closing = true;
-                self.ws.close(&mut self.tcp, None)
+                context(&mut self.ws, &self.config).close(&mut self.tcp, None)
             };
             match r {
                 Ok(()) | Err(Error::ConnectionClosed) => return Poll::Ready(Ok(())),
@@ -564,7 +347,11 @@ impl WebSocket {
     /// tungstenite's flush, which writes the held message first: once it
     /// succeeds, tungstenite holds nothing unwritten.
     fn flush_ws(&mut self) -> Result<(), Error> {
-        let r = self.ws.flush(&mut self.tcp);
+        let r = match &mut self.ws {
+            Some(ws) => ws.flush(&mut self.tcp),
+            // Let go of with nothing owed: only a held message is left.
+            None => self.tcp.flush().map_err(Error::Io),
+        };
         if r.is_ok() {
             self.buffered = false;
         }

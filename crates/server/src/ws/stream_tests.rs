@@ -5,7 +5,9 @@
 use super::*;
 use futures_util::{SinkExt, StreamExt};
 use std::future::poll_fn;
+use std::task::Waker;
 use tokio::net::TcpSocket;
+use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
 
 /// A server [`WebSocket`] and a client, both ends with small buffers, so
@@ -25,7 +27,8 @@ async fn pair() -> (WebSocket, WebSocketStream<TcpStream>) {
         .await
         .unwrap();
     let (client, _) = listener.accept().await.unwrap();
-    let ws = WebSocket::new(Tcp::new(server), &[], WebSocketConfig::default());
+    let config = Arc::new(Config::new(1 << 20));
+    let ws = WebSocket::new(Tcp::new(server), &[], config);
     let client = WebSocketStream::from_raw_socket(client, Role::Client, None).await;
     (ws, client)
 }
@@ -52,6 +55,10 @@ async fn held_messages_arrive_whole_and_in_order_through_partial_writes_and_pong
         let mut held_in_part = 0;
         let mut i = 0;
         while i < MESSAGES {
+            // The state let go wherever it may be: nothing is lost.
+            if i % 4 == 0 {
+                ws.shed();
+            }
             poll_fn(|cx| ws.poll_ready(cx)).await.unwrap();
             ws.start_send(Message::Text(message(i).into())).unwrap();
             i += 1;
@@ -117,4 +124,67 @@ async fn an_idle_socket_keeps_no_write_buffer_after_a_message() {
     assert!(!ws.buffered, "tungstenite was given nothing to copy");
     let got = client.next().await.unwrap().unwrap();
     assert_eq!(got.into_text().unwrap().as_str(), message(5));
+}
+
+/// The next message the server reads.
+async fn read(ws: &mut WebSocket) -> Message {
+    poll_fn(|cx| ws.poll_next(cx)).await.unwrap().unwrap()
+}
+
+/// tungstenite's state is let go only between messages, with nothing owed
+/// to the peer and neither end closing, and is made afresh for the next
+/// frame read or message written: nothing read or owed is lost.
+#[tokio::test]
+async fn state_let_go_between_messages_is_made_afresh_and_nothing_is_lost() {
+    let (mut ws, mut client) = pair().await;
+    assert!(ws.is_shed(), "made only when first needed");
+    client.send(Message::Text("one".into())).await.unwrap();
+    assert_eq!(read(&mut ws).await.into_text().unwrap().as_str(), "one");
+    assert!(!ws.is_shed());
+    assert!(ws.shed(), "between messages");
+    assert!(ws.is_shed());
+
+    // A message begun in fragments, a ping between two of them.
+    let text = OpCode::Data(Data::Text);
+    let part = Frame::message(Bytes::from_static(b"tw"), text, false);
+    client.send(Message::Frame(part)).await.unwrap();
+    client
+        .send(Message::Ping(Bytes::from_static(b"p")))
+        .await
+        .unwrap();
+    assert!(matches!(read(&mut ws).await, Message::Ping(_)));
+    assert!(!ws.shed(), "let go in the middle of a message");
+    let rest = Frame::message(Bytes::from_static(b"o"), OpCode::Data(Data::Continue), true);
+    client.send(Message::Frame(rest)).await.unwrap();
+    assert_eq!(read(&mut ws).await.into_text().unwrap().as_str(), "two");
+    assert!(ws.shed(), "the pong owed is written first");
+    match client.next().await.unwrap().unwrap() {
+        Message::Pong(p) => assert_eq!(&p[..], b"p"),
+        other => panic!("expected the pong, got {other:?}"),
+    }
+
+    // Two messages taken while let go: the second goes through a state
+    // made afresh, behind the first; letting go writes both out first.
+    for m in ["three", "four"] {
+        poll_fn(|cx| ws.poll_ready(cx)).await.unwrap();
+        ws.start_send(Message::Text(m.into())).unwrap();
+    }
+    assert!(!ws.is_shed());
+    assert!(ws.shed(), "what was taken is written, then let go");
+    assert!(ws.tcp.held.is_none() && !ws.buffered);
+    for m in ["three", "four"] {
+        let got = client.next().await.unwrap().unwrap();
+        assert_eq!(got.into_text().unwrap().as_str(), m);
+    }
+
+    // The client's close is read by a state made afresh, and echoed by the
+    // read after it, which ends the stream.
+    client.send(Message::Close(None)).await.unwrap();
+    assert!(matches!(read(&mut ws).await, Message::Close(_)));
+    assert!(!ws.shed(), "let go while closing");
+    assert!(poll_fn(|cx| ws.poll_next(cx)).await.is_none());
+    let echo = tokio::time::timeout(std::time::Duration::from_secs(10), client.next())
+        .await
+        .expect("the close was not echoed");
+    assert!(matches!(echo, Some(Ok(Message::Close(_)))), "{echo:?}");
 }

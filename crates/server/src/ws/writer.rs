@@ -50,6 +50,17 @@ impl Parked {
         drop(socket);
     }
 
+    /// Lets go of an idle WebSocket's protocol state and read buffer
+    /// ([`WebSocket::shed`](super::WebSocket::shed)), unless the
+    /// connection's task or a direct write is using the socket.
+    pub(super) fn shed(&self) {
+        if let Ok(mut slot) = self.socket.try_lock() {
+            if let Some(Socket::Ws(ws)) = slot.as_mut() {
+                ws.shed();
+            }
+        }
+    }
+
     pub(super) fn write_now(&self, frame: Utf8Bytes) -> outbound::Direct<Utf8Bytes> {
         use outbound::Direct;
         // Never wait for the connection's task: if it is polling the

@@ -24,13 +24,7 @@ const FRAME: usize = 2 * 1024 * 1024;
 async fn a_big_frame_sent_to_many_players_leaves_no_buffer_its_size() {
     let _alone = crate::counting::alone();
     let t = TestRelay::start(config()).await;
-    let (mut host, pin, _) = t.host().await;
-    let mut players = Vec::new();
-    for i in 0..PLAYERS {
-        let (p, id, _) = t.player(&pin, &format!("p{i}")).await;
-        assert_eq!(host.recv().await["event"], "join");
-        players.push((p, id));
-    }
+    let (mut host, mut players) = t.room_of(PLAYERS).await;
     // Each player gets one small frame first, so that what every
     // connection holds before the big one is in the baseline.
     for (p, id) in &mut players {

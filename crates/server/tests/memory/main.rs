@@ -12,6 +12,7 @@ mod support;
 
 mod big_frames;
 mod counting;
+mod idle_sockets;
 mod logs;
 mod relay_durable_memory;
 mod session_memory;

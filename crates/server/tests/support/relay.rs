@@ -97,6 +97,19 @@ impl TestRelay {
             v["token"].as_str().unwrap().to_owned(),
         )
     }
+
+    /// A hosted room with `n` players (`p0`, `p1`, …), each join seen by
+    /// the host; returns the host and each player with its id.
+    pub async fn room_of(&self, n: usize) -> (Client, Vec<(Client, String)>) {
+        let (mut host, pin, _) = self.host().await;
+        let mut players = Vec::new();
+        for i in 0..n {
+            let (p, id, _) = self.player(&pin, &format!("p{i}")).await;
+            assert_eq!(host.recv().await["event"], "join");
+            players.push((p, id));
+        }
+        (host, players)
+    }
 }
 
 /// Relay protocol 1's frames on the one client.
