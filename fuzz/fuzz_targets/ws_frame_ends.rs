@@ -1,7 +1,8 @@
 //! A client's bytes as the socket driver hands them to tungstenite: in
 //! pieces that never cross a frame's end. Whatever the bytes and however
 //! they arrive, every piece is within what was asked and what was there,
-//! a reader always gets on, and nothing is handed out twice or skipped.
+//! a reader always gets on, nothing is handed out twice or skipped, and it
+//! is between messages only at a frame's end.
 #![no_main]
 #![forbid(unsafe_code)]
 
@@ -24,6 +25,9 @@ fuzz_target!(|data: &[u8]| {
                     "{n} of {want} at {at}/{have}"
                 );
                 at += n;
+                // Between messages only at a frame's end: the state let go
+                // there holds no part of a frame.
+                assert!(!ends.between_messages() || ends.at_boundary());
             }
             _ if have < bytes.len() => have = (have + chunk).min(bytes.len()),
             // A header cut off by the end of the stream: kept, never given.
