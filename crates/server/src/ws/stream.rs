@@ -16,7 +16,7 @@ use tungstenite::protocol::frame::Frame;
 use tungstenite::protocol::{Role, WebSocketConfig, WebSocketContext};
 use tungstenite::{Error, Message};
 
-/// After a message over this, tungstenite's state starts afresh
+/// After a message over this, tungstenite's state is let go at once
 /// ([`WebSocket::shed`]), so that no socket keeps a read buffer of more
 /// than about this size. Not after every message over the read buffer:
 /// starting afresh after each of a classroom's 200-byte `up`s cost 4 % more

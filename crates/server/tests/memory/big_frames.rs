@@ -63,11 +63,7 @@ async fn a_big_frame_sent_to_many_players_leaves_no_buffer_its_size() {
         // (the text and the frames' headers) end with the text's last two.
         let (mut total, mut tail) = (0, [0u8; 2]);
         while total < text.len() || &tail != b"\"}" {
-            let n = tokio::time::timeout(GUARD, tcp.read(&mut buf))
-                .await
-                .expect("the big frame did not come")
-                .unwrap();
-            assert!(n > 0, "closed after {total} bytes");
+            let n = read_some(tcp, &mut buf, "the big frame").await;
             total += n;
             tail = if n >= 2 {
                 [buf[n - 2], buf[n - 1]]
@@ -148,16 +144,12 @@ async fn a_frame_over_the_read_buffer_leaves_no_read_buffer_its_size() {
     const UP: usize = 15 * 1024;
     let _alone = crate::counting::alone();
     let t = TestRelay::start(config()).await;
-    let (mut host, pin, _) = t.host().await;
-    let mut players = Vec::new();
-    for i in 0..PLAYERS {
-        let (mut p, id, _) = t.player(&pin, &format!("p{i}")).await;
-        assert_eq!(host.recv().await["event"], "join");
-        // A small frame first, so that what each connection holds once
-        // it has read a frame is in the baseline.
+    let (mut host, mut players) = t.room_of(PLAYERS).await;
+    // A small frame first, so that what each connection holds once it has
+    // read a frame is in the baseline.
+    for (p, _) in &mut players {
         p.send(json!({"t": "up", "data": 1})).await;
         assert_eq!(host.recv().await["data"], 1);
-        players.push((p, id));
     }
     let pad = "u".repeat(UP);
     let up = masked_text_frame(json!({"t": "up", "data": pad}).to_string().as_bytes());
@@ -180,11 +172,7 @@ async fn a_frame_over_the_read_buffer_leaves_no_read_buffer_its_size() {
     }
     let mut total = 0;
     while total < expected {
-        let n = tokio::time::timeout(GUARD, host_tcp.read(&mut buf))
-            .await
-            .expect("the forwarded frames did not come")
-            .unwrap();
-        assert!(n > 0, "closed after {total} of {expected} bytes");
+        let n = read_some(&mut host_tcp, &mut buf, "the forwarded frames").await;
         total += n;
     }
     assert_eq!(total, expected, "the forwarded frames' bytes");
@@ -192,4 +180,15 @@ async fn a_frame_over_the_read_buffer_leaves_no_read_buffer_its_size() {
     let held = settled_below(base, bound).await;
     eprintln!("held after {PLAYERS} frames of {UP} B were read: {held} B (bound {bound})");
     assert!(held < bound, "{held} bytes held after the frames were read");
+}
+
+/// What the socket has now, at least a byte: the server's bytes read off a
+/// raw socket into one small buffer.
+async fn read_some(tcp: &mut tokio::net::TcpStream, buf: &mut [u8], what: &str) -> usize {
+    let n = tokio::time::timeout(GUARD, tcp.read(buf))
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not come"))
+        .unwrap();
+    assert!(n > 0, "closed while waiting for {what}");
+    n
 }
