@@ -15,7 +15,8 @@
 
 use crate::error::{codes, RpcError, DEFAULT_MAX_CAUSE_DEPTH};
 use crate::frame::*;
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 /// Which end of the connection this peer is (for logs: the rules are the

@@ -6,10 +6,10 @@ use super::connection::ConnId;
 use super::protocol::*;
 use crate::limits::RelayLimits;
 use bytes::Bytes;
+use foldhash::{HashMap, HashMapExt, HashSet};
 use hostwire_core::token::random_base64url;
 use hostwire_core::Token;
 pub use hostwire_relay_records::{BundleMeta, PlayerRecord, RoomChange, RoomRecord};
-use std::collections::{HashMap, HashSet};
 
 /// What the driver does next.
 #[derive(Debug, Clone, PartialEq, Eq)]

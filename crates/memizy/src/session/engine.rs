@@ -10,10 +10,11 @@ use crate::negotiate::{
     check_manifest_protocol, negotiate_protocol_version, HOST_SUPPORTED_VERSIONS,
 };
 use crate::settings::resolve_settings;
+use foldhash::{HashMap, HashMapExt};
 use hostwire_core::rate::{Coalescer, Offer};
 use hostwire_core::TokenBucket;
 use serde_json::value::RawValue;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 /// Answers of one player in this session, set items and generated ones.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -26,7 +26,7 @@ use hostwire_memizy::session::{
 };
 use hostwire_memizy::{SessionEndReason, View};
 use hostwire_store::sessions::SessionWrite;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -61,7 +61,7 @@ pub fn spawn(
     let now = sessions.clock.now_ms();
     let hosted = Hosted {
         d: DurableSession::new(s, expiry, now),
-        rpc: HashMap::new(),
+        rpc: Default::default(),
         devices_due: None,
         out: VecDeque::new(),
         metrics: Arc::clone(&sessions.metrics),
@@ -69,7 +69,7 @@ pub fn spawn(
         auth,
         assets,
         services: sessions.services(),
-        service_calls: HashMap::new(),
+        service_calls: Default::default(),
         held: None,
         wakes: Vec::new(),
         rec,

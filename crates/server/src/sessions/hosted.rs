@@ -9,6 +9,7 @@ use super::recording::Recorder;
 use super::services::{ServiceHost, Ticket};
 use super::SessionMetrics;
 use crate::ws;
+use foldhash::HashMap;
 use hostwire_core::token::Token;
 use hostwire_memizy::session::{
     AssetCatalog, BundledFile, CallId, DurableSession, InstanceId, PlayerSpec, ServiceCallId,
@@ -17,7 +18,7 @@ use hostwire_memizy::{ProtocolError, View};
 use hostwire_worker_rpc::frame::{Frame, FrameError, Payload};
 use hostwire_worker_rpc::PeerState;
 use serde_json::Value;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
@@ -34,7 +35,7 @@ pub const CLOSE_UNAUTHORIZED: ws::Close = (4001, "unauthorized: wrong or missing
 #[derive(Debug, Clone)]
 pub struct Auth {
     pub host: Token,
-    pub players: HashMap<String, Token>,
+    pub players: std::collections::HashMap<String, Token>,
 }
 
 impl Auth {

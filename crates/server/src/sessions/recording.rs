@@ -23,10 +23,11 @@
 //! tried again at most once a second, within the record's bounds). A
 //! restart loses at most the batch that was waiting.
 
+use foldhash::HashMap;
 use hostwire_memizy::session::{CallId, InstanceId};
 use hostwire_store::sessions::{StoredBatch, StoredRecording};
 use serde_json::{json, value::RawValue, Value};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// Entries (actions, start, pauses, end) one recording keeps.
 pub const MAX_RECORDING_ENTRIES: usize = 20_000;

@@ -92,6 +92,11 @@ impl Held {
 /// written from one buffer.
 const JOINED_BYTES: usize = 4096;
 
+/// Most frames (a relay's `to` and `up`, a device's call) fit here: the
+/// stack buffer they are joined in is zeroed before use, and zeroing
+/// [`JOINED_BYTES`] for every small frame costs more than the copy.
+const JOINED_SMALL_BYTES: usize = 512;
+
 /// What one system call reads at most: a thread's read buffer, shared by
 /// every socket its thread reads (as uWebSockets has one per event loop).
 /// tungstenite asks for a few hundred bytes at a time (its read buffer is
@@ -219,16 +224,18 @@ impl Tcp {
                 Some(n) => (&[][..], &body[n..]),
             };
             let left = header.len() + body.len();
-            let n = if left <= JOINED_BYTES {
-                // One buffer, not two: a socket's `writev` costs the kernel
-                // more than a `send` of the same bytes (measured), and a
-                // small frame's copy on the stack costs nothing beside it.
-                let mut joined = [0; JOINED_BYTES];
-                joined[..header.len()].copy_from_slice(header);
-                joined[header.len()..left].copy_from_slice(body);
-                write_now(&self.stream, &mut self.write_blocked, |s| {
-                    s.try_write(&joined[..left])
-                })?
+            // One buffer, not two: a socket's `writev` costs the kernel
+            // more than a `send` of the same bytes (measured), and a small
+            // frame's copy on the stack costs nothing beside it.
+            let n = if left <= JOINED_SMALL_BYTES {
+                write_joined::<JOINED_SMALL_BYTES>(
+                    &self.stream,
+                    &mut self.write_blocked,
+                    header,
+                    body,
+                )?
+            } else if left <= JOINED_BYTES {
+                write_joined::<JOINED_BYTES>(&self.stream, &mut self.write_blocked, header, body)?
             } else {
                 let slices = [IoSlice::new(header), IoSlice::new(body)];
                 write_now(&self.stream, &mut self.write_blocked, |s| {
@@ -246,6 +253,21 @@ impl Tcp {
         }
         Ok(())
     }
+}
+
+/// `header` and `body` (together at most `N` bytes) written from one
+/// buffer on the stack.
+fn write_joined<const N: usize>(
+    stream: &TcpStream,
+    blocked: &mut bool,
+    header: &[u8],
+    body: &[u8],
+) -> io::Result<usize> {
+    let left = header.len() + body.len();
+    let mut joined = [0; N];
+    joined[..header.len()].copy_from_slice(header);
+    joined[header.len()..left].copy_from_slice(body);
+    write_now(stream, blocked, |s| s.try_write(&joined[..left]))
 }
 
 /// One write that does not wait: `try_write` registers no waker, since a
