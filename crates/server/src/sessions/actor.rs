@@ -281,7 +281,8 @@ impl Hosted {
         match self.d.act(now, |s| s.attach(instance, view, &address, now)) {
             Ok(()) => {
                 // Worker RPC: the server's hello goes first.
-                self.rpc.insert(instance, super::rpc::device_state());
+                self.rpc
+                    .insert(instance, Box::new(super::rpc::device_state()));
                 self.rec.attached(instance, &address);
                 self.out.push_back(Out::Attached(instance, out, done));
                 self.flush(instance);

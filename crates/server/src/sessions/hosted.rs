@@ -120,8 +120,9 @@ pub(super) enum Tag {
 /// durability rules, and what the server keeps beside it.
 pub(super) struct Hosted {
     pub(super) d: DurableSession<Tag>,
-    /// Each attached device's worker RPC state.
-    pub(super) rpc: HashMap<InstanceId, PeerState>,
+    /// Each attached device's worker RPC state, boxed: the state is over
+    /// 500 B, and a map holds up to twice the slots of its entries.
+    pub(super) rpc: HashMap<InstanceId, Box<PeerState>>,
     /// No device's Plugin API call is due before this (`None`: none is
     /// out). A bound, not the earliest: an answered call leaves it where
     /// it was, and the walk of every device's calls runs only once it has

@@ -182,6 +182,6 @@ impl Hosted {
             self.device_events(instance, now);
         }
         // The calls still out, walked once per deadline passed.
-        self.devices_due = self.rpc.values().filter_map(PeerState::poll_timeout).min();
+        self.devices_due = self.rpc.values().filter_map(|s| s.poll_timeout()).min();
     }
 }
