@@ -10,6 +10,7 @@ use crate::ws::Utf8Bytes;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures_util::future::Either;
 use hostwire_memizy::relay::*;
 use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
@@ -117,50 +118,59 @@ fn read_loop(
     // An async block, not an async fn: what it captures is used in place,
     // where an async fn would keep its arguments twice in its state.
     async move {
-        loop {
-            let next = poll_fn(|cx| socket.poll_event(cx)).await;
-            // The rare waits are boxed: their futures (and what they carry)
-            // would otherwise widen every connection's reader for its life.
-            match reader.on_message(next) {
-                Flow::Go => {}
-                Flow::Stop => break,
-                Flow::Attach(job) => {
-                    if !Box::pin(reader.attach(*job)).await {
-                        break;
+        // The loop's way out is its value, gone before the last wait: a
+        // carried connection's owner and first frame, kept across a wait,
+        // would widen every connection's state for its life.
+        let last = {
+            let exit = loop {
+                let next = poll_fn(|cx| socket.poll_event(cx)).await;
+                // The rare waits are boxed: their futures (and what they carry)
+                // would otherwise widen every connection's reader for its life.
+                match reader.on_message(next) {
+                    Flow::Go => {}
+                    Flow::Stop => break None,
+                    Flow::Attach(job) => {
+                        if !Box::pin(reader.attach(*job)).await {
+                            break None;
+                        }
                     }
+                    Flow::RoomBusy(cmd) => {
+                        let Some(r) = reader.state.room() else {
+                            break None;
+                        };
+                        let closes_room = reader.state.is_host()
+                            && matches!(
+                                &*cmd,
+                                RoomCmd::Frame {
+                                    msg: RelayClientMessage::Close,
+                                    ..
+                                }
+                            );
+                        if Box::pin(r.tx.send(*cmd)).await.is_err() {
+                            break None;
+                        }
+                        if closes_room && Box::pin(reader.room_closed()).await {
+                            break None;
+                        }
+                    }
+                    Flow::AwaitRoomClose => {
+                        if Box::pin(reader.room_closed()).await {
+                            break None;
+                        }
+                    }
+                    Flow::Find(job) => match Box::pin(reader.find(*job)).await {
+                        Found::Go => {}
+                        Found::Stop => break None,
+                        Found::Elsewhere(owner, first) => break Some((owner, first)),
+                    },
                 }
-                Flow::RoomBusy(cmd) => {
-                    let Some(r) = reader.state.room() else { break };
-                    let closes_room = reader.state.is_host()
-                        && matches!(
-                            &*cmd,
-                            RoomCmd::Frame {
-                                msg: RelayClientMessage::Close,
-                                ..
-                            }
-                        );
-                    if Box::pin(r.tx.send(*cmd)).await.is_err() {
-                        break;
-                    }
-                    if closes_room && Box::pin(reader.room_closed()).await {
-                        break;
-                    }
-                }
-                Flow::AwaitRoomClose => {
-                    if Box::pin(reader.room_closed()).await {
-                        break;
-                    }
-                }
-                Flow::Find(job) => match Box::pin(reader.find(*job)).await {
-                    Found::Go => {}
-                    Found::Stop => break,
-                    Found::Elsewhere(owner, first) => {
-                        return Box::pin(carry(reader, socket, owner, first)).await;
-                    }
-                },
+            };
+            match exit {
+                Some((owner, first)) => Either::Left(Box::pin(carry(reader, socket, owner, first))),
+                None => Either::Right(Box::pin(finish(reader, socket))),
             }
-        }
-        Box::pin(finish(reader, socket)).await;
+        };
+        last.await
     }
 }
 
