@@ -386,9 +386,53 @@ impl Frame {
 
     /// The frame as one line of JSON (no newline inside).
     pub fn to_text(&self) -> String {
-        // Writing into a String fails only for a map key that is not a
-        // string, which this serializer never writes.
-        serde_json::to_string(self).unwrap_or_default()
+        // Sized from the frame's own texts, so that a frame carrying a
+        // payload is written without growing its buffer two or three
+        // times on the way (serde_json starts at 128 bytes).
+        let mut out = Vec::with_capacity(self.text_len_hint());
+        // Writing into a Vec fails only for a map key that is not a
+        // string, which this serializer never writes; what it writes is
+        // UTF-8.
+        match serde_json::to_writer(&mut out, self) {
+            Ok(()) => String::from_utf8(out).unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// About the length of [`Frame::to_text`]: the texts the frame carries
+    /// plus room for its keys and numbers (escapes may need more).
+    fn text_len_hint(&self) -> usize {
+        const KEYS: usize = 96;
+        let payload = |p: &Option<Payload>| p.as_ref().map_or(0, |p| p.get().len());
+        let error = |e: &ErrorEnvelope| {
+            e.code.len()
+                + e.message.len()
+                + payload(&e.data)
+                + if e.cause.is_some() { KEYS } else { 0 }
+        };
+        KEYS + self.version().len()
+            + match self {
+                Frame::Request { method, params, .. }
+                | Frame::StreamOpen { method, params, .. } => method.len() + payload(params),
+                Frame::Response { outcome, .. } | Frame::StreamEnd { outcome, .. } => match outcome
+                {
+                    Outcome::Ok(r) => r.get().len(),
+                    Outcome::Err(e) => error(e),
+                },
+                Frame::Cancel { reason, .. } => reason.as_ref().map_or(0, String::len),
+                Frame::Progress { progress, .. } => progress.get().len(),
+                Frame::StreamChunk { data, .. } => data.get().len(),
+                Frame::StreamAck { .. } => 0,
+                Frame::Hello {
+                    features, agent, ..
+                } => {
+                    features.iter().map(|f| f.len() + 3).sum::<usize>()
+                        + agent.as_ref().map_or(0, String::len)
+                }
+                Frame::Goodbye {
+                    reason, error: e, ..
+                } => reason.as_ref().map_or(0, String::len) + e.as_ref().map_or(0, error),
+            }
     }
 }
 
@@ -1064,6 +1108,58 @@ fn decode<'a>(shell: Shell<'a>, bytes: &[u8]) -> Result<Frame, FrameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A frame's text fits the buffer it is written into, so that it is
+    /// not grown on the way (one allocation per outgoing frame).
+    #[test]
+    fn a_frames_text_fits_its_size_hint() {
+        let big = Payload::from_text(format!("[{}]", vec!["\"x\""; 400].join(","))).unwrap();
+        let frames = [
+            Frame::Request {
+                v: PROTOCOL_VERSION.into(),
+                id: 9_007_199_254_740_991,
+                method: "memizy.deliver".into(),
+                params: Some(big.clone()),
+            },
+            Frame::Response {
+                v: PROTOCOL_VERSION.into(),
+                id: 1,
+                outcome: Outcome::Ok(big.clone()),
+            },
+            Frame::Response {
+                v: PROTOCOL_VERSION.into(),
+                id: 1,
+                outcome: Outcome::Err(ErrorEnvelope::new("INVALID_ARGUMENT", "x".repeat(300))),
+            },
+            Frame::StreamChunk {
+                v: PROTOCOL_VERSION.into(),
+                id: 2,
+                seq: MAX_ID,
+                data: big,
+            },
+            Frame::StreamAck {
+                v: PROTOCOL_VERSION.into(),
+                id: 2,
+                ack: MAX_ID,
+                credit: MAX_ID,
+            },
+            Frame::Hello {
+                v: PROTOCOL_VERSION.into(),
+                features: vec!["cancel".into(), "progress".into(), "streams".into()],
+                agent: Some("hostwire".into()),
+            },
+        ];
+        for f in frames {
+            let text = f.to_text();
+            assert!(
+                text.len() <= f.text_len_hint(),
+                "{} bytes against a hint of {}: {text}",
+                text.len(),
+                f.text_len_hint()
+            );
+            assert_eq!(parse_frame(&text).unwrap(), f);
+        }
+    }
 
     #[test]
     fn exact_integers_as_javascript_reads_them() {

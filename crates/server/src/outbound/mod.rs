@@ -16,6 +16,19 @@ use std::task::{Context, Poll};
 /// A close code and its reason.
 pub type Close = (u16, &'static str);
 
+/// A queue's bounds and a frame's weight. They come from what the ends
+/// share (the protocol's configuration), not from fields of every queue:
+/// an idle connection's queue is then within one allocator size class.
+pub trait Bounds<T> {
+    /// The most frames queued.
+    fn cap(&self) -> usize;
+    /// The most bytes queued (one frame is always taken into an empty
+    /// queue, whatever its size).
+    fn max_bytes(&self) -> usize;
+    /// A frame's weight in bytes.
+    fn weigh(frame: &T) -> usize;
+}
+
 /// What the writer is to do next.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Work<T> {
@@ -51,60 +64,47 @@ struct State<T> {
     /// around it until then.
     flush: bool,
     ping: bool,
-    /// Closing after the queue, or killed (the queue dropped): one field,
-    /// since a kill replaces a close.
-    ending: Option<Ending>,
-    senders: usize,
+    /// Closing after the queue (`killing` false), or killed, the queue
+    /// dropped: one code, since a kill replaces a close.
+    ending: Option<Close>,
+    killing: bool,
+    /// Its holders (the reader, a room): at most a few per connection.
+    senders: u32,
     /// The writer has finished (its close sent, or the socket gone).
     ended: bool,
 }
 
-/// How a connection ends.
-#[derive(Clone, Copy)]
-enum Ending {
-    /// After the frames queued, with this code.
-    Close(Close),
-    /// At once, the queue dropped, with this code.
-    Kill(Close),
-}
-
 impl<T> State<T> {
     fn kill_code(&self) -> Option<Close> {
-        match self.ending {
-            Some(Ending::Kill(c)) => Some(c),
-            _ => None,
-        }
+        self.ending.filter(|_| self.killing)
     }
 
     fn close_code(&self) -> Option<Close> {
-        match self.ending {
-            Some(Ending::Close(c)) => Some(c),
-            _ => None,
-        }
+        self.ending.filter(|_| !self.killing)
+    }
+
+    fn set_kill(&mut self, code: Close) {
+        self.ending = Some(code);
+        self.killing = true;
     }
 
     /// Closes after the queue, unless closing or killed already.
     fn set_close(&mut self, code: Close) {
         if self.ending.is_none() {
-            self.ending = Some(Ending::Close(code));
+            self.ending = Some(code);
         }
     }
 }
 
 struct Shared<T, P> {
     state: Mutex<State<T>>,
-    cap: usize,
-    /// The most bytes queued (one frame is always taken into an empty
-    /// queue, whatever its size).
-    max_bytes: usize,
-    weigh: fn(&T) -> usize,
     writer: AtomicWaker,
     reader: AtomicWaker,
     /// `State::kill` is set: the reader checks this on every poll without
     /// taking the lock.
     killed: AtomicBool,
     /// Whatever else the connection's ends share (the server keeps the
-    /// idle socket here), in the same allocation.
+    /// idle socket here), in the same allocation; it gives the bounds.
     parked: P,
 }
 
@@ -119,7 +119,7 @@ impl<T, P> Shared<T, P> {
         let mut s = self.lock();
         let first = s.kill_code().is_none();
         if first {
-            s.ending = Some(Ending::Kill(code));
+            s.set_kill(code);
             self.killed.store(true, Release);
         }
         // Nothing queued is written after a kill: its memory goes now.
@@ -134,43 +134,34 @@ impl<T, P> Shared<T, P> {
         s.bytes = 0;
     }
 
-    fn pop(&self, s: &mut State<T>) -> Option<T> {
-        let f = s.frames.pop_front()?;
-        s.bytes = s.bytes.saturating_sub((self.weigh)(&f));
-        Some(f)
-    }
-
     fn wake_both(&self) {
         self.writer.wake();
         self.reader.wake();
     }
 }
 
+impl<T, P: Bounds<T>> Shared<T, P> {
+    fn pop(&self, s: &mut State<T>) -> Option<T> {
+        let f = s.frames.pop_front()?;
+        s.bytes = s.bytes.saturating_sub(P::weigh(&f));
+        Some(f)
+    }
+}
+
 /// Where frames for one connection are queued. Cloned for every holder
 /// (the connection's reader, its room); the writer ends when all are gone.
-pub struct Outbound<T, P = ()> {
+pub struct Outbound<T, P> {
     shared: Arc<Shared<T, P>>,
 }
 
 /// The writer's end of the queue.
-pub struct Drain<T, P = ()> {
+pub struct Drain<T, P> {
     shared: Arc<Shared<T, P>>,
 }
 
-/// A queue of at most `cap` frames, and `parked` shared by both ends.
-#[cfg(test)]
-pub fn queue<T, P>(cap: usize, parked: P) -> (Outbound<T, P>, Drain<T, P>) {
-    queue_bounded(cap, usize::MAX, |_| 0, parked)
-}
-
-/// A queue of at most `cap` frames weighing at most `max_bytes` together
-/// (by `weigh`), and `parked` shared by both ends.
-pub fn queue_bounded<T, P>(
-    cap: usize,
-    max_bytes: usize,
-    weigh: fn(&T) -> usize,
-    parked: P,
-) -> (Outbound<T, P>, Drain<T, P>) {
+/// A queue within the bounds that `parked` gives, and `parked` shared by
+/// both ends.
+pub fn queue<T, P: Bounds<T>>(parked: P) -> (Outbound<T, P>, Drain<T, P>) {
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             frames: VecDeque::new(),
@@ -179,12 +170,10 @@ pub fn queue_bounded<T, P>(
             flush: false,
             ping: false,
             ending: None,
+            killing: false,
             senders: 1,
             ended: false,
         }),
-        cap: cap.max(1),
-        max_bytes,
-        weigh,
         writer: AtomicWaker::new(),
         reader: AtomicWaker::new(),
         killed: AtomicBool::new(false),
@@ -220,7 +209,7 @@ pub enum Refused {
     Closing,
 }
 
-impl<T, P> Outbound<T, P> {
+impl<T, P: Bounds<T>> Outbound<T, P> {
     /// What the ends share besides the queue.
     pub fn parked(&self) -> &P {
         &self.shared.parked
@@ -267,7 +256,7 @@ impl<T, P> Outbound<T, P> {
             // Under the queue's lock: nothing is queued meanwhile.
             let mut frames = std::mem::take(&mut s.frames);
             let flushed = write_now(&mut frames);
-            s.bytes = frames.iter().map(self.shared.weigh).sum();
+            s.bytes = frames.iter().map(P::weigh).sum();
             s.flush |= !flushed;
             if !frames.is_empty() {
                 s.frames = frames;
@@ -307,11 +296,12 @@ impl<T, P> Outbound<T, P> {
         } else {
             frame
         };
-        let weight = (self.shared.weigh)(&frame);
+        let parked = &self.shared.parked;
+        let weight = P::weigh(&frame);
         let over_bytes =
-            !s.frames.is_empty() && s.bytes.saturating_add(weight) > self.shared.max_bytes;
-        if s.frames.len() >= self.shared.cap || over_bytes {
-            s.ending = Some(Ending::Kill(too_slow));
+            !s.frames.is_empty() && s.bytes.saturating_add(weight) > parked.max_bytes();
+        if s.frames.len() >= parked.cap().max(1) || over_bytes {
+            s.set_kill(too_slow);
             self.shared.killed.store(true, Release);
             Shared::<T, P>::discard(&mut s);
             drop(s);
@@ -369,7 +359,7 @@ impl<T, P> Outbound<T, P> {
 /// A handle that can only close a connection, and keeps nothing alive: a
 /// registry of every socket holds these, so that its connections still end
 /// when their own holders let go.
-pub struct Closer<T, P = ()> {
+pub struct Closer<T, P> {
     shared: Weak<Shared<T, P>>,
 }
 
@@ -401,7 +391,7 @@ impl<T, P> Closer<T, P> {
     }
 }
 
-impl<T, P> Outbound<T, P> {
+impl<T, P: Bounds<T>> Outbound<T, P> {
     /// A handle that closes this connection without keeping it alive.
     pub fn closer(&self) -> Closer<T, P> {
         Closer {
@@ -431,7 +421,7 @@ impl<T, P> Drop for Outbound<T, P> {
     }
 }
 
-impl<T, P> Drain<T, P> {
+impl<T, P: Bounds<T>> Drain<T, P> {
     /// What the ends share besides the queue.
     pub fn parked(&self) -> &P {
         &self.shared.parked

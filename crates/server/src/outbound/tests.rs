@@ -5,13 +5,58 @@ use std::task::Waker;
 
 const SLOW: Close = (1013, "too slow");
 
-fn work<T>(d: &Drain<T>) -> Poll<Work<T>> {
+/// Bounds for a test's queue: a `u32` frame weighs 10 bytes, a byte
+/// vector its length.
+struct Limits {
+    cap: usize,
+    max_bytes: usize,
+}
+
+impl Bounds<u32> for Limits {
+    fn cap(&self) -> usize {
+        self.cap
+    }
+    fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+    fn weigh(_: &u32) -> usize {
+        10
+    }
+}
+
+impl Bounds<Vec<u8>> for Limits {
+    fn cap(&self) -> usize {
+        self.cap
+    }
+    fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+    fn weigh(frame: &Vec<u8>) -> usize {
+        frame.len()
+    }
+}
+
+/// A queue of at most `cap` frames and no byte bound.
+fn frames<T>(cap: usize) -> (Outbound<T, Limits>, Drain<T, Limits>)
+where
+    Limits: Bounds<T>,
+{
+    queue(Limits {
+        cap,
+        max_bytes: usize::MAX,
+    })
+}
+
+fn work<T>(d: &Drain<T, Limits>) -> Poll<Work<T>>
+where
+    Limits: Bounds<T>,
+{
     d.poll_work(&mut Context::from_waker(Waker::noop()))
 }
 
 #[test]
 fn frames_come_out_in_order() {
-    let (out, drain) = queue::<u32, ()>(8, ());
+    let (out, drain) = frames::<u32>(8);
     assert_eq!(work(&drain), Poll::Pending);
     out.push(1, SLOW).unwrap();
     out.push(2, SLOW).unwrap();
@@ -25,7 +70,7 @@ fn frames_come_out_in_order() {
 
 #[test]
 fn a_drained_queue_gives_back_what_a_burst_took() {
-    let (out, drain) = queue::<u32, ()>(1024, ());
+    let (out, drain) = frames::<u32>(1024);
     for i in 0..1000 {
         out.push(i, SLOW).unwrap();
     }
@@ -35,7 +80,7 @@ fn a_drained_queue_gives_back_what_a_burst_took() {
 
 #[test]
 fn a_ping_goes_after_the_queued_frames() {
-    let (out, drain) = queue::<u32, ()>(8, ());
+    let (out, drain) = frames::<u32>(8);
     out.push(1, SLOW).unwrap();
     out.closer().ping();
     assert_eq!(work(&drain), Poll::Ready(Work::Frame(1)));
@@ -54,7 +99,7 @@ impl std::task::Wake for Counted {
 
 #[test]
 fn a_full_queue_kills_the_connection_once() {
-    let (out, drain) = queue::<u32, ()>(2, ());
+    let (out, drain) = frames::<u32>(2);
     let wakes = Arc::new(Counted(Default::default()));
     let reader = Waker::from(Arc::clone(&wakes));
     assert_eq!(
@@ -81,7 +126,10 @@ fn a_full_queue_kills_the_connection_once() {
 
 #[test]
 fn a_queue_over_its_bytes_kills_the_connection_and_frees_them() {
-    let (out, drain) = queue_bounded::<Vec<u8>, ()>(1024, 100, |f| f.len(), ());
+    let (out, drain) = queue::<Vec<u8>, _>(Limits {
+        cap: 1024,
+        max_bytes: 100,
+    });
     // An empty queue takes one frame whatever its size.
     out.push(vec![0; 150], SLOW).unwrap();
     assert_eq!(work(&drain), Poll::Ready(Work::Frame(vec![0; 150])));
@@ -98,7 +146,10 @@ fn a_queue_over_its_bytes_kills_the_connection_and_frees_them() {
 
 #[test]
 fn taking_frames_gives_back_their_bytes() {
-    let (out, drain) = queue_bounded::<Vec<u8>, ()>(1024, 100, |f| f.len(), ());
+    let (out, drain) = queue::<Vec<u8>, _>(Limits {
+        cap: 1024,
+        max_bytes: 100,
+    });
     drain.shared.lock().busy = true;
     for _ in 0..10 {
         out.push(vec![0; 50], SLOW).unwrap();
@@ -111,7 +162,7 @@ fn taking_frames_gives_back_their_bytes() {
 
 #[test]
 fn close_follows_the_queued_frames_and_refuses_later_ones() {
-    let (out, drain) = queue::<u32, ()>(8, ());
+    let (out, drain) = frames::<u32>(8);
     out.push(1, SLOW).unwrap();
     out.close((1008, "policy"));
     assert_eq!(out.push(2, SLOW), Err(Refused::Closing));
@@ -121,7 +172,7 @@ fn close_follows_the_queued_frames_and_refuses_later_ones() {
 
 #[test]
 fn the_writer_ends_when_every_sender_is_gone() {
-    let (out, drain) = queue::<u32, ()>(8, ());
+    let (out, drain) = frames::<u32>(8);
     let room = out.clone();
     drop(out);
     assert_eq!(work(&drain), Poll::Pending);
@@ -134,7 +185,7 @@ fn the_writer_ends_when_every_sender_is_gone() {
 
 #[test]
 fn only_an_idle_queue_offers_a_frame_for_writing_at_once() {
-    let (out, drain) = queue::<u32, ()>(8, ());
+    let (out, drain) = frames::<u32>(8);
     // Written at once: nothing for the writer.
     out.push_or_write(1, SLOW, |_| Direct::Written).unwrap();
     assert_eq!(work(&drain), Poll::Pending);
@@ -180,7 +231,7 @@ impl std::task::Wake for Wakes {
 
 #[test]
 fn held_frames_wake_no_writer_and_leave_together_when_released() {
-    let (out, drain) = queue_bounded::<u32, ()>(8, usize::MAX, |_| 10, ());
+    let (out, drain) = frames::<u32>(8);
     let wakes = Arc::new(Wakes(0.into()));
     let waker = Waker::from(Arc::clone(&wakes));
     let woken = || wakes.0.load(std::sync::atomic::Ordering::Relaxed);
@@ -222,7 +273,7 @@ fn held_frames_wake_no_writer_and_leave_together_when_released() {
 
 #[test]
 fn a_kill_from_the_writer_wakes_the_reader() {
-    let (out, drain) = queue::<u32, ()>(8, ());
+    let (out, drain) = frames::<u32>(8);
     let cx = &mut Context::from_waker(Waker::noop());
     assert_eq!(out.poll_killed(cx), Poll::Pending);
     assert!(drain.kill((1006, "write failed")));

@@ -269,18 +269,13 @@ impl Connection {
         config: Arc<Config>,
         sockets: Option<Sockets>,
     ) -> (Connection, outbound::Drain<Utf8Bytes, Parked>) {
-        let (out, drain) = outbound::queue_bounded(
-            config.outbound_frames,
-            config.outbound_bytes,
-            |f: &Utf8Bytes| f.len(),
-            Parked {
-                piped: matches!(socket, Socket::Pipe(_)),
-                socket: Mutex::new(Some(socket)),
-                config: Arc::clone(&config),
-                active: AtomicBool::new(false),
-                expired: AtomicBool::new(false),
-            },
-        );
+        let (out, drain) = outbound::queue(Parked {
+            piped: matches!(socket, Socket::Pipe(_)),
+            socket: Mutex::new(Some(socket)),
+            config: Arc::clone(&config),
+            active: AtomicBool::new(false),
+            expired: AtomicBool::new(false),
+        });
         let out = Outbound(out);
         // Every socket is in a registry, which times its idle timeout and
         // its pings.

@@ -228,14 +228,12 @@ mod tests {
     use std::sync::Mutex;
 
     fn connection() -> (Outbound, outbound::Drain<Utf8Bytes, Parked>) {
-        let (out, drain) = outbound::queue_bounded(8, 1024, |f: &Utf8Bytes| f.len(), {
-            Parked {
-                piped: false,
-                socket: Mutex::new(None),
-                config: Arc::new(Config::new(1024)),
-                active: AtomicBool::new(false),
-                expired: AtomicBool::new(false),
-            }
+        let (out, drain) = outbound::queue(Parked {
+            piped: false,
+            socket: Mutex::new(None),
+            config: Arc::new(Config::new(1024)),
+            active: AtomicBool::new(false),
+            expired: AtomicBool::new(false),
         });
         (Outbound(out), drain)
     }

@@ -36,6 +36,21 @@ pub struct Parked {
     pub(super) expired: std::sync::atomic::AtomicBool,
 }
 
+/// The protocol's queue bounds, read where they are set.
+impl outbound::Bounds<Utf8Bytes> for Parked {
+    fn cap(&self) -> usize {
+        self.config.outbound_frames
+    }
+
+    fn max_bytes(&self) -> usize {
+        self.config.outbound_bytes
+    }
+
+    fn weigh(frame: &Utf8Bytes) -> usize {
+        frame.len()
+    }
+}
+
 impl Parked {
     pub(super) fn socket(&self) -> MutexGuard<'_, Option<Socket>> {
         // A panic while polling the socket leaves it as tungstenite left
