@@ -130,9 +130,13 @@ impl Parked {
         !sent || matches!(sink.try_flush(), Ok(true))
     }
 
-    /// Hands `msg` to the socket (taking it); false if the socket failed
-    /// or is gone.
-    fn poll_feed(&self, cx: &mut Context<'_>, msg: &mut Option<Message>) -> Poll<bool> {
+    /// Hands the message that `take` gives to the socket once it can take
+    /// one; false if the socket failed or is gone (or `take` gave none).
+    fn poll_feed(
+        &self,
+        cx: &mut Context<'_>,
+        take: impl FnOnce() -> Option<Message>,
+    ) -> Poll<bool> {
         let mut slot = self.socket();
         let Some(ws) = slot.as_mut() else {
             return Poll::Ready(false);
@@ -142,7 +146,7 @@ impl Parked {
             Poll::Ready(Err(_)) => return Poll::Ready(false),
             Poll::Pending => return Poll::Pending,
         }
-        let Some(m) = msg.take() else {
+        let Some(m) = take() else {
             return Poll::Ready(false);
         };
         Poll::Ready(ws.start_send_unpin(m).is_ok())
@@ -246,17 +250,26 @@ impl Outbound {
 /// A future written by hand, not an `async fn`: it lives in every
 /// connection's task for the connection's life, and the compiler's state
 /// machine kept room for each awaited call's future (232 bytes against
-/// this one's 72; see docs/BENCHMARKS.md, "Idle connections").
+/// this one's 48; see docs/BENCHMARKS.md, "Idle connections").
 pub(super) struct WriteLoop {
     drain: outbound::Drain<Utf8Bytes, Parked>,
     step: Step,
 }
 
+/// Each message kind is a step of its own, holding only what its message
+/// is made from (made when the socket can take it): tungstenite's
+/// `Message` is 56 bytes, and the step lives in every connection.
 enum Step {
     /// Waiting for work.
     Idle,
-    /// Handing a message to the socket (`None` once handed), then `then`.
-    Feed(Option<Message>, Then),
+    /// Handing a frame to the socket (`None` once handed), then the next
+    /// queued frame, or a flush once there is none.
+    Feed(Option<Utf8Bytes>),
+    /// Handing a ping to the socket (`false` once handed), then a flush.
+    Ping(bool),
+    /// Handing this close frame to the socket (`None` once handed), then
+    /// a flush and the close.
+    CloseFrame(Option<Close>),
     /// Flushing the socket; `last`: then close it, whatever the flush did.
     Flush {
         last: bool,
@@ -266,14 +279,11 @@ enum Step {
     Done,
 }
 
-/// What follows a message handed to the socket.
-#[derive(Clone, Copy)]
-enum Then {
-    /// The next queued frame, or a flush once there is none.
-    Drain,
-    Flush,
-    /// A flush, then the close (the message was the close frame).
-    FlushAndClose,
+fn close_frame((code, reason): Close) -> Message {
+    Message::Close(Some(CloseFrame {
+        code: code.into(),
+        reason: Utf8Bytes::from_static(reason),
+    }))
 }
 
 pub(super) fn write_loop(drain: outbound::Drain<Utf8Bytes, Parked>) -> WriteLoop {
@@ -292,33 +302,34 @@ impl std::future::Future for WriteLoop {
             let parked = this.drain.parked();
             this.step = match &mut this.step {
                 Step::Idle => match std::task::ready!(this.drain.poll_work(cx)) {
-                    outbound::Work::Frame(f) => Step::Feed(Some(Message::Text(f)), Then::Drain),
+                    outbound::Work::Frame(f) => Step::Feed(Some(f)),
                     outbound::Work::Flush => Step::Flush { last: false },
-                    outbound::Work::Ping => {
-                        Step::Feed(Some(Message::Ping(Bytes::new())), Then::Flush)
-                    }
+                    outbound::Work::Ping => Step::Ping(true),
                     // Fails when the peer closed first: the WebSocket layer
                     // has queued its echo, which the close below flushes.
-                    outbound::Work::Close((code, reason))
-                    | outbound::Work::Kill((code, reason)) => {
-                        let frame = CloseFrame {
-                            code: code.into(),
-                            reason: Utf8Bytes::from_static(reason),
-                        };
-                        Step::Feed(Some(Message::Close(Some(frame))), Then::FlushAndClose)
-                    }
+                    outbound::Work::Close(c) | outbound::Work::Kill(c) => Step::CloseFrame(Some(c)),
                     outbound::Work::End => Step::Close,
                 },
-                Step::Feed(msg, then) => {
-                    let ok = std::task::ready!(parked.poll_feed(cx, msg));
-                    match (ok, *then) {
-                        (true, Then::Drain) => match this.drain.next_frame() {
-                            Some(f) => Step::Feed(Some(Message::Text(f)), Then::Drain),
-                            None => Step::Flush { last: false },
-                        },
-                        (true, Then::Flush) => Step::Flush { last: false },
-                        (true, Then::FlushAndClose) => Step::Flush { last: true },
-                        (false, _) => Step::Close,
+                Step::Feed(f) => {
+                    if !std::task::ready!(parked.poll_feed(cx, || f.take().map(Message::Text))) {
+                        Step::Close
+                    } else if let Some(f) = this.drain.next_frame() {
+                        Step::Feed(Some(f))
+                    } else {
+                        Step::Flush { last: false }
+                    }
+                }
+                Step::Ping(pending) => {
+                    let ping = || std::mem::take(pending).then(|| Message::Ping(Bytes::new()));
+                    match std::task::ready!(parked.poll_feed(cx, ping)) {
+                        true => Step::Flush { last: false },
+                        false => Step::Close,
+                    }
+                }
+                Step::CloseFrame(c) => {
+                    match std::task::ready!(parked.poll_feed(cx, || c.take().map(close_frame))) {
+                        true => Step::Flush { last: true },
+                        false => Step::Close,
                     }
                 }
                 Step::Flush { last } => {
