@@ -2,6 +2,7 @@
 //! room's rules. The server drives them with sockets, timers and a store.
 
 pub mod bundle;
+mod by_id;
 pub mod connection;
 pub mod create;
 pub mod durable;

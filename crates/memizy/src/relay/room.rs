@@ -2,6 +2,7 @@
 //! detach, sweep at time T), outputs out (frames for connections, closes,
 //! durable changes to persist).
 
+use super::by_id::ById;
 use super::connection::ConnId;
 use super::protocol::*;
 use crate::limits::RelayLimits;
@@ -52,6 +53,10 @@ struct Player {
     conn: Option<ConnId>,
 }
 
+fn id_of(p: &Player) -> &str {
+    &p.id
+}
+
 impl Player {
     fn public(&self) -> RelayPlayer {
         RelayPlayer {
@@ -100,7 +105,7 @@ pub struct Room {
     open: bool,
     /// Players in join order; a kicked player's slot is removed.
     players: Vec<Player>,
-    by_id: HashMap<String, usize>,
+    by_id: ById,
     conns: HashMap<ConnId, Role>,
     kicked: HashSet<String>,
     bundle: Option<BundleMeta>,
@@ -141,11 +146,10 @@ impl Room {
                 })
             })
             .collect();
-        let by_id = players
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.id.clone(), i))
-            .collect();
+        let mut by_id = ById::default();
+        for i in 0..players.len() {
+            by_id.insert(&players, id_of, i);
+        }
         let fix_up = r
             .host_away_since_ms
             .is_none()
@@ -408,13 +412,13 @@ impl Room {
                 }
                 let id = loop {
                     let id = format!("p-{}", random_base64url(6));
-                    if !self.by_id.contains_key(&id) {
+                    if self.by_id.get(&self.players, id_of, &id).is_none() {
                         break id;
                     }
                 };
                 let name = normalize_player_name(name.unwrap_or(""), self.limits.name_length);
                 let player = Player {
-                    id: id.clone(),
+                    id,
                     name: if name.is_empty() {
                         "Player".into()
                     } else {
@@ -428,7 +432,8 @@ impl Room {
                     player: player.record(),
                 }));
                 self.players.push(player);
-                self.by_id.insert(id, self.players.len() - 1);
+                self.by_id
+                    .insert(&self.players, id_of, self.players.len() - 1);
                 (self.players.len() - 1, PresenceEvent::Join)
             }
         };
@@ -478,8 +483,8 @@ impl Room {
                 // Unknown or disconnected players: dropped silently.
                 if let Some(c) = to
                     .as_ref()
-                    .and_then(|id| self.by_id.get(id))
-                    .and_then(|&i| self.players[i].conn)
+                    .and_then(|id| self.by_id.get(&self.players, id_of, id))
+                    .and_then(|i| self.players[i].conn)
                 {
                     Self::send(out, c, RelayServerMessage::Data { data: data.clone() });
                 }
@@ -544,17 +549,12 @@ impl Room {
     }
 
     fn kick(&mut self, player_id: &str, out: &mut Vec<RoomOutput>) {
-        let Some(index) = self.by_id.get(player_id).copied() else {
+        let Some(index) = self.by_id.get(&self.players, id_of, player_id) else {
             return;
         };
-        let player = self.players.remove(index);
-        self.by_id.remove(&player.id);
         // Indices after the removed slot move down by one.
-        for i in self.by_id.values_mut() {
-            if *i > index {
-                *i -= 1;
-            }
-        }
+        self.by_id.remove(&self.players, id_of, index);
+        let player = self.players.remove(index);
         for role in self.conns.values_mut() {
             if let Role::Player(i) = role {
                 if *i > index {
