@@ -11,13 +11,15 @@ pub const TOKEN_BYTES: usize = 24;
 pub const TOKEN_TEXT_LEN: usize = 32;
 
 /// An opaque secret. Equality is constant-time; `Debug` does not print it.
+/// Its text as a `Box<str>`, not a `String`: a token is never grown, and
+/// a server holds one per player, device and seat for their lives.
 #[derive(Clone)]
-pub struct Token(String);
+pub struct Token(Box<str>);
 
 impl Token {
     /// A fresh token from the operating system's random source.
     pub fn generate() -> Self {
-        Token(URL_SAFE_NO_PAD.encode(random_bytes::<TOKEN_BYTES>()))
+        Token(URL_SAFE_NO_PAD.encode(random_bytes::<TOKEN_BYTES>()).into())
     }
 
     /// Wraps token text received from a peer or read from storage, if it has
@@ -27,7 +29,7 @@ impl Token {
             && text
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        ok.then(|| Token(text.to_owned()))
+        ok.then(|| Token(text.into()))
     }
 
     pub fn as_str(&self) -> &str {

@@ -47,8 +47,10 @@ pub enum AttachOutcome {
 
 #[derive(Debug, Clone)]
 struct Player {
-    id: String,
-    name: String,
+    /// Boxed, not `String`s: never grown, and held for the player's life
+    /// in a list that grows by doubling.
+    id: Box<str>,
+    name: Box<str>,
     token: Token,
     conn: Option<ConnId>,
 }
@@ -60,15 +62,15 @@ fn id_of(p: &Player) -> &str {
 impl Player {
     fn public(&self) -> RelayPlayer {
         RelayPlayer {
-            id: self.id.clone(),
-            name: self.name.clone(),
+            id: self.id.to_string(),
+            name: self.name.to_string(),
             connected: self.conn.is_some(),
         }
     }
     fn record(&self) -> PlayerRecord {
         PlayerRecord {
-            id: self.id.clone(),
-            name: self.name.clone(),
+            id: self.id.to_string(),
+            name: self.name.to_string(),
             token: self.token.as_str().to_owned(),
         }
     }
@@ -140,8 +142,8 @@ impl Room {
             .filter_map(|p| {
                 Some(Player {
                     token: Token::parse(&p.token)?,
-                    id: p.id,
-                    name: p.name,
+                    id: p.id.into(),
+                    name: p.name.into(),
                     conn: None,
                 })
             })
@@ -418,11 +420,11 @@ impl Room {
                 };
                 let name = normalize_player_name(name.unwrap_or(""), self.limits.name_length);
                 let player = Player {
-                    id,
+                    id: id.into(),
                     name: if name.is_empty() {
                         "Player".into()
                     } else {
-                        name
+                        name.into()
                     },
                     token: Token::generate(),
                     conn: None,
@@ -445,9 +447,9 @@ impl Room {
             conn,
             RelayServerMessage::Joined {
                 pin: self.pin.clone(),
-                player_id: p.id.clone(),
+                player_id: p.id.to_string(),
                 token: p.token.as_str().to_owned(),
-                name: p.name.clone(),
+                name: p.name.to_string(),
                 host_connected: self.host.is_some(),
             },
         );
@@ -502,7 +504,7 @@ impl Room {
             (Some(Role::Host), RelayClientMessage::Close) => self.close(ClosedReason::Host, out),
             (Some(Role::Player(i)), RelayClientMessage::Up { data }) => {
                 let frame = RelayServerMessage::From {
-                    from: self.players[i].id.clone(),
+                    from: self.players[i].id.to_string(),
                     data: data.clone(),
                 };
                 self.to_host(out, frame);
@@ -516,8 +518,8 @@ impl Room {
                 let p = &mut self.players[i];
                 // An unchanged name is not written again (a rename flood
                 // at the allowed rate must not load the store).
-                let changed = p.name != name;
-                p.name = name;
+                let changed = *p.name != *name;
+                p.name = name.into();
                 let (public, record) = (p.public(), p.record());
                 if changed {
                     out.push(RoomOutput::Persist(RoomChange::Player {
@@ -565,7 +567,7 @@ impl Room {
         self.kicked.insert(player.token.as_str().to_owned());
         out.push(RoomOutput::Persist(RoomChange::Kicked {
             pin: self.pin.clone(),
-            player_id: player.id.clone(),
+            player_id: player.id.to_string(),
             token: player.token.as_str().to_owned(),
         }));
         if let Some(c) = player.conn {
