@@ -676,6 +676,15 @@ mod tests {
     use super::super::sim::{World, T0};
     use super::*;
     use crate::limits::RELAY_LIMITS;
+
+    /// A room keeps an entry per player for its life, in a list grown by
+    /// doubling: its texts are boxed (never grown), not `String`s
+    /// (docs/BENCHMARKS.md, "An idle connection's queue, writer and room
+    /// entry made smaller").
+    #[test]
+    fn a_players_entry_is_64_bytes() {
+        assert_eq!(std::mem::size_of::<Player>(), 64);
+    }
     use serde_json::json;
 
     fn host_frame(pin: &str, token: &str) -> serde_json::Value {

@@ -497,5 +497,13 @@ impl<T, P: Bounds<T>> Drain<T, P> {
     }
 }
 
+/// The bytes of one queue's allocation (its `Arc`'s counts and the
+/// queue with what its ends share), for tests that keep it within an
+/// allocator size class.
+#[cfg(test)]
+pub(crate) const fn allocation_bytes<T, P>() -> usize {
+    2 * std::mem::size_of::<usize>() + std::mem::size_of::<Shared<T, P>>()
+}
+
 #[cfg(test)]
 mod tests;
