@@ -253,35 +253,46 @@ async fn read_loop(
     out: &DeviceOut,
 ) {
     loop {
-        let bytes: Bytes = match reader.next().await {
-            ws::Event::End => return,
-            ws::Event::Oversized => {
-                sessions.metrics.oversized_frames.fetch_add(1, Relaxed);
-                let bye = Frame::Goodbye {
-                    v: PROTOCOL_VERSION.to_owned(),
-                    reason: Some("frame too large".into()),
-                    error: Some(ErrorEnvelope::new(
-                        codes::FRAME_TOO_LARGE,
-                        format!("frame: over the {MAX_DEVICE_FRAME_BYTES}-byte limit"),
-                    )),
-                };
-                let _ = out.send(bye.to_text().into());
-                return;
+        // The frame, its bytes and what `try_send` gave back are gone
+        // before the rare wait for room in the session's queue (a boxed
+        // send): kept across it, they would widen every device's state for
+        // its life (docs/BENCHMARKS.md, "An idle connection's queue,
+        // writer and room entry made smaller").
+        let (full, bye) = {
+            let bytes: Bytes = match reader.next().await {
+                ws::Event::End => return,
+                ws::Event::Oversized => {
+                    sessions.metrics.oversized_frames.fetch_add(1, Relaxed);
+                    let bye = Frame::Goodbye {
+                        v: PROTOCOL_VERSION.to_owned(),
+                        reason: Some("frame too large".into()),
+                        error: Some(ErrorEnvelope::new(
+                            codes::FRAME_TOO_LARGE,
+                            format!("frame: over the {MAX_DEVICE_FRAME_BYTES}-byte limit"),
+                        )),
+                    };
+                    let _ = out.send(bye.to_text().into());
+                    return;
+                }
+                ws::Event::Text(t) => Bytes::from(t),
+                ws::Event::Binary(b) => b,
+            };
+            let frame = parse_frame_bytes(&bytes);
+            if frame.as_ref().map_or(true, |f| !f.is_compatible()) {
+                sessions.metrics.malformed_frames.fetch_add(1, Relaxed);
             }
-            ws::Event::Text(t) => Bytes::from(t),
-            ws::Event::Binary(b) => b,
+            // Nothing is read after the device's goodbye.
+            let bye = matches!(frame, Ok(Frame::Goodbye { .. }));
+            // A full session queue holds this reader (and only it) back.
+            match tx.try_send(Cmd::Frame { instance, frame }) {
+                Ok(()) => (None, bye),
+                Err(TrySendError::Full(cmd)) => (Some(Box::pin(tx.send(cmd))), bye),
+                Err(TrySendError::Closed(_)) => return,
+            }
         };
-        let frame = parse_frame_bytes(&bytes);
-        if frame.as_ref().map_or(true, |f| !f.is_compatible()) {
-            sessions.metrics.malformed_frames.fetch_add(1, Relaxed);
-        }
-        // Nothing is read after the device's goodbye.
-        let bye = matches!(frame, Ok(Frame::Goodbye { .. }));
-        // A full session queue holds this reader (and only it) back.
-        let sent = match tx.try_send(Cmd::Frame { instance, frame }) {
-            Ok(()) => true,
-            Err(TrySendError::Full(cmd)) => Box::pin(tx.send(cmd)).await.is_ok(),
-            Err(TrySendError::Closed(_)) => false,
+        let sent = match full {
+            None => true,
+            Some(send) => send.await.is_ok(),
         };
         if !sent || bye {
             return;
