@@ -3,14 +3,16 @@
 //! that drains the connection's bounded outbound queue.
 
 use super::{Cmd, Ggui};
+use crate::unit;
 use crate::ws;
 use crate::ws::Utf8Bytes;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hostwire_ggui::decode::{CLOSE_MESSAGE_TOO_BIG, MAX_FRAME_BYTES};
-use hostwire_ggui::{codes, encode_error, make_error_payload, ConnId};
+use hostwire_ggui::{codes, encode_error, make_error_payload};
 use std::collections::HashMap;
+use std::future::{poll_fn, Future};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -129,52 +131,67 @@ pub(crate) async fn ws_upgrade(
     ws.on_upgrade(config, move |c| handle_socket(ggui, c, bound))
 }
 
-pub(super) async fn handle_socket(ggui: Arc<Ggui>, c: ws::Connection, bound: (String, String)) {
+pub(super) fn handle_socket(
+    ggui: Arc<Ggui>,
+    c: ws::Connection,
+    bound: (String, String),
+) -> impl Future<Output = ()> + Send {
+    // Not an `async fn`: its arguments (the bound pair among them) would be
+    // kept in the future for the socket's life beside what is made of them.
     let ws::Connection { mut reader, out } = c;
     // The UI token admitted it (checked at the upgrade).
     let authenticated = true;
     let conn = ggui.next_conn();
     ggui.metrics.connections.fetch_add(1, Relaxed);
     let out = Outbound(out);
-    let opened = ggui
-        .tx
-        .send(Cmd::Open {
+    // Offered before the future exists: the future keeps no room for the
+    // command (a full queue's boxed wait only).
+    let opened = unit::offer_owned(
+        ggui.tx.clone(),
+        Cmd::Open {
             conn,
             out: out.clone(),
             authenticated,
             bound: Some(bound),
-        })
-        .await
-        .is_ok();
-    if opened {
-        read_loop(&ggui, conn, &mut reader, &out).await;
-        let _ = ggui.tx.send(Cmd::Closed { conn }).await;
+        },
+    );
+    async move {
+        if opened.await {
+            // The read loop, inline: an `async fn` of it would keep its
+            // arguments twice.
+            loop {
+                let event = poll_fn(|cx| reader.poll_event(cx)).await;
+                let Some(text) = read_text(&ggui, &out, event) else {
+                    break;
+                };
+                if !unit::offer(&ggui.tx, Cmd::Frame { conn, text }).await {
+                    break;
+                }
+            }
+            unit::offer(&ggui.tx, Cmd::Closed { conn }).await;
+        }
+        drop(out);
+        Box::pin(reader.finish()).await;
+        ggui.metrics.connections.fetch_sub(1, Relaxed);
     }
-    drop(out);
-    reader.finish().await;
-    ggui.metrics.connections.fetch_sub(1, Relaxed);
 }
 
-async fn read_loop(ggui: &Ggui, conn: ConnId, reader: &mut ws::Reader, out: &Outbound) {
-    loop {
-        let text = match reader.next().await {
-            ws::Event::End => return,
-            ws::Event::Oversized => {
-                ggui.metrics.oversized_frames.fetch_add(1, Relaxed);
-                let message = format!("frame exceeds the {MAX_FRAME_BYTES}-byte limit");
-                let payload = make_error_payload(codes::FRAME_TOO_LARGE, message, None);
-                out.frame(super::to_text(encode_error(&payload, None)));
-                return;
-            }
-            ws::Event::Text(t) => t,
-            // The core answers a frame that is not JSON text itself.
-            ws::Event::Binary(b) => match Utf8Bytes::try_from(b) {
-                Ok(t) => t,
-                Err(_) => Utf8Bytes::from_static("\u{fffd}"),
-            },
-        };
-        if ggui.tx.send(Cmd::Frame { conn, text }).await.is_err() {
-            return;
+/// The text of one event read from a socket; `None` when it ends.
+fn read_text(ggui: &Ggui, out: &Outbound, event: ws::Event) -> Option<Utf8Bytes> {
+    match event {
+        ws::Event::End => None,
+        ws::Event::Oversized => {
+            ggui.metrics.oversized_frames.fetch_add(1, Relaxed);
+            let message = format!("frame exceeds the {MAX_FRAME_BYTES}-byte limit");
+            let payload = make_error_payload(codes::FRAME_TOO_LARGE, message, None);
+            out.frame(super::to_text(encode_error(&payload, None)));
+            None
         }
+        ws::Event::Text(t) => Some(t),
+        // The core answers a frame that is not JSON text itself.
+        ws::Event::Binary(b) => Some(match Utf8Bytes::try_from(b) {
+            Ok(t) => t,
+            Err(_) => Utf8Bytes::from_static("\u{fffd}"),
+        }),
     }
 }

@@ -11,7 +11,6 @@
 //! reconnects does not start afresh; the match's budget bounds what an owner
 //! gets by minting more tokens.
 
-use super::actor::MatchHandle;
 use hostwire_playerthree::tokens::{TokenHash, MAX_TOKENS_PER_MATCH};
 use hostwire_playerthree::MAX_MESSAGE_BYTES;
 use std::collections::HashMap;
@@ -132,18 +131,10 @@ impl Default for InboundPace {
     }
 }
 
-/// Waits out what reading `bytes` from a connection of `token` owes, or
-/// until the connection is closed (a shutdown does not wait for it).
-pub async fn pace(
-    handle: &MatchHandle,
-    token: &TokenHash,
-    bytes: usize,
-    out: &crate::ws::Outbound,
-) {
-    let wait = handle.inbound.charge(token, bytes, Instant::now());
-    if wait.is_zero() {
-        return;
-    }
+/// Waits out `wait` (what a connection's last read owes, from
+/// [`InboundPace::charge`]), or until the connection is closed (a shutdown
+/// does not wait for it).
+pub async fn wait(wait: Duration, out: &crate::ws::Outbound) {
     tokio::select! {
         () = tokio::time::sleep(wait) => {}
         _ = std::future::poll_fn(|cx| out.poll_killed(cx)) => {}

@@ -9,6 +9,7 @@
 use super::actor::{MatchCmd, MatchHandle, CLOSE_GOING_AWAY};
 use super::pace;
 use super::{Find, PlayerThree, PlayerThreeMetrics};
+use crate::unit;
 use crate::ws;
 use crate::ws::Utf8Bytes;
 use axum::extract::State;
@@ -20,6 +21,7 @@ use hostwire_playerthree::protocol::{token_shape_ok, ProtocolError, ServerErrorC
 use hostwire_playerthree::tokens::TokenHash;
 use hostwire_playerthree::{ServerMsg, MAX_MESSAGE_BYTES};
 use serde::Deserialize;
+use std::future::{poll_fn, Future};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -150,27 +152,63 @@ fn error_frame(code: ServerErrorCode, message: &str) -> Utf8Bytes {
     Utf8Bytes::from(ServerMsg::error(0, &ProtocolError::new(code, message)).to_text())
 }
 
-async fn connection(p3: Arc<PlayerThree>, c: ws::Connection) {
+/// One connection: its join, then its messages to the match. Not an
+/// `async fn`: its arguments would be kept twice in the future, which every
+/// spectator holds for its life. The join's future (about 1 KB, a lookup
+/// and a wait for the match's answer) is boxed, and so are the rare waits
+/// of the read loop (a full match queue, a pace): a joined connection's
+/// future keeps only its reader, its handle and what it reads.
+fn connection(p3: Arc<PlayerThree>, c: ws::Connection) -> impl Future<Output = ()> + Send {
     let ws::Connection { mut reader, out } = c;
     let conn = p3.next_conn();
     p3.metrics.connections.fetch_add(1, Relaxed);
     let out = ConnOut(out);
-    match join(&p3, conn, &mut reader, &out).await {
-        Joined::Match(handle, token) => {
-            read_loop(&p3, conn, &mut reader, &out, &handle, &token).await;
-            let _ = handle.tx.send(MatchCmd::Leave { conn }).await;
+    async move {
+        let joined = Box::pin(join(&p3, conn, &mut reader, &out)).await;
+        // Bound by reference: a handle and token moved out of `joined`
+        // would be kept beside it.
+        match joined {
+            Joined::Match(ref handle, ref token) => {
+                // The read loop, inline: an `async fn` of it would keep
+                // its six arguments twice.
+                loop {
+                    let event = poll_fn(|cx| reader.poll_event(cx)).await;
+                    let text = match read_text(&p3, &out, event) {
+                        Read::Text(t) => t,
+                        Read::Skip => continue,
+                        Read::Stop => break,
+                    };
+                    let bytes = text.len();
+                    // Waits while the match's queue is full: a flood holds
+                    // up only its own connection's reads.
+                    if !unit::offer(&handle.tx, MatchCmd::Text { conn, text }).await {
+                        out.close(CLOSE_GOING_AWAY, "match closed");
+                        break;
+                    }
+                    // Past its token's or its match's byte rate, the
+                    // connection reads nothing until that is repaid: the
+                    // flood waits in its own TCP window, not on the
+                    // server's workers.
+                    let now = tokio::time::Instant::now();
+                    let wait = handle.inbound.charge(token, bytes, now);
+                    if !wait.is_zero() {
+                        Box::pin(pace::wait(wait, &out.0)).await;
+                    }
+                }
+                unit::offer(&handle.tx, MatchCmd::Leave { conn }).await;
+            }
+            Joined::Elsewhere(owner, first) => {
+                drop(out);
+                Box::pin(carry(&p3, reader, owner, first)).await;
+                p3.metrics.connections.fetch_sub(1, Relaxed);
+                return;
+            }
+            Joined::No => {}
         }
-        Joined::Elsewhere(owner, first) => {
-            drop(out);
-            Box::pin(carry(&p3, reader, owner, first)).await;
-            p3.metrics.connections.fetch_sub(1, Relaxed);
-            return;
-        }
-        Joined::No => {}
+        drop(out);
+        Box::pin(reader.finish()).await;
+        p3.metrics.connections.fetch_sub(1, Relaxed);
     }
-    drop(out);
-    reader.finish().await;
-    p3.metrics.connections.fetch_sub(1, Relaxed);
 }
 
 /// The join's refusal of a match served by another node (the client
@@ -215,14 +253,7 @@ async fn join(p3: &Arc<PlayerThree>, conn: u64, reader: &mut ws::Reader, out: &C
         }
         Ok(ws::Event::End) => return Joined::No,
         Ok(ws::Event::Oversized) => {
-            p3.metrics.oversized.fetch_add(1, Relaxed);
-            out.frame(
-                error_frame(
-                    ServerErrorCode::BadMessage,
-                    "message: over twice MAX_MESSAGE_BYTES",
-                ),
-                &p3.metrics,
-            );
+            refuse_oversized(p3, out);
             return Joined::No;
         }
         Ok(ws::Event::Text(t)) => t,
@@ -312,50 +343,45 @@ async fn join(p3: &Arc<PlayerThree>, conn: u64, reader: &mut ws::Reader, out: &C
     }
 }
 
-async fn read_loop(
-    p3: &Arc<PlayerThree>,
-    conn: u64,
-    reader: &mut ws::Reader,
-    out: &ConnOut,
-    handle: &MatchHandle,
-    token: &TokenHash,
-) {
-    loop {
-        let text = match reader.next().await {
-            ws::Event::End => return,
-            ws::Event::Oversized => {
-                p3.metrics.oversized.fetch_add(1, Relaxed);
+/// What one event read from a joined connection comes to.
+enum Read {
+    Text(Utf8Bytes),
+    /// Answered here (a binary message that is not UTF-8): read on.
+    Skip,
+    /// The connection ends.
+    Stop,
+}
+
+/// A message over twice `MAX_MESSAGE_BYTES` was not read: the connection
+/// is told, and ends.
+fn refuse_oversized(p3: &PlayerThree, out: &ConnOut) {
+    p3.metrics.oversized.fetch_add(1, Relaxed);
+    out.frame(
+        error_frame(
+            ServerErrorCode::BadMessage,
+            "message: over twice MAX_MESSAGE_BYTES",
+        ),
+        &p3.metrics,
+    );
+}
+
+fn read_text(p3: &PlayerThree, out: &ConnOut, event: ws::Event) -> Read {
+    match event {
+        ws::Event::End => Read::Stop,
+        ws::Event::Oversized => {
+            refuse_oversized(p3, out);
+            Read::Stop
+        }
+        ws::Event::Text(t) => Read::Text(t),
+        ws::Event::Binary(b) => match Utf8Bytes::try_from(b) {
+            Ok(t) => Read::Text(t),
+            Err(_) => {
                 out.frame(
-                    error_frame(
-                        ServerErrorCode::BadMessage,
-                        "message: over twice MAX_MESSAGE_BYTES",
-                    ),
+                    error_frame(ServerErrorCode::BadMessage, "message: not UTF-8 text"),
                     &p3.metrics,
                 );
-                return;
+                Read::Skip
             }
-            ws::Event::Text(t) => t,
-            ws::Event::Binary(b) => match Utf8Bytes::try_from(b) {
-                Ok(t) => t,
-                Err(_) => {
-                    out.frame(
-                        error_frame(ServerErrorCode::BadMessage, "message: not UTF-8 text"),
-                        &p3.metrics,
-                    );
-                    continue;
-                }
-            },
-        };
-        let bytes = text.len();
-        // Waits while the match's queue is full: a flood holds up only
-        // its own connection's reads.
-        if handle.tx.send(MatchCmd::Text { conn, text }).await.is_err() {
-            out.close(CLOSE_GOING_AWAY, "match closed");
-            return;
-        }
-        // Past its token's or its match's byte rate, the connection reads
-        // nothing until that is repaid: the flood waits in its own TCP
-        // window, not on the server's workers.
-        pace::pace(handle, token, bytes, &out.0).await;
+        },
     }
 }

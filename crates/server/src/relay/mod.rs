@@ -225,7 +225,7 @@ impl Relay {
         self.metrics.rooms.fetch_add(1, Relaxed);
         let relay = Arc::clone(self);
         let span = room_span(room.pin());
-        tokio::spawn(async move { room::run(relay, room, handle, rx).await }.instrument(span));
+        tokio::spawn(room::run(relay, room, handle, rx).instrument(span));
     }
 
     /// The room was lost to another node: it leaves `rooms` now (nothing

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use foldhash::{HashMap, HashMapExt};
 pub(super) use hostwire_memizy::relay::PutOutcome;
 use hostwire_memizy::relay::*;
+use std::future::Future;
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -330,57 +331,63 @@ impl Deliver<DurableRoom<Tag>> for Conns<'_> {
 /// The room's task: handles commands until the room closes, or until
 /// another node takes it over (then it answers nothing more and closes its
 /// clients with [`CLOSE_ROOM_MOVED`](super::CLOSE_ROOM_MOVED)).
-pub(super) async fn run(
+///
+/// Not an `async fn`: its arguments (the room among them, 352 bytes) would
+/// be kept in the task beside what is made of them, for the room's life.
+pub(super) fn run(
     relay: Arc<Relay>,
     room: Room,
     handle: RoomHandle,
     mut rx: mpsc::Receiver<RoomCmd>,
-) {
+) -> impl Future<Output = ()> + Send {
     let pin = room.pin().to_owned();
-    let mut conns = Conns {
-        relay: &relay,
-        pin: &pin,
-        conns: HashMap::new(),
-        players: room.player_count(),
-    };
+    let players = room.player_count();
     let mut room = DurableRoom::new(room);
-    let store = Store {
-        writer: &relay.writer,
-        key: &pin,
-        clock: &*relay.clock,
-    };
-    let lost = tokio::select! {
-        // A loss first: the refused write that told it must not be
-        // answered as the store's failure.
-        biased;
-        () = handle.lost.notified() => true,
-        () = unit::drive(&mut room, &mut conns, &mut rx, store) => false,
-    };
-    if lost {
-        let (code, reason) = super::CLOSE_ROOM_MOVED;
-        for (_, out) in conns.conns.drain() {
-            out.close(code, reason);
+    async move {
+        let mut conns = Conns {
+            relay: &relay,
+            pin: &pin,
+            conns: HashMap::new(),
+            players,
+        };
+        let store = Store {
+            writer: &relay.writer,
+            key: &pin,
+            clock: &*relay.clock,
+        };
+        let lost = tokio::select! {
+            // A loss first: the refused write that told it must not be
+            // answered as the store's failure.
+            biased;
+            () = handle.lost.notified() => true,
+            () = unit::drive(&mut room, &mut conns, &mut rx, store) => false,
+        };
+        if lost {
+            let (code, reason) = super::CLOSE_ROOM_MOVED;
+            for (_, out) in conns.conns.drain() {
+                out.close(code, reason);
+            }
+            rx.close();
         }
-        rx.close();
-    }
-    let players = conns.players;
-    if let Ok(mut rooms) = relay.rooms.lock() {
-        if rooms.get(&pin).is_some_and(|h| h.same(&handle)) {
-            rooms.remove(&pin);
+        let players = conns.players;
+        if let Ok(mut rooms) = relay.rooms.lock() {
+            if rooms.get(&pin).is_some_and(|h| h.same(&handle)) {
+                rooms.remove(&pin);
+            }
         }
-    }
-    relay.bundles.forget(&pin);
-    relay.players.fetch_sub(players as u64, Relaxed);
-    relay.metrics.rooms.fetch_sub(1, Relaxed);
-    if lost {
-        tracing::warn!("room dropped: another node took it over");
-    } else {
-        // The room ended: its lease goes too.
-        if let Some(leases) = &relay.leases {
-            leases
-                .release(hostwire_store::lease::UnitKind::RelayRoom, &pin)
-                .await;
+        relay.bundles.forget(&pin);
+        relay.players.fetch_sub(players as u64, Relaxed);
+        relay.metrics.rooms.fetch_sub(1, Relaxed);
+        if lost {
+            tracing::warn!("room dropped: another node took it over");
+        } else {
+            // The room ended: its lease goes too.
+            if let Some(leases) = &relay.leases {
+                leases
+                    .release(hostwire_store::lease::UnitKind::RelayRoom, &pin)
+                    .await;
+            }
+            tracing::info!("room closed");
         }
-        tracing::info!("room closed");
     }
 }

@@ -15,6 +15,10 @@
 //! the server side of the unit ([`Deliver`]: its connections' outbound
 //! queues, the replies of the requests waiting).
 
+mod offer;
+
+pub use offer::{offer, offer_owned, Offer};
+
 use crate::store_writer::StoreWriter;
 use hostwire_core::Clock;
 use hostwire_store::StoreWrite;
@@ -157,7 +161,9 @@ pub async fn drive<U, D, C>(
             let own = unit.write_key(&w).map(str::to_owned);
             let key = own.as_deref().unwrap_or(key);
             let durable = if unit.waits_for_store() {
-                writer.queue_acked(key, w.records).await
+                // Boxed: the wait's state (about 650 bytes) would widen
+                // every unit's task for its life.
+                Box::pin(writer.queue_acked(key, w.records)).await
             } else if let Some(d) = writer.try_queue_acked(key, w.records) {
                 d
             } else {

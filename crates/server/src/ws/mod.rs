@@ -280,7 +280,7 @@ impl Connection {
         // Every socket is in a registry, which times its idle timeout and
         // its pings.
         let sockets = sockets.unwrap_or_else(Sockets::detached);
-        let id = sockets.register(&out, &config);
+        let id = sockets.register(&out);
         let reader = Reader {
             out: out.clone(),
             end: End::Open,

@@ -50,7 +50,7 @@ pub(super) enum End {
 pub struct Reader {
     pub(super) out: Outbound,
     pub(super) end: End,
-    pub(super) registered: (Sockets, u64),
+    pub(super) registered: (Sockets, usize),
 }
 
 /// How the WebSocket layer's refusal of what the client sent ends the

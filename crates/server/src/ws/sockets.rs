@@ -7,8 +7,8 @@
 use super::config::{Config, IDLE, SHUTTING_DOWN};
 use super::writer::{Outbound, Parked};
 use crate::outbound;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use slab::Slab;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -25,8 +25,11 @@ pub const SWEEP_TICK: Duration = Duration::from_secs(1);
 pub struct Sockets(Arc<SocketsInner>);
 
 pub(super) struct SocketsInner {
-    pub(super) live: Mutex<HashMap<u64, Entry>>,
-    pub(super) next: AtomicU64,
+    /// A slab, not a map: a socket's key is its slot, reused once it
+    /// ends (a key is let go only by its own socket's `deregister`, while
+    /// that socket's queue is alive, or by the sweep once the queue is
+    /// gone), so an entry costs its 24 bytes and no key or hash.
+    pub(super) live: Mutex<Slab<Entry>>,
     pub(super) closing: AtomicBool,
     pub(super) gone: tokio::sync::Notify,
     /// The sweep's task runs (only while some socket is open).
@@ -39,7 +42,6 @@ impl Default for SocketsInner {
     fn default() -> Self {
         SocketsInner {
             live: Mutex::default(),
-            next: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             gone: tokio::sync::Notify::new(),
             sweeping: AtomicBool::new(false),
@@ -49,23 +51,24 @@ impl Default for SocketsInner {
 }
 
 /// One socket in the registry: what the sweep needs, in milliseconds
-/// since the registry's epoch.
+/// since the registry's epoch. Its idle timeout and ping interval are its
+/// socket's [`Config`]'s, read through the closer: held once per
+/// endpoint, not per socket.
 pub(super) struct Entry {
     closer: outbound::Closer<Utf8Bytes, Parked>,
     /// The registration, or the last sweep that found a frame since the
     /// one before: never before the frame, so a close is never early.
     heard: u64,
     next_ping: u64,
-    idle: u32,
-    ping: u32,
 }
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn ms32(d: Duration) -> u32 {
-    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
+/// A socket's ping interval in milliseconds (at least one).
+fn ping_ms(config: &Config) -> u64 {
+    ms(config.ping_interval).max(1)
 }
 
 impl SocketsInner {
@@ -82,12 +85,15 @@ impl SocketsInner {
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         let before = live.len();
         live.retain(|_, e| {
-            let Some(heard) = e.closer.with_parked(|p| p.active.swap(false, Relaxed)) else {
+            let Some((heard, idle, ping)) = e.closer.with_parked(|p| {
+                let heard = p.active.swap(false, Relaxed);
+                (heard, ms(p.config.idle_timeout), ping_ms(&p.config))
+            }) else {
                 return false;
             };
             if heard {
                 e.heard = now;
-            } else if now >= e.heard.saturating_add(u64::from(e.idle)) {
+            } else if now >= e.heard.saturating_add(idle) {
                 e.closer.with_parked(|p| p.expired.store(true, Relaxed));
                 // Wakes the reader, which finds the flag and ends.
                 e.closer.close(IDLE);
@@ -98,7 +104,7 @@ impl SocketsInner {
                 e.closer.with_parked(|p| p.shed());
             }
             if now >= e.next_ping {
-                e.next_ping = now.saturating_add(u64::from(e.ping));
+                e.next_ping = now.saturating_add(ping);
                 e.closer.ping();
             }
             true
@@ -140,7 +146,7 @@ async fn sweep(inner: Weak<SocketsInner>) {
 }
 
 impl Sockets {
-    pub(super) fn live(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
+    pub(super) fn live(&self) -> std::sync::MutexGuard<'_, Slab<Entry>> {
         self.0.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -151,21 +157,17 @@ impl Sockets {
         DETACHED.get_or_init(Sockets::default).clone()
     }
 
-    pub(super) fn register(&self, out: &Outbound, config: &Config) -> u64 {
-        let id = self.0.next.fetch_add(1, Relaxed);
+    /// Registers the socket of `out`, timed by its queue's `Config`; the
+    /// key is for [`Sockets::deregister`].
+    pub(super) fn register(&self, out: &Outbound) -> usize {
         let now = self.0.now();
-        let ping = ms32(config.ping_interval).max(1);
+        let ping = ping_ms(&out.0.parked().config);
         let mut live = self.live();
-        live.insert(
-            id,
-            Entry {
-                closer: out.0.closer(),
-                heard: now,
-                next_ping: now.saturating_add(u64::from(ping)),
-                idle: ms32(config.idle_timeout),
-                ping,
-            },
-        );
+        let id = live.insert(Entry {
+            closer: out.0.closer(),
+            heard: now,
+            next_ping: now.saturating_add(ping),
+        });
         if !self.0.sweeping.swap(true, Relaxed) {
             tokio::spawn(sweep(Arc::downgrade(&self.0)));
         }
@@ -178,9 +180,11 @@ impl Sockets {
         id
     }
 
-    pub(super) fn deregister(&self, id: u64) {
+    /// Lets the socket's key go. Called while its queue is alive (the sweep
+    /// forgets only sockets whose queue is gone), so the key is still its.
+    pub(super) fn deregister(&self, id: usize) {
         let mut live = self.live();
-        live.remove(&id);
+        live.try_remove(id);
         let empty = live.is_empty();
         drop(live);
         if empty {
@@ -201,7 +205,7 @@ impl Sockets {
     /// every socket opened from now on.
     pub fn close_all(&self) {
         self.0.closing.store(true, Relaxed);
-        for e in self.live().values() {
+        for (_, e) in self.live().iter() {
             e.closer.close(SHUTTING_DOWN);
         }
     }
@@ -228,10 +232,14 @@ mod tests {
     use std::sync::Mutex;
 
     fn connection() -> (Outbound, outbound::Drain<Utf8Bytes, Parked>) {
+        connection_with(Config::new(1024))
+    }
+
+    fn connection_with(config: Config) -> (Outbound, outbound::Drain<Utf8Bytes, Parked>) {
         let (out, drain) = outbound::queue(Parked {
             piped: false,
             socket: Mutex::new(None),
-            config: Arc::new(Config::new(1024)),
+            config: Arc::new(config),
             active: AtomicBool::new(false),
             expired: AtomicBool::new(false),
         });
@@ -245,9 +253,9 @@ mod tests {
     async fn a_connection_gone_without_deregistering_is_forgotten_by_the_sweep() {
         let sockets = Sockets::default();
         let (out, drain) = connection();
-        sockets.register(&out, &Config::new(1024));
+        sockets.register(&out);
         let (kept, _kept_drain) = connection();
-        let kept_id = sockets.register(&kept, &Config::new(1024));
+        let kept_id = sockets.register(&kept);
         drop((out, drain));
         assert_eq!(sockets.len(), 2);
         assert!(sockets.0.sweep());
@@ -267,10 +275,10 @@ mod tests {
             idle_timeout: Duration::from_secs(10),
             ..Config::new(1024)
         };
-        let (silent, _d1) = connection();
-        let (active, _d2) = connection();
-        sockets.register(&silent, &config);
-        sockets.register(&active, &config);
+        let (silent, _d1) = connection_with(config);
+        let (active, _d2) = connection_with(config);
+        sockets.register(&silent);
+        sockets.register(&active);
         for _ in 0..12 {
             tokio::time::advance(Duration::from_secs(1)).await;
             active.0.parked().active.store(true, Relaxed);
