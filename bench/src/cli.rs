@@ -758,6 +758,9 @@ pub fn main() -> Result<()> {
                 if let Some(us) = ph.server_cpu_us_per_frame {
                     println!("  server CPU             {:.2} µs a delivered frame", us);
                 }
+                if let Some(b) = ph.anon_bytes_per_connection {
+                    println!("  anonymous RSS          {b:.0} bytes a joined connection");
+                }
                 println!(
                     "  {}  p50 {}  p99 {}  max {} (µs)",
                     if name == "spectators" {

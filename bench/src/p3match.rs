@@ -57,6 +57,10 @@ pub struct PhaseResult {
     pub mean_frame_bytes: f64,
     pub server_cpu: Option<CpuUse>,
     pub server_cpu_us_per_frame: Option<f64>,
+    /// The growth of the server's anonymous RSS (`RssAnon`) from before the
+    /// phase's connections opened to when they had all joined, per
+    /// connection: what a joined spectator or observer holds.
+    pub anon_bytes_per_connection: Option<f64>,
     /// Observers: delivered time minus `releaseAt`. Spectators: from the
     /// first to the last spectator's receipt of one view version.
     pub latency: Latency,
@@ -330,6 +334,16 @@ async fn measure(
     Ok((seconds, cpu))
 }
 
+/// The growth of `RssAnon` between two samples, per connection.
+fn anon_per_connection(
+    before: Option<procstat::ProcSample>,
+    after: Option<procstat::ProcSample>,
+    n: usize,
+) -> Option<f64> {
+    let (a, b) = (before?, after?);
+    Some(b.anon_kb.saturating_sub(a.anon_kb) as f64 * 1024.0 / n.max(1) as f64)
+}
+
 fn phase_result(s: &Shared, n: usize, seconds: f64, cpu: Option<CpuUse>) -> PhaseResult {
     let delivered = s.delivered.load(Relaxed);
     let per_s = delivered as f64 / seconds.max(1e-9);
@@ -341,6 +355,7 @@ fn phase_result(s: &Shared, n: usize, seconds: f64, cpu: Option<CpuUse>) -> Phas
         mean_frame_bytes: s.bytes.load(Relaxed) as f64 / delivered.max(1) as f64,
         server_cpu: cpu,
         server_cpu_us_per_frame: cpu.map(|c| c.total_pct / 100.0 * 1e6 / per_s.max(1e-9)),
+        anon_bytes_per_connection: None,
         latency: latency(&s.hist.lock().unwrap()),
         complete_updates: 0,
         early: s.early.load(Relaxed),
@@ -381,7 +396,9 @@ pub async fn run(p: &MatchParams, server_pid: Option<u32>) -> Result<MatchResult
             .await?;
     }
     let s = Arc::new(Shared::default());
+    let before = server_pid.and_then(procstat::sample);
     let conns = open_all(p, &ws_url, &watch, p.spectators).await?;
+    let joined = server_pid.and_then(procstat::sample);
     let owner_reader = tokio::spawn(spectator(owner, Arc::new(Shared::default())));
     let tasks: Vec<_> = conns
         .into_iter()
@@ -394,6 +411,7 @@ pub async fn run(p: &MatchParams, server_pid: Option<u32>) -> Result<MatchResult
     }
     owner_reader.abort();
     let mut spectators = phase_result(&s, p.spectators, seconds, cpu);
+    spectators.anon_bytes_per_connection = anon_per_connection(before, joined, p.spectators);
     {
         // Fan-out: first to last receipt of each version all got.
         let mut h = histogram();
@@ -414,6 +432,7 @@ pub async fn run(p: &MatchParams, server_pid: Option<u32>) -> Result<MatchResult
     let grant = json!({"kind": "observer", "grant": {"kind": "team", "team": "red", "delayMs": p.delay_ms}});
     let token = api.mint(&id, &op, grant).await?;
     let s = Arc::new(Shared::default());
+    let before = server_pid.and_then(procstat::sample);
     let mut conns = open_all(p, &ws_url, &token, p.observers).await?;
     for ws in &mut conns {
         ws.send(Message::Text(
@@ -423,6 +442,7 @@ pub async fn run(p: &MatchParams, server_pid: Option<u32>) -> Result<MatchResult
         ))
         .await?;
     }
+    let joined = server_pid.and_then(procstat::sample);
     let tasks: Vec<_> = conns
         .into_iter()
         .map(|ws| tokio::spawn(observer(ws, Arc::clone(&s))))
@@ -433,6 +453,7 @@ pub async fn run(p: &MatchParams, server_pid: Option<u32>) -> Result<MatchResult
         let _ = t.await;
     }
     let mut observers = phase_result(&s, p.observers, seconds, cpu);
+    observers.anon_bytes_per_connection = anon_per_connection(before, joined, p.observers);
     observers.complete_updates = observers.delivered / p.observers.max(1) as u64;
 
     Ok(MatchResult {
