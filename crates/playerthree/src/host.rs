@@ -308,9 +308,50 @@ struct Conn {
     token: TokenHash,
     bucket: TokenBucket,
     strikes: u32,
-    watching: BTreeSet<String>,
+    watching: Watching,
     streams: BTreeMap<String, Stream>,
-    observer: Option<ObserverCursor>,
+    /// Boxed: only an observer has one, and every connection's entry in
+    /// the match's map would otherwise hold its 88 bytes.
+    observer: Option<Box<ObserverCursor>>,
+}
+
+/// The teams a connection reads, sorted and without repeats: a list, not a
+/// `BTreeSet`, whose first node takes about 280 bytes for the one team
+/// that nearly every connection (every spectator among them) watches.
+#[derive(Clone, Debug, Default)]
+struct Watching(Vec<String>);
+
+impl Watching {
+    fn insert(&mut self, team: String) {
+        if let Err(at) = self.0.binary_search(&team) {
+            // One more slot, not the list's doubling: a connection watches
+            // one team or a few.
+            self.0.reserve_exact(1);
+            self.0.insert(at, team);
+        }
+    }
+
+    fn contains(&self, team: &str) -> bool {
+        self.0.iter().any(|t| t == team)
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, String> {
+        self.0.iter()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FromIterator<String> for Watching {
+    fn from_iter<I: IntoIterator<Item = String>>(teams: I) -> Self {
+        let mut w = Watching::default();
+        for t in teams {
+            w.insert(t);
+        }
+        w
+    }
 }
 
 /// Which owner authority an op needs.
@@ -919,7 +960,7 @@ impl<G: Game> Match<G> {
             token: TokenHash::of(token),
             bucket: TokenBucket::new(MESSAGES_PER_SECOND, MESSAGE_BURST, now),
             strikes: 0,
-            watching: BTreeSet::new(),
+            watching: Watching::default(),
             streams: BTreeMap::new(),
             observer: None,
         };
@@ -931,7 +972,7 @@ impl<G: Game> Match<G> {
                 c.watching.insert(t.clone());
             }
             Principal::Observer { grant, .. } => {
-                c.observer = Some(ObserverCursor::new(grant.clone()));
+                c.observer = Some(Box::new(ObserverCursor::new(grant.clone())));
             }
             _ => {}
         }
@@ -1486,9 +1527,9 @@ impl<G: Game> Match<G> {
             }
         }
         let before = c.watching.clone();
-        let now: BTreeSet<String> = w.teams.into_iter().collect();
+        let now: Watching = w.teams.into_iter().collect();
         self.conns.get_mut(&conn).expect("joined").watching = now.clone();
-        for t in now.difference(&before) {
+        for t in now.iter().filter(|t| !before.contains(t)) {
             self.send_keyframe(conn, t);
         }
         self.send_seats_to(conn);
@@ -1825,5 +1866,25 @@ impl<G: Game> Match<G> {
             scopes: s.scopes.clone(),
             mandate: s.mandate.clone(),
         }));
+    }
+}
+
+#[cfg(test)]
+mod watching_tests {
+    use super::Watching;
+
+    #[test]
+    fn a_connection_watches_each_team_once_in_order_in_one_slot_each() {
+        let w: Watching = ["red", "blue", "red"]
+            .map(String::from)
+            .into_iter()
+            .collect();
+        let teams: Vec<&str> = w.iter().map(String::as_str).collect();
+        assert_eq!(teams, ["blue", "red"]);
+        assert!(w.contains("red") && w.contains("blue") && !w.contains("green"));
+        assert!(!w.is_empty() && Watching::default().is_empty());
+        let mut one = Watching::default();
+        one.insert("red".into());
+        assert_eq!(one.0.capacity(), 1, "a spectator's one team is one slot");
     }
 }
