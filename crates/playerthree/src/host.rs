@@ -1887,4 +1887,12 @@ mod watching_tests {
         one.insert("red".into());
         assert_eq!(one.0.capacity(), 1, "a spectator's one team is one slot");
     }
+
+    /// The match holds one per connection (every spectator): its observer
+    /// cursor boxed, its teams a list.
+    #[test]
+    fn a_connection_entry_stays_within_208_bytes() {
+        let size = std::mem::size_of::<super::Conn>();
+        assert!(size <= 208, "Conn is {size} bytes");
+    }
 }
