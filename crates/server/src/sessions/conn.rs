@@ -12,6 +12,7 @@
 use super::actor::{AttachRefused, Cmd, DeviceOut, CLOSE_TOO_SLOW, CLOSE_UNAUTHORIZED};
 use super::{Sessions, DEVICE_OUTBOUND_BYTES, DEVICE_OUTBOUND_QUEUE, MAX_DEVICE_FRAME_BYTES};
 use crate::http::error::json_response;
+use crate::unit;
 use crate::ws;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -25,7 +26,6 @@ use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
-use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::oneshot;
 
 /// A device that sends nothing but pings for this long is closed (1001);
@@ -253,12 +253,12 @@ async fn read_loop(
     out: &DeviceOut,
 ) {
     loop {
-        // The frame, its bytes and what `try_send` gave back are gone
-        // before the rare wait for room in the session's queue (a boxed
-        // send): kept across it, they would widen every device's state for
-        // its life (docs/BENCHMARKS.md, "An idle connection's queue,
-        // writer and room entry made smaller").
-        let (full, bye) = {
+        // The frame and its bytes are gone before the rare wait for room
+        // in the session's queue (`unit::offer`): kept across it, they
+        // would widen every device's state for its life
+        // (docs/BENCHMARKS.md, "An idle connection's queue, writer and
+        // room entry made smaller").
+        let (sent, bye) = {
             let bytes: Bytes = match reader.next().await {
                 ws::Event::End => return,
                 ws::Event::Oversized => {
@@ -284,17 +284,9 @@ async fn read_loop(
             // Nothing is read after the device's goodbye.
             let bye = matches!(frame, Ok(Frame::Goodbye { .. }));
             // A full session queue holds this reader (and only it) back.
-            match tx.try_send(Cmd::Frame { instance, frame }) {
-                Ok(()) => (None, bye),
-                Err(TrySendError::Full(cmd)) => (Some(Box::pin(tx.send(cmd))), bye),
-                Err(TrySendError::Closed(_)) => return,
-            }
+            (unit::offer(tx, Cmd::Frame { instance, frame }), bye)
         };
-        let sent = match full {
-            None => true,
-            Some(send) => send.await.is_ok(),
-        };
-        if !sent || bye {
+        if !sent.await || bye {
             return;
         }
     }
