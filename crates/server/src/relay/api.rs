@@ -2,7 +2,7 @@
 //! relay or the room's task, and turns the answer into a response.
 
 use super::bundles::BundleRead;
-use super::room::{PutOutcome, RoomCmd};
+use super::room::{PutBundleCmd, PutOutcome, RoomCmd};
 use super::{CreateError, Relay};
 use crate::http::error::{method_not_allowed, not_found, JSON_UTF8};
 use crate::http::origins::{preflight_no_content, require_allowed_origin};
@@ -274,10 +274,7 @@ async fn put_bundle(
     let (tx, rx) = oneshot::channel();
     let _ = room
         .tx
-        .send(RoomCmd::IsHost {
-            token: token.clone(),
-            reply: tx,
-        })
+        .send(RoomCmd::IsHost(Box::new((token.clone(), tx))))
         .await;
     match rx.await {
         Err(_) => return ROOM_NOT_FOUND.into_response(),
@@ -318,12 +315,12 @@ async fn put_bundle(
     let (tx, rx) = oneshot::channel();
     let _ = room
         .tx
-        .send(RoomCmd::PutBundle {
+        .send(RoomCmd::PutBundle(Box::new(PutBundleCmd {
             token,
             text: body,
             app_name,
             reply: tx,
-        })
+        })))
         .await;
     match rx.await {
         Ok(PutOutcome::Stored(version)) => {

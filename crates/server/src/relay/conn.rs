@@ -3,7 +3,7 @@
 //! and a writer that drains the connection's bounded outbound queue.
 
 use super::outbound::Outbound;
-use super::room::{RoomCmd, RoomHandle};
+use super::room::{AttachCmd, FrameCmd, RoomCmd, RoomHandle};
 use super::Relay;
 use crate::ws;
 use crate::ws::Utf8Bytes;
@@ -214,7 +214,7 @@ enum Flow {
     Stop,
     Attach(Box<AttachJob>),
     /// The room's queue is full: wait to hand it this.
-    RoomBusy(Box<RoomCmd>),
+    RoomBusy(RoomCmd),
     /// The host closed the room: read nothing more until the room has
     /// closed this connection too (see [`Reader::room_closed`]).
     AwaitRoomClose,
@@ -353,10 +353,13 @@ impl Reader {
                 // waiter) per frame.
                 let conn = self.conn;
                 let closes_room = self.state.is_host() && matches!(msg, RelayClientMessage::Close);
-                match r.tx.try_send(RoomCmd::Frame { conn, msg, text }) {
+                match r
+                    .tx
+                    .try_send(RoomCmd::Frame(Box::new(FrameCmd { conn, msg, text })))
+                {
                     Ok(()) if closes_room => Flow::AwaitRoomClose,
                     Ok(()) => Flow::Go,
-                    Err(mpsc::error::TrySendError::Full(cmd)) => Flow::RoomBusy(Box::new(cmd)),
+                    Err(mpsc::error::TrySendError::Full(cmd)) => Flow::RoomBusy(cmd),
                     Err(mpsc::error::TrySendError::Closed(_)) => Flow::Stop,
                 }
             }
@@ -378,14 +381,8 @@ impl Reader {
                     return Found::Stop;
                 };
                 let closes_room = self.state.is_host()
-                    && matches!(
-                        &*cmd,
-                        RoomCmd::Frame {
-                            msg: RelayClientMessage::Close,
-                            ..
-                        }
-                    );
-                if r.tx.send(*cmd).await.is_err() {
+                    && matches!(&cmd, RoomCmd::Frame(f) if matches!(f.msg, RelayClientMessage::Close));
+                if r.tx.send(cmd).await.is_err() {
                     return Found::Stop;
                 }
                 go(!(closes_room && self.room_closed().await))
@@ -460,17 +457,17 @@ impl Reader {
             already_attached,
         } = job;
         let (reply, answer) = oneshot::channel();
-        let cmd = RoomCmd::Attach {
+        let cmd = RoomCmd::Attach(Box::new(AttachCmd {
             conn: self.conn,
             out: self.out.clone(),
             msg,
             already_attached,
             reply,
-        };
+        }));
         if let Err(mpsc::error::SendError(cmd)) = target.tx.send(cmd).await {
             // The room closed since it was looked up.
-            if let RoomCmd::Attach { msg, .. } = cmd {
-                let step = self.state.room_not_found(&msg);
+            if let RoomCmd::Attach(a) = cmd {
+                let step = self.state.room_not_found(&a.msg);
                 // Counted already, as the frame it was.
                 if let ConnStep::Fatal {
                     frame,
