@@ -387,7 +387,7 @@ impl PeerState {
                 ),
             ));
         }
-        if hostwire_core::json::nesting_depth(text.as_bytes(), MAX_FRAME_DEPTH) > MAX_FRAME_DEPTH {
+        if hostwire_core::json::deeper_than(text.as_bytes(), MAX_FRAME_DEPTH) {
             return Err(RpcError::new(
                 codes::FRAME_TOO_LARGE,
                 format!(

@@ -56,6 +56,20 @@ pub fn nesting_depth(text: &[u8], stop_above: usize) -> usize {
     scan_structure(text, stop_above).max_depth
 }
 
+/// Whether JSON text nests arrays and objects deeper than `limit`.
+///
+/// Every level opens with a `[` or `{` byte, so their count bounds the
+/// depth from above (brackets inside strings only raise it): text with at
+/// most `limit` of them, as nearly every frame has, needs no structural
+/// scan. memchr finds them with the widest vector instructions the CPU
+/// has, and stops counting once the count passes `limit`.
+pub fn deeper_than(text: &[u8], limit: usize) -> bool {
+    let opens = memchr::memchr2_iter(b'[', b'{', text)
+        .take(limit + 1)
+        .count();
+    opens > limit && nesting_depth(text, limit) > limit
+}
+
 /// The size and depth checks alone, for callers that parse themselves.
 pub fn check_bounds(text: &[u8], limits: JsonLimits) -> Result<Structure, JsonError> {
     precheck(text, limits)
@@ -233,6 +247,35 @@ mod tests {
         let in_string = r#"["[[[[[[[[[[[[[[[[\"[[[["]"#;
         assert_eq!(nesting_depth(in_string.as_bytes(), 100), 1);
         assert!(from_str_bounded::<Value>(in_string, L).is_ok());
+    }
+
+    /// The bracket count only lets shallow text skip the scan: text with
+    /// many brackets (in strings or side by side) is scanned, and its
+    /// depth decides.
+    #[test]
+    fn deeper_than_agrees_with_the_scan() {
+        let cases = [
+            ("[]", 0),
+            ("[]", 1),
+            ("[[[]]]", 2),
+            ("[[[]]]", 3),
+            ("{\"a\":[{\"b\":[]}]}", 3),
+            ("{\"a\":[{\"b\":[]}]}", 4),
+            ("[\"[[[[[[[[\"]", 1),
+            ("[[],[],[],[],[],[]]", 2),
+            ("[[],[],[],[],[],[]]", 1),
+            ("\"{{{{\"", 0),
+        ];
+        for (text, limit) in cases {
+            assert_eq!(
+                deeper_than(text.as_bytes(), limit),
+                nesting_depth(text.as_bytes(), limit) > limit,
+                "{text} against {limit}"
+            );
+        }
+        let deep = format!("{}{}", "[".repeat(129), "]".repeat(129));
+        assert!(deeper_than(deep.as_bytes(), 128));
+        assert!(!deeper_than(deep.as_bytes(), 129));
     }
 
     #[test]

@@ -255,7 +255,7 @@ pub fn decode_client_frame(frame: &str) -> Result<RelayClientMessage, FrameError
         code: RelayErrorCode::BadMessage,
         message: m.to_owned(),
     };
-    if hostwire_core::json::nesting_depth(frame.as_bytes(), FRAME_MAX_DEPTH) > FRAME_MAX_DEPTH {
+    if hostwire_core::json::deeper_than(frame.as_bytes(), FRAME_MAX_DEPTH) {
         return Err(bad("Invalid JSON: nested too deeply."));
     }
     let wire: WireFrame<'_> = match serde_json::from_str(frame) {

@@ -17,10 +17,11 @@ use crate::ws;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::Response;
-use bytes::Bytes;
 use hostwire_memizy::View;
 use hostwire_worker_rpc::codes;
-use hostwire_worker_rpc::frame::{parse_frame_bytes, ErrorEnvelope, Frame, PROTOCOL_VERSION};
+use hostwire_worker_rpc::frame::{
+    parse_frame, parse_frame_bytes, ErrorEnvelope, Frame, PROTOCOL_VERSION,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
@@ -259,7 +260,7 @@ async fn read_loop(
         // (docs/BENCHMARKS.md, "An idle connection's queue, writer and
         // room entry made smaller").
         let (sent, bye) = {
-            let bytes: Bytes = match reader.next().await {
+            let frame = match reader.next().await {
                 ws::Event::End => return,
                 ws::Event::Oversized => {
                     sessions.metrics.oversized_frames.fetch_add(1, Relaxed);
@@ -274,10 +275,10 @@ async fn read_loop(
                     let _ = out.send(bye.to_text().into());
                     return;
                 }
-                ws::Event::Text(t) => Bytes::from(t),
-                ws::Event::Binary(b) => b,
+                // A text message is UTF-8 already (tungstenite checked it).
+                ws::Event::Text(t) => parse_frame(t.as_str()),
+                ws::Event::Binary(b) => parse_frame_bytes(&b),
             };
-            let frame = parse_frame_bytes(&bytes);
             if frame.as_ref().map_or(true, |f| !f.is_compatible()) {
                 sessions.metrics.malformed_frames.fetch_add(1, Relaxed);
             }

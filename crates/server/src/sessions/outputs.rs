@@ -160,8 +160,8 @@ impl Hosted {
                 let Some(rpc) = self.rpc.get_mut(&instance) else {
                     return;
                 };
-                let params =
-                    Payload::from_text(call.args.to_string()).unwrap_or_else(|_| Payload::null());
+                // The engine writes a call's arguments as JSON itself.
+                let params = Payload::from_valid_text(call.args.to_string());
                 let deadline = now + PLUGIN_CALL_TIMEOUT_MS;
                 match rpc.call(call.method, params, false, Some(deadline)) {
                     Ok(_) => {

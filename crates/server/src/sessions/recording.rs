@@ -278,16 +278,24 @@ impl Recorder {
         let Some(from) = self.addresses.get(&instance) else {
             return;
         };
-        // `send(message)`: params is `[{"to": …, "data": …}]`.
-        let Ok([message]) = serde_json::from_str::<[&RawValue; 1]>(&params) else {
+        // `send(message)`: params is `[{"to": …, "data": …}]`, an array of
+        // exactly one value (the engine accepted the call, and it refuses a
+        // `send` with any other count), so the message is what its brackets
+        // hold, without reading it once more.
+        let Some(message) = params
+            .trim_ascii()
+            .strip_prefix('[')
+            .and_then(|p| p.strip_suffix(']'))
+            .map(str::trim_ascii)
+        else {
             return;
         };
         // The entry's text written once (one of these per action).
-        let mut e = Vec::with_capacity(message.get().len() + from.len() + 112);
+        let mut e = Vec::with_capacity(message.len() + from.len() + 112);
         e.extend_from_slice(b"{\"type\":\"action\",\"from\":");
         let _ = serde_json::to_writer(&mut e, from);
         e.extend_from_slice(b",\"message\":");
-        e.extend_from_slice(message.get().as_bytes());
+        e.extend_from_slice(message.as_bytes());
         e.extend_from_slice(b",\"sessionTimeMs\":");
         let _ = serde_json::to_writer(&mut e, &times.0);
         e.extend_from_slice(b",\"gameTimeMs\":");

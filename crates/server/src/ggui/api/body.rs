@@ -53,7 +53,7 @@ pub(super) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, (&'static s
     } else {
         text
     };
-    if hostwire_core::json::nesting_depth(text.as_bytes(), MAX_FRAME_DEPTH) > MAX_FRAME_DEPTH {
+    if hostwire_core::json::deeper_than(text.as_bytes(), MAX_FRAME_DEPTH) {
         return Err((
             codes::INVALID_MESSAGE,
             format!("request body nests deeper than {MAX_FRAME_DEPTH} levels"),

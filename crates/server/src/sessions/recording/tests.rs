@@ -45,15 +45,27 @@ fn accepted_sends_of_others_are_actions_and_the_record_is_bounded() {
         Some("board"),
     );
     r.answered(2, 2, true, (13.0, 3.0));
+    // Whitespace around the one argument, as a JSON encoder may write it.
+    r.send_called(
+        2,
+        4,
+        "\n [ {\"to\":\"authority\",\"data\":[2]}\t]\r\n",
+        Some("board"),
+    );
+    r.answered(2, 4, true, (14.0, 4.0));
     let first = r.take_batch().unwrap();
     let doc = parsed(&store_of(&[&first]));
     assert_eq!(doc["displaySeed"], "seed-1");
     assert_eq!(doc["init"]["set"]["items"], json!([]));
     let entries = doc["entries"].as_array().unwrap();
-    assert_eq!(entries.len(), 2, "{doc}");
+    assert_eq!(entries.len(), 3, "{doc}");
     assert_eq!(entries[1]["from"], "p1");
     assert_eq!(entries[1]["message"]["data"]["a"], "j");
     assert_eq!(entries[1]["gameTimeMs"], 3.0);
+    assert_eq!(
+        entries[2]["message"],
+        json!({"to": "authority", "data": [2]})
+    );
     // Past the bound: truncated, nothing more kept.
     for i in 0..MAX_RECORDING_ENTRIES {
         r.event("pause", (i as f64, 0.0), None);
