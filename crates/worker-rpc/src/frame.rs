@@ -394,7 +394,9 @@ impl Frame {
 
     /// Whether `v` has the MAJOR this implementation speaks.
     pub fn is_compatible(&self) -> bool {
-        major_of(self.version()) == Some(PROTOCOL_MAJOR)
+        // Our own version, as nearly every peer writes it, without reading
+        // its parts (asked twice for every frame that comes in).
+        self.version() == PROTOCOL_VERSION || major_of(self.version()) == Some(PROTOCOL_MAJOR)
     }
 
     pub fn to_json(&self) -> Value {
