@@ -31,12 +31,12 @@ target/release/hostwire-bench "$@" --url "http://127.0.0.1:$PORT" --origin "$ORI
 B=$!
 sleep "${CG_START:-15}"
 m0=$(counter)
-callgrind_control -i on "$VG" >/dev/null
+callgrind_control -i on "$VG" >/dev/null 2>&1
 sleep "${CG_LEN:-20}"
-callgrind_control -i off "$VG" >/dev/null
+callgrind_control -i off "$VG" >/dev/null 2>&1
 m1=$(counter)
 wait "$B"
-callgrind_control -d "$VG" >/dev/null
+callgrind_control -d "$VG" >/dev/null 2>&1
 sleep 2
 kill "$VG"; wait "$VG" 2>/dev/null || true
 ir=$(callgrind_annotate "$OUTP.cg.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}')
