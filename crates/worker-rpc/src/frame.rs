@@ -2,11 +2,14 @@
 //!
 //! Every frame is one JSON object with `v` (the protocol version) and
 //! `kind`. [`parse_frame`] validates all of it and names the field that is
-//! wrong. It decodes borrowed: the frame is read as a shell of raw fields
-//! over the input text, and only the payloads (`params`, `result`, `data`,
-//! `progress`, error `data`) are copied, as raw JSON text ([`Payload`]).
-//! So a frame costs about twice its size to decode, and payloads pass
-//! through unchanged, lone surrogate escapes included.
+//! wrong. It decodes borrowed: the frames calls are made of (a `request`,
+//! a successful `response`) in one typed pass, any other frame or refusal
+//! as a shell of raw fields over the input text, and only the payloads
+//! (`params`, `result`, `data`, `progress`, error `data`) are copied, as
+//! raw JSON text ([`Payload`]). So a frame costs about twice its size to
+//! decode, and payloads pass through unchanged, lone surrogate escapes
+//! included. [`Frame::to_text`] writes a frame back with its payloads as
+//! they are, without reading them again.
 //!
 //! When a frame is refused (too large, too deep, not UTF-8, not JSON, a bad
 //! field), [`read_head`] still reads its `kind`, `id` and `v` with a bounded,
