@@ -1,9 +1,11 @@
 //! Any bytes as relay client frames, through a connection and a room:
-//! never a panic; every reply is a JSON frame; forwarded data is the exact
-//! text that was sent.
+//! never a panic; the one-pass decoding of `to` and `up` answers as the
+//! field-by-field one; every reply is a JSON frame; forwarded data is the
+//! exact text that was sent.
 #![no_main]
 #![forbid(unsafe_code)]
 
+use hostwire_memizy::relay::protocol::decode_client_frame_by_fields;
 use hostwire_memizy::relay::{
     decode_client_frame, ConnStep, ConnectionState, RelayClientMessage, RelayServerMessage, Room,
     RoomOutput,
@@ -22,9 +24,12 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    let decoded = decode_client_frame(text);
+    // The one-pass path for `to` and `up` answers as the field-by-field one.
+    assert_eq!(decoded, decode_client_frame_by_fields(text));
     if let Ok(
         RelayClientMessage::To { data: Some(r), .. } | RelayClientMessage::Up { data: Some(r) },
-    ) = decode_client_frame(text)
+    ) = decoded
     {
         assert!(serde_json::from_str::<serde_json::Value>(&text[r]).is_ok());
     }
