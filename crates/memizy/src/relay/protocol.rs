@@ -283,13 +283,7 @@ fn range_in(frame: &str, raw: Option<&RawValue>) -> Option<Range<usize>> {
 
 /// Decodes a client frame (already within the frame size cap).
 pub fn decode_client_frame(frame: &str) -> Result<RelayClientMessage, FrameError> {
-    let bad = |m: &str| FrameError {
-        code: RelayErrorCode::BadMessage,
-        message: m.to_owned(),
-    };
-    if hostwire_core::json::deeper_than(frame.as_bytes(), FRAME_MAX_DEPTH) {
-        return Err(bad("Invalid JSON: nested too deeply."));
-    }
+    check_depth(frame)?;
     if let Ok(game) = serde_json::from_str::<GameFrame<'_>>(frame) {
         match game.t {
             Some("to") => {
@@ -313,10 +307,19 @@ pub fn decode_client_frame(frame: &str) -> Result<RelayClientMessage, FrameError
 /// the fuzz target and the tests hold both to the same answers.
 #[doc(hidden)]
 pub fn decode_client_frame_by_fields(frame: &str) -> Result<RelayClientMessage, FrameError> {
-    if hostwire_core::json::deeper_than(frame.as_bytes(), FRAME_MAX_DEPTH) {
-        return decode_client_frame(frame);
-    }
+    check_depth(frame)?;
     decode_by_fields(frame)
+}
+
+/// Nesting first, before any parser recurses.
+fn check_depth(frame: &str) -> Result<(), FrameError> {
+    if hostwire_core::json::deeper_than(frame.as_bytes(), FRAME_MAX_DEPTH) {
+        return Err(FrameError {
+            code: RelayErrorCode::BadMessage,
+            message: "Invalid JSON: nested too deeply.".into(),
+        });
+    }
+    Ok(())
 }
 
 /// Every frame, field by field from raw values.
