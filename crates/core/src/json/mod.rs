@@ -61,13 +61,29 @@ pub fn nesting_depth(text: &[u8], stop_above: usize) -> usize {
 /// Every level opens with a `[` or `{` byte, so their count bounds the
 /// depth from above (brackets inside strings only raise it): text with at
 /// most `limit` of them, as nearly every frame has, needs no structural
-/// scan. memchr finds them with the widest vector instructions the CPU
-/// has, and stops counting once the count passes `limit`.
+/// scan. They are counted a block at a time (a loop the compiler turns
+/// into vector compares, with no branch per bracket: in text dense with
+/// them, such as many small objects, a search that stops at each one
+/// cost more than the scan), and counting stops once the count passes
+/// `limit`.
 pub fn deeper_than(text: &[u8], limit: usize) -> bool {
-    let opens = memchr::memchr2_iter(b'[', b'{', text)
-        .take(limit + 1)
-        .count();
-    opens > limit && nesting_depth(text, limit) > limit
+    let mut opens = 0usize;
+    // 255 bytes a block, so that a block's count fits the u8 lanes.
+    for block in text.chunks(255) {
+        opens += usize::from(count_opens(block));
+        if opens > limit {
+            return nesting_depth(text, limit) > limit;
+        }
+    }
+    false
+}
+
+/// The `[` and `{` bytes of a block of at most 255 bytes. They are the
+/// only bytes that equal `{` with bit 0x20 set (`[` is 0x5B, `{` 0x7B).
+fn count_opens(block: &[u8]) -> u8 {
+    block
+        .iter()
+        .fold(0u8, |n, &b| n + u8::from(b | 0x20 == b'{'))
 }
 
 /// The size and depth checks alone, for callers that parse themselves.
@@ -275,6 +291,15 @@ mod tests {
         }
         let deep = format!("{}{}", "[".repeat(129), "]".repeat(129));
         assert!(deeper_than(deep.as_bytes(), 128));
+        // Brackets in several blocks, and a block full of them.
+        let wide = format!("[{}1]", "{},".repeat(400));
+        assert!(!deeper_than(wide.as_bytes(), 2));
+        assert!(deeper_than(wide.as_bytes(), 1));
+        let spread = format!("{}{}", "[ ".repeat(200), " ]".repeat(200));
+        assert!(deeper_than(spread.as_bytes(), 199));
+        assert!(!deeper_than(spread.as_bytes(), 200));
+        let full = "[".repeat(255);
+        assert!(deeper_than(full.as_bytes(), 254));
         assert!(!deeper_than(deep.as_bytes(), 129));
     }
 
