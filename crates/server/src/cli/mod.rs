@@ -103,7 +103,7 @@ fn open_store(db: &Path) -> anyhow::Result<SqliteStore> {
     SqliteStore::open(db).map_err(|e| {
         let reason = e.reason();
         anyhow!(
-            "cannot open the database {}: {reason}. Hint: the data directory must be writable (SQLite keeps {DB_FILE}-wal and {DB_FILE}-shm beside it); choose another with --data-dir or HOSTWIRE_DATA_DIR",
+            "cannot open the database {}: {reason}. Hint: the data directory must be writable (SQLite keeps {DB_FILE}-wal beside it); choose another with --data-dir or HOSTWIRE_DATA_DIR",
             db.display()
         )
     })
