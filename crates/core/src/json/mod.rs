@@ -390,6 +390,22 @@ mod tests {
             prop_assert!(!scan.big_numbers, "no exponents in {}", text);
         }
 
+        /// The bracket count's shortcut never changes the answer, at any
+        /// limit, with brackets in strings and text over several blocks.
+        #[test]
+        fn deeper_than_agrees_with_the_depth_of_any_value(
+            v in arb_json(),
+            pretty in any::<bool>(),
+            copies in 1usize..12,
+        ) {
+            let one = if pretty { serde_json::to_string_pretty(&v).unwrap() } else { v.to_string() };
+            let text = format!("[{}]", vec![one; copies].join(","));
+            let depth = 1 + value_depth(&v);
+            for limit in 0..=depth + 1 {
+                prop_assert_eq!(deeper_than(text.as_bytes(), limit), depth > limit, "limit {}", limit);
+            }
+        }
+
         #[test]
         fn compact_len_equals_serde_size_for_any_value(v in arb_json()) {
             let pretty = serde_json::to_string_pretty(&v).unwrap();
