@@ -1,9 +1,10 @@
 //! Any bytes through the pre-parse scan: never a panic, and on text serde
-//! accepts as JSON the block scan agrees with the byte-by-byte one.
+//! accepts as JSON the block scan agrees with the byte-by-byte one, and the
+//! depth bound by the bracket count (`deeper_than`) with the scan.
 #![no_main]
 #![forbid(unsafe_code)]
 
-use hostwire_core::json::{scan_structure, scan_structure_bytewise};
+use hostwire_core::json::{deeper_than, nesting_depth, scan_structure, scan_structure_bytewise};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -15,5 +16,10 @@ fuzz_target!(|data: &[u8]| {
         if slow.max_depth <= stop {
             assert_eq!(fast.big_numbers, slow.big_numbers);
         }
+        assert_eq!(
+            deeper_than(data, stop),
+            nesting_depth(data, stop) > stop,
+            "limit {stop}"
+        );
     }
 });
