@@ -291,6 +291,7 @@ mod tests {
         }
         let deep = format!("{}{}", "[".repeat(129), "]".repeat(129));
         assert!(deeper_than(deep.as_bytes(), 128));
+        assert!(!deeper_than(deep.as_bytes(), 129));
         // Brackets in several blocks, and a block full of them.
         let wide = format!("[{}1]", "{},".repeat(400));
         assert!(!deeper_than(wide.as_bytes(), 2));
@@ -300,7 +301,6 @@ mod tests {
         assert!(!deeper_than(spread.as_bytes(), 200));
         let full = "[".repeat(255);
         assert!(deeper_than(full.as_bytes(), 254));
-        assert!(!deeper_than(deep.as_bytes(), 129));
     }
 
     #[test]
