@@ -150,6 +150,12 @@ impl Render for StoreMetrics {
             "Failed store writes (units), by protocol.",
             "protocol",
         );
+        write_counter(
+            s,
+            "hostwire_store_pg_thread_hops_total",
+            "PostgreSQL store calls run on a thread started for the call (made on an async thread, outside a blocking section); start-up makes a few, serving none (0 on SQLite).",
+            hostwire_store::postgres::thread_hops(),
+        );
         let _ = writeln!(s, "# HELP hostwire_store_write_seconds Latency of one store write batch.\n# TYPE hostwire_store_write_seconds histogram");
         let mut cumulative = 0;
         for (i, b) in LATENCY_BUCKETS_US.iter().enumerate() {

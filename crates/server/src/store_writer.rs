@@ -141,7 +141,7 @@ async fn write_blocking<W: StoreWrite + Sync>(
     store: Arc<dyn UnitStore<W>>,
     units: Vec<Queued<W>>,
 ) -> Result<Written<W>, tokio::task::JoinError> {
-    tokio::task::spawn_blocking(move || {
+    crate::blocking::spawn(move || {
         let t = Instant::now();
         let results = store.apply_units(&refs(&units));
         (units, results, t.elapsed())

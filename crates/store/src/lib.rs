@@ -12,6 +12,7 @@
 // checks it.
 #![forbid(unsafe_code)]
 
+mod blocking;
 pub mod ggui;
 pub mod lease;
 pub mod playerthree;
@@ -21,6 +22,8 @@ pub mod sessions;
 mod suite;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+
+pub use blocking::blocking_section;
 
 /// The lock file a server holds in its data directory while it runs.
 pub const LOCK_FILE: &str = "hostwire.lock";

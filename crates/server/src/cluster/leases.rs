@@ -166,7 +166,7 @@ pub struct Leases {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, StoreError> {
-    tokio::task::spawn_blocking(f)
+    crate::blocking::spawn(f)
         .await
         .unwrap_or_else(|e| Err(StoreError::Commit(format!("lease call panicked: {e}"))))
 }

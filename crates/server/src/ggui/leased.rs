@@ -64,8 +64,7 @@ impl Ggui {
             return Restored::Failed;
         };
         let key = id.to_owned();
-        let stored = match tokio::task::spawn_blocking(move || store.ggui_load_session(&key)).await
-        {
+        let stored = match crate::blocking::spawn(move || store.ggui_load_session(&key)).await {
             Ok(Ok(Some(s))) => s,
             Ok(Ok(None)) => return Restored::Gone,
             Ok(Err(e)) => {
@@ -140,7 +139,7 @@ pub(super) async fn find_session(
     }
     let store = ggui.store.clone();
     let key = id.clone();
-    let stored = match tokio::task::spawn_blocking(move || {
+    let stored = match crate::blocking::spawn(move || {
         store.map(|s| s.ggui_load_session(&key).map(|s| s.is_some()))
     })
     .await

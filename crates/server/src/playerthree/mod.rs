@@ -339,7 +339,7 @@ impl PlayerThree {
     async fn restore_one(self: &Arc<Self>, id: &str) -> Restored {
         let store = Arc::clone(&self.store);
         let key = id.to_owned();
-        let stored = match tokio::task::spawn_blocking(move || store.load_match(&key)).await {
+        let stored = match crate::blocking::spawn(move || store.load_match(&key)).await {
             Ok(Ok(Some(s))) => s,
             Ok(Ok(None)) => return Restored::Gone,
             Ok(Err(e)) => {
@@ -387,7 +387,7 @@ impl PlayerThree {
         // Read first: an id guessed must not leave a lease row behind.
         let store = Arc::clone(&self.store);
         let key = id.to_owned();
-        match tokio::task::spawn_blocking(move || store.load_match(&key)).await {
+        match crate::blocking::spawn(move || store.load_match(&key)).await {
             Ok(Ok(Some(_))) => {}
             Ok(Ok(None)) => return Find::NotFound,
             _ => return Find::Unavailable,
@@ -415,7 +415,7 @@ impl PlayerThree {
         }
         let store = Arc::clone(&self.store);
         let hash = TokenHash::of(token).to_hex();
-        let id = match tokio::task::spawn_blocking(move || store.match_of_token(&hash)).await {
+        let id = match crate::blocking::spawn(move || store.match_of_token(&hash)).await {
             Ok(Ok(Some(id))) => id,
             Ok(Ok(None)) => return Find::NotFound,
             _ => return Find::Unavailable,

@@ -304,7 +304,7 @@ async fn put_bundle(
     // The check is CPU work over up to `bundle_bytes`: off the async
     // workers, and bounded in time.
     let checked = body.clone();
-    let check = tokio::task::spawn_blocking(move || (parse_bundle(&checked), permit));
+    let check = crate::blocking::spawn(move || (parse_bundle(&checked), permit));
     let (app_name, _permit) = match tokio::time::timeout(check_timeout, check).await {
         Ok(Ok((Ok(b), permit))) => (b.app_name, permit),
         Ok(Ok((Err(e), _))) => {

@@ -102,7 +102,7 @@ impl Bundles {
         let key = pin.to_owned();
         // The reservation goes with the read: a download dropped meanwhile
         // does not free it before the bytes read are.
-        let read = tokio::task::spawn_blocking(move || (store.load_bundle(&key), permit)).await;
+        let read = crate::blocking::spawn(move || (store.load_bundle(&key), permit)).await;
         let (stored, mut permit) = match read {
             Ok((Ok(Some(b)), permit)) => (b, permit),
             Ok((Ok(None), _)) => return BundleRead::Missing,

@@ -250,7 +250,7 @@ impl Relay {
         // Read first: a PIN guess must not leave a lease row behind.
         let store = Arc::clone(&self.store);
         let p = pin.to_owned();
-        match tokio::task::spawn_blocking(move || store.load_room(&p)).await {
+        match crate::blocking::spawn(move || store.load_room(&p)).await {
             Ok(Ok(Some(_))) => {}
             Ok(Ok(None)) => return Find::NotFound,
             _ => return Find::Unavailable,
@@ -271,7 +271,7 @@ impl Relay {
     async fn restore_room(self: &Arc<Self>, pin: &str) -> Restored {
         let store = Arc::clone(&self.store);
         let p = pin.to_owned();
-        let stored = match tokio::task::spawn_blocking(move || store.load_room(&p)).await {
+        let stored = match crate::blocking::spawn(move || store.load_room(&p)).await {
             Ok(Ok(Some(s))) => s,
             Ok(Ok(None)) => return Restored::Gone,
             Ok(Err(e)) => {
@@ -358,7 +358,7 @@ impl Relay {
         }
         let store = Arc::clone(&self.store);
         let p = pin.to_owned();
-        match tokio::task::spawn_blocking(move || store.load_room(&p)).await {
+        match crate::blocking::spawn(move || store.load_room(&p)).await {
             Ok(Ok(None)) => Ok(()),
             Ok(Ok(Some(stored))) => {
                 // A room left by a node that stopped: this node serves it.

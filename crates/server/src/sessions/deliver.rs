@@ -126,7 +126,7 @@ impl Devices {
                 return;
             };
             let path = file.file.clone();
-            let loaded = tokio::task::spawn_blocking(move || store.load_asset(&sid, &path)).await;
+            let loaded = crate::blocking::spawn(move || store.load_asset(&sid, &path)).await;
             let result = match loaded {
                 Ok(Ok(Some(bytes))) => Ok(Payload::from(&json!({
                     "key": key,

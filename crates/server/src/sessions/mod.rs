@@ -283,8 +283,7 @@ impl Sessions {
         // No session is brought back while the stopped ones are removed.
         let _no_restore = self.restoring.lock().await;
         let store = self.store();
-        let Ok(Ok(ids)) = tokio::task::spawn_blocking(move || store.list_session_ids()).await
-        else {
+        let Ok(Ok(ids)) = crate::blocking::spawn(move || store.list_session_ids()).await else {
             return 0;
         };
         let now = self.clock.now_ms();

@@ -304,7 +304,7 @@ impl Play {
     async fn stored(&self, id: &str) -> Result<hostwire_store::sessions::StoredSession, Response> {
         let store = self.sessions.store();
         let key = id.to_owned();
-        tokio::task::spawn_blocking(move || store.load_session(&key))
+        crate::blocking::spawn(move || store.load_session(&key))
             .await
             .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
             .map_err(|e| {
@@ -357,7 +357,7 @@ async fn session_view(
     };
     let store = play.sessions.store();
     let key = id.clone();
-    let players = tokio::task::spawn_blocking(move || store.load_player_tokens(&key))
+    let players = crate::blocking::spawn(move || store.load_player_tokens(&key))
         .await
         .ok()
         .and_then(Result::ok)
@@ -400,7 +400,7 @@ async fn session_view(
         Ok(None) => {
             let store = play.sessions.store();
             let key = id.clone();
-            let result = tokio::task::spawn_blocking(move || store.load_result(&key))
+            let result = crate::blocking::spawn(move || store.load_result(&key))
                 .await
                 .ok()
                 .and_then(Result::ok)

@@ -72,7 +72,7 @@ fn elsewhere() -> Failed {
 async fn stored(sessions: &Sessions, id: &str) -> Result<bool, Failed> {
     let store = sessions.store();
     let key = id.to_owned();
-    tokio::task::spawn_blocking(move || store.load_session(&key))
+    crate::blocking::spawn(move || store.load_session(&key))
         .await
         .map_err(store_failed)?
         .map(|s| s.is_some())
@@ -101,7 +101,7 @@ struct Loaded {
 async fn load(sessions: &Sessions, id: &str) -> Result<Option<Loaded>, Failed> {
     let store = sessions.store();
     let key = id.to_owned();
-    tokio::task::spawn_blocking(move || {
+    crate::blocking::spawn(move || {
         let Some(stored) = store.load_session(&key)? else {
             return Ok(None);
         };

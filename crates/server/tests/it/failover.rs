@@ -264,7 +264,7 @@ async fn the_owner_killed_mid_game_its_room_goes_on_on_another_node_with_nothing
 pub(crate) async fn run_out_leases(url: &str) {
     let url = url.to_owned();
     // The synchronous client runs its own runtime: off this one.
-    tokio::task::spawn_blocking(move || {
+    hostwire::blocking::spawn(move || {
         let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
         c.execute(
             "UPDATE unit_leases SET expires_at = now() - INTERVAL '1 second' WHERE owner IS NOT NULL",

@@ -25,6 +25,9 @@ async fn a_room_outlives_its_node_on_postgres_with_its_pin_and_host_token() {
     // A short lease: the next node takes the room over once it has run out.
     let lease = ["--postgres-url", &url, "--lease-ttl", "1s"];
     let mut p = Process::serve(first.path(), &lease, &[origins]);
+    // Every store call made while serving runs on the blocking pool's
+    // thread: none starts a thread of its own (start-up may).
+    let started = hops(&p).await;
     let (status, v) =
         crate::support::http::call("POST", &format!("{}/api/rooms", p.http()), None, None).await;
     assert_eq!(status, 201, "{v}");
@@ -40,11 +43,13 @@ async fn a_room_outlives_its_node_on_postgres_with_its_pin_and_host_token() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    assert_eq!(hops(&p).await, started, "a store call hopped to a thread");
     p.kill_9();
 
     // Another node: its own (empty) data directory, the same database.
     let second = temp_dir("pg-node-2");
     let p = Process::serve(second.path(), &lease, &[origins]);
+    let started = hops(&p).await;
     // 503 while the dead node's lease runs.
     let deadline = tokio::time::Instant::now() + crate::support::server::GUARD;
     let info = loop {
@@ -72,6 +77,12 @@ async fn a_room_outlives_its_node_on_postgres_with_its_pin_and_host_token() {
         !second.path().join("hostwire.db").exists(),
         "nothing was kept in SQLite"
     );
+    assert_eq!(hops(&p).await, started, "a store call hopped to a thread");
+}
+
+/// PostgreSQL store calls that ran on a thread started for the call.
+async fn hops(p: &Process) -> u64 {
+    crate::support::http::metric(&p.http(), "hostwire_store_pg_thread_hops_total").await
 }
 
 #[tokio::test]

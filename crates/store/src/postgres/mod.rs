@@ -28,8 +28,11 @@
 //!
 //! The client is the synchronous `postgres` crate, which runs a small
 //! runtime of its own: it must never be driven (or dropped) on a thread
-//! inside the server's runtime. Every call goes through [`off_runtime`],
-//! which hops to a scoped thread when the caller is on one.
+//! that runs the server's runtime. Every call goes through [`off_runtime`]:
+//! on a thread outside any runtime, or in a
+//! [`blocking_section`](crate::blocking_section) (the server's blocking
+//! pool), it runs where it is called; elsewhere inside a runtime it hops to
+//! a scoped thread, counted by [`thread_hops`].
 
 mod ggui;
 mod lease;
@@ -43,6 +46,7 @@ use ::postgres::{Client, Config, NoTls, Statement, Transaction};
 use hostwire_relay_records::{BundleMeta, PlayerRecord, RoomChange, RoomRecord};
 use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 /// How long a connection attempt may take when the URL sets no
@@ -222,13 +226,27 @@ CREATE TABLE memizy_recording_batches (
 /// The newest schema version this hostwire knows.
 pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
+/// Calls that hopped to a thread of their own (see [`off_runtime`]).
+static THREAD_HOPS: AtomicU64 = AtomicU64::new(0);
+
+/// How many calls of this process's PostgreSQL stores ran on a thread
+/// started for them: made inside a runtime, outside a
+/// [`blocking_section`](crate::blocking_section). Start-up's few; a server
+/// whose blocking work is marked adds none while it serves.
+pub fn thread_hops() -> u64 {
+    THREAD_HOPS.load(Relaxed)
+}
+
 /// Runs `f` where the synchronous client may block: on this thread when it
-/// is outside any tokio runtime (a store writer's blocking thread is
-/// inside one, as is start-up), else on a scoped thread of its own.
+/// is outside any tokio runtime or in a blocking section, else on a scoped
+/// thread of its own (the runtime's handle is also on its blocking pool's
+/// threads, where the client could run: only a section says which is
+/// which).
 fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    if tokio::runtime::Handle::try_current().is_err() {
+    if crate::blocking::in_blocking_section() || tokio::runtime::Handle::try_current().is_err() {
         return f();
     }
+    THREAD_HOPS.fetch_add(1, Relaxed);
     std::thread::scope(|s| match s.spawn(f).join() {
         Ok(t) => t,
         Err(panic) => std::panic::resume_unwind(panic),
@@ -900,6 +918,30 @@ mod tests {
         assert_eq!(pins, stored);
     }
 
+    /// A call runs where it is made outside any runtime and in a blocking
+    /// section of a runtime's blocking pool; anywhere else in a runtime (an
+    /// async task, a blocking thread not in a section) on a thread of its
+    /// own.
+    #[test]
+    fn a_call_hops_to_a_thread_of_its_own_only_where_it_must() {
+        fn ran_here() -> bool {
+            off_runtime(|| std::thread::current().id()) == std::thread::current().id()
+        }
+        assert!(ran_here(), "outside any runtime");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            assert!(!ran_here(), "on the runtime's own thread");
+            let pool = tokio::task::spawn_blocking(move || {
+                (ran_here(), crate::blocking_section(ran_here))
+            });
+            let (unmarked, marked) = pool.await.unwrap();
+            assert!(!unmarked, "a blocking thread not in a section");
+            assert!(marked, "a blocking thread in a section");
+        });
+    }
+
     /// The synchronous client never runs (or is dropped) on a runtime's
     /// thread: there it would panic.
     #[test]
@@ -920,7 +962,26 @@ mod tests {
             rt.block_on(async move {
                 let store = PgStore::connect(&url).unwrap();
                 store.apply(&[room("444444")]).unwrap();
-                assert_eq!(store.load_rooms().unwrap().len(), 1);
+                assert!(store
+                    .load_rooms()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r.record.pin == "444444"));
+                // In a section of the blocking pool the client runs on
+                // that thread, its own runtime inside the server's.
+                let store = tokio::task::spawn_blocking(move || {
+                    crate::blocking_section(|| {
+                        store.apply(&[room("555555")]).unwrap();
+                        assert!(store
+                            .load_rooms()
+                            .unwrap()
+                            .iter()
+                            .any(|r| r.record.pin == "555555"));
+                        store
+                    })
+                })
+                .await
+                .unwrap();
                 drop(store);
             });
         }

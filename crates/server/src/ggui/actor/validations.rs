@@ -35,7 +35,7 @@ impl Validations {
                 return;
             };
             // `run` catches a panic of the validator itself.
-            if let Ok(v) = tokio::task::spawn_blocking(move || job.run()).await {
+            if let Ok(v) = crate::blocking::spawn(move || job.run()).await {
                 if let Some(tx) = done.upgrade() {
                     let _ = tx.send(Cmd::Validated(Box::new(v))).await;
                 }

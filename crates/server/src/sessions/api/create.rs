@@ -62,7 +62,7 @@ pub(in crate::sessions) async fn player_spec(
     }
     let store = sessions.store();
     let (user, plugin, set) = (spec.user.clone(), plugin_id.to_owned(), set_id.to_owned());
-    let loaded = tokio::task::spawn_blocking(move || {
+    let loaded = crate::blocking::spawn(move || {
         let data = store.load_plugin_data(&user, &plugin, &set)?;
         let progress = store.load_progress(&user, &set)?;
         Ok::<_, hostwire_store::StoreError>((data, progress))

@@ -30,7 +30,7 @@ pub(super) async fn authorized(
 ) -> Result<StoredSession, Response> {
     let store = sessions.store();
     let key = id.to_owned();
-    let stored = tokio::task::spawn_blocking(move || store.load_session(&key))
+    let stored = crate::blocking::spawn(move || store.load_session(&key))
         .await
         .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?
         .map_err(|e| {
@@ -118,7 +118,7 @@ pub(super) async fn status(
 pub(super) async fn stored_result(sessions: &Sessions, id: &str) -> Option<Value> {
     let store = sessions.store();
     let id = id.to_owned();
-    tokio::task::spawn_blocking(move || store.load_result(&id))
+    crate::blocking::spawn(move || store.load_result(&id))
         .await
         .ok()
         .and_then(Result::ok)
@@ -195,7 +195,7 @@ pub(super) async fn recording(
     };
     let store = sessions.store();
     let key = id.clone();
-    let read = tokio::task::spawn_blocking(move || {
+    let read = crate::blocking::spawn(move || {
         store.load_recording(&key).map(|kept| {
             // A running session with nothing kept yet has an empty record.
             let kept = kept.or_else(|| recorded.map(|_| Default::default()))?;

@@ -73,7 +73,7 @@ pub(super) async fn add_player(
     }
     let store = sessions.store();
     let sid = id.clone();
-    let stored = tokio::task::spawn_blocking(move || store.load_player_tokens(&sid)).await;
+    let stored = crate::blocking::spawn(move || store.load_player_tokens(&sid)).await;
     let token = match stored {
         Ok(Ok(all)) => all
             .iter()
