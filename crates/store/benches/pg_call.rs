@@ -4,11 +4,17 @@
 //! the synchronous client runs on that thread, and outside one, where each
 //! call runs on a thread started for it.
 //!
+//! Then one write batch of one unit (a room's `open` flipped, as a relay
+//! room's change is written), on a thread outside any runtime, as the
+//! store writer commits a lone write.
+//!
 //! `cargo bench -p hostwire-store --features testing --bench pg_call`
 //! (a private PostgreSQL is started as the tests start one).
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use hostwire_relay_records::{RoomChange, RoomRecord};
 use hostwire_store::postgres::PgStore;
+use hostwire_store::{RelayStore, Unit, UnitStore};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,6 +53,31 @@ fn pg_call(c: &mut Criterion) {
     });
     g.bench_function("blocking pool, a thread started per call", |b| {
         b.iter_custom(|iters| on_pool(false, iters))
+    });
+    let pin = "424242";
+    store
+        .apply(&[RoomChange::Created(RoomRecord {
+            pin: pin.into(),
+            host_token: "h".repeat(32),
+            created_at_ms: 0,
+            host_away_since_ms: None,
+            open: true,
+            players: vec![],
+            kicked_tokens: vec![],
+            bundle: None,
+        })])
+        .expect("a room");
+    let mut open = false;
+    g.bench_function("one unit of one write, committed", |b| {
+        b.iter(|| {
+            open = !open;
+            let w = [RoomChange::Open {
+                pin: pin.into(),
+                open,
+            }];
+            let r = store.apply_units(&[Unit::new(pin, &w)]);
+            assert!(r[0].is_ok(), "{r:?}");
+        })
     });
     g.finish();
 }

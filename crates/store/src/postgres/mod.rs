@@ -1,7 +1,8 @@
 //! The PostgreSQL store: every store trait on a database several nodes can
 //! share, with the same rules as [`SqliteStore`](crate::SqliteStore):
 //! each unit of [`UnitStore::apply_units`] all or nothing (a savepoint in
-//! the batch's one transaction), a unit after a failed one with the same
+//! the batch's one transaction; a batch of one unit is the transaction),
+//! a unit after a failed one with the same
 //! key failed untried, `Ok` only once committed. Bundles and asset files
 //! are `bytea`; every other value is the JSON text the server writes.
 //!
@@ -273,6 +274,32 @@ impl Session {
     }
 }
 
+/// One unit's fence check (when it has one) and writes, in `tx`.
+fn apply_unit<W>(
+    tx: &mut Transaction<'_>,
+    statements: &mut HashMap<&'static str, Statement>,
+    kind: UnitKind,
+    unit: &Unit<'_, W>,
+    apply: &(impl Fn(&mut Tx<'_, '_>, &W) -> Result<(), StoreError> + Sync),
+) -> Result<(), StoreError> {
+    let mut tx = Tx { tx, statements };
+    if let Some(fence) = unit.fence {
+        lease::check_fence(&mut tx, kind, unit.key, fence)?;
+    }
+    for w in unit.writes {
+        apply(&mut tx, w)?;
+    }
+    Ok(())
+}
+
+/// Whether `e` is the server ending the session (a restart, an operator's
+/// `pg_terminate_backend`).
+fn ends_session(e: &StoreError) -> bool {
+    matches!(e, StoreError::Postgres(e) if e
+        .as_db_error()
+        .is_some_and(|db| matches!(db.severity(), "FATAL" | "PANIC")))
+}
+
 /// A transaction (or a unit's savepoint in it) and the session's prepared
 /// statements: what each protocol's writes run on.
 pub(crate) struct Tx<'a, 'b> {
@@ -367,11 +394,8 @@ impl PgConn {
             }
             let r = f(session.as_mut().expect("connected above"));
             let mut ended = false;
-            if let Err(StoreError::Postgres(e)) = &r {
-                ended = e
-                    .as_db_error()
-                    .is_some_and(|db| matches!(db.severity(), "FATAL" | "PANIC"))
-                    || session.as_ref().is_some_and(|s| s.client.is_closed());
+            if let Err(e @ StoreError::Postgres(_)) = &r {
+                ended = ends_session(e) || session.as_ref().is_some_and(|s| s.client.is_closed());
                 if ended {
                     *session = None;
                 }
@@ -492,6 +516,25 @@ impl PgStore {
         let (done, _) = self.writer.run(|s| {
             let Session { client, statements } = s;
             let mut tx = client.transaction()?;
+            if let [unit] = units {
+                // One unit: the transaction is the unit, with no savepoint
+                // (two round trips fewer); a failure rolls it back as it
+                // is dropped.
+                return match apply_unit(&mut tx, statements, kind, unit, &apply) {
+                    Ok(()) => {
+                        tx.commit()?;
+                        Ok(vec![Ok(())])
+                    }
+                    Err(e) => {
+                        drop(tx);
+                        // The session ended under it: `run` starts another.
+                        if ends_session(&e) || client.is_closed() {
+                            return Err(e);
+                        }
+                        Ok(vec![Err(e)])
+                    }
+                };
+            }
             let mut failed = std::collections::HashSet::new();
             // Fences already checked in this batch: the row lock stays
             // until the commit (a released savepoint keeps its locks, and
@@ -507,26 +550,12 @@ impl PgStore {
                 let r = (|| -> Result<(), StoreError> {
                     // Dropped uncommitted, it rolls back to its savepoint.
                     let mut sp = tx.transaction()?;
-                    if let Some(fence) = unit.fence.filter(|f| checked.get(unit.key) != Some(f)) {
-                        lease::check_fence(
-                            &mut Tx {
-                                tx: &mut sp,
-                                statements,
-                            },
-                            kind,
-                            unit.key,
-                            fence,
-                        )?;
-                    }
-                    for w in unit.writes {
-                        apply(
-                            &mut Tx {
-                                tx: &mut sp,
-                                statements,
-                            },
-                            w,
-                        )?;
-                    }
+                    // A fence already checked holds: its row stays locked.
+                    let unit = Unit {
+                        fence: unit.fence.filter(|f| checked.get(unit.key) != Some(f)),
+                        ..*unit
+                    };
+                    apply_unit(&mut sp, statements, kind, &unit, &apply)?;
                     sp.commit()?;
                     Ok(())
                 })();
