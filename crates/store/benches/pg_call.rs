@@ -5,8 +5,8 @@
 //! call runs on a thread started for it.
 //!
 //! Then one write batch of one unit (a room's `open` flipped, as a relay
-//! room's change is written), on a thread outside any runtime, as the
-//! store writer commits a lone write.
+//! room's change is written), and one of 64 units (64 rooms' each), on a
+//! thread outside any runtime, as the store writer commits them.
 //!
 //! `cargo bench -p hostwire-store --features testing --bench pg_call`
 //! (a private PostgreSQL is started as the tests start one).
@@ -77,6 +77,42 @@ fn pg_call(c: &mut Criterion) {
             }];
             let r = store.apply_units(&[Unit::new(pin, &w)]);
             assert!(r[0].is_ok(), "{r:?}");
+        })
+    });
+    let pins: Vec<String> = (0..64).map(|i| format!("5{i:05}")).collect();
+    for pin in &pins {
+        store
+            .apply(&[RoomChange::Created(RoomRecord {
+                pin: pin.clone(),
+                host_token: "h".repeat(32),
+                created_at_ms: 0,
+                host_away_since_ms: None,
+                open: true,
+                players: vec![],
+                kicked_tokens: vec![],
+                bundle: None,
+            })])
+            .expect("a room");
+    }
+    g.bench_function("64 units of one write each, committed", |b| {
+        b.iter(|| {
+            open = !open;
+            let writes: Vec<[RoomChange; 1]> = pins
+                .iter()
+                .map(|pin| {
+                    [RoomChange::Open {
+                        pin: pin.clone(),
+                        open,
+                    }]
+                })
+                .collect();
+            let units: Vec<Unit<'_, RoomChange>> = pins
+                .iter()
+                .zip(&writes)
+                .map(|(pin, w)| Unit::new(pin, w))
+                .collect();
+            let r = store.apply_units(&units);
+            assert!(r.iter().all(Result::is_ok), "{r:?}");
         })
     });
     g.finish();

@@ -1,7 +1,7 @@
 //! The PostgreSQL store: every store trait on a database several nodes can
 //! share, with the same rules as [`SqliteStore`](crate::SqliteStore):
-//! each unit of [`UnitStore::apply_units`] all or nothing (a savepoint in
-//! the batch's one transaction; a batch of one unit is the transaction),
+//! each unit of [`UnitStore::apply_units`] all or nothing (the batch's one
+//! transaction, tried again with a savepoint per unit when a unit fails),
 //! a unit after a failed one with the same
 //! key failed untried, `Ok` only once committed. Bundles and asset files
 //! are `bytea`; every other value is the JSON text the server writes.
@@ -499,10 +499,11 @@ impl PgStore {
             .0
     }
 
-    /// One transaction (one commit for the batch), a savepoint per unit:
-    /// a unit that fails is rolled back to its savepoint alone, the later
-    /// units with its key are not tried, and nothing is `Ok` before the
-    /// commit.
+    /// One transaction (one commit for the batch): every unit without
+    /// savepoints first; when one fails, the batch again with a savepoint
+    /// per unit, so that a unit that fails is rolled back to its savepoint
+    /// alone. The later units with its key are not tried, and nothing is
+    /// `Ok` before the commit.
     ///
     /// A unit with a [`fence`](Unit::fence) first checks it against the
     /// lease of (`kind`, its key), in its savepoint: a stale generation
@@ -515,26 +516,40 @@ impl PgStore {
     ) -> UnitResults {
         let (done, _) = self.writer.run(|s| {
             let Session { client, statements } = s;
+            // Every unit in the one transaction, without savepoints (two
+            // round trips fewer a unit), as nearly every batch commits;
+            // a failure rolls it back as it is dropped.
             let mut tx = client.transaction()?;
-            if let [unit] = units {
-                // One unit: the transaction is the unit, with no savepoint
-                // (two round trips fewer); a failure rolls it back as it
-                // is dropped.
-                return match apply_unit(&mut tx, statements, kind, unit, &apply) {
-                    Ok(()) => {
-                        tx.commit()?;
-                        Ok(vec![Ok(())])
-                    }
-                    Err(e) => {
-                        drop(tx);
-                        // The session ended under it: `run` starts another.
-                        if ends_session(&e) || client.is_closed() {
-                            return Err(e);
-                        }
-                        Ok(vec![Err(e)])
-                    }
+            let mut checked: HashMap<&str, u64> = HashMap::new();
+            let mut failure = None;
+            for unit in units {
+                let unit = Unit {
+                    fence: unit.fence.filter(|f| checked.get(unit.key) != Some(f)),
+                    ..*unit
                 };
+                if let Err(e) = apply_unit(&mut tx, statements, kind, &unit, &apply) {
+                    failure = Some(e);
+                    break;
+                }
+                if let Some(fence) = unit.fence {
+                    checked.insert(unit.key, fence);
+                }
             }
+            let Some(e) = failure else {
+                tx.commit()?;
+                return Ok(units.iter().map(|_| Ok(())).collect());
+            };
+            drop(tx);
+            // The session ended under it: `run` starts another.
+            if ends_session(&e) || client.is_closed() {
+                return Err(e);
+            }
+            if let [_] = units {
+                return Ok(vec![Err(e)]);
+            }
+            // A unit failed: the batch again, a savepoint per unit, so that
+            // it alone is rolled back.
+            let mut tx = client.transaction()?;
             let mut failed = std::collections::HashSet::new();
             // Fences already checked in this batch: the row lock stays
             // until the commit (a released savepoint keeps its locks, and
