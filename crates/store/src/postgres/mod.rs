@@ -19,7 +19,8 @@
 //! Every row is keyed by its unit (a room's `pin`, a session's or match's
 //! id). Schema 2 adds `unit_leases` (kind, key, owner node, generation,
 //! expiry; [`crate::lease`]): a unit written with a fence first locks its
-//! lease row (`FOR SHARE`) in the unit's savepoint and is refused when the
+//! lease row (`FOR SHARE`) in the batch's transaction (or the unit's
+//! savepoint, when the batch is run again) and is refused when the
 //! generation moved on, so a node that lost a unit cannot write it. The
 //! lock also orders a takeover after every write the old owner had in
 //! flight: the new owner's acquire waits for that commit, and what it then
