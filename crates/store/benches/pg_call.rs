@@ -56,16 +56,7 @@ fn pg_call(c: &mut Criterion) {
     });
     let pin = "424242";
     store
-        .apply(&[RoomChange::Created(RoomRecord {
-            pin: pin.into(),
-            host_token: "h".repeat(32),
-            created_at_ms: 0,
-            host_away_since_ms: None,
-            open: true,
-            players: vec![],
-            kicked_tokens: vec![],
-            bundle: None,
-        })])
+        .apply(&[RoomChange::Created(room(pin))])
         .expect("a room");
     let mut open = false;
     g.bench_function("one unit of one write, committed", |b| {
@@ -82,16 +73,7 @@ fn pg_call(c: &mut Criterion) {
     let pins: Vec<String> = (0..64).map(|i| format!("5{i:05}")).collect();
     for pin in &pins {
         store
-            .apply(&[RoomChange::Created(RoomRecord {
-                pin: pin.clone(),
-                host_token: "h".repeat(32),
-                created_at_ms: 0,
-                host_away_since_ms: None,
-                open: true,
-                players: vec![],
-                kicked_tokens: vec![],
-                bundle: None,
-            })])
+            .apply(&[RoomChange::Created(room(pin))])
             .expect("a room");
     }
     g.bench_function("64 units of one write each, committed", |b| {
@@ -116,6 +98,20 @@ fn pg_call(c: &mut Criterion) {
         })
     });
     g.finish();
+}
+
+/// An open room with no players.
+fn room(pin: &str) -> RoomRecord {
+    RoomRecord {
+        pin: pin.into(),
+        host_token: "h".repeat(32),
+        created_at_ms: 0,
+        host_away_since_ms: None,
+        open: true,
+        players: vec![],
+        kicked_tokens: vec![],
+        bundle: None,
+    }
 }
 
 criterion_group!(benches, pg_call);
