@@ -275,16 +275,19 @@ impl Session {
     }
 }
 
-/// One unit's fence check (when it has one) and writes, in `tx`.
+/// One unit's fence check and writes, in `tx`. A fence `checked` earlier in
+/// the batch is not checked again: its row stays locked until the commit
+/// (a released savepoint keeps its locks, and a failed one stops its key's
+/// later units), so the answer cannot change.
 fn apply_unit<W>(
     tx: &mut Transaction<'_>,
     statements: &mut HashMap<&'static str, Statement>,
-    kind: UnitKind,
+    (kind, checked): (UnitKind, &HashMap<&str, u64>),
     unit: &Unit<'_, W>,
     apply: &(impl Fn(&mut Tx<'_, '_>, &W) -> Result<(), StoreError> + Sync),
 ) -> Result<(), StoreError> {
     let mut tx = Tx { tx, statements };
-    if let Some(fence) = unit.fence {
+    if let Some(fence) = unit.fence.filter(|f| checked.get(unit.key) != Some(f)) {
         lease::check_fence(&mut tx, kind, unit.key, fence)?;
     }
     for w in unit.writes {
@@ -507,7 +510,8 @@ impl PgStore {
     /// `Ok` before the commit.
     ///
     /// A unit with a [`fence`](Unit::fence) first checks it against the
-    /// lease of (`kind`, its key), in its savepoint: a stale generation
+    /// lease of (`kind`, its key), in the transaction (in its savepoint on
+    /// the second pass): a stale generation
     /// fails the unit alone with [`StoreError::Fenced`], untouched.
     pub(crate) fn apply_units_with<W: Sync>(
         &self,
@@ -524,11 +528,7 @@ impl PgStore {
             let mut checked: HashMap<&str, u64> = HashMap::new();
             let mut failure = None;
             for unit in units {
-                let unit = Unit {
-                    fence: unit.fence.filter(|f| checked.get(unit.key) != Some(f)),
-                    ..*unit
-                };
-                if let Err(e) = apply_unit(&mut tx, statements, kind, &unit, &apply) {
+                if let Err(e) = apply_unit(&mut tx, statements, (kind, &checked), unit, &apply) {
                     failure = Some(e);
                     break;
                 }
@@ -552,10 +552,7 @@ impl PgStore {
             // it alone is rolled back.
             let mut tx = client.transaction()?;
             let mut failed = std::collections::HashSet::new();
-            // Fences already checked in this batch: the row lock stays
-            // until the commit (a released savepoint keeps its locks, and
-            // a failed one stops its key's later units), so the answer
-            // cannot change.
+            // Fences already checked in this batch (see `apply_unit`).
             let mut checked: HashMap<&str, u64> = HashMap::new();
             let mut results = Vec::with_capacity(units.len());
             for unit in units {
@@ -566,12 +563,7 @@ impl PgStore {
                 let r = (|| -> Result<(), StoreError> {
                     // Dropped uncommitted, it rolls back to its savepoint.
                     let mut sp = tx.transaction()?;
-                    // A fence already checked holds: its row stays locked.
-                    let unit = Unit {
-                        fence: unit.fence.filter(|f| checked.get(unit.key) != Some(f)),
-                        ..*unit
-                    };
-                    apply_unit(&mut sp, statements, kind, &unit, &apply)?;
+                    apply_unit(&mut sp, statements, (kind, &checked), unit, &apply)?;
                     sp.commit()?;
                     Ok(())
                 })();
