@@ -451,6 +451,20 @@ async fn a_wrong_token_gets_a_clear_message() {
         t.contains("/memizy/play") && t.contains("/ggui/ws") && t.contains("\"ok\": true"),
         "{t}"
     );
+    // The browser's profile went to the driver's own directory, and the
+    // directory goes with the driver: test runs leave nothing in /tmp.
+    let tmp = rig.driver.tmp_dir().to_owned();
+    let made: Vec<String> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        made.iter().any(|n| n.starts_with("org.chromium.Chromium")),
+        "the browser's files are not in its driver's directory: {made:?}"
+    );
+    drop(c);
+    drop(rig);
+    assert!(!tmp.exists(), "{} was left behind", tmp.display());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

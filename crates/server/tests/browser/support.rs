@@ -379,6 +379,10 @@ pub struct Session {
 pub struct Driver {
     child: Child,
     pub url: String,
+    /// chromedriver's and its browsers' `TMPDIR`: each browser's profile
+    /// (`org.chromium.Chromium.scoped_dir.*`) and shared-memory files,
+    /// which a killed browser never removes, go here and go with it.
+    tmp: tempfile::TempDir,
 }
 
 impl Drop for Driver {
@@ -391,6 +395,14 @@ impl Drop for Driver {
             libc::kill(-pgid, libc::SIGKILL);
         }
         let _ = self.child.wait();
+        // `tmp` is removed as the field drops, after the processes are gone.
+    }
+}
+
+impl Driver {
+    /// The directory the browsers write their temporary files in.
+    pub fn tmp_dir(&self) -> &std::path::Path {
+        self.tmp.path()
     }
 }
 
@@ -399,8 +411,13 @@ impl Drop for Driver {
 /// what to install: `.ci/run` installs them.
 pub fn driver() -> Driver {
     let exe = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
+    let tmp = tempfile::Builder::new()
+        .prefix("hostwire-chromium-")
+        .tempdir()
+        .expect("a temporary directory for the browsers");
     let mut child = Command::new(&exe)
         .arg("--port=0")
+        .env("TMPDIR", tmp.path())
         // A process group of its own, which its browsers join.
         .process_group(0)
         .stdout(Stdio::piped())
@@ -426,6 +443,7 @@ pub fn driver() -> Driver {
     Driver {
         child,
         url: format!("http://127.0.0.1:{port}"),
+        tmp,
     }
 }
 
