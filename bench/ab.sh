@@ -16,9 +16,11 @@ PORT=${PORT:-18787}
 ORIGIN=http://localhost:5180
 export HOSTWIRE_OPERATOR_TOKEN=${HOSTWIRE_OPERATOR_TOKEN:-bench-operator-$(date +%s)-$$-credential}
 SERVER=""
-trap '[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null; true' EXIT
+# Every round's data directory is made in WORK, removed at exit.
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/hostwire-ab.XXXXXX")
+trap '[ -n "$SERVER" ] && { kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null; }; rm -rf "$WORK"; true' EXIT
 start() {
-  local dir; dir=$(mktemp -d)
+  local dir; dir=$(mktemp -d "$WORK/data.XXXX")
   HOSTWIRE_OPERATOR_TOKEN="$HOSTWIRE_OPERATOR_TOKEN" MATCHES_PER_IP_PER_HOUR=100000000 GGUI_SESSIONS_PER_IP_PER_HOUR=100000000 ROOMS_PER_IP_PER_HOUR=100000000 JOINS_PER_IP_PER_SECOND=0 LOOKUPS_PER_IP_PER_SECOND=0 CONNECTIONS_PER_IP=100000 RUST_LOG=${SERVER_LOG:-warn} taskset -c 1 "$1" serve --port "$PORT" --data-dir "$dir" --allowed-origins "$ORIGIN" > "$OUT/ab-server.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/api/health" >/dev/null && return; sleep 0.1; done

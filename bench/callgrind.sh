@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 BIN=$1; OUTP=$2; METRIC=$3; shift 3; [ "${1:-}" = -- ] && shift
 PORT=${PORT:-18799}; ORIGIN=http://localhost:5180
 export HOSTWIRE_OPERATOR_TOKEN=${HOSTWIRE_OPERATOR_TOKEN:-bench-operator-$(date +%s)-$$-credential}
-dir=$(mktemp -d)
+dir=$(mktemp -d "${TMPDIR:-/tmp}/hostwire-callgrind.XXXXXX")
 counter() {
   curl -s "http://127.0.0.1:$PORT/metrics" |
     awk -v m="$METRIC" '{n=$1; sub(/{.*/,"",n)} n==m {s+=$2} END {print s+0}'
@@ -25,7 +25,7 @@ counter() {
 MATCHES_PER_IP_PER_HOUR=100000000 GGUI_SESSIONS_PER_IP_PER_HOUR=100000000 ROOMS_PER_IP_PER_HOUR=100000000 JOINS_PER_IP_PER_SECOND=0 LOOKUPS_PER_IP_PER_SECOND=0 CONNECTIONS_PER_IP=100000 RUST_LOG=warn \
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUTP.cg" "$BIN" serve --port "$PORT" --data-dir "$dir" --allowed-origins "$ORIGIN" > "$OUTP.server.log" 2>&1 &
 VG=$!
-trap 'kill "$VG" 2>/dev/null; true' EXIT
+trap 'kill "$VG" 2>/dev/null; wait "$VG" 2>/dev/null; rm -rf "$dir"; true' EXIT
 for _ in $(seq 300); do curl -sf "http://127.0.0.1:$PORT/api/health" >/dev/null && break; sleep 0.2; done
 target/release/hostwire-bench "$@" --url "http://127.0.0.1:$PORT" --origin "$ORIGIN" --server-pid "$VG" --json "$OUTP.json" > "$OUTP.bench.log" 2>&1 &
 B=$!

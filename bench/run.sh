@@ -92,9 +92,11 @@ export HOSTWIRE_OPERATOR_TOKEN=${HOSTWIRE_OPERATOR_TOKEN:-bench-operator-$(date 
 if (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null; then
   echo "port $PORT is in use: stop what listens there or set PORT" >&2; exit 1
 fi
+# Every server's data directory is made in WORK, removed at exit.
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/hostwire-run.XXXXXX")
 alive() { kill -0 "$SERVER" 2>/dev/null || { echo "the server exited: $(tail -3 "$OUT/server.log")" >&2; exit 1; }; }
 start_hostwire() {
-  local dir; dir=$(mktemp -d)
+  local dir; dir=$(mktemp -d "$WORK/data.XXXX")
   # Started on core 1 so the runtime sizes itself for one core. Every
   # client is 127.0.0.1: the per-IP limits are off.
   HOSTWIRE_OPERATOR_TOKEN="$HOSTWIRE_OPERATOR_TOKEN" MATCHES_PER_IP_PER_HOUR=100000000 GGUI_SESSIONS_PER_IP_PER_HOUR=100000000 ROOMS_PER_IP_PER_HOUR=100000000 JOINS_PER_IP_PER_SECOND=0 LOOKUPS_PER_IP_PER_SECOND=0 CONNECTIONS_PER_IP=100000 RUST_LOG=warn taskset -c 1 "$BIN/hostwire" serve --port $PORT --data-dir "$dir" --allowed-origins "$ORIGIN" > "$OUT/server.log" 2>&1 &
@@ -130,7 +132,7 @@ stop_server() {
 }
 # A run that stops early (a failed step under `set -e`) leaves no server
 # behind on the port for the next run.
-trap '[ -n "${SERVER:-}" ] && stop_server' EXIT
+trap '[ -n "${SERVER:-}" ] && stop_server; rm -rf "$WORK"' EXIT
 gen() { "$BIN/hostwire-bench" "$@" --url "http://127.0.0.1:$PORT" --origin "$ORIGIN" --server-pid "$SERVER" --pin 0,1 --quiet; }
 
 # The machine is noisy: each server runs the classroom REPEAT times, the
