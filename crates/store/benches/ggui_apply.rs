@@ -4,7 +4,7 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use hostwire_store::ggui::{GguiChange, GguiStore};
-use hostwire_store::{SqliteStore, Unit, UnitStore};
+use hostwire_store::{SqliteStore, SqliteSync, Unit, UnitStore};
 
 const BATCH: u64 = 64;
 
@@ -50,6 +50,31 @@ fn ggui_apply(c: &mut Criterion) {
     g.finish();
 }
 
+/// `store` with the row of session `sid`, the size of a small contract's,
+/// as a live session has.
+fn with_session(store: SqliteStore, sid: &str) -> SqliteStore {
+    let record = format!(
+        r#"{{"sessionId":"{sid}","contract":"{}"}}"#,
+        "x".repeat(1500)
+    );
+    store
+        .ggui_apply(&[GguiChange::PutSession {
+            session_id: sid.to_owned(),
+            record,
+        }])
+        .expect("session row");
+    store
+}
+
+/// One action's ledger entry.
+fn ledger_entry(sid: &str, seq: u64) -> [GguiChange; 1] {
+    [GguiChange::PutLedger {
+        session_id: sid.to_owned(),
+        seq,
+        event: format!(r#"{{"type":"action","seq":{seq},"payload":{{"choice":3}}}}"#),
+    }]
+}
+
 /// A spaced action's write: one ledger entry committed alone, as the
 /// store writer commits a lone unit on its caller's task, beside the floor
 /// of one SQLite commit (one small row in a table of its own, same file
@@ -57,37 +82,37 @@ fn ggui_apply(c: &mut Criterion) {
 fn lone_action(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = SqliteStore::open(&dir.path().join("bench.sqlite")).expect("store");
-    let sid = "s-lone".to_owned();
-    // A session row the size of a small contract's, as a live session has.
-    let record = format!(
-        r#"{{"sessionId":"s-lone","contract":"{}"}}"#,
-        "x".repeat(1500)
+    let sid = "s-lone";
+    let store = with_session(store, sid);
+    let full = with_session(
+        SqliteStore::open_with(&dir.path().join("full.sqlite"), SqliteSync::Full)
+            .expect("store, full"),
+        sid,
     );
-    store
-        .ggui_apply(&[GguiChange::PutSession {
-            session_id: sid.clone(),
-            record,
-        }])
-        .expect("session row");
     let mut g = c.benchmark_group("store/lone_action");
-    let mut seq = 0;
-    g.bench_function("one ledger entry, one commit", |b| {
-        b.iter(|| {
-            seq += 1;
-            let w = [GguiChange::PutLedger {
-                session_id: sid.clone(),
-                seq,
-                event: format!(r#"{{"type":"action","seq":{seq},"payload":{{"choice":3}}}}"#),
-            }];
-            let u = [Unit::new(sid.as_str(), &w[..])];
-            // Past the WAL's bound the store takes the blocking path once,
-            // with its checkpoint: part of the cost, as in the server.
-            let r = store
-                .try_apply_units_now(&u)
-                .unwrap_or_else(|| store.apply_units(&u));
-            assert!(r.iter().all(Result::is_ok));
-        })
-    });
+    // The same write on a file whose commits are fsynced
+    // (`--sqlite-synchronous full`), which the store never commits on
+    // the caller's task: the blocking path, as in the server.
+    for (name, store) in [
+        ("one ledger entry, one commit", &store),
+        ("one ledger entry, one commit, synchronous=FULL", &full),
+    ] {
+        let mut seq = 0;
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                seq += 1;
+                let w = ledger_entry(sid, seq);
+                let u = [Unit::new(sid, &w[..])];
+                // Past the WAL's bound the store takes the blocking path
+                // once, with its checkpoint: part of the cost, as in the
+                // server.
+                let r = store
+                    .try_apply_units_now(&u)
+                    .unwrap_or_else(|| store.apply_units(&u));
+                assert!(r.iter().all(Result::is_ok));
+            })
+        });
+    }
     let floor = rusqlite::Connection::open(dir.path().join("floor.sqlite")).expect("floor");
     floor
         .execute_batch(

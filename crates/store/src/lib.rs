@@ -268,11 +268,42 @@ impl FairConn {
 
 pub struct SqliteStore {
     conn: FairConn,
+    /// When a commit is on disk: under [`SqliteSync::Full`] a commit
+    /// waits for an fsync, so none is made on an async task
+    /// ([`UnitStore::try_apply_units_now`] declines).
+    sync: SqliteSync,
     /// A second connection for bundle reads (WAL lets it read beside the
     /// writer), so that serving 8 MiB does not hold up writes. `None` for
     /// an in-memory database, which one connection alone can see.
     reader: Option<FairConn>,
     checkpoints: Checkpoints,
+}
+
+/// When a SQLite commit is on disk, SQLite's `synchronous` in WAL mode.
+/// Either way the file stays consistent; what differs is what a crash of
+/// the machine, not of the process, may take back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SqliteSync {
+    /// `NORMAL`: a commit is in the WAL file (the operating system's
+    /// cache) when it returns, with no fsync. A killed process loses
+    /// nothing committed; a power cut or a kernel crash may take back the
+    /// commits since the last checkpoint's fsync.
+    #[default]
+    Normal,
+    /// `FULL`: the WAL is fsynced before a commit returns, so a power cut
+    /// loses nothing committed. One fsync per commit (a batch of units is
+    /// one commit); such commits are only made on blocking threads.
+    Full,
+}
+
+impl SqliteSync {
+    /// The value of SQLite's `synchronous` pragma.
+    pub fn pragma(self) -> &'static str {
+        match self {
+            SqliteSync::Normal => "NORMAL",
+            SqliteSync::Full => "FULL",
+        }
+    }
 }
 
 /// How long a blocking write waits for another process's lock on the
@@ -422,13 +453,18 @@ fn open_file(path: &Path, flags: rusqlite::OpenFlags) -> rusqlite::Result<Connec
 }
 
 impl SqliteStore {
-    /// Opens (or creates) the database file.
+    /// Opens (or creates) the database file, its commits
+    /// [`SqliteSync::Normal`].
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, SqliteSync::default())
+    }
+
+    /// Opens (or creates) the database file, its commits on disk as
+    /// `sync` says.
+    pub fn open_with(path: &Path, sync: SqliteSync) -> Result<Self, StoreError> {
         let conn = open_file(path, rusqlite::OpenFlags::default())?;
-        // WAL with synchronous=NORMAL survives a killed process; FULL would
-        // also survive power loss at the cost of an fsync per commit.
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "synchronous", sync.pragma())?;
         // Checkpoints are run by [`Checkpoints`], never inside a commit.
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -444,9 +480,15 @@ impl SqliteStore {
         reader.busy_timeout(BUSY_TIMEOUT)?;
         Ok(Self {
             conn: FairConn::new(conn),
+            sync,
             reader: Some(FairConn::new(reader)),
             checkpoints: Checkpoints::new(true),
         })
+    }
+
+    /// When this store's commits are on disk.
+    pub fn sync(&self) -> SqliteSync {
+        self.sync
     }
 
     /// An in-memory database, for tests of code that needs a store.
@@ -456,6 +498,7 @@ impl SqliteStore {
         migrate_sqlite(&mut conn)?;
         Ok(Self {
             conn: FairConn::new(conn),
+            sync: SqliteSync::default(),
             reader: None,
             checkpoints: Checkpoints::new(false),
         })
@@ -607,9 +650,9 @@ impl SqliteStore {
         units: &[Unit<'_, W>],
         apply: impl Fn(&Connection, &W) -> Result<(), StoreError>,
     ) -> Option<UnitResults> {
-        if self.checkpoints.due() {
-            // The checkpoint's writes and fsyncs belong on a blocking
-            // thread: let the caller take that path.
+        if self.checkpoints.due() || self.sync == SqliteSync::Full {
+            // A checkpoint's writes and fsyncs, and a commit's fsync,
+            // belong on a blocking thread: let the caller take that path.
             return None;
         }
         let mut conn = self.conn.0.try_lock()?;
@@ -923,6 +966,43 @@ mod tests {
         other.execute_batch("ROLLBACK;").unwrap();
         assert!(s.try_apply_units_now(&unit).unwrap()[0].is_ok());
         assert_eq!(s.load_rooms().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn full_sync_commits_are_fsynced_and_never_made_on_an_async_task() {
+        let dir = tempfile::Builder::new()
+            .prefix("hostwire-store-")
+            .tempdir()
+            .unwrap();
+        let synchronous = |s: &SqliteStore| -> i64 {
+            s.conn
+                .lock()
+                .unwrap()
+                .query_row("PRAGMA synchronous", [], |r| r.get(0))
+                .unwrap()
+        };
+        let change = [RoomChange::Created(room("222222"))];
+        let unit = [Unit {
+            key: "222222",
+            writes: &change,
+            fence: None,
+        }];
+        // NORMAL (1), the default: a lone unit is committed where it is asked.
+        let normal = SqliteStore::open(&dir.path().join("normal.db")).unwrap();
+        assert_eq!(
+            (normal.sync(), synchronous(&normal)),
+            (SqliteSync::Normal, 1)
+        );
+        assert!(normal.try_apply_units_now(&unit).unwrap()[0].is_ok());
+        // FULL (2): the commit waits for an fsync, so only the blocking way.
+        let path = dir.path().join("full.db");
+        let full = SqliteStore::open_with(&path, SqliteSync::Full).unwrap();
+        assert_eq!((full.sync(), synchronous(&full)), (SqliteSync::Full, 2));
+        assert!(full.try_apply_units_now(&unit).is_none());
+        assert!(full.apply_units(&unit)[0].is_ok());
+        drop(full);
+        let again = SqliteStore::open_with(&path, SqliteSync::Full).unwrap();
+        assert_eq!(again.load_rooms().unwrap().len(), 1);
     }
 
     #[test]

@@ -64,6 +64,11 @@ pub struct ServeArgs {
     /// Directory of the embedded database (created if missing).
     #[arg(long, env = "HOSTWIRE_DATA_DIR", default_value = "data")]
     pub data_dir: PathBuf,
+    /// When the SQLite file's commits are on disk: `normal` survives a
+    /// killed process with no fsync per commit; `full` also survives a
+    /// power cut or a kernel crash, at an fsync per commit.
+    #[arg(long, env = "HOSTWIRE_SQLITE_SYNCHRONOUS", value_enum, default_value_t = SqliteSynchronous::Normal)]
+    pub sqlite_synchronous: SqliteSynchronous,
     /// Keep what must survive a restart in this PostgreSQL database
     /// (postgres://USER:PASSWORD@HOST:PORT/DATABASE) instead of the
     /// embedded SQLite file; its schema is migrated at start-up. Empty:
@@ -255,6 +260,22 @@ pub struct ServeArgs {
 pub enum GguiVersionPolicy {
     Strict,
     Advisory,
+}
+
+/// SQLite's `synchronous` (WAL mode), as [`hostwire_store::SqliteSync`].
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum SqliteSynchronous {
+    Normal,
+    Full,
+}
+
+impl From<SqliteSynchronous> for hostwire_store::SqliteSync {
+    fn from(s: SqliteSynchronous) -> Self {
+        match s {
+            SqliteSynchronous::Normal => hostwire_store::SqliteSync::Normal,
+            SqliteSynchronous::Full => hostwire_store::SqliteSync::Full,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]

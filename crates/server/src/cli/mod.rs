@@ -99,8 +99,8 @@ fn data_dir(dir: &Path) -> anyhow::Result<PathBuf> {
 }
 
 /// Opens the database, with one line naming the file when it cannot.
-fn open_store(db: &Path) -> anyhow::Result<SqliteStore> {
-    SqliteStore::open(db).map_err(|e| {
+fn open_store(db: &Path, sync: hostwire_store::SqliteSync) -> anyhow::Result<SqliteStore> {
+    SqliteStore::open_with(db, sync).map_err(|e| {
         let reason = e.reason();
         anyhow!(
             "cannot open the database {}: {reason}. Hint: the data directory must be writable (SQLite keeps {DB_FILE}-wal beside it); choose another with --data-dir or HOSTWIRE_DATA_DIR",
@@ -125,7 +125,12 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // An empty value (`HOSTWIRE_POSTGRES_URL=`) is no value: SQLite.
         let (stores, database) = match args.postgres_url.as_deref().filter(|u| !u.is_empty()) {
             Some(url) => app::Stores::connect_postgres(url)?,
-            None => (app::Stores::sqlite(&Arc::new(open_store(&db)?)), db.display().to_string()),
+            None => {
+                let sync = args.sqlite_synchronous.into();
+                let store = open_store(&db, sync)?;
+                tracing::info!(db = %db.display(), synchronous = sync.pragma(), "SQLite store opened");
+                (app::Stores::sqlite(&Arc::new(store)), db.display().to_string())
+            }
         };
         let files = app::raise_open_file_limit();
         tracing::info!(

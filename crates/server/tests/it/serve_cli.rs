@@ -104,6 +104,7 @@ async fn logs_off_a_terminal_have_no_colours_and_an_absolute_data_directory() {
     let root = std::fs::canonicalize(dir.path()).unwrap();
     let mut child = hostwire()
         .args(["serve", "--port", "0", "--data-dir", "relative"])
+        .args(["--sqlite-synchronous", "full"])
         .env("RUST_LOG", "info")
         .current_dir(&root)
         .stdout(Stdio::piped())
@@ -136,6 +137,30 @@ async fn logs_off_a_terminal_have_no_colours_and_an_absolute_data_directory() {
     assert!(!stderr.contains('\u{1b}'), "colour codes in:\n{stderr}");
     let db = root.join("relative/hostwire.db").display().to_string();
     assert!(stderr.contains(&format!("db={db}")), "{stderr}");
+    assert!(stderr.contains("synchronous=\"FULL\""), "{stderr}");
+}
+
+#[tokio::test]
+async fn an_unknown_sqlite_synchronous_is_refused_with_the_values() {
+    let dir = temp_dir("cli-sync");
+    let out = tokio::time::timeout(
+        GUARD,
+        hostwire()
+            .args(["serve", "--port", "0", "--data-dir", "data"])
+            .env("HOSTWIRE_SQLITE_SYNCHRONOUS", "off")
+            .current_dir(dir.path())
+            .output(),
+    )
+    .await
+    .expect("serve did not stop")
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--sqlite-synchronous") && stderr.contains("normal, full"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("data").exists());
 }
 
 #[tokio::test]
@@ -148,6 +173,7 @@ async fn serve_help_lists_every_environment_variable() {
         "ALLOWED_ORIGINS",
         "TRUST_PROXY",
         "HOSTWIRE_DATA_DIR",
+        "HOSTWIRE_SQLITE_SYNCHRONOUS",
         "ROOMS_PER_IP_PER_HOUR",
         "HOSTWIRE_LOG_FORMAT",
         "RUST_LOG",
