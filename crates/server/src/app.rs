@@ -116,13 +116,18 @@ pub struct Stores {
     /// Who owns each unit, on a database several nodes share (PostgreSQL);
     /// `None`: one node (SQLite), no leases.
     pub leases: Option<Arc<dyn LeaseStore>>,
+    /// The SQLite file `GET /admin/backup` copies; `None` elsewhere.
+    pub file: Option<Arc<SqliteStore>>,
 }
 
 impl Stores {
     /// Every protocol in the one SQLite store (what `serve` runs on by
     /// default).
     pub fn sqlite(store: &Arc<SqliteStore>) -> Stores {
-        Stores::all_in(store)
+        Stores {
+            file: Some(Arc::clone(store)),
+            ..Stores::all_in(store)
+        }
     }
 
     /// Every protocol in the one PostgreSQL store (`serve --postgres-url`),
@@ -144,6 +149,7 @@ impl Stores {
             playerthree: Arc::clone(store) as _,
             sessions: Arc::clone(store) as _,
             leases: None,
+            file: None,
         }
     }
 
@@ -176,6 +182,7 @@ impl Stores {
             playerthree: Arc::clone(&memory) as _,
             sessions: memory as _,
             leases: None,
+            file: None,
         })
     }
 }
@@ -240,6 +247,7 @@ impl App {
             lease_ttl,
         } = config;
         let leases = node_leases(&stores, &cluster, lease_ttl);
+        let backup = crate::backup::Backup::new(stores.file.clone());
         let store = stores.relay;
         let gate = Arc::new(crate::http::Gate::new(
             &config.credentials,
@@ -281,7 +289,8 @@ impl App {
         let app = router(Arc::clone(&relay), metrics)
             .merge(ggui::router(Arc::clone(&ggui)))
             .merge(playerthree::router(Arc::clone(&playerthree)))
-            .merge(sessions::router(Arc::clone(&sessions)));
+            .merge(sessions::router(Arc::clone(&sessions)))
+            .merge(crate::backup::router(backup));
         // Inside the body budget: what it reads to carry is counted.
         let app = carry_requests(app, &cluster)
             // One budget of request-body bytes over every protocol's API.

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod backup;
 pub mod blocking;
 pub mod check;
 pub mod cli;

@@ -12,6 +12,7 @@
 // checks it.
 #![forbid(unsafe_code)]
 
+mod backup;
 mod blocking;
 pub mod ggui;
 pub mod lease;
@@ -71,6 +72,9 @@ pub enum StoreError {
     Commit(String),
     #[error("PostgreSQL: {0}")]
     Postgres(#[from] ::postgres::Error),
+    /// A copy of the database could not be made (see [`SqliteStore::backup_to`]).
+    #[error("backup: {0}")]
+    Backup(String),
     /// A database migrated by a newer hostwire: this one could misread
     /// what it does not know, so it refuses to start on it.
     #[error("the {database} database's schema is version {found}, newer than this hostwire knows (version {known}): a newer hostwire migrated it. Run that hostwire (or a newer one) on it, or give this one another database")]
@@ -272,6 +276,8 @@ pub struct SqliteStore {
     /// waits for an fsync, so none is made on an async task
     /// ([`UnitStore::try_apply_units_now`] declines).
     sync: SqliteSync,
+    /// The database file; `None` in memory.
+    path: Option<std::path::PathBuf>,
     /// A second connection for bundle reads (WAL lets it read beside the
     /// writer), so that serving 8 MiB does not hold up writes. `None` for
     /// an in-memory database, which one connection alone can see.
@@ -308,7 +314,7 @@ impl SqliteSync {
 
 /// How long a blocking write waits for another process's lock on the
 /// database file before it fails.
-const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// About how many bytes of WAL make a checkpoint due: SQLite's own
 /// automatic checkpoint comes at 1,000 pages (4 MiB).
@@ -481,9 +487,15 @@ impl SqliteStore {
         Ok(Self {
             conn: FairConn::new(conn),
             sync,
+            path: Some(path.to_owned()),
             reader: Some(FairConn::new(reader)),
             checkpoints: Checkpoints::new(true),
         })
+    }
+
+    /// The database file; `None` in memory.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 
     /// When this store's commits are on disk.
@@ -499,6 +511,7 @@ impl SqliteStore {
         Ok(Self {
             conn: FairConn::new(conn),
             sync: SqliteSync::default(),
+            path: None,
             reader: None,
             checkpoints: Checkpoints::new(false),
         })
@@ -836,7 +849,7 @@ mod tests {
     use super::*;
     use bytes::Bytes;
 
-    fn room(pin: &str) -> RoomRecord {
+    pub(crate) fn room(pin: &str) -> RoomRecord {
         RoomRecord {
             pin: pin.into(),
             host_token: "h".repeat(32),

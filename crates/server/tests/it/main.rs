@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod backup;
 mod body_budget;
 mod check;
 mod cluster;

@@ -1,0 +1,87 @@
+//! `GET /admin/backup` as an operator meets it: the real binary on its
+//! SQLite file, a copy of what was acknowledged taken while it serves,
+//! refused without the operator credential, nothing left in the data
+//! directory; refused with a reason where there is no file to copy.
+
+use crate::support::http::call;
+use crate::support::process::Process;
+use crate::support::relay::{temp_dir, TestRelay};
+use crate::support::server::{relay_config, OPERATOR};
+use hostwire::http::AllowedOrigins;
+use hostwire_store::{RelayStore, SqliteStore};
+
+async fn backup(http: &str, token: Option<&str>) -> reqwest::Response {
+    let mut r = reqwest::Client::new().get(format!("{http}/admin/backup"));
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    r.send().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_servers_database_is_copied_for_the_operator_and_nothing_stays_behind() {
+    let dir = temp_dir("backup");
+    let data = dir.path().join("data");
+    let server = Process::serve(&data, &[], &[("HOSTWIRE_OPERATOR_TOKEN", OPERATOR)]);
+    let http = server.http();
+    let (status, room) = call("POST", &format!("{http}/api/rooms"), None, None).await;
+    assert_eq!(status, 201, "{room}");
+    let pin = room["pin"].as_str().unwrap().to_owned();
+
+    // Without the operator credential, or with another: 401, no copy.
+    assert_eq!(backup(&http, None).await.status(), 401);
+    assert_eq!(
+        backup(&http, Some("not-the-operator-credential"))
+            .await
+            .status(),
+        401
+    );
+    // A copy a server killed mid-backup left: replaced, not in the way.
+    std::fs::write(data.join(hostwire::backup::BACKUP_FILE), b"half a copy").unwrap();
+
+    let r = backup(&http, Some(OPERATOR)).await;
+    assert_eq!(r.status(), 200);
+    let header = |n: &str| r.headers()[n].to_str().unwrap().to_owned();
+    assert_eq!(header("content-type"), "application/vnd.sqlite3");
+    assert_eq!(header("cache-control"), "no-store");
+    assert!(header("content-disposition").starts_with("attachment;"));
+    let length: usize = header("content-length").parse().unwrap();
+    let body = r.bytes().await.unwrap();
+    assert_eq!(body.len(), length);
+    assert!(body.starts_with(b"SQLite format 3\0"));
+
+    // The copy opens on its own and holds the room that was acknowledged.
+    let copy = dir.path().join("copy.db");
+    std::fs::write(&copy, &body).unwrap();
+    let pins: Vec<String> = SqliteStore::open(&copy)
+        .unwrap()
+        .load_rooms()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.record.pin)
+        .collect();
+    assert_eq!(pins, std::slice::from_ref(&pin));
+    // Nothing of the copy is left beside the database, and the server
+    // goes on serving the room.
+    assert!(!data.join(hostwire::backup::BACKUP_FILE).exists());
+    let found = reqwest::get(format!("{http}/api/rooms/{pin}"))
+        .await
+        .unwrap();
+    assert_eq!(found.status(), 200);
+    // A second backup after the first: the one-at-a-time slot was freed.
+    assert_eq!(backup(&http, Some(OPERATOR)).await.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_its_own_file_says_so() {
+    // The test server keeps only the relay's rooms in its file, with the
+    // other protocols in memory: no single file holds its state.
+    let relay = TestRelay::start(relay_config(AllowedOrigins::Any)).await;
+    let r = backup(&relay.http, Some(OPERATOR)).await;
+    assert_eq!(r.status(), 409);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("pg_dump"),
+        "{body}"
+    );
+}
