@@ -34,7 +34,7 @@ const CHUNKS_AHEAD: usize = 2;
 /// space is freed and the next backup may begin.
 pub const BACKUP_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// The copy's name beside the database while it is made (a leftover of a
-/// server killed meanwhile is replaced by the next backup).
+/// server killed meanwhile is removed at the next start or backup).
 pub const BACKUP_FILE: &str = "hostwire.db.backup";
 
 /// The endpoint's state.
@@ -47,7 +47,13 @@ pub struct Backup {
 }
 
 impl Backup {
+    /// The endpoint for `store`'s file; a copy left beside it by a server
+    /// killed mid-backup is removed now (this process holds the data
+    /// directory, so no backup of another is under way).
     pub fn new(store: Option<Arc<SqliteStore>>) -> Arc<Backup> {
+        if let Some(db) = store.as_ref().and_then(|s| s.path()) {
+            let _ = std::fs::remove_file(db.with_file_name(BACKUP_FILE));
+        }
         Arc::new(Backup {
             store,
             one: Arc::new(Semaphore::new(1)),

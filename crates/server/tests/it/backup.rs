@@ -22,7 +22,15 @@ async fn backup(http: &str, token: Option<&str>) -> reqwest::Response {
 async fn a_running_servers_database_is_copied_for_the_operator_and_nothing_stays_behind() {
     let dir = temp_dir("backup");
     let data = dir.path().join("data");
+    // A copy a server killed mid-backup left: removed at the start.
+    std::fs::create_dir_all(&data).unwrap();
+    let leftover = data.join(hostwire::backup::BACKUP_FILE);
+    std::fs::write(&leftover, b"half a copy").unwrap();
     let server = Process::serve(&data, &[], &[("HOSTWIRE_OPERATOR_TOKEN", OPERATOR)]);
+    assert!(
+        !leftover.exists(),
+        "the leftover copy is removed at the start"
+    );
     let http = server.http();
     let (status, room) = call("POST", &format!("{http}/api/rooms"), None, None).await;
     assert_eq!(status, 201, "{room}");
@@ -36,8 +44,9 @@ async fn a_running_servers_database_is_copied_for_the_operator_and_nothing_stays
             .status(),
         401
     );
-    // A copy a server killed mid-backup left: replaced, not in the way.
-    std::fs::write(data.join(hostwire::backup::BACKUP_FILE), b"half a copy").unwrap();
+    // One left while it runs (it cannot be: the process holds the
+    // directory) is replaced, not in the way.
+    std::fs::write(&leftover, b"half a copy").unwrap();
 
     let r = backup(&http, Some(OPERATOR)).await;
     assert_eq!(r.status(), 200);
@@ -63,7 +72,7 @@ async fn a_running_servers_database_is_copied_for_the_operator_and_nothing_stays
     assert_eq!(pins, std::slice::from_ref(&pin));
     // Nothing of the copy is left beside the database, and the server
     // goes on serving the room.
-    assert!(!data.join(hostwire::backup::BACKUP_FILE).exists());
+    assert!(!leftover.exists());
     let found = reqwest::get(format!("{http}/api/rooms/{pin}"))
         .await
         .unwrap();
