@@ -18,6 +18,7 @@ pub mod ggui;
 pub mod lease;
 pub mod playerthree;
 pub mod postgres;
+mod restore;
 pub mod sessions;
 #[cfg(test)]
 mod suite;
@@ -25,6 +26,7 @@ mod suite;
 pub mod testing;
 
 pub use blocking::blocking_section;
+pub use restore::{restore_into, RestoreError, Restored};
 
 /// The lock file a server holds in its data directory while it runs.
 pub const LOCK_FILE: &str = "hostwire.lock";

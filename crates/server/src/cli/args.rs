@@ -35,6 +35,23 @@ pub(super) enum Command {
     ///
     /// Exit status: 0 valid, 1 invalid, 2 unreadable input.
     Check(check::CheckArgs),
+    /// Put a backup (from GET /admin/backup) back as the data directory's
+    /// database, with the server stopped. The copy is checked first; the
+    /// database it replaces is kept beside it as
+    /// hostwire.db.replaced-<UTC time>, with everything it held.
+    ///
+    /// Exit status: 0 restored, 1 refused (a server uses the directory,
+    /// the file is not a whole hostwire database, a file error).
+    Restore(RestoreArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RestoreArgs {
+    /// The backup to put back.
+    pub backup: PathBuf,
+    /// The data directory whose database it becomes (created if missing).
+    #[arg(long, env = "HOSTWIRE_DATA_DIR", default_value = "data")]
+    pub data_dir: PathBuf,
 }
 
 #[derive(Args, Debug, Clone)]

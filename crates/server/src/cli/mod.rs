@@ -1,4 +1,4 @@
-//! The command line: `hostwire serve` and `hostwire check`, their
+//! The command line: `hostwire serve`, `check` and `restore`, their
 //! arguments (each with its environment variable) and logging.
 //!
 //! [`args`] holds the arguments, [`config`] what they configure; this file
@@ -34,6 +34,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check(args) => check::run(&args),
+        Command::Restore(args) => restore(&args),
         Command::Serve(args) => match serve(*args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -41,6 +42,40 @@ pub fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+    }
+}
+
+/// `hostwire restore`: what was done, or why nothing was.
+fn restore(args: &args::RestoreArgs) -> ExitCode {
+    match hostwire_store::restore_into(&args.data_dir, DB_FILE, &args.backup) {
+        Ok(done) => {
+            let live = args.data_dir.join(DB_FILE);
+            println!(
+                "restored {} from {} ({} bytes, schema version {})",
+                live.display(),
+                args.backup.display(),
+                done.bytes,
+                done.schema_version
+            );
+            if let Some(kept) = done.replaced {
+                println!("the database it replaced is kept as {}", kept.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let unchanged = matches!(
+                e,
+                hostwire_store::RestoreError::Lock(_)
+                    | hostwire_store::RestoreError::Unusable { .. }
+            );
+            let note = if unchanged {
+                " (nothing was changed)"
+            } else {
+                ""
+            };
+            eprintln!("error: {e}{note}");
+            ExitCode::from(1)
+        }
     }
 }
 

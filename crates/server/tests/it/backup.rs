@@ -1,7 +1,8 @@
 //! `GET /admin/backup` as an operator meets it: the real binary on its
 //! SQLite file, a copy of what was acknowledged taken while it serves,
 //! refused without the operator credential, nothing left in the data
-//! directory; refused with a reason where there is no file to copy.
+//! directory; refused with a reason where there is no file to copy; and
+//! `hostwire restore` putting a copy back with the server stopped.
 
 use crate::support::http::call;
 use crate::support::process::Process;
@@ -16,6 +17,19 @@ async fn backup(http: &str, token: Option<&str>) -> reqwest::Response {
         r = r.bearer_auth(t);
     }
     r.send().await.unwrap()
+}
+
+/// The rooms of a database file, by PIN in order.
+fn pins(path: &std::path::Path) -> Vec<String> {
+    let mut pins: Vec<String> = SqliteStore::open(path)
+        .unwrap()
+        .load_rooms()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.record.pin)
+        .collect();
+    pins.sort();
+    pins
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,14 +76,7 @@ async fn a_running_servers_database_is_copied_for_the_operator_and_nothing_stays
     // The copy opens on its own and holds the room that was acknowledged.
     let copy = dir.path().join("copy.db");
     std::fs::write(&copy, &body).unwrap();
-    let pins: Vec<String> = SqliteStore::open(&copy)
-        .unwrap()
-        .load_rooms()
-        .unwrap()
-        .into_iter()
-        .map(|r| r.record.pin)
-        .collect();
-    assert_eq!(pins, std::slice::from_ref(&pin));
+    assert_eq!(pins(&copy), std::slice::from_ref(&pin));
     // Nothing of the copy is left beside the database, and the server
     // goes on serving the room.
     assert!(!leftover.exists());
@@ -93,4 +100,89 @@ async fn a_server_without_its_own_file_says_so() {
         body["error"].as_str().unwrap().contains("pg_dump"),
         "{body}"
     );
+}
+
+/// `hostwire restore` on `data` from `backup`: its exit code and output.
+async fn restore(data: &std::path::Path, backup: &std::path::Path) -> (Option<i32>, String) {
+    let out = tokio::time::timeout(
+        crate::support::server::GUARD,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_hostwire"))
+            .arg("restore")
+            .arg(backup)
+            .arg("--data-dir")
+            .arg(data)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("restore did not end")
+    .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_is_restored_with_the_server_stopped_and_the_replaced_database_kept() {
+    let dir = temp_dir("restore");
+    let data = dir.path().join("data");
+    let mut server = Process::serve(&data, &[], &[("HOSTWIRE_OPERATOR_TOKEN", OPERATOR)]);
+    let http = server.http();
+    let room = |http: String| async move {
+        let (status, room) = call("POST", &format!("{http}/api/rooms"), None, None).await;
+        assert_eq!(status, 201, "{room}");
+        room["pin"].as_str().unwrap().to_owned()
+    };
+    let before = room(http.clone()).await;
+    let copy = dir.path().join("copy.db");
+    let r = backup(&http, Some(OPERATOR)).await;
+    assert_eq!(r.status(), 200);
+    std::fs::write(&copy, r.bytes().await.unwrap()).unwrap();
+    let after = room(http.clone()).await;
+
+    // Refused while the server runs, naming why; nothing changed.
+    let (code, text) = restore(&data, &copy).await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("another hostwire server is using"), "{text}");
+    assert!(text.contains("nothing was changed"), "{text}");
+    // A file that is not a backup is refused too.
+    let junk = dir.path().join("junk.db");
+    std::fs::write(&junk, "<html>not found</html>".repeat(100)).unwrap();
+    server.kill_9();
+    let (code, text) = restore(&data, &junk).await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("not a database"), "{text}");
+
+    // Stopped hard (its last room in the WAL only), then restored.
+    let (code, text) = restore(&data, &copy).await;
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("restored"), "{text}");
+    let kept = text
+        .lines()
+        .find_map(|l| l.strip_prefix("the database it replaced is kept as "))
+        .unwrap_or_else(|| panic!("{text}"))
+        .to_owned();
+
+    // The server starts on the copy: the room from before the backup is
+    // there, the later one is not.
+    let server = Process::serve(&data, &[], &[("HOSTWIRE_OPERATOR_TOKEN", OPERATOR)]);
+    let status = |pin: String| {
+        let http = server.http();
+        async move {
+            reqwest::get(format!("{http}/api/rooms/{pin}"))
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert_eq!(status(before.clone()).await, 200);
+    assert_eq!(status(after.clone()).await, 404);
+    drop(server);
+    // The database it replaced holds both.
+    let mut both = vec![before, after];
+    both.sort();
+    assert_eq!(pins(std::path::Path::new(&kept)), both);
 }
