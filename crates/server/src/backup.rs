@@ -48,11 +48,14 @@ pub struct Backup {
 
 impl Backup {
     /// The endpoint for `store`'s file; a copy left beside it by a server
-    /// killed mid-backup is removed now (this process holds the data
-    /// directory, so no backup of another is under way).
+    /// killed mid-backup, or by a `hostwire restore` cut off, is removed
+    /// now (this process holds the data directory, so neither is under
+    /// way).
     pub fn new(store: Option<Arc<SqliteStore>>) -> Arc<Backup> {
         if let Some(db) = store.as_ref().and_then(|s| s.path()) {
             let _ = std::fs::remove_file(db.with_file_name(BACKUP_FILE));
+            // And the copy of a `hostwire restore` cut off.
+            let _ = hostwire_store::remove_restore_leftovers(db);
         }
         Arc::new(Backup {
             store,

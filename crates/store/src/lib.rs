@@ -26,7 +26,7 @@ mod suite;
 pub mod testing;
 
 pub use blocking::blocking_section;
-pub use restore::{restore_into, RestoreError, Restored};
+pub use restore::{remove_restore_leftovers, restore_into, RestoreError, Restored};
 
 /// The lock file a server holds in its data directory while it runs.
 pub const LOCK_FILE: &str = "hostwire.lock";

@@ -55,6 +55,24 @@ fn beside(path: &Path, suffix: &str) -> PathBuf {
 /// SQLite's companion files of a database.
 const COMPANIONS: [&str; 3] = ["-wal", "-shm", "-journal"];
 
+/// What a restore's copy is called beside the database while it is
+/// checked (`hostwire.db.restore`).
+const STAGED: &str = ".restore";
+
+/// Removes the copy (and its companions) that a restore cut off (`kill
+/// -9`, the machine stopped) left beside the database `live`. Only for a
+/// holder of the data directory's lock: a server at its start.
+pub fn remove_restore_leftovers(live: &Path) -> std::io::Result<()> {
+    let staged = beside(live, STAGED);
+    for p in std::iter::once(staged.clone()).chain(COMPANIONS.map(|c| beside(&staged, c))) {
+        match std::fs::remove_file(&p) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 fn remove_if_there(path: &Path) -> Result<(), RestoreError> {
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -81,15 +99,11 @@ pub fn restore_into(dir: &Path, file: &str, backup: &Path) -> Result<Restored, R
     std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
     let _lock = lock_data_dir(dir)?;
     let live = dir.join(file);
-    let staged = dir.join(format!("{file}.restore"));
+    let staged = beside(&live, STAGED);
     // A restore cut off earlier may have left its copy.
-    for p in std::iter::once(staged.clone()).chain(COMPANIONS.map(|c| beside(&staged, c))) {
-        remove_if_there(&p)?;
-    }
+    remove_restore_leftovers(&live).map_err(io(format!("removing {}", staged.display())))?;
     let staged_files = || {
-        for p in std::iter::once(staged.clone()).chain(COMPANIONS.map(|c| beside(&staged, c))) {
-            let _ = std::fs::remove_file(p);
-        }
+        let _ = remove_restore_leftovers(&live);
     };
     let result = (|| {
         copy_synced(backup, &staged)?;

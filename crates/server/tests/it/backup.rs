@@ -167,7 +167,10 @@ async fn a_backup_is_restored_with_the_server_stopped_and_the_replaced_database_
         .to_owned();
 
     // The server starts on the copy: the room from before the backup is
-    // there, the later one is not.
+    // there, the later one is not. The copy of a restore cut off is
+    // removed as it starts.
+    let cut_off = data.join("hostwire.db.restore");
+    std::fs::write(&cut_off, b"half a restore").unwrap();
     let server = Process::serve(&data, &[], &[("HOSTWIRE_OPERATOR_TOKEN", OPERATOR)]);
     let status = |pin: String| {
         let http = server.http();
@@ -180,6 +183,7 @@ async fn a_backup_is_restored_with_the_server_stopped_and_the_replaced_database_
     };
     assert_eq!(status(before.clone()).await, 200);
     assert_eq!(status(after.clone()).await, 404);
+    assert!(!cut_off.exists());
     drop(server);
     // The database it replaced holds both.
     let mut both = vec![before, after];
