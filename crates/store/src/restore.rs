@@ -100,6 +100,17 @@ pub fn restore_into(dir: &Path, file: &str, backup: &Path) -> Result<Restored, R
     let _lock = lock_data_dir(dir)?;
     let live = dir.join(file);
     let staged = beside(&live, STAGED);
+    // The names a restore clears are never the backup's own.
+    let ours = std::iter::once(staged.clone()).chain(COMPANIONS.map(|c| beside(&staged, c)));
+    let backup_at = std::fs::canonicalize(backup).map_err(|e| unusable(e.to_string()))?;
+    for name in ours {
+        if std::fs::canonicalize(&name).is_ok_and(|p| p == backup_at) {
+            return Err(unusable(format!(
+                "{} is where a restore puts its copy while checking it: move the backup elsewhere first",
+                name.display()
+            )));
+        }
+    }
     // A restore cut off earlier may have left its copy.
     remove_restore_leftovers(&live).map_err(io(format!("removing {}", staged.display())))?;
     let staged_files = || {
@@ -418,6 +429,13 @@ mod tests {
         std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
         assert!(!reason(&cut).is_empty());
         assert!(reason(&dir.path().join("missing.db")).contains("No such file"));
+        // A backup under the name a restore stages its copy under is not
+        // removed as a leftover.
+        let staged = data.join("hostwire.db.restore");
+        std::fs::copy(&whole, &staged).unwrap();
+        assert!(reason(&staged).contains("move the backup elsewhere"));
+        assert_eq!(std::fs::read(&staged).unwrap(), bytes);
+        std::fs::remove_file(&staged).unwrap();
         // The directory is as it was (the lock file aside, made by the
         // first attempt): no copy left, the database and its WAL as they
         // were.
