@@ -52,6 +52,10 @@ pub struct RestoreArgs {
     /// The data directory whose database it becomes (created if missing).
     #[arg(long, env = "HOSTWIRE_DATA_DIR", default_value = "data")]
     pub data_dir: PathBuf,
+    /// Read only to refuse: a server on PostgreSQL does not read the
+    /// SQLite file, so a restore into it would change nothing it serves.
+    #[arg(long, env = "HOSTWIRE_POSTGRES_URL", hide_env_values = true)]
+    pub postgres_url: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]

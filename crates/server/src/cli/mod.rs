@@ -47,6 +47,13 @@ pub fn main() -> ExitCode {
 
 /// `hostwire restore`: what was done, or why nothing was.
 fn restore(args: &args::RestoreArgs) -> ExitCode {
+    if args.postgres_url.as_ref().is_some_and(|u| !u.is_empty()) {
+        eprintln!(
+            "error: the server's database is PostgreSQL (--postgres-url / HOSTWIRE_POSTGRES_URL is set), which does not read {}: restore that database with its own tools (pg_restore); nothing was changed",
+            args.data_dir.join(DB_FILE).display()
+        );
+        return ExitCode::from(1);
+    }
     match hostwire_store::restore_into(&args.data_dir, DB_FILE, &args.backup) {
         Ok(done) => {
             let live = args.data_dir.join(DB_FILE);

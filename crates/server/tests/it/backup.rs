@@ -111,6 +111,7 @@ async fn restore(data: &std::path::Path, backup: &std::path::Path) -> (Option<i3
             .arg(backup)
             .arg("--data-dir")
             .arg(data)
+            .env_remove("HOSTWIRE_POSTGRES_URL")
             .kill_on_drop(true)
             .output(),
     )
@@ -155,6 +156,21 @@ async fn a_backup_is_restored_with_the_server_stopped_and_the_replaced_database_
     let (code, text) = restore(&data, &junk).await;
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("not a database"), "{text}");
+
+    // A server on PostgreSQL would not read the file: refused.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hostwire"))
+        .arg("restore")
+        .arg(&copy)
+        .arg("--data-dir")
+        .arg(&data)
+        .env(
+            "HOSTWIRE_POSTGRES_URL",
+            "postgres://hostwire@127.0.0.1/hostwire",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pg_restore"));
 
     // Stopped hard (its last room in the WAL only), then restored.
     let (code, text) = restore(&data, &copy).await;
