@@ -59,27 +59,31 @@ const COMPANIONS: [&str; 3] = ["-wal", "-shm", "-journal"];
 /// checked (`hostwire.db.restore`).
 const STAGED: &str = ".restore";
 
+/// The restore's copy beside the database `live`, and its companions.
+fn staged_names(live: &Path) -> [PathBuf; 4] {
+    let staged = beside(live, STAGED);
+    let [wal, shm, journal] = COMPANIONS.map(|c| beside(&staged, c));
+    [staged, wal, shm, journal]
+}
+
 /// Removes the copy (and its companions) that a restore cut off (`kill
 /// -9`, the machine stopped) left beside the database `live`. Only for a
 /// holder of the data directory's lock: a server at its start.
 pub fn remove_restore_leftovers(live: &Path) -> std::io::Result<()> {
-    let staged = beside(live, STAGED);
-    for p in std::iter::once(staged.clone()).chain(COMPANIONS.map(|c| beside(&staged, c))) {
-        match std::fs::remove_file(&p) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
+    staged_names(live)
+        .iter()
+        .try_for_each(|p| remove_file_if_there(p))
+}
+
+fn remove_file_if_there(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 fn remove_if_there(path: &Path) -> Result<(), RestoreError> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(io(format!("removing {}", path.display()))(e))
-        }
-        _ => Ok(()),
-    }
+    remove_file_if_there(path).map_err(io(format!("removing {}", path.display())))
 }
 
 /// Puts `backup` (a copy made by `GET /admin/backup`, or a database file
@@ -101,9 +105,8 @@ pub fn restore_into(dir: &Path, file: &str, backup: &Path) -> Result<Restored, R
     let live = dir.join(file);
     let staged = beside(&live, STAGED);
     // The names a restore clears are never the backup's own.
-    let ours = std::iter::once(staged.clone()).chain(COMPANIONS.map(|c| beside(&staged, c)));
     let backup_at = std::fs::canonicalize(backup).map_err(|e| unusable(e.to_string()))?;
-    for name in ours {
+    for name in staged_names(&live) {
         if std::fs::canonicalize(&name).is_ok_and(|p| p == backup_at) {
             return Err(unusable(format!(
                 "{} is where a restore puts its copy while checking it: move the backup elsewhere first",
@@ -113,9 +116,6 @@ pub fn restore_into(dir: &Path, file: &str, backup: &Path) -> Result<Restored, R
     }
     // A restore cut off earlier may have left its copy.
     remove_restore_leftovers(&live).map_err(io(format!("removing {}", staged.display())))?;
-    let staged_files = || {
-        let _ = remove_restore_leftovers(&live);
-    };
     let result = (|| {
         copy_synced(backup, &staged)?;
         let wal = beside(backup, "-wal");
@@ -132,7 +132,7 @@ pub fn restore_into(dir: &Path, file: &str, backup: &Path) -> Result<Restored, R
     let schema_version = match result {
         Ok(v) => v,
         Err(e) => {
-            staged_files();
+            let _ = remove_restore_leftovers(&live);
             return Err(e);
         }
     };
